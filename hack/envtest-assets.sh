@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Builds kube-apiserver and etcd from Go modules into a per-user cache and
+# prints the folder (for KUBEBUILDER_ASSETS). The proxy is the only reachable
+# registry here, so `setup-envtest use` cannot download the usual tarballs.
+# A folder whose binaries already answer --version is reused as it is.
+set -euo pipefail
+
+K8S_VERSION=${K8S_VERSION:-1.37.2}
+ETCD_VERSION=${ETCD_VERSION:-3.7.3}
+STAGING_VERSION="v0.${K8S_VERSION#1.}"
+CACHE_ROOT=${KVHINT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kv-hint-operator}
+DEST="$CACHE_ROOT/k8s-v${K8S_VERSION}-etcd-v${ETCD_VERSION}"
+
+log() { echo "envtest-assets: $*" >&2; }
+
+if "$DEST/kube-apiserver" --version >/dev/null 2>&1 && "$DEST/etcd" --version >/dev/null 2>&1; then
+  echo "$DEST"
+  exit 0
+fi
+
+mkdir -p "$CACHE_ROOT"
+WORK=$(mktemp -d "$CACHE_ROOT/build.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+export GOWORK=off CGO_ENABLED=0 GOFLAGS='-trimpath -mod=mod -buildvcs=false'
+
+log "building kube-apiserver v${K8S_VERSION} and etcd v${ETCD_VERSION} from Go modules into $DEST"
+log "a cold build takes about ten minutes on two cores; later runs reuse the cache"
+
+# kube-apiserver: the kubernetes module replaces its staging modules with
+# local paths the module zip lacks, so a wrapper module pins each of them.
+mkdir -p "$WORK/apiserver" "$WORK/out"
+(
+  cd "$WORK/apiserver"
+  go mod init kvhint.local/apiserver >/dev/null 2>&1
+  log "resolving k8s.io/kubernetes v${K8S_VERSION} staging modules"
+  gomod=$(go mod download -json "k8s.io/kubernetes@v${K8S_VERSION}" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p')
+  [ -n "$gomod" ] || { log "could not download k8s.io/kubernetes v${K8S_VERSION}"; exit 1; }
+  {
+    echo "module kvhint.local/apiserver"
+    echo
+    echo "go 1.26.0"
+    echo
+    echo "require k8s.io/kubernetes v${K8S_VERSION}"
+    echo
+    grep -E '^[[:space:]]*k8s\.io/[^ ]+ v0\.0\.0$' "$gomod" | awk -v v="$STAGING_VERSION" '{print "replace " $1 " => " $1 " " v}'
+  } > go.mod
+  cat > tools.go <<'GO'
+//go:build tools
+
+package tools
+
+import _ "k8s.io/kubernetes/cmd/kube-apiserver"
+GO
+  log "downloading modules and compiling kube-apiserver (the long step)"
+  go mod tidy >/dev/null 2>&1 || true
+  minor=${K8S_VERSION#*.}; minor=${minor%%.*}
+  ldflags="-s -w"
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ldflags="$ldflags -X $pkg.gitVersion=v${K8S_VERSION} -X $pkg.gitMajor=1 -X $pkg.gitMinor=${minor} -X $pkg.buildDate=1970-01-01T00:00:00Z -X $pkg.gitTreeState=clean"
+  done
+  go build -ldflags="$ldflags" -o "$WORK/out/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver
+)
+log "kube-apiserver built"
+
+mkdir -p "$WORK/etcd"
+(
+  cd "$WORK/etcd"
+  cat > go.mod <<GOMOD
+module kvhint.local/etcd
+
+go 1.26.0
+
+require go.etcd.io/etcd/server/v3 v${ETCD_VERSION}
+GOMOD
+  cat > main.go <<'GO'
+package main
+
+import (
+	"os"
+
+	"go.etcd.io/etcd/server/v3/etcdmain"
+)
+
+func main() { etcdmain.Main(os.Args) }
+GO
+  log "downloading modules and compiling etcd"
+  go mod tidy >/dev/null
+  go build -ldflags='-s -w' -o "$WORK/out/etcd" .
+)
+log "etcd built"
+
+"$WORK/out/kube-apiserver" --version >/dev/null
+"$WORK/out/etcd" --version >/dev/null
+rm -rf "$DEST.tmp"
+mv "$WORK/out" "$DEST.tmp"
+rm -rf "$DEST"
+mv "$DEST.tmp" "$DEST"
+log "ready: $DEST"
+echo "$DEST"
