@@ -19,6 +19,16 @@ if "$DEST/kube-apiserver" --version >/dev/null 2>&1 && "$DEST/etcd" --version >/
 fi
 
 mkdir -p "$CACHE_ROOT"
+# One build at a time: a second caller waits for the first and reuses it.
+exec 9>"$CACHE_ROOT/.build.lock"
+if ! flock -n 9; then
+  log "another build is running; waiting for it"
+  flock 9
+fi
+if "$DEST/kube-apiserver" --version >/dev/null 2>&1 && "$DEST/etcd" --version >/dev/null 2>&1; then
+  echo "$DEST"
+  exit 0
+fi
 WORK=$(mktemp -d "$CACHE_ROOT/build.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 export GOWORK=off CGO_ENABLED=0 GOFLAGS='-trimpath -mod=mod -buildvcs=false'

@@ -1,0 +1,76 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kvrouter/kv-hint-operator/internal/hints"
+)
+
+func newValidateCommand(cat *hints.Catalog) *cobra.Command {
+	var files []string
+	cmd := &cobra.Command{
+		Use:   "validate -f FILE...",
+		Short: "Check hints YAML files with the router's start-up rules",
+		Long: `Check hints YAML files with the same rules the operator and the sidecar apply.
+
+Every problem is printed as FILE: LOCATION: Reason: message. Exit status: 0 when
+valid (warnings are printed), 1 when any file breaks a rule, 2 on a usage or
+read error. "-" reads standard input.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if len(files) == 0 {
+				return fmt.Errorf("no input: give one or more -f FILE")
+			}
+			return validateFiles(cat, files, cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	cmd.Flags().StringArrayVarP(&files, "filename", "f", nil, "hints YAML file to check (repeatable; - for stdin)")
+	return cmd
+}
+
+func validateFiles(cat *hints.Catalog, files []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	code := ExitOK
+	for _, name := range files {
+		data, err := readInput(name, stdin)
+		if err != nil {
+			fmt.Fprintf(stderr, "%s: %v\n", name, err)
+			code = max(code, ExitUsage)
+			continue
+		}
+		_, probs := compileHintsYAML(cat, data)
+		printProblems(stdout, name, probs)
+		if probs.HasErrors() {
+			code = max(code, ExitInvalid)
+		}
+	}
+	if code == ExitOK {
+		fmt.Fprintf(stdout, "%d file(s) valid\n", len(files))
+		return nil
+	}
+	return exitError{code: code}
+}
+
+// compileHintsYAML parses and compiles one hints YAML document.
+func compileHintsYAML(cat *hints.Catalog, data []byte) (*hints.Graph, hints.Problems) {
+	cfg, err := hints.ParseConfig(data)
+	if err != nil {
+		if probs, ok := err.(hints.Problems); ok {
+			return nil, probs
+		}
+		return nil, hints.Problems{{Severity: hints.SeverityError, Reason: hints.ReasonInvalidConfig, Hint: hints.NoHint, Message: err.Error()}}
+	}
+	return hints.Compile(cat, cfg)
+}
+
+func printProblems(w io.Writer, file string, probs hints.Problems) {
+	for _, p := range probs {
+		if p.Severity == hints.SeverityWarning {
+			fmt.Fprintf(w, "%s: %s: %s (warning): %s\n", file, p.Location(), p.Reason, p.Message)
+			continue
+		}
+		fmt.Fprintf(w, "%s: %s\n", file, p.Error())
+	}
+}
