@@ -141,11 +141,18 @@ func newGraph(mode RouterMode, roles []*Role) *Graph {
 // effective parameters when it reports them, else the input with keys sorted.
 func canonicalParams(policy any, raw Params) Params {
 	if rep, ok := policy.(ParameterReporter); ok {
-		if js, err := json.Marshal(rep.EffectiveParameters()); err == nil && string(js) != "{}" && string(js) != "null" {
-			return js
+		js, err := json.Marshal(rep.EffectiveParameters())
+		if err != nil {
+			return canonicalJSON(raw)
 		}
-		return nil
+		return canonicalJSON(js)
 	}
+	return canonicalJSON(raw)
+}
+
+// canonicalJSON re-encodes a parameters object with its keys sorted, so that
+// equal parameters compile to equal bytes; an empty object becomes nil.
+func canonicalJSON(raw []byte) Params {
 	if len(raw) == 0 {
 		return nil
 	}
