@@ -32,6 +32,11 @@ func Compile(cat *Catalog, cfg *Config) (*Graph, Problems) {
 			roles = append(roles, role)
 		}
 	}
+	if !mode.Valid() {
+		// Every role that inherited the invalid mode was refused above; the
+		// kept ones carry their own mode, so the graph renders as kv.
+		mode = ModeKV
+	}
 	return newGraph(mode, roles), probs
 }
 
@@ -78,8 +83,12 @@ func (c *roleCompiler) compile(e *RoleEntry, defaultMode RouterMode) *Role {
 	if r.Mode == "" {
 		r.Mode = defaultMode
 	}
-	if e.RouterMode != "" && !e.RouterMode.Valid() {
-		c.fail(ReasonInvalidRouterMode, NoHint, "", "", "router_mode %q is not a router mode; use one of %s", e.RouterMode, routerModeList())
+	if !r.Mode.Valid() {
+		from := ""
+		if e.RouterMode == "" {
+			from = ", inherited from the file's router_mode"
+		}
+		c.fail(ReasonInvalidRouterMode, NoHint, "", "", "router_mode %q%s is not a router mode; use one of %s", r.Mode, from, routerModeList())
 	}
 	kvPath := r.Mode == ModeKV
 

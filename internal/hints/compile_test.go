@@ -351,3 +351,20 @@ func TestCompileProviderPanicIsAnError(t *testing.T) {
 		t.Fatalf("want one InvalidParameters problem about a panic, got %v", probs)
 	}
 }
+
+func TestCompileInvalidFileModeFailsTheRolesThatInheritIt(t *testing.T) {
+	g, probs := hints.Compile(builtin.NewCatalog(), mustParse(t, "router_mode: fastest\nworker_selection:\n  a: dynamo-default-cost-fn\n  b: {type: random, router_mode: random}\n"))
+	want := []problemKey{
+		{hints.SeverityError, hints.ReasonInvalidRouterMode, "", hints.NoHint, ""},
+		{hints.SeverityError, hints.ReasonInvalidRouterMode, "a", hints.NoHint, ""},
+	}
+	if diff := cmp.Diff(want, keys(probs)); diff != "" {
+		t.Errorf("problems (-want +got):\n%s", diff)
+	}
+	if len(g.Roles) != 1 || g.Roles[0].Name != "b" {
+		t.Errorf("roles kept: %v; want only b", g.Roles)
+	}
+	if !strings.Contains(probs[1].Message, "inherited") {
+		t.Errorf("message %q does not say the mode was inherited", probs[1].Message)
+	}
+}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 
 	"sigs.k8s.io/yaml"
 )
@@ -120,61 +119,97 @@ func parseRoleEntry(raw json.RawMessage) (*RoleEntry, error) {
 		}
 		return &RoleEntry{Type: typ}, nil
 	}
-	if len(raw) == 0 || raw[0] != '{' {
+	var fields map[string]json.RawMessage
+	if len(raw) == 0 || raw[0] != '{' || json.Unmarshal(raw, &fields) != nil {
 		return nil, fmt.Errorf("entry must be a worker-selection type or a mapping with type, router_mode, parameters, hints")
 	}
-	var e RoleEntry
-	if err := strictUnmarshal(raw, &e); err != nil {
-		return nil, err
-	}
-	if e.Hints != nil {
-		for i, h := range *e.Hints {
-			if h.Type == "" {
-				return nil, fmt.Errorf("hints[%d]: type is required", i)
+	e := &RoleEntry{}
+	for _, key := range sortedKeys(fields) {
+		val := fields[key]
+		var err error
+		switch key {
+		case "type":
+			err = decodeField(val, &e.Type, "a string")
+		case "router_mode":
+			err = decodeField(val, &e.RouterMode, "a string")
+		case "parameters":
+			e.Parameters, err = decodeParamsField(val)
+		case "hints":
+			e.Hints, err = parseHintList(val)
+		default:
+			err = fmt.Errorf("unknown key %q; known: hints, parameters, router_mode, type", key)
+		}
+		if err != nil {
+			var fe *fieldError
+			if errors.As(err, &fe) {
+				return nil, fmt.Errorf("%s: %w", key, err)
 			}
+			return nil, err
 		}
 	}
-	return &e, nil
+	return e, nil
 }
 
-// strictUnmarshal decodes one JSON value, refusing unknown fields and
-// trailing data, with errors that name the offending field.
-func strictUnmarshal(raw []byte, dst any) error {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(dst); err != nil {
-		return describeJSONError(err)
+func parseHintList(raw json.RawMessage) (*[]HintSpec, error) {
+	var items []json.RawMessage
+	if err := json.Unmarshal(raw, &items); err != nil || items == nil {
+		return nil, &fieldError{fmt.Sprintf("got %s, want a list of hint policies", shorten(raw))}
 	}
-	if dec.More() {
-		return fmt.Errorf("unexpected data after the entry")
+	specs := make([]HintSpec, len(items))
+	for i, item := range items {
+		var fields map[string]json.RawMessage
+		if err := json.Unmarshal(item, &fields); err != nil || fields == nil {
+			return nil, fmt.Errorf("hints[%d]: must be a mapping with type, name, parameters", i)
+		}
+		for _, key := range sortedKeys(fields) {
+			val := fields[key]
+			var err error
+			switch key {
+			case "type":
+				err = decodeField(val, &specs[i].Type, "a string")
+			case "name":
+				err = decodeField(val, &specs[i].Name, "a string")
+			case "parameters":
+				specs[i].Parameters, err = decodeParamsField(val)
+			default:
+				err = fmt.Errorf("unknown key %q; known: name, parameters, type", key)
+			}
+			if err != nil {
+				var fe *fieldError
+				if errors.As(err, &fe) {
+					return nil, fmt.Errorf("hints[%d].%s: %w", i, key, err)
+				}
+				return nil, fmt.Errorf("hints[%d]: %w", i, err)
+			}
+		}
+		if specs[i].Type == "" {
+			return nil, fmt.Errorf("hints[%d]: type is required", i)
+		}
+	}
+	return &specs, nil
+}
+
+// fieldError is a value of the wrong shape; the caller prefixes its key.
+type fieldError struct{ msg string }
+
+func (e *fieldError) Error() string { return e.msg }
+
+func decodeField[T ~string](raw json.RawMessage, dst *T, want string) error {
+	if err := json.Unmarshal(raw, dst); err != nil {
+		return &fieldError{fmt.Sprintf("got %s, want %s", shorten(raw), want)}
 	}
 	return nil
 }
 
-func describeJSONError(err error) error {
-	var te *json.UnmarshalTypeError
-	if errors.As(err, &te) {
-		field := te.Field
-		if field == "" {
-			field = "value"
-		}
-		return fmt.Errorf("%s: got %s, want %s", field, te.Value, jsonKindName(te.Type.Kind().String()))
+func decodeParamsField(raw json.RawMessage) (Params, error) {
+	raw = bytes.TrimSpace(raw)
+	if bytes.Equal(raw, []byte("null")) {
+		return nil, nil
 	}
-	msg := strings.TrimPrefix(err.Error(), "json: ")
-	return fmt.Errorf("%s", msg)
-}
-
-func jsonKindName(k string) string {
-	switch k {
-	case "string":
-		return "a string"
-	case "slice":
-		return "a list"
-	case "struct", "map":
-		return "a mapping"
-	default:
-		return k
+	if len(raw) == 0 || raw[0] != '{' {
+		return nil, &fieldError{fmt.Sprintf("got %s, want a mapping of parameter names to values", shorten(raw))}
 	}
+	return Params(raw), nil
 }
 
 func configProblem(role, msg string) Problem {
