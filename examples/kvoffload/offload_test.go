@@ -1,0 +1,98 @@
+package kvoffload_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/kvrouter/kv-hint-operator/examples/kvoffload"
+	"github.com/kvrouter/kv-hint-operator/internal/hints"
+	"github.com/kvrouter/kv-hint-operator/internal/hints/builtin"
+)
+
+func compile(t *testing.T, cat *hints.Catalog, doc string) (*hints.Graph, hints.Problems) {
+	t.Helper()
+	cfg, err := hints.ParseConfig([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return hints.Compile(cat, cfg)
+}
+
+func TestCustomTypeValidatesAndRuns(t *testing.T) {
+	cat := builtin.NewCatalog()
+	if err := kvoffload.Register(cat); err != nil {
+		t.Fatal(err)
+	}
+	doc, err := os.ReadFile("testdata/offload.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, probs := compile(t, cat, string(doc))
+	if len(probs) > 0 {
+		t.Fatalf("problems: %v", probs)
+	}
+	role, _ := g.Role("decode")
+	hc := &hints.HintContext{RequestID: "r1", Role: "decode", Worker: "w1", PromptTokens: 9000, BlockSize: 16,
+		Session: hints.Session{ID: "s1", Turn: 2}}
+	var got []string
+	for _, h := range role.Hints {
+		actions, err := h.Build(t.Context(), hc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range actions {
+			got = append(got, a.Type+" "+string(a.Payload.Bytes()))
+		}
+	}
+	want := []string{
+		`kv.retain {"block_hashes":[],"execute_at":"request_completion","include_current_request":true,"priority":50,"ttl_seconds":120.0}`,
+		`kv.offload {"execute_at":"request_completion","include_current_request":true,"tier":"disk"}`,
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("actions (-want +got):\n%s", diff)
+	}
+}
+
+func TestCustomParametersAreChecked(t *testing.T) {
+	cat := builtin.NewCatalog()
+	if err := kvoffload.Register(cat); err != nil {
+		t.Fatal(err)
+	}
+	_, probs := compile(t, cat, "worker_selection:\n  decode: {type: dynamo-default-cost-fn, hints: [{type: kv-offload, parameters: {tier: tape}}]}\n")
+	if len(probs) != 1 || probs[0].Reason != hints.ReasonInvalidParameters || probs[0].Key != "tier" || probs[0].Hint != 0 {
+		t.Fatalf("want one InvalidParameters on tier of hint 0, got %v", probs)
+	}
+}
+
+func TestStockBuildDoesNotKnowTheType(t *testing.T) {
+	_, probs := compile(t, builtin.NewCatalog(), "worker_selection:\n  decode: {type: dynamo-default-cost-fn, hints: [{type: kv-offload}]}\n")
+	if len(probs) != 1 || probs[0].Reason != hints.ReasonUnknownHintType {
+		t.Fatalf("want UnknownHintType, got %v", probs)
+	}
+}
+
+// TestCustomBinary builds examples/kvhint-custom and checks that the linked
+// type validates through the real command line, as a team's CI would run it.
+func TestCustomBinary(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a binary")
+	}
+	bin := filepath.Join(t.TempDir(), "kvhint-custom")
+	build := exec.Command("go", "build", "-o", bin, "../kvhint-custom")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	out, err := exec.Command(bin, "validate", "-f", "testdata/offload.yaml").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "1 file(s) valid") {
+		t.Fatalf("validate: %v\n%s", err, out)
+	}
+	out, err = exec.Command(bin, "compile", "-f", "testdata/offload.yaml").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "tier: disk") {
+		t.Fatalf("compile: %v\n%s", err, out)
+	}
+}
