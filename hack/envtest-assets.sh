@@ -13,6 +13,20 @@ DEST="$CACHE_ROOT/k8s-v${K8S_VERSION}-etcd-v${ETCD_VERSION}"
 
 log() { echo "envtest-assets: $*" >&2; }
 
+# with_progress MSG CMD...: runs CMD, saying every 30 s that it still is, so
+# a ten-minute compile never looks hung.
+with_progress() {
+  local msg=$1; shift
+  local start=$SECONDS
+  ( while sleep 30; do log "$msg: still working ($((SECONDS - start)) s)"; done ) &
+  local ticker=$!
+  local rc=0
+  "$@" || rc=$?
+  kill "$ticker" 2>/dev/null || true
+  wait "$ticker" 2>/dev/null || true
+  return "$rc"
+}
+
 if "$DEST/kube-apiserver" --version >/dev/null 2>&1 && "$DEST/etcd" --version >/dev/null 2>&1; then
   echo "$DEST"
   exit 0
@@ -62,13 +76,13 @@ package tools
 import _ "k8s.io/kubernetes/cmd/kube-apiserver"
 GO
   log "downloading modules and compiling kube-apiserver (the long step)"
-  go mod tidy >/dev/null 2>&1 || true
+  with_progress "downloading kubernetes modules" go mod tidy >/dev/null 2>&1 || true
   minor=${K8S_VERSION#*.}; minor=${minor%%.*}
   ldflags="-s -w"
   for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
     ldflags="$ldflags -X $pkg.gitVersion=v${K8S_VERSION} -X $pkg.gitMajor=1 -X $pkg.gitMinor=${minor} -X $pkg.buildDate=1970-01-01T00:00:00Z -X $pkg.gitTreeState=clean"
   done
-  go build -ldflags="$ldflags" -o "$WORK/out/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver
+  with_progress "compiling kube-apiserver" go build -ldflags="$ldflags" -o "$WORK/out/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver
 )
 log "kube-apiserver built"
 
@@ -95,7 +109,7 @@ func main() { etcdmain.Main(os.Args) }
 GO
   log "downloading modules and compiling etcd"
   go mod tidy >/dev/null
-  go build -ldflags='-s -w' -o "$WORK/out/etcd" .
+  with_progress "compiling etcd" go build -ldflags='-s -w' -o "$WORK/out/etcd" .
 )
 log "etcd built"
 
