@@ -1,0 +1,116 @@
+package router
+
+import (
+	"context"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/go-logr/logr"
+
+	"github.com/kvrouter/kv-hint-operator/internal/hints"
+	"github.com/kvrouter/kv-hint-operator/internal/hints/builtin"
+)
+
+// benchConfig is a decode role that runs the three built-ins: kvcr commits a
+// KV copy (sent by kv-fetch), kv-retain keeps a session's blocks and kv-evict
+// frees them at its end.
+const benchConfig = `
+router_mode: kv
+worker_selection:
+  decode:
+    type: kvcr
+    parameters: {shared_cache_multiplier: 0.5}
+    hints:
+      - type: kv-fetch
+      - type: kv-retain
+        parameters: {ttl_seconds: 600}
+      - type: kv-evict
+`
+
+// benchBooking is a realistic decode booking: a 4096-token prompt in blocks
+// of 64, of which 64 blocks are committed to be pulled from a peer, on a
+// session's last turn. Block hashes are random 64-bit values, as the
+// router's hashes are, so most print as 19-20 digits.
+func benchBooking(final bool) *Booking {
+	rng := rand.New(rand.NewPCG(1, 2))
+	hashes := make([]uint64, 64)
+	for i := range hashes {
+		hashes[i] = rng.Uint64()
+	}
+	return &Booking{
+		RequestID:    "req-7f3a9c2e-5b1d-4e8a-9c6f-0d2b3a4e5f60",
+		Role:         "decode",
+		Worker:       "decode-worker-0",
+		PromptTokens: 4096,
+		BlockSize:    64,
+		Session:      hints.Session{ID: "sess-42", Turn: 3, Final: final},
+		KVCopy: &hints.CommittedCopy{
+			SourceWorker:   "decode-worker-1",
+			SourceEndpoint: "tcp://10.0.0.7:23280",
+			BlockHashes:    hashes,
+		},
+	}
+}
+
+// newBenchDispatcher wires a dispatcher to a registry whose one worker has a
+// real queue and sender goroutine; the sender drops what it takes, so the
+// measurement stops at the hand-off to delivery, where the booking path ends.
+func newBenchDispatcher(b *testing.B) *Dispatcher {
+	b.Helper()
+	m := NewMetrics()
+	del := NewDelivery(DeliveryOptions{Metrics: m, QueueSize: 1024})
+	del.send = func(*queue, queued) {}
+	b.Cleanup(func() { del.Close(context.Background()) })
+	reg := NewRegistry(del)
+	if err := reg.Set(SourceAPI, WorkerSpec{ID: "decode-worker-0", Capabilities: []string{CapabilityRouterHint}, HintEndpoint: "http://127.0.0.1:1/v1/hints"}); err != nil {
+		b.Fatal(err)
+	}
+	d := NewDispatcher(DispatcherOptions{Catalog: builtin.NewCatalog(), Workers: reg, Metrics: m, Log: logr.Discard()})
+	if err := d.Load([]byte(benchConfig), "bench"); err != nil {
+		b.Fatal(err)
+	}
+	return d
+}
+
+// BenchmarkBook measures one booking from the in-process API to the encoded
+// hint handed to delivery: role lookup, worker lookup, three policies
+// (kv-fetch with 64 block hashes, and kv-evict on a final turn or kv-retain
+// on an earlier one), validation, numbering, envelope, metrics.
+func BenchmarkBook(b *testing.B) {
+	for _, tc := range []struct {
+		name  string
+		final bool
+	}{{"fetch+evict", true}, {"fetch+retain", false}} {
+		b.Run(tc.name, func(b *testing.B) {
+			d := newBenchDispatcher(b)
+			bk := benchBooking(tc.final)
+			ctx := context.Background()
+			if h, err := d.Book(ctx, bk); err != nil || h.Actions != 2 {
+				b.Fatalf("Book: %v, %d actions, want 2", err, h.Actions)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := d.Book(ctx, bk); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkBookParallel is BenchmarkBook from every core at once: the
+// snapshot, registry and pooled scratch must not serialise bookings.
+func BenchmarkBookParallel(b *testing.B) {
+	d := newBenchDispatcher(b)
+	bk := benchBooking(true)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		ctx := context.Background()
+		for pb.Next() {
+			if _, err := d.Book(ctx, bk); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}

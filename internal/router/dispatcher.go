@@ -1,0 +1,278 @@
+package router
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/kvrouter/kv-hint-operator/internal/hints"
+)
+
+// DefaultPolicyDeadline is how long one hint policy may run on a booking.
+const DefaultPolicyDeadline = time.Millisecond
+
+// failureLogInterval is the least time between two logs of one policy's
+// failures; every failure is counted regardless.
+const failureLogInterval = 10 * time.Second
+
+// DispatcherOptions configure a Dispatcher.
+type DispatcherOptions struct {
+	// Catalog holds the policy types configs may use.
+	Catalog *hints.Catalog
+	// Workers is the registry bookings look the booked worker up in, and
+	// whose queues take the hints.
+	Workers *Registry
+	// Metrics receives the booking metrics; nil creates a private set.
+	Metrics *Metrics
+	// PolicyDeadline is how long one policy may run on one booking before
+	// its actions are dropped; 0 means DefaultPolicyDeadline.
+	PolicyDeadline time.Duration
+	// Log receives config and policy-failure logs.
+	Log logr.Logger
+}
+
+// Dispatcher turns bookings into hints. It is safe for concurrent use; one
+// Dispatcher serves every booking of a sidecar.
+type Dispatcher struct {
+	cat      *hints.Catalog
+	workers  *Registry
+	metrics  *Metrics
+	deadline time.Duration
+	log      logr.Logger
+
+	snap    atomic.Pointer[snapshot]
+	scratch sync.Pool
+
+	// loadMu serialises Load, so that two sources cannot interleave the
+	// check for "unchanged" and the swap.
+	loadMu      sync.Mutex
+	lastRejects string // hash of the last document refused, to log it once
+	onApply     []func(hash string)
+}
+
+// NewDispatcher returns a dispatcher with no config: bookings fail with
+// ErrNotReady until Load succeeds once.
+func NewDispatcher(o DispatcherOptions) *Dispatcher {
+	if o.Metrics == nil {
+		o.Metrics = NewMetrics()
+	}
+	if o.PolicyDeadline <= 0 {
+		o.PolicyDeadline = DefaultPolicyDeadline
+	}
+	if o.Workers == nil {
+		o.Workers = NewRegistry(nil)
+	}
+	d := &Dispatcher{cat: o.Catalog, workers: o.Workers, metrics: o.Metrics, deadline: o.PolicyDeadline, log: o.Log}
+	d.scratch.New = func() any { return &scratch{buf: make([]byte, 0, 4096)} }
+	return d
+}
+
+// scratch is the per-booking working memory, pooled so that a booking
+// allocates nothing for its context or its message until the final copy.
+type scratch struct {
+	hc  hints.HintContext
+	buf []byte
+}
+
+// maxPooledBuffer keeps a freak booking with a huge copy from pinning its
+// buffer in the pool forever.
+const maxPooledBuffer = 256 << 10
+
+// Ready reports whether a config has loaded.
+func (d *Dispatcher) Ready() bool { return d.snap.Load() != nil }
+
+// ConfigHash returns the hash of the config in force, or "" before the first.
+func (d *Dispatcher) ConfigHash() string {
+	if s := d.snap.Load(); s != nil {
+		return s.hash
+	}
+	return ""
+}
+
+// Config returns the hints YAML in force and its hash; nil before the first.
+func (d *Dispatcher) Config() (doc []byte, hash string) {
+	if s := d.snap.Load(); s != nil {
+		return s.doc, s.hash
+	}
+	return nil, ""
+}
+
+// OnApply registers f to run, in the loading goroutine, after every config
+// that takes effect (the PodReporter writes the applied hash from it). Call
+// it before the first Load.
+func (d *Dispatcher) OnApply(f func(hash string)) { d.onApply = append(d.onApply, f) }
+
+// Book runs the booked role's hint policies for one booking and hands the
+// hint, if any, to the worker's delivery queue. It never waits for delivery.
+//
+// Errors wrap ErrNotReady, ErrUnknownRole or ErrInvalidBooking. A booking
+// that yields no message is not an error: Hint.Outcome says why.
+func (d *Dispatcher) Book(ctx context.Context, b *Booking) (Hint, error) {
+	s := d.snap.Load()
+	if s == nil {
+		d.metrics.bookingErr[2].Inc()
+		return Hint{}, ErrNotReady
+	}
+	if err := b.validate(); err != nil {
+		d.metrics.bookingErr[1].Inc()
+		return Hint{}, err
+	}
+	rr, ok := s.roles[b.Role]
+	if !ok {
+		d.metrics.bookingErr[0].Inc()
+		return Hint{}, fmt.Errorf("%w %q: the hints config in force (hash %s) has roles %s",
+			ErrUnknownRole, b.Role, s.hash, strings.Join(s.roleNames(), ", "))
+	}
+	h := Hint{ConfigHash: s.hash}
+	w := d.workers.lookup(b.Worker)
+	switch {
+	case w == nil:
+		rr.metrics.unknownWorker.Inc()
+		h.Outcome = OutcomeUnknownWorker
+		return h, nil
+	case !w.HintCapable:
+		rr.metrics.notCapable.Inc()
+		h.Outcome = OutcomeNotHintCapable
+		return h, nil
+	case len(rr.hints) == 0:
+		rr.metrics.noActions.Inc()
+		h.Outcome = OutcomeNoActions
+		return h, nil
+	}
+
+	sc := d.scratch.Get().(*scratch)
+	sc.hc = hints.HintContext{
+		RequestID:    b.RequestID,
+		Role:         b.Role,
+		Worker:       b.Worker,
+		PromptTokens: b.PromptTokens,
+		BlockSize:    b.BlockSize,
+		Session:      b.Session,
+	}
+	sc.hc.SetCommittedKVCopy(b.KVCopy)
+	buf, n, end := d.build(ctx, rr, &sc.hc, appendEnvelopeHead(sc.buf[:0], b.RequestID))
+	if n > 0 {
+		buf = append(buf, envelopeClose...)
+		// The one copy a booking makes: the message outlives the scratch
+		// buffer, on its way to the worker and back to the caller.
+		h.Message = bytes.Clone(buf)
+		h.Actions = n
+	}
+	sc.hc = hints.HintContext{} // drop references to the caller's booking
+	if cap(buf) <= maxPooledBuffer {
+		sc.buf = buf[:0]
+		d.scratch.Put(sc)
+	}
+
+	if n == 0 {
+		rr.metrics.noActions.Inc()
+		h.Outcome = OutcomeNoActions
+		return h, nil
+	}
+	rr.metrics.hinted.Inc()
+	h.Outcome = OutcomeHinted
+	h.Queued = d.workers.deliver(w, h.Message, end)
+	return h, nil
+}
+
+// build runs the role's policies in order and appends the actions they keep
+// to buf. It returns buf, the number of actions kept and the time the last
+// policy returned.
+//
+// A policy's deadline is checked after it returns, on the monotonic clock:
+// Go cannot preempt a goroutine, so a policy that blocks holds its booking
+// until it returns, and is then dropped and counted. Each policy's end time
+// is the next one's start, so the clock is read once per policy plus once.
+func (d *Dispatcher) build(ctx context.Context, rr *roleRun, hc *hints.HintContext, buf []byte) ([]byte, int, time.Time) {
+	n := 0
+	start := time.Now()
+	t0 := start
+	for i := range rr.hints {
+		hr := &rr.hints[i]
+		actions, err := runPolicy(ctx, hr.hint, hc)
+		t1 := time.Now()
+		elapsed := t1.Sub(t0)
+		t0 = t1
+		switch {
+		case err != nil:
+			if _, ok := err.(*policyPanic); ok {
+				d.fail(hr, DropPanic, 0, t1, err)
+				continue
+			}
+			d.fail(hr, DropError, 0, t1, err)
+			continue
+		case elapsed > d.deadline:
+			d.fail(hr, DropDeadline, len(actions), t1, fmt.Errorf("ran %v, over its %v deadline", elapsed, d.deadline))
+			continue
+		case len(actions) == 0:
+			continue
+		}
+		if bad := firstBadAction(actions); bad != nil {
+			d.fail(hr, DropMalformed, len(actions), t1, bad)
+			continue
+		}
+		keep := len(actions)
+		if room := MaxActions - n; keep > room {
+			keep = room
+			hr.metrics.dropped[DropOverLimit].Add(float64(len(actions) - keep))
+		}
+		// Policies may return shared, precomputed slices: read them, never
+		// write to them.
+		for j := 0; j < keep; j++ {
+			n++
+			buf = appendAction(buf, n, &actions[j])
+		}
+		if keep > 0 {
+			hr.metrics.actions.Add(float64(keep))
+		}
+	}
+	rr.metrics.build.Observe(t0.Sub(start).Seconds())
+	return buf, n, t0
+}
+
+// runPolicy calls one policy, turning a panic into a *policyPanic error: a
+// broken plugin loses its own actions, not the booking or the sidecar.
+func runPolicy(ctx context.Context, h *hints.Hint, hc *hints.HintContext) (actions []hints.Action, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			actions, err = nil, &policyPanic{value: r}
+		}
+	}()
+	return h.Build(ctx, hc)
+}
+
+// policyPanic is a panic recovered from a policy.
+type policyPanic struct{ value any }
+
+func (p *policyPanic) Error() string { return fmt.Sprintf("panic: %v", p.value) }
+
+func firstBadAction(actions []hints.Action) error {
+	for i := range actions {
+		if err := checkAction(&actions[i]); err != nil {
+			return fmt.Errorf("action %d of %d: %w", i+1, len(actions), err)
+		}
+	}
+	return nil
+}
+
+// fail counts a policy run whose actions are dropped and logs it, at most
+// once per failureLogInterval per policy.
+func (d *Dispatcher) fail(hr *hintRun, reason DropReason, lost int, now time.Time, err error) {
+	hr.metrics.failures[reason].Inc()
+	if lost > 0 && hr.metrics.dropped[reason] != nil {
+		hr.metrics.dropped[reason].Add(float64(lost))
+	}
+	last := hr.lastLog.Load()
+	ns := now.UnixNano()
+	if ns-last < int64(failureLogInterval) || !hr.lastLog.CompareAndSwap(last, ns) {
+		return
+	}
+	d.log.Error(err, "Hint policy failed; its actions were dropped", "policy", hr.id, "type", hr.hint.Type,
+		"reason", reason.String(), "note", "logged at most every "+failureLogInterval.String()+"; see kvhint_router_policy_failures_total")
+}

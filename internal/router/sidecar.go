@@ -1,0 +1,234 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/kvrouter/kv-hint-operator/internal/hints"
+)
+
+// Listener defaults. The booking API is on loopback: only the router in
+// the same pod should book.
+const (
+	DefaultListen       = "127.0.0.1:8790"
+	DefaultOpsListen    = ":8791"
+	DefaultShutdownWait = 5 * time.Second
+)
+
+// Options configure a Sidecar. Exactly one config source is set: ConfigFile,
+// ConfigDir or ConfigMap.
+type Options struct {
+	Catalog *hints.Catalog
+
+	// ConfigFile is a hints YAML file (standalone use).
+	ConfigFile string
+	// ConfigDir is a mounted ConfigMap directory; the file is its hints.yaml.
+	ConfigDir string
+	// ConfigMap is the name of a ConfigMap to watch in Namespace.
+	ConfigMap string
+	// Namespace of the ConfigMap and of the worker pods.
+	Namespace string
+	// Poll is the fallback reread interval of a file or directory.
+	Poll time.Duration
+
+	// WorkersFile lists standalone workers.
+	WorkersFile string
+	// WorkerPods registers the pods WorkerSelector picks in Namespace.
+	WorkerPods     bool
+	WorkerSelector labels.Selector
+
+	// PodName and PodNamespace identify the sidecar's own pod, to write
+	// the applied hash on; empty disables it.
+	PodName, PodNamespace string
+	// Kube is the API client, needed by ConfigMap, WorkerPods and PodName.
+	Kube kubernetes.Interface
+
+	// Listen is the booking API address; OpsListen serves metrics and
+	// health. Port 0 picks a free port (see Sidecar.Addr).
+	Listen, OpsListen string
+
+	PolicyDeadline  time.Duration
+	QueueSize       int
+	DeliveryTimeout time.Duration
+	HintTTL         time.Duration
+	// ShutdownWait bounds the drain of queued hints on shutdown.
+	ShutdownWait time.Duration
+
+	Log logr.Logger
+}
+
+func (o *Options) check() error {
+	n := 0
+	for _, s := range []string{o.ConfigFile, o.ConfigDir, o.ConfigMap} {
+		if s != "" {
+			n++
+		}
+	}
+	if n != 1 {
+		return errors.New("give exactly one config source: a file, a directory or a ConfigMap")
+	}
+	if o.Catalog == nil {
+		return errors.New("no catalog")
+	}
+	needKube := o.ConfigMap != "" || o.WorkerPods || o.PodName != ""
+	if needKube && o.Kube == nil {
+		return errors.New("a ConfigMap source, worker pods and the applied-hash report need a Kubernetes client")
+	}
+	if (o.ConfigMap != "" || o.WorkerPods) && o.Namespace == "" {
+		return errors.New("a ConfigMap source and worker pods need a namespace")
+	}
+	if o.PodName != "" && o.PodNamespace == "" {
+		return errors.New("the pod name needs the pod namespace")
+	}
+	return nil
+}
+
+// Sidecar is the whole router sidecar: dispatcher, config source, worker
+// registry and sources, delivery, pod reporter and the two HTTP listeners.
+type Sidecar struct {
+	opts       Options
+	Metrics    *Metrics
+	Dispatcher *Dispatcher
+	Workers    *Registry
+	Delivery   *Delivery
+	pods       *PodWorkers
+	reporter   *PodReporter
+
+	bookingLn, opsLn net.Listener
+	servers          []*http.Server
+	cancel           context.CancelFunc
+	wg               sync.WaitGroup
+}
+
+// New assembles a sidecar; Start runs it.
+func New(o Options) (*Sidecar, error) {
+	if err := o.check(); err != nil {
+		return nil, err
+	}
+	if o.Listen == "" {
+		o.Listen = DefaultListen
+	}
+	if o.OpsListen == "" {
+		o.OpsListen = DefaultOpsListen
+	}
+	if o.ShutdownWait <= 0 {
+		o.ShutdownWait = DefaultShutdownWait
+	}
+	m := NewMetrics()
+	del := NewDelivery(DeliveryOptions{QueueSize: o.QueueSize, Timeout: o.DeliveryTimeout, HintTTL: o.HintTTL, Metrics: m, Log: o.Log.WithName("delivery")})
+	reg := NewRegistry(del)
+	d := NewDispatcher(DispatcherOptions{Catalog: o.Catalog, Workers: reg, Metrics: m, PolicyDeadline: o.PolicyDeadline, Log: o.Log.WithName("dispatcher")})
+	s := &Sidecar{opts: o, Metrics: m, Dispatcher: d, Workers: reg, Delivery: del}
+	if o.WorkerPods {
+		s.pods = &PodWorkers{Client: o.Kube, Namespace: o.Namespace, Selector: o.WorkerSelector, Registry: reg}
+	}
+	if o.PodName != "" {
+		s.reporter = NewPodReporter(o.Kube, o.PodNamespace, o.PodName)
+		d.OnApply(s.reporter.Report)
+	}
+	return s, nil
+}
+
+// BookingAddr is the booking API's address, once started.
+func (s *Sidecar) BookingAddr() string { return s.bookingLn.Addr().String() }
+
+// OpsAddr is the metrics and health address, once started.
+func (s *Sidecar) OpsAddr() string { return s.opsLn.Addr().String() }
+
+// Start opens the listeners and starts every part; it returns once the
+// listeners accept connections. The config loads in the background: /readyz
+// says when it has.
+func (s *Sidecar) Start(ctx context.Context) error {
+	var err error
+	if s.bookingLn, err = net.Listen("tcp", s.opts.Listen); err != nil {
+		return fmt.Errorf("booking API: %w", err)
+	}
+	if s.opsLn, err = net.Listen("tcp", s.opts.OpsListen); err != nil {
+		s.bookingLn.Close()
+		return fmt.Errorf("metrics and health: %w", err)
+	}
+	ctx, s.cancel = context.WithCancel(ctx)
+	log := s.opts.Log
+	api := &API{Dispatcher: s.Dispatcher, Workers: s.Workers, Metrics: s.Metrics, Log: log.WithName("api")}
+	if s.pods != nil {
+		api.Ready = s.pods.Synced
+	}
+
+	s.goRun(func() {
+		switch o := s.opts; {
+		case o.ConfigFile != "":
+			FileSource{Path: o.ConfigFile, Poll: o.Poll}.Run(ctx, s.Dispatcher, log.WithName("config"))
+		case o.ConfigDir != "":
+			DirSource(o.ConfigDir, o.Poll).Run(ctx, s.Dispatcher, log.WithName("config"))
+		default:
+			ConfigMapSource{Client: o.Kube, Namespace: o.Namespace, Name: o.ConfigMap}.Run(ctx, s.Dispatcher, log.WithName("config"))
+		}
+	})
+	if s.opts.WorkersFile != "" {
+		s.goRun(func() {
+			WorkersFileSource{Path: s.opts.WorkersFile, Poll: s.opts.Poll}.Run(ctx, s.Workers, log.WithName("workers"))
+		})
+	}
+	if s.pods != nil {
+		s.goRun(func() { s.pods.Run(ctx, log.WithName("workers")) })
+	}
+	if s.reporter != nil {
+		s.goRun(func() { s.reporter.Run(ctx, log.WithName("pod-report")) })
+	}
+	for _, srv := range []struct {
+		ln net.Listener
+		h  http.Handler
+	}{{s.bookingLn, api.BookingHandler()}, {s.opsLn, api.OpsHandler()}} {
+		hs := &http.Server{Handler: srv.h, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute}
+		s.servers = append(s.servers, hs)
+		ln := srv.ln
+		s.goRun(func() {
+			if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error(err, "HTTP server stopped", "addr", ln.Addr().String())
+			}
+		})
+	}
+	log.Info("Sidecar started", "bookings", s.BookingAddr(), "ops", s.OpsAddr())
+	return nil
+}
+
+func (s *Sidecar) goRun(f func()) {
+	s.wg.Add(1)
+	go func() { defer s.wg.Done(); f() }()
+}
+
+// Shutdown stops taking bookings, drains queued hints for up to
+// Options.ShutdownWait (or until ctx is done), and stops every part.
+func (s *Sidecar) Shutdown(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, s.opts.ShutdownWait)
+	defer cancel()
+	var errs []error
+	for _, hs := range s.servers {
+		errs = append(errs, hs.Shutdown(ctx))
+	}
+	if err := s.Delivery.Close(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("draining hints: %w", err))
+	}
+	s.cancel()
+	s.wg.Wait()
+	return errors.Join(errs...)
+}
+
+// Run starts the sidecar and shuts it down when ctx is done.
+func (s *Sidecar) Run(ctx context.Context) error {
+	if err := s.Start(ctx); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	s.opts.Log.Info("Shutting down", "drainDeadline", s.opts.ShutdownWait)
+	return s.Shutdown(context.Background())
+}

@@ -1,0 +1,67 @@
+package router
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+)
+
+// ConfigMapSource loads the hints config from a ConfigMap through a watch
+// limited to that one object (a field selector on its name), so the sidecar
+// needs get/list/watch on ConfigMaps in its namespace and sees no other.
+// It reloads within a watch round-trip of a change, without waiting for
+// kubelet to refresh a mounted volume.
+type ConfigMapSource struct {
+	Client    kubernetes.Interface
+	Namespace string
+	// Name is the ConfigMap's name, <router>-hints.
+	Name string
+	// Key is the data key; empty means ConfigMapKey.
+	Key string
+}
+
+// Run loads the ConfigMap into d on every change until ctx is done. A
+// deleted ConfigMap or a missing key leaves the config in force.
+func (s ConfigMapSource) Run(ctx context.Context, d *Dispatcher, log logr.Logger) {
+	key := s.Key
+	if key == "" {
+		key = ConfigMapKey
+	}
+	origin := fmt.Sprintf("configmap %s/%s key %s", s.Namespace, s.Name, key)
+	log = log.WithValues("configmap", s.Namespace+"/"+s.Name)
+	apply := func(obj any) {
+		cm, ok := obj.(*corev1.ConfigMap)
+		if !ok {
+			return
+		}
+		data, ok := cm.Data[key]
+		if !ok {
+			d.recordSourceError(origin, fmt.Errorf("%w: the ConfigMap has no key %s", ErrConfigRejected, key))
+			return
+		}
+		_ = d.Load([]byte(data), origin)
+	}
+	lw := cache.NewFilteredListWatchFromClient(s.Client.CoreV1().RESTClient(), "configmaps", s.Namespace,
+		func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", s.Name).String()
+		})
+	_, ctrl := cache.NewInformerWithOptions(cache.InformerOptions{
+		ListerWatcher: lw,
+		ObjectType:    &corev1.ConfigMap{},
+		Handler: cache.ResourceEventHandlerFuncs{
+			AddFunc:    apply,
+			UpdateFunc: func(_, obj any) { apply(obj) },
+			DeleteFunc: func(any) {
+				d.recordSourceError(origin, fmt.Errorf("%w: the ConfigMap was deleted", ErrConfigRejected))
+			},
+		},
+	})
+	log.Info("Watching hints ConfigMap", "key", key)
+	ctrl.RunWithContext(ctx)
+}
