@@ -61,6 +61,8 @@ func NewRootCommand(cat *hints.Catalog) *cobra.Command {
 		newValidateCommand(cat),
 		newCompileCommand(cat),
 		newLoadgenCommand(),
+		newSidecarCommand(cat),
+		newSimWorkerCommand(),
 	)
 	return root
 }

@@ -252,9 +252,6 @@ func (a *API) config(w http.ResponseWriter, _ *http.Request) {
 // it. The error says what is wrong in the body's terms; the status is 413
 // for a body over the limit and 400 otherwise.
 func decodeJSON(w http.ResponseWriter, r *http.Request, limit int64, dst any) (int, error) {
-	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
-		return http.StatusUnsupportedMediaType, fmt.Errorf("content type %q: send application/json", ct)
-	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
 		var mbe *http.MaxBytesError

@@ -1,0 +1,148 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/go-logr/logr"
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/kvrouter/kv-hint-operator/internal/hints"
+	"github.com/kvrouter/kv-hint-operator/internal/router"
+)
+
+func newSidecarCommand(cat *hints.Catalog) *cobra.Command {
+	o := router.Options{Catalog: cat}
+	var (
+		routerName, selector, kubeconfig string
+		verbosity                        int
+	)
+	cmd := &cobra.Command{
+		Use:   "sidecar (--config-file FILE | --config-dir DIR | --configmap NAME | --router NAME)",
+		Short: "Run the router sidecar: turn every booking into at most one hint for the booked worker",
+		Long: `Run the router sidecar. It loads a compiled hints config, reloads it on every
+change (keeping the last good one when a change is invalid), and serves the
+booking API on loopback: POST /v1/bookings with the booking, answered with
+the hint it built (200) or nothing (204). Hints are posted to the booked
+worker's hint endpoint off the booking path.
+
+Config sources (exactly one):
+  --config-file FILE   a hints YAML file (standalone)
+  --config-dir DIR     a mounted ConfigMap directory; reads DIR/hints.yaml and
+                       survives kubelet's ..data symlink swaps
+  --configmap NAME     watch ConfigMap NAME in --namespace through the API
+  --router NAME        the same as --configmap NAME-hints
+
+Workers: --workers-file and PUT /v1/workers/{id} (standalone), or
+--worker-pods with --worker-selector (Kubernetes: capabilities and hint
+endpoint from the pod annotations hints.kvrouter.io/capabilities and
+hints.kvrouter.io/hint-endpoint).
+
+In a pod, give POD_NAME and POD_NAMESPACE through the downward API: the
+sidecar then writes hints.kvrouter.io/applied-hash on its own Pod after
+every config it applies. Metrics, /healthz and /readyz are on
+--metrics-listen.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.Log = newLogger(cmd.ErrOrStderr(), verbosity)
+			if routerName != "" {
+				if o.ConfigMap != "" {
+					return errors.New("give --router or --configmap, not both")
+				}
+				o.ConfigMap = router.ConfigMapName(routerName)
+			}
+			if selector != "" {
+				sel, err := labels.Parse(selector)
+				if err != nil {
+					return fmt.Errorf("--worker-selector: %w", err)
+				}
+				o.WorkerSelector = sel
+			}
+			if o.ConfigMap != "" || o.WorkerPods || o.PodName != "" {
+				kc, err := kubeClient(kubeconfig)
+				if err != nil {
+					return err
+				}
+				o.Kube = kc
+				if o.PodNamespace == "" {
+					o.PodNamespace = o.Namespace
+				}
+			}
+			s, err := router.New(o)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(contextOrBackground(cmd), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return s.Run(ctx)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.ConfigFile, "config-file", "", "hints YAML file to run")
+	f.StringVar(&o.ConfigDir, "config-dir", "", "mounted ConfigMap directory holding hints.yaml")
+	f.StringVar(&o.ConfigMap, "configmap", "", "ConfigMap to watch in --namespace")
+	f.StringVar(&routerName, "router", "", "router name: watch ConfigMap <router>-hints in --namespace")
+	f.StringVar(&o.Namespace, "namespace", os.Getenv("POD_NAMESPACE"), "namespace of the ConfigMap and the worker pods (default $POD_NAMESPACE)")
+	f.DurationVar(&o.Poll, "poll-interval", router.DefaultPollInterval, "reread interval of --config-file, --config-dir and --workers-file, whatever file events say")
+	f.StringVar(&o.WorkersFile, "workers-file", "", "YAML list of standalone workers (id, capabilities, hint_endpoint, worker_type)")
+	f.BoolVar(&o.WorkerPods, "worker-pods", false, "register the pods --worker-selector picks in --namespace as workers")
+	f.StringVar(&selector, "worker-selector", "", "label selector of the worker pods (default: every pod of the namespace)")
+	f.StringVar(&o.PodName, "pod-name", os.Getenv("POD_NAME"), "the sidecar's own pod, to write the applied hash on (default $POD_NAME; empty disables)")
+	f.StringVar(&o.PodNamespace, "pod-namespace", os.Getenv("POD_NAMESPACE"), "the sidecar's own namespace (default $POD_NAMESPACE)")
+	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, then $KUBECONFIG and ~/.kube/config)")
+	f.StringVar(&o.Listen, "listen", router.DefaultListen, "booking API address; keep it on loopback")
+	f.StringVar(&o.OpsListen, "metrics-listen", router.DefaultOpsListen, "address of /metrics, /healthz and /readyz")
+	f.DurationVar(&o.PolicyDeadline, "policy-deadline", router.DefaultPolicyDeadline, "how long one hint policy may run on a booking; checked when it returns")
+	f.IntVar(&o.QueueSize, "queue-size", router.DefaultQueueSize, "hints queued per worker; when full the newest is dropped")
+	f.DurationVar(&o.DeliveryTimeout, "delivery-timeout", router.DefaultDeliveryTimeout, "timeout of one hint post, connection included")
+	f.DurationVar(&o.HintTTL, "hint-ttl", router.DefaultHintTTL, "a hint queued longer is dropped unsent")
+	f.DurationVar(&o.ShutdownWait, "shutdown-timeout", router.DefaultShutdownWait, "how long shutdown drains queued hints")
+	f.IntVarP(&verbosity, "v", "v", 0, "log verbosity (0 info, 1 debug)")
+	return cmd
+}
+
+// newLogger logs JSON lines through log/slog; logr's V(n) is slog level -n.
+func newLogger(w io.Writer, verbosity int) logr.Logger {
+	h := slog.NewJSONHandler(w, &slog.HandlerOptions{Level: slog.Level(-verbosity)})
+	return logr.FromSlogHandler(h)
+}
+
+// kubeClient builds a client from --kubeconfig, else in-cluster, else the
+// usual kubeconfig loading rules.
+func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
+	var cfg *rest.Config
+	var err error
+	switch {
+	case kubeconfig != "":
+		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	default:
+		cfg, err = rest.InClusterConfig()
+		if errors.Is(err, rest.ErrNotInCluster) {
+			cfg, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
+				clientcmd.NewDefaultClientConfigLoadingRules(), &clientcmd.ConfigOverrides{}).ClientConfig()
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	cfg.UserAgent = "kvhint-sidecar"
+	return kubernetes.NewForConfig(cfg)
+}
+
+// contextOrBackground is cobra's context, which is nil outside Execute.
+func contextOrBackground(cmd *cobra.Command) context.Context {
+	if ctx := cmd.Context(); ctx != nil {
+		return ctx
+	}
+	return context.Background()
+}
