@@ -1,0 +1,99 @@
+package v1alpha1
+
+// ConditionType is the type of a RouterRole or HintPolicy condition.
+type ConditionType string
+
+// Condition types.
+const (
+	// ConditionAccepted is True when the spec passes the catalog rules (the
+	// router's start-up rules) and, for a RouterRole, no older RouterRole
+	// claims the same router and role.
+	ConditionAccepted ConditionType = "Accepted"
+
+	// ConditionResolvedRefs is True when every policyRef of a RouterRole
+	// names a HintPolicy of its namespace that is itself accepted.
+	ConditionResolvedRefs ConditionType = "ResolvedRefs"
+
+	// ConditionProgrammed is True when the compiled config that holds the
+	// role is written to the router's ConfigMap and every router pod runs
+	// it. Its observedGeneration is the generation that runs.
+	ConditionProgrammed ConditionType = "Programmed"
+
+	// ConditionReady is True when Accepted, ResolvedRefs and Programmed are
+	// all True for the current generation: the spec as written runs on
+	// every router pod. When False its reason is that of the first of the
+	// three that is not True.
+	ConditionReady ConditionType = "Ready"
+)
+
+// ConditionReason is the machine-readable reason of a condition.
+type ConditionReason string
+
+// Reasons shared by the conditions when True.
+const (
+	ReasonAccepted     ConditionReason = "Accepted"
+	ReasonResolvedRefs ConditionReason = "ResolvedRefs"
+	ReasonProgrammed   ConditionReason = "Programmed"
+	ReasonReady        ConditionReason = "Ready"
+)
+
+// Reasons of Accepted=False that come from the catalog rules. Their values
+// are those of the Reason constants of the hints core (internal/hints),
+// which the CLI and the sidecar report for the same rule; a test keeps the
+// two lists equal.
+const (
+	ReasonInvalidConfig          ConditionReason = "InvalidConfig"
+	ReasonInvalidRole            ConditionReason = "InvalidRole"
+	ReasonInvalidRouterMode      ConditionReason = "InvalidRouterMode"
+	ReasonUnknownWorkerSelection ConditionReason = "UnknownWorkerSelection"
+	ReasonInvalidParameters      ConditionReason = "InvalidParameters"
+	ReasonUnknownHintType        ConditionReason = "UnknownHintType"
+	ReasonInvalidHintName        ConditionReason = "InvalidHintName"
+	ReasonDuplicateHintName      ConditionReason = "DuplicateHintName"
+	ReasonTooManyHints           ConditionReason = "TooManyHints"
+	ReasonHintsRequireKVMode     ConditionReason = "HintsRequireKVMode"
+	ReasonKVCopySenderMissing    ConditionReason = "KVCopySenderMissing"
+	ReasonKVCopySenderDuplicate  ConditionReason = "KVCopySenderDuplicate"
+)
+
+// Reasons of Accepted=False that come from the graph of objects rather than
+// from one role's spec.
+const (
+	// ReasonRoleConflict: another RouterRole, older (or, as old, with a name
+	// that sorts first), claims the same router and role.
+	ReasonRoleConflict ConditionReason = "RoleConflict"
+
+	// ReasonUnresolvedRefs: a policyRef names no HintPolicy, so the role
+	// cannot be checked yet; ResolvedRefs says which.
+	ReasonUnresolvedRefs ConditionReason = "UnresolvedRefs"
+
+	// ReasonInvalidWorkerSelector: spec.workerSelector is not a valid label
+	// selector (an unknown operator, say).
+	ReasonInvalidWorkerSelector ConditionReason = "InvalidWorkerSelector"
+)
+
+// Reasons of ResolvedRefs=False.
+const (
+	// ReasonHintPolicyNotFound: a policyRef names no HintPolicy in the
+	// namespace.
+	ReasonHintPolicyNotFound ConditionReason = "HintPolicyNotFound"
+
+	// ReasonHintPolicyInvalid: a policyRef names a HintPolicy that is not
+	// accepted; Accepted carries the catalog reason.
+	ReasonHintPolicyInvalid ConditionReason = "HintPolicyInvalid"
+)
+
+// Reasons of Programmed=False.
+const (
+	// ReasonPending: the config is written, but not every router pod
+	// reports that it runs it yet.
+	ReasonPending ConditionReason = "Pending"
+
+	// ReasonNoRouterPods: the config is written, but the router has no pods
+	// to run it; the role does not run anywhere, so it is not Ready.
+	ReasonNoRouterPods ConditionReason = "NoRouterPods"
+
+	// ReasonNotAccepted: nothing of the role is in the compiled config: it
+	// is not accepted and no earlier generation of it was.
+	ReasonNotAccepted ConditionReason = "NotAccepted"
+)

@@ -1,0 +1,304 @@
+package rolegraph
+
+import (
+	"cmp"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+	"github.com/kvrouter/kv-hint-operator/internal/hints"
+)
+
+// Input is what the compile step looks at, all from one namespace.
+type Input struct {
+	RouterRoles  []v1alpha1.RouterRole
+	HintPolicies []v1alpha1.HintPolicy
+	// ConfigMaps are the compiled ConfigMaps that exist now (those labelled
+	// with v1alpha1.RouterLabel). They hold the entry each router runs for
+	// each role, which a role whose new spec is invalid keeps.
+	ConfigMaps []corev1.ConfigMap
+	// Pods are router pods; only their labels, annotations and deletion
+	// timestamp are read.
+	Pods []metav1.PartialObjectMetadata
+	// Now stamps the conditions that change.
+	Now metav1.Time
+}
+
+// Output is the compiled configs and the status of every input object.
+type Output struct {
+	// Routers are sorted by name.
+	Routers []*Router
+	// RouterRoles and HintPolicies are sorted by name.
+	RouterRoles  []*RouterRoleResult
+	HintPolicies []*HintPolicyResult
+}
+
+// Router is the compiled config of one router.
+type Router struct {
+	Name string
+	// Config is the compiled hints YAML, the data of the ConfigMap.
+	Config []byte
+	// Hash is hints.ContentHash(Config).
+	Hash string
+	// ConfigMap is the ConfigMap to write: its name, labels, annotations,
+	// owner references and data, nothing else.
+	ConfigMap *corev1.ConfigMap
+	// Notes say why the existing ConfigMap was not trusted for last good
+	// entries, if it was not; for the log.
+	Notes []string
+}
+
+// RouterRoleResult is the outcome for one RouterRole.
+type RouterRoleResult struct {
+	Name string
+	// Findings are every problem found, errors and warnings, under the
+	// condition they are reported in.
+	Findings Findings
+	Status   v1alpha1.RouterRoleStatus
+}
+
+// Accepted reports whether the role's current spec passed.
+func (r *RouterRoleResult) Accepted() bool { return len(r.Findings.Errors()) == 0 }
+
+// HintPolicyResult is the outcome for one HintPolicy.
+type HintPolicyResult struct {
+	Name     string
+	Findings Findings
+	Status   v1alpha1.HintPolicyStatus
+}
+
+// Accepted reports whether the policy is valid on its own.
+func (r *HintPolicyResult) Accepted() bool { return len(r.Findings.Errors()) == 0 }
+
+// Router returns the compiled config of a router, or nil.
+func (o *Output) Router(name string) *Router {
+	i, ok := slices.BinarySearchFunc(o.Routers, name, func(r *Router, n string) int { return cmp.Compare(r.Name, n) })
+	if !ok {
+		return nil
+	}
+	return o.Routers[i]
+}
+
+// RouterRole returns the result for a RouterRole, or nil.
+func (o *Output) RouterRole(name string) *RouterRoleResult {
+	i, ok := slices.BinarySearchFunc(o.RouterRoles, name, func(r *RouterRoleResult, n string) int { return cmp.Compare(r.Name, n) })
+	if !ok {
+		return nil
+	}
+	return o.RouterRoles[i]
+}
+
+// HintPolicy returns the result for a HintPolicy, or nil.
+func (o *Output) HintPolicy(name string) *HintPolicyResult {
+	i, ok := slices.BinarySearchFunc(o.HintPolicies, name, func(r *HintPolicyResult, n string) int { return cmp.Compare(r.Name, n) })
+	if !ok {
+		return nil
+	}
+	return o.HintPolicies[i]
+}
+
+// Compile compiles the RouterRoles of a namespace, router by router. It
+// never fails: every problem is a finding on the object it concerns, and a
+// router's config holds the roles that pass plus, for a role whose current
+// spec does not, the entry it ran before.
+func Compile(cat *hints.Catalog, in Input) *Output {
+	roles := sortedByName(in.RouterRoles)
+	policies := newPolicyIndex(cat, in.HintPolicies)
+
+	results := make(map[string]*roleResult, len(roles))
+	byRouter := map[string][]*roleResult{}
+	for _, rr := range roles {
+		res := compileRole(cat, rr, policies)
+		results[rr.Name] = res
+		if dnsLabel.MatchString(rr.Spec.Router) {
+			byRouter[rr.Spec.Router] = append(byRouter[rr.Spec.Router], res)
+		}
+	}
+
+	out := &Output{}
+	placements := map[string]*placement{}
+	for _, name := range sortedKeys(byRouter) {
+		r, ps := compileRouter(cat, name, byRouter[name], configMapFor(in.ConfigMaps, name), in.Pods)
+		out.Routers = append(out.Routers, r)
+		for _, p := range ps {
+			placements[p.res.rr.Name] = p
+		}
+	}
+
+	for _, rr := range roles {
+		res := results[rr.Name]
+		p := placements[rr.Name]
+		if p == nil {
+			// Not placed on any router: spec.router is not a DNS label.
+			p = &placement{res: res}
+		}
+		out.RouterRoles = append(out.RouterRoles, &RouterRoleResult{
+			Name:     rr.Name,
+			Findings: res.findings,
+			Status:   roleStatus(rr, p, in.Now),
+		})
+	}
+
+	usedBy := map[string][]string{}
+	for _, rr := range roles {
+		for _, ref := range slices.Compact(slices.Sorted(slices.Values(results[rr.Name].refs))) {
+			usedBy[ref] = append(usedBy[ref], rr.Name)
+		}
+	}
+	for _, hp := range sortedByName(in.HintPolicies) {
+		p := policies[hp.Name]
+		out.HintPolicies = append(out.HintPolicies, &HintPolicyResult{
+			Name:     hp.Name,
+			Findings: p.findings,
+			Status:   policyStatus(hp, p.findings, usedBy[hp.Name], in.Now),
+		})
+	}
+	return out
+}
+
+// placement is how one RouterRole ended up in its router's config.
+type placement struct {
+	res *roleResult
+	// winner is the RouterRole that owns the role on the router when this
+	// one lost a RoleConflict; nil otherwise.
+	winner *v1alpha1.RouterRole
+	// runs is the role as the router's config holds it, nil when nothing
+	// of the role runs; generation is the RouterRole generation it came
+	// from, which is older than the current one when runs is a last good
+	// entry.
+	runs       *hints.Role
+	generation int64
+	router     *Router
+	pods       podCount
+}
+
+// compileRouter builds one router's config from its RouterRoles.
+func compileRouter(cat *hints.Catalog, name string, results []*roleResult, cm *corev1.ConfigMap, pods []metav1.PartialObjectMetadata) (*Router, []*placement) {
+	r := &Router{Name: name}
+	var prev *running
+	if cm != nil {
+		var err error
+		if prev, err = readRunning(cm); err != nil {
+			r.Notes = append(r.Notes, "last good entries ignored: "+err.Error())
+		}
+	}
+
+	// One RouterRole owns each role: the oldest, then the first by name,
+	// so the choice does not depend on the order of events.
+	claims := map[string][]*roleResult{}
+	for _, res := range results {
+		claims[res.rr.Spec.Role] = append(claims[res.rr.Spec.Role], res)
+	}
+	cfg := &hints.Config{RouterMode: hints.ModeKV, WorkerSelection: map[string]*hints.RoleEntry{}}
+	sources := map[string]Source{}
+	var placements []*placement
+	for _, role := range sortedKeys(claims) {
+		claimants := claims[role]
+		slices.SortFunc(claimants, func(a, b *roleResult) int {
+			if c := a.rr.CreationTimestamp.Compare(b.rr.CreationTimestamp.Time); c != 0 {
+				return c
+			}
+			return cmp.Compare(a.rr.Name, b.rr.Name)
+		})
+		for i, res := range claimants {
+			p := &placement{res: res, router: r}
+			placements = append(placements, p)
+			if i > 0 {
+				p.winner = claimants[0].rr
+				continue
+			}
+			p.runs, p.generation = res.compiled, res.rr.Generation
+			if p.runs == nil {
+				p.runs, p.generation = prev.lastGood(cat, res.rr)
+			}
+			if p.runs != nil {
+				cfg.WorkerSelection[role] = p.runs.Entry(hints.ModeKV)
+				sources[role] = Source{RouterRole: res.rr.Name, UID: res.rr.UID, Generation: p.generation}
+			}
+		}
+	}
+
+	// The config goes through the same compile step the sidecar runs on
+	// it, and is rendered by the core: what is written is what routers
+	// accept, byte for byte the same for the same roles.
+	graph, _ := hints.Compile(cat, cfg)
+	doc, hash, err := graph.Encode()
+	if err != nil {
+		// compileRole refuses entries that do not marshal, so this is a
+		// broken plugin at worst: run nothing rather than half a config.
+		r.Notes = append(r.Notes, "encoding the compiled config: "+err.Error())
+		graph, _ = hints.Compile(cat, &hints.Config{RouterMode: hints.ModeKV})
+		doc, hash, _ = graph.Encode()
+	}
+	r.Config, r.Hash = doc, hash
+	count := countPods(pods, name, hash)
+	for _, p := range placements {
+		if p.runs != nil {
+			// Status shows the role as the config holds it.
+			p.runs, _ = graph.Role(p.res.rr.Spec.Role)
+		}
+		p.pods = count
+	}
+	for role := range sources {
+		if _, ok := graph.Role(role); !ok {
+			delete(sources, role)
+		}
+	}
+	r.ConfigMap = configMap(name, results, doc, hash, sources)
+	return r, placements
+}
+
+func configMapFor(cms []corev1.ConfigMap, router string) *corev1.ConfigMap {
+	for i := range cms {
+		if cms[i].Labels[v1alpha1.RouterLabel] == router {
+			return &cms[i]
+		}
+	}
+	return nil
+}
+
+// podCount is the router pods, against the current hash.
+type podCount struct {
+	total, upToDate int32
+	hash            string
+}
+
+func countPods(pods []metav1.PartialObjectMetadata, router, hash string) podCount {
+	c := podCount{hash: hash}
+	for i := range pods {
+		p := &pods[i]
+		if p.Labels[v1alpha1.RouterLabel] != router || p.DeletionTimestamp != nil {
+			continue
+		}
+		c.total++
+		if p.Annotations[v1alpha1.AppliedHashAnnotation] == hash {
+			c.upToDate++
+		}
+	}
+	return c
+}
+
+// sortedByName returns pointers to objs, sorted by name, so that results
+// do not depend on the order objects were listed in.
+func sortedByName[T any, P interface {
+	*T
+	GetName() string
+}](objs []T) []P {
+	out := make([]P, len(objs))
+	for i := range objs {
+		out[i] = P(&objs[i])
+	}
+	slices.SortFunc(out, func(a, b P) int { return cmp.Compare(a.GetName(), b.GetName()) })
+	return out
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

@@ -1,0 +1,131 @@
+package rolegraph
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+	"github.com/kvrouter/kv-hint-operator/internal/hints"
+	"github.com/kvrouter/kv-hint-operator/internal/hints/builtin"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/*.out.yaml from the current output")
+
+// now is the clock of every golden case.
+var now = metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+
+// golden is the rendered output of a case: what the manager would write.
+type golden struct {
+	Routers      []goldenRouter `json:"routers,omitempty"`
+	RouterRoles  []goldenObject `json:"routerRoles,omitempty"`
+	HintPolicies []goldenObject `json:"hintPolicies,omitempty"`
+}
+
+type goldenRouter struct {
+	Name      string   `json:"name"`
+	Hash      string   `json:"hash"`
+	Notes     []string `json:"notes,omitempty"`
+	ConfigMap any      `json:"configMap"`
+}
+
+type goldenObject struct {
+	Name     string   `json:"name"`
+	Findings []string `json:"findings,omitempty"`
+	Status   any      `json:"status"`
+}
+
+// TestCompileGolden compiles testdata/<case>.in.yaml and compares the
+// result with testdata/<case>.out.yaml; -update rewrites the latter.
+func TestCompileGolden(t *testing.T) {
+	ins, err := filepath.Glob("testdata/*.in.yaml")
+	if err != nil || len(ins) == 0 {
+		t.Fatalf("no golden cases: %v", err)
+	}
+	cat := builtin.NewCatalog()
+	for _, inPath := range ins {
+		name := strings.TrimSuffix(filepath.Base(inPath), ".in.yaml")
+		t.Run(name, func(t *testing.T) {
+			data, err := os.ReadFile(inPath)
+			if err != nil {
+				t.Fatal(err)
+			}
+			in := Input{Now: now}
+			if err := ReadManifests(data, &in); err != nil {
+				t.Fatalf("reading %s: %v", inPath, err)
+			}
+			out := Compile(cat, in)
+			checkConfigsParse(t, cat, out)
+			got, err := yaml.Marshal(render(out))
+			if err != nil {
+				t.Fatal(err)
+			}
+			outPath := strings.TrimSuffix(inPath, ".in.yaml") + ".out.yaml"
+			if *update {
+				if err := os.WriteFile(outPath, got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want, err := os.ReadFile(outPath)
+			if err != nil {
+				t.Fatalf("%v (run go test ./internal/rolegraph -run Golden -update to create it)", err)
+			}
+			if diff := cmp.Diff(string(want), string(got)); diff != "" {
+				t.Errorf("%s differs (-want +got); run with -update if the change is intended:\n%s", outPath, diff)
+			}
+		})
+	}
+}
+
+// checkConfigsParse holds every compiled config to the sidecar's own
+// all-or-nothing check, and the hash annotation to the content.
+func checkConfigsParse(t *testing.T, cat *hints.Catalog, out *Output) {
+	t.Helper()
+	for _, r := range out.Routers {
+		cfg, err := hints.ParseConfig(r.Config)
+		if err != nil {
+			t.Errorf("router %s: compiled config does not parse: %v", r.Name, err)
+			continue
+		}
+		if _, probs := hints.Compile(cat, cfg); probs.HasErrors() {
+			t.Errorf("router %s: compiled config breaks a rule: %v", r.Name, probs)
+		}
+		if got := r.ConfigMap.Annotations[v1alpha1.HashAnnotation]; got != hints.ContentHash(r.Config) {
+			t.Errorf("router %s: hash annotation %q does not match the content", r.Name, got)
+		}
+	}
+}
+
+func render(out *Output) golden {
+	var g golden
+	for _, r := range out.Routers {
+		g.Routers = append(g.Routers, goldenRouter{Name: r.Name, Hash: r.Hash, Notes: r.Notes, ConfigMap: r.ConfigMap})
+	}
+	for _, r := range out.RouterRoles {
+		g.RouterRoles = append(g.RouterRoles, goldenObject{Name: r.Name, Findings: strs(r.Findings), Status: r.Status})
+	}
+	for _, r := range out.HintPolicies {
+		g.HintPolicies = append(g.HintPolicies, goldenObject{Name: r.Name, Findings: strs(r.Findings), Status: r.Status})
+	}
+	return g
+}
+
+func strs(fs Findings) []string {
+	var out []string
+	for _, f := range fs {
+		s := f.String()
+		if f.Severity == hints.SeverityWarning {
+			s = "warning: " + s
+		}
+		out = append(out, s)
+	}
+	return out
+}

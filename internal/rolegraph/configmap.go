@@ -1,0 +1,58 @@
+package rolegraph
+
+import (
+	"encoding/json"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+)
+
+// configMap is the ConfigMap that carries a router's compiled config.
+//
+// Every RouterRole that names the router owns it, whether or not its entry
+// runs, so that garbage collection removes the ConfigMap with the last of
+// them and not before. None is its controller: several objects own it
+// alike, and a controller reference admits only one.
+func configMap(router string, results []*roleResult, doc []byte, hash string, sources map[string]Source) *corev1.ConfigMap {
+	owners := make([]metav1.OwnerReference, 0, len(results))
+	for _, res := range results {
+		owners = append(owners, metav1.OwnerReference{
+			APIVersion: v1alpha1.GroupVersion.String(),
+			Kind:       "RouterRole",
+			Name:       res.rr.Name,
+			UID:        res.rr.UID,
+		})
+	}
+	slices.SortFunc(owners, func(a, b metav1.OwnerReference) int { return strings.Compare(a.Name, b.Name) })
+
+	src, err := json.Marshal(sources)
+	if err != nil {
+		// A map of plain structs always marshals.
+		src = []byte("{}")
+	}
+	var ns string
+	if len(results) > 0 {
+		ns = results[0].rr.Namespace
+	}
+	return &corev1.ConfigMap{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      v1alpha1.HintsConfigMapName(router),
+			Namespace: ns,
+			Labels: map[string]string{
+				v1alpha1.RouterLabel:    router,
+				v1alpha1.ManagedByLabel: v1alpha1.ManagedBy,
+			},
+			Annotations: map[string]string{
+				v1alpha1.HashAnnotation: hash,
+				SourcesAnnotation:       string(src),
+			},
+			OwnerReferences: owners,
+		},
+		Data: map[string]string{v1alpha1.HintsConfigKey: string(doc)},
+	}
+}

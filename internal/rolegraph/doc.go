@@ -1,0 +1,13 @@
+// Package rolegraph is the compile step of the operator, as a pure
+// function: the RouterRoles and HintPolicies of a namespace go in, with the
+// compiled ConfigMaps that exist now and the router Pods; out come, per
+// router, the compiled hints YAML and the ConfigMap that carries it, and the
+// status of every input object.
+//
+// The rules are those of the hints core (internal/hints), the same code the
+// CLI and the router sidecar run: rolegraph only resolves references,
+// decides which RouterRole owns a router's role, keeps the last accepted
+// entry of a role whose new spec is invalid, and turns problems into
+// conditions. The manager, `kvhint validate` and `kvhint compile` all call
+// Compile, so they cannot disagree.
+package rolegraph

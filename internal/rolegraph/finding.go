@@ -1,0 +1,128 @@
+package rolegraph
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+	"github.com/kvrouter/kv-hint-operator/internal/hints"
+)
+
+// Finding is one problem of one object, located by the spec field it
+// concerns, and the condition it is reported under.
+type Finding struct {
+	Severity  hints.Severity
+	Condition v1alpha1.ConditionType
+	Reason    v1alpha1.ConditionReason
+	// Field is the spec field concerned, such as "spec.hints[1]".
+	Field string
+	// Detail names what is at Field when that helps: a policy type, or the
+	// HintPolicy a policyRef item runs.
+	Detail  string
+	Message string
+}
+
+// Location renders where the finding is: "spec.hints[1] (kv-retain)".
+func (f Finding) Location() string {
+	if f.Detail == "" {
+		return f.Field
+	}
+	return fmt.Sprintf("%s (%s)", f.Field, f.Detail)
+}
+
+// String renders "spec.hints[1] (kv-retain): InvalidParameters: ...".
+func (f Finding) String() string {
+	return fmt.Sprintf("%s: %s: %s", f.Location(), f.Reason, f.Message)
+}
+
+// Findings is every finding of one object.
+type Findings []Finding
+
+// Errors returns the findings that block the object.
+func (fs Findings) Errors() Findings {
+	return fs.filter(func(f Finding) bool { return f.Severity == hints.SeverityError })
+}
+
+// Warnings returns the findings that do not block it.
+func (fs Findings) Warnings() Findings {
+	return fs.filter(func(f Finding) bool { return f.Severity == hints.SeverityWarning })
+}
+
+// For returns the findings reported under one condition.
+func (fs Findings) For(c v1alpha1.ConditionType) Findings {
+	return fs.filter(func(f Finding) bool { return f.Condition == c })
+}
+
+func (fs Findings) filter(keep func(Finding) bool) Findings {
+	var out Findings
+	for _, f := range fs {
+		if keep(f) {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// maxMessage keeps condition messages readable and far below the API's
+// 32768-character limit; a role with more problems than fit says how many
+// are left out.
+const maxMessage = 4096
+
+// message renders findings as one condition message. The first is written
+// without its reason, which the condition carries; later ones with theirs.
+func (fs Findings) message() string {
+	var b strings.Builder
+	for i, f := range fs {
+		var s string
+		if i == 0 {
+			s = fmt.Sprintf("%s: %s", f.Location(), f.Message)
+		} else {
+			s = "; " + f.String()
+		}
+		if b.Len()+len(s) > maxMessage {
+			fmt.Fprintf(&b, "; and %d more", len(fs)-i)
+			break
+		}
+		b.WriteString(s)
+	}
+	return b.String()
+}
+
+// roleFinding turns a problem the hints core found in a role into a
+// finding on the RouterRole field it comes from.
+func roleFinding(p hints.Problem, spec *v1alpha1.RouterRoleSpec) Finding {
+	f := Finding{
+		Severity:  p.Severity,
+		Condition: v1alpha1.ConditionAccepted,
+		Reason:    v1alpha1.ConditionReason(p.Reason),
+		Detail:    p.Type,
+		Message:   p.Message,
+	}
+	switch {
+	case p.Hint != hints.NoHint:
+		f.Field = fmt.Sprintf("spec.hints[%d]", p.Hint)
+		if p.Hint < len(spec.Hints) && spec.Hints[p.Hint].PolicyRef != nil {
+			f.Detail = fmt.Sprintf("HintPolicy %s, %s", spec.Hints[p.Hint].PolicyRef.Name, p.Type)
+		}
+	case p.Reason == hints.ReasonUnknownWorkerSelection:
+		f.Field = "spec.workerSelection.type"
+	case p.Reason == hints.ReasonInvalidParameters && p.Type == spec.WorkerSelection.Type:
+		f.Field = "spec.workerSelection.parameters"
+	case p.Reason == hints.ReasonInvalidRouterMode:
+		f.Field = "spec.routerMode"
+	case p.Reason == hints.ReasonInvalidRole:
+		f.Field = "spec.role"
+	default:
+		// The rules about the list as a whole (KV-copy senders, hints off
+		// the KV path, too many hints) and problems of default hints.
+		f.Field = "spec.hints"
+	}
+	return f
+}
+
+func errorf(c v1alpha1.ConditionType, reason v1alpha1.ConditionReason, field, format string, args ...any) Finding {
+	return Finding{
+		Severity: hints.SeverityError, Condition: c, Reason: reason, Field: field,
+		Message: fmt.Sprintf(format, args...),
+	}
+}

@@ -1,0 +1,167 @@
+package rolegraph
+
+import (
+	"fmt"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+	"github.com/kvrouter/kv-hint-operator/internal/hints"
+)
+
+// roleStatus computes a RouterRole's status from its placement, starting
+// from the status it has so that transition times move only on a flip.
+func roleStatus(rr *v1alpha1.RouterRole, p *placement, now metav1.Time) v1alpha1.RouterRoleStatus {
+	st := *rr.Status.DeepCopy()
+	accepted := acceptedCondition(rr, p)
+	resolved := resolvedRefsCondition(rr, p)
+	programmed := programmedCondition(rr, p)
+	ready := readyCondition(rr, accepted, resolved, programmed)
+	for _, c := range []metav1.Condition{accepted, resolved, programmed, ready} {
+		c.LastTransitionTime = now
+		meta.SetStatusCondition(&st.Conditions, c)
+	}
+
+	st.EffectiveHints = nil
+	if p.runs != nil {
+		for _, h := range p.runs.Hints {
+			st.EffectiveHints = append(st.EffectiveHints, v1alpha1.EffectiveHint{Type: h.Type, Name: h.Name, Parameters: jsonOrNil(h.Params)})
+		}
+	}
+	st.RouterPods = nil
+	if p.router != nil {
+		st.RouterPods = &v1alpha1.RouterPods{
+			Hash:     p.pods.hash,
+			Total:    p.pods.total,
+			UpToDate: p.pods.upToDate,
+			Summary:  fmt.Sprintf("%d/%d", p.pods.upToDate, p.pods.total),
+		}
+	}
+	return st
+}
+
+func condition(t v1alpha1.ConditionType, ok bool, reason v1alpha1.ConditionReason, generation int64, msg string) metav1.Condition {
+	status := metav1.ConditionFalse
+	if ok {
+		status = metav1.ConditionTrue
+	}
+	return metav1.Condition{Type: string(t), Status: status, Reason: string(reason), ObservedGeneration: generation, Message: msg}
+}
+
+func acceptedCondition(rr *v1alpha1.RouterRole, p *placement) metav1.Condition {
+	gen := rr.Generation
+	if p.winner != nil {
+		return condition(v1alpha1.ConditionAccepted, false, v1alpha1.ReasonRoleConflict, gen, fmt.Sprintf(
+			"RouterRole %s claims role %s on router %s too and was created first (or at the same time, with a name that sorts first); change spec.role or delete one of the two",
+			p.winner.Name, rr.Spec.Role, rr.Spec.Router))
+	}
+	findings := p.res.findings.For(v1alpha1.ConditionAccepted)
+	if errs := findings.Errors(); len(errs) > 0 {
+		msg := errs.message()
+		if p.runs != nil {
+			msg += fmt.Sprintf(". The router keeps running generation %d", p.generation)
+		}
+		return condition(v1alpha1.ConditionAccepted, false, errs[0].Reason, gen, msg)
+	}
+	if warns := findings.Warnings(); len(warns) > 0 {
+		return condition(v1alpha1.ConditionAccepted, true, v1alpha1.ReasonAccepted, gen,
+			fmt.Sprintf("accepted with %d warning(s): %s: %s", len(warns), warns[0].Reason, warns.message()))
+	}
+	return condition(v1alpha1.ConditionAccepted, true, v1alpha1.ReasonAccepted, gen, "the role passes the catalog rules")
+}
+
+func resolvedRefsCondition(rr *v1alpha1.RouterRole, p *placement) metav1.Condition {
+	gen := rr.Generation
+	if errs := p.res.findings.For(v1alpha1.ConditionResolvedRefs).Errors(); len(errs) > 0 {
+		return condition(v1alpha1.ConditionResolvedRefs, false, errs[0].Reason, gen, errs.message())
+	}
+	if len(p.res.refs) == 0 {
+		return condition(v1alpha1.ConditionResolvedRefs, true, v1alpha1.ReasonResolvedRefs, gen, "the role references no HintPolicy")
+	}
+	return condition(v1alpha1.ConditionResolvedRefs, true, v1alpha1.ReasonResolvedRefs, gen,
+		fmt.Sprintf("every policyRef resolves to an accepted HintPolicy: %s", strings.Join(p.res.refs, ", ")))
+}
+
+// programmedCondition says whether the config that holds the role runs on
+// every router pod. Its observedGeneration is the generation that runs, so
+// that `kubectl wait --for=condition=Programmed` (which compares it with
+// metadata.generation) waits while a newer spec is not accepted.
+//
+// A router without pods is not Programmed: nothing runs the role, and
+// Ready must not claim otherwise.
+func programmedCondition(rr *v1alpha1.RouterRole, p *placement) metav1.Condition {
+	gen := rr.Generation
+	switch {
+	case p.runs == nil && p.winner != nil:
+		return condition(v1alpha1.ConditionProgrammed, false, v1alpha1.ReasonNotAccepted, gen,
+			fmt.Sprintf("router %s runs role %s from RouterRole %s", rr.Spec.Router, rr.Spec.Role, p.winner.Name))
+	case p.runs == nil:
+		return condition(v1alpha1.ConditionProgrammed, false, v1alpha1.ReasonNotAccepted, gen,
+			"nothing of the role runs: no generation of it has been accepted")
+	}
+
+	var suffix string
+	if p.generation != gen {
+		suffix = fmt.Sprintf(" (generation %d, the last accepted; generation %d is not accepted)", p.generation, gen)
+	}
+	c := p.pods
+	cm := v1alpha1.HintsConfigMapName(rr.Spec.Router)
+	switch {
+	case c.total == 0:
+		return condition(v1alpha1.ConditionProgrammed, false, v1alpha1.ReasonNoRouterPods, p.generation,
+			fmt.Sprintf("ConfigMap %s holds config %s%s, but no router pods (label %s=%s) run it yet",
+				cm, c.hash, suffix, v1alpha1.RouterLabel, rr.Spec.Router))
+	case c.upToDate < c.total:
+		return condition(v1alpha1.ConditionProgrammed, false, v1alpha1.ReasonPending, p.generation,
+			fmt.Sprintf("%d/%d router pods run %s%s", c.upToDate, c.total, c.hash, suffix))
+	}
+	return condition(v1alpha1.ConditionProgrammed, true, v1alpha1.ReasonProgrammed, p.generation,
+		fmt.Sprintf("%d/%d router pods run %s%s", c.upToDate, c.total, c.hash, suffix))
+}
+
+// readyCondition is True when the current generation is accepted, its
+// references resolve and it runs on every router pod; otherwise it repeats
+// the reason and message of the first of those that does not hold.
+func readyCondition(rr *v1alpha1.RouterRole, conds ...metav1.Condition) metav1.Condition {
+	gen := rr.Generation
+	for _, c := range conds {
+		if c.Status != metav1.ConditionTrue {
+			return condition(v1alpha1.ConditionReady, false, v1alpha1.ConditionReason(c.Reason), gen, c.Type+": "+c.Message)
+		}
+		if c.ObservedGeneration != gen {
+			return condition(v1alpha1.ConditionReady, false, v1alpha1.ReasonPending, gen,
+				fmt.Sprintf("%s: generation %d is not programmed yet", c.Type, gen))
+		}
+	}
+	programmed := conds[len(conds)-1]
+	return condition(v1alpha1.ConditionReady, true, v1alpha1.ReasonReady, gen, "the role runs as specified: "+programmed.Message)
+}
+
+// policyStatus computes a HintPolicy's status.
+func policyStatus(hp *v1alpha1.HintPolicy, findings Findings, usedBy []string, now metav1.Time) v1alpha1.HintPolicyStatus {
+	st := *hp.Status.DeepCopy()
+	var c metav1.Condition
+	switch errs, warns := findings.Errors(), findings.Warnings(); {
+	case len(errs) > 0:
+		c = condition(v1alpha1.ConditionAccepted, false, errs[0].Reason, hp.Generation, errs.message())
+	case len(warns) > 0:
+		c = condition(v1alpha1.ConditionAccepted, true, v1alpha1.ReasonAccepted, hp.Generation, "accepted with warnings: "+warns.message())
+	default:
+		c = condition(v1alpha1.ConditionAccepted, true, v1alpha1.ReasonAccepted, hp.Generation,
+			fmt.Sprintf("hint policy type %s accepts the parameters", hp.Spec.Type))
+	}
+	c.LastTransitionTime = now
+	meta.SetStatusCondition(&st.Conditions, c)
+	st.UsedBy = usedBy
+	return st
+}
+
+// HintPolicyStatus computes the status of one HintPolicy, for the
+// reconciler that writes it: usedBy names the RouterRoles that reference
+// it, sorted.
+func HintPolicyStatus(cat *hints.Catalog, hp *v1alpha1.HintPolicy, usedBy []string, now metav1.Time) (v1alpha1.HintPolicyStatus, Findings) {
+	findings := checkPolicy(cat, hp)
+	return policyStatus(hp, findings, usedBy, now), findings
+}
