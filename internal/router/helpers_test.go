@@ -46,8 +46,11 @@ func eventually(t testing.TB, timeout time.Duration, cond func() error) {
 // policies ran.
 var policyRuns atomic.Int64
 
-// blockPolicy, when set, is where test-block waits.
-var blockPolicy atomic.Pointer[chan struct{}]
+// blockGate, when set, holds test-block: it signals entered, then waits
+// for release.
+type blockGate struct{ entered, release chan struct{} }
+
+var blockPolicy atomic.Pointer[blockGate]
 
 // testCatalog is the built-ins plus policies that misbehave on purpose.
 func testCatalog(t testing.TB) *hints.Catalog {
@@ -180,8 +183,9 @@ func testCatalog(t testing.TB) *hints.Catalog {
 				}
 				acts := []hints.Action{static(p.Tag)}
 				return hints.HintPolicyFunc(func(context.Context, *hints.HintContext) ([]hints.Action, error) {
-					if ch := blockPolicy.Load(); ch != nil {
-						<-*ch
+					if g := blockPolicy.Load(); g != nil {
+						g.entered <- struct{}{}
+						<-g.release
 					}
 					return acts, nil
 				}), nil
