@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"reflect"
 	"strconv"
 	"strings"
 
@@ -276,15 +277,10 @@ func describeBodyError(err error) error {
 	var se *json.SyntaxError
 	switch {
 	case errors.As(err, &te):
-		field := te.Field
-		if field == "" {
-			field = "body"
+		if te.Field == "" {
+			return fmt.Errorf("body is a JSON %s; send a JSON object", te.Value)
 		}
-		want := te.Type.String()
-		if te.Type.Kind().String() == "uint64" {
-			want = "an unsigned 64-bit integer"
-		}
-		return fmt.Errorf("%s: got %s, want %s", field, te.Value, want)
+		return fmt.Errorf("%s: got %s, want %s", te.Field, te.Value, jsonKind(te.Type))
 	case errors.As(err, &se):
 		return fmt.Errorf("body is not valid JSON: %v (at byte %d)", se, se.Offset)
 	case errors.Is(err, io.EOF):
@@ -293,6 +289,25 @@ func describeBodyError(err error) error {
 		return errors.New("body is not valid JSON: it ends early")
 	}
 	return fmt.Errorf("body: %s", strings.TrimPrefix(err.Error(), "json: "))
+}
+
+// jsonKind names a Go type the way the API documentation does.
+func jsonKind(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.Uint64:
+		return "an unsigned 64-bit integer"
+	case reflect.Int, reflect.Int64:
+		return "an integer"
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "a boolean"
+	case reflect.Slice:
+		return "a list"
+	case reflect.Struct, reflect.Map, reflect.Pointer:
+		return "an object"
+	}
+	return t.String()
 }
 
 // errorBody is the JSON of every 4xx and 5xx answer.

@@ -1,0 +1,233 @@
+package router
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/kvrouter/kv-hint-operator/internal/hints"
+)
+
+// TestBookingAPIErrors checks that bad bookings get a 4xx that says what to
+// fix, and reach no worker.
+func TestBookingAPIErrors(t *testing.T) {
+	s := startSidecarWithConfig(t, testCatalog(t), dispatchConfig, nil)
+	w := startWorker(t, "worker-0")
+	registerWorker(t, s, w)
+
+	tests := []struct {
+		name   string
+		body   string
+		status int
+		want   string
+	}{
+		{"missing fields", `{"role":"decode"}`, 400, "missing required field(s): request_id, worker, prompt_tokens, block_size"},
+		{"empty body", ``, 400, "body is empty"},
+		{"bad JSON", `{"request_id": "r1",`, 400, "not valid JSON"},
+		{"not an object", `[1,2]`, 400, "body is a JSON array; send a JSON object"},
+		{"unknown field", `{"request_id":"r","role":"decode","worker":"w","prompt_tokens":1,"block_size":1,"promt":1}`, 400, `unknown field \"promt\"`},
+		{"trailing data", bookingJSON("r", "decode", "worker-0", "") + `{}`, 400, "data after the JSON object"},
+		{"negative block hash", bookingJSON("r", "decode", "worker-0", `"committed_kv_copy":{"block_hashes":[-1]}`), 400, "committed_kv_copy.block_hashes: got number -1, want an unsigned 64-bit integer"},
+		{"block hash past 2^64", bookingJSON("r", "decode", "worker-0", `"committed_kv_copy":{"block_hashes":[18446744073709551616]}`), 400, "want an unsigned 64-bit integer"},
+		{"fractional block hash", bookingJSON("r", "decode", "worker-0", `"committed_kv_copy":{"block_hashes":[1.5]}`), 400, "want an unsigned 64-bit integer"},
+		{"empty copy", bookingJSON("r", "decode", "worker-0", `"committed_kv_copy":{"block_hashes":[]}`), 400, "block_hashes is empty"},
+		{"session without id", bookingJSON("r", "decode", "worker-0", `"session":{"turn":2}`), 400, "session.id is required"},
+		{"negative prompt", `{"request_id":"r","role":"decode","worker":"w","prompt_tokens":-1,"block_size":1}`, 400, "prompt_tokens is -1"},
+		{"string count", `{"request_id":"r","role":"decode","worker":"w","prompt_tokens":"12","block_size":1}`, 400, "prompt_tokens: got string"},
+		{"oversize body", bookingJSON("r", "decode", "worker-0", `"committed_kv_copy":{"block_hashes":[`+strings.Repeat("1,", MaxBookingBytes/2)+`1]}`), 413, "over the 1048576-byte limit"},
+		{"long request id", bookingJSON(strings.Repeat("r", MaxRequestIDBytes+1), "decode", "worker-0", ""), 400, "request_id is 257 bytes"},
+		{"unknown role", bookingJSON("r", "encode", "worker-0", ""), 422, `unknown role \"encode\"`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			resp := post(t, s, "/v1/bookings", tc.body)
+			if resp.status != tc.status {
+				t.Fatalf("status %d, want %d: %s", resp.status, tc.status, resp.body)
+			}
+			var e errorBody
+			if err := json.Unmarshal([]byte(resp.body), &e); err != nil {
+				t.Fatalf("error answer is not JSON: %v: %s", err, resp.body)
+			}
+			if !strings.Contains(e.Error, strings.ReplaceAll(tc.want, `\"`, `"`)) {
+				t.Errorf("error %q does not say %q", e.Error, tc.want)
+			}
+		})
+	}
+	if n := len(w.Hints()); n != 0 {
+		t.Errorf("bad bookings sent %d hints", n)
+	}
+}
+
+// TestBlockHashesKeepFullPrecision: hashes near 2^64 go through the API and
+// reach the worker unchanged; a float64 would round them.
+func TestBlockHashesKeepFullPrecision(t *testing.T) {
+	s := startSidecarWithConfig(t, testCatalog(t), dispatchConfig, nil)
+	w := startWorker(t, "worker-0")
+	registerWorker(t, s, w)
+	hashes := []uint64{18446744073709551615, 18446744073709551557, 9007199254740993, 0}
+	body := bookingJSON("precise", "decode", "worker-0", `"committed_kv_copy":{"source_worker":"b","source_endpoint":"tcp://b:1","block_hashes":[18446744073709551615,18446744073709551557,9007199254740993,0]}`)
+	if resp := post(t, s, "/v1/bookings", body); resp.status != http.StatusOK {
+		t.Fatalf("%d %s", resp.status, resp.body)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	got, err := w.WaitForHints(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m struct {
+		Actions []struct {
+			Payload struct {
+				BlockHashes []uint64 `json:"block_hashes"`
+			} `json:"payload"`
+		} `json:"actions"`
+	}
+	if err := json.Unmarshal(got[0].Body, &m); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(hashes, m.Actions[0].Payload.BlockHashes); diff != "" {
+		t.Errorf("block hashes (-sent +received):\n%s", diff)
+	}
+}
+
+// TestWorkersAPI registers, lists, reads and removes a worker.
+func TestWorkersAPI(t *testing.T) {
+	s := startSidecarWithConfig(t, testCatalog(t), dispatchConfig, nil)
+	do := func(method, path, body string) response {
+		req, err := http.NewRequest(method, "http://"+s.BookingAddr()+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return response{status: resp.StatusCode, header: resp.Header, body: string(b)}
+	}
+	if r := do("PUT", "/v1/workers/w1", `{"capabilities":["router_hint"],"hint_endpoint":"ftp://x"}`); r.status != 400 || !strings.Contains(r.body, "absolute http or https URL") {
+		t.Errorf("bad endpoint: %d %s", r.status, r.body)
+	}
+	if r := do("PUT", "/v1/workers/w1", `{"id":"w2"}`); r.status != 400 {
+		t.Errorf("mismatched id: %d %s", r.status, r.body)
+	}
+	if r := do("PUT", "/v1/workers/w1", `{"capabilities":["router_hint"],"hint_endpoint":"http://127.0.0.1:1/v1/hints","worker_type":"decode"}`); r.status != 200 {
+		t.Fatalf("put: %d %s", r.status, r.body)
+	}
+	r := do("GET", "/v1/workers", "")
+	var list struct{ Workers []Worker }
+	if err := json.Unmarshal([]byte(r.body), &list); err != nil {
+		t.Fatal(err)
+	}
+	want := []Worker{{
+		WorkerSpec:  WorkerSpec{ID: "w1", Capabilities: []string{"router_hint"}, HintEndpoint: "http://127.0.0.1:1/v1/hints", WorkerType: "decode"},
+		HintCapable: true, Source: SourceAPI,
+	}}
+	if diff := cmp.Diff(want, list.Workers, cmp.AllowUnexported(Worker{}), cmp.FilterPath(func(p cmp.Path) bool { return p.Last().String() == ".q" }, cmp.Ignore())); diff != "" {
+		t.Errorf("workers (-want +got):\n%s", diff)
+	}
+	if r := do("GET", "/v1/workers/w1", ""); r.status != 200 {
+		t.Errorf("get: %d", r.status)
+	}
+	if r := do("DELETE", "/v1/workers/w1", ""); r.status != 204 {
+		t.Errorf("delete: %d", r.status)
+	}
+	if r := do("GET", "/v1/workers/w1", ""); r.status != 404 {
+		t.Errorf("get after delete: %d", r.status)
+	}
+	if r := do("GET", "/v1/config", ""); r.status != 200 || r.header.Get(HeaderConfigHash) != hashOf(dispatchConfig) || r.body != dispatchConfig {
+		t.Errorf("config: %d %s", r.status, r.header.Get(HeaderConfigHash))
+	}
+}
+
+// TestGoAPI is the in-process API a router linked with the sidecar uses.
+func TestGoAPI(t *testing.T) {
+	reg := NewRegistry(nil)
+	if err := reg.Set(SourceAPI, WorkerSpec{ID: "w", Capabilities: []string{CapabilityRouterHint}}); err != nil {
+		t.Fatal(err)
+	}
+	d := NewDispatcher(DispatcherOptions{Catalog: testCatalog(t), Workers: reg, Log: testLogger(t)})
+	ctx := context.Background()
+	if _, err := d.Book(ctx, &Booking{RequestID: "r", Role: "decode", Worker: "w"}); !errors.Is(err, ErrNotReady) {
+		t.Fatalf("before a config: %v, want ErrNotReady", err)
+	}
+	if err := d.Load([]byte(dispatchConfig), "test"); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		b    Booking
+		want error
+	}{
+		{Booking{Role: "decode", Worker: "w"}, ErrInvalidBooking},
+		{Booking{RequestID: "r", Worker: "w"}, ErrInvalidBooking},
+		{Booking{RequestID: "r", Role: "decode"}, ErrInvalidBooking},
+		{Booking{RequestID: "r", Role: "decode", Worker: "w", Session: hints.Session{Final: true}}, ErrInvalidBooking},
+		{Booking{RequestID: "r", Role: "nope", Worker: "w"}, ErrUnknownRole},
+	} {
+		if _, err := d.Book(ctx, &tc.b); !errors.Is(err, tc.want) {
+			t.Errorf("Book(%+v) = %v, want %v", tc.b, err, tc.want)
+		}
+	}
+	h, err := d.Book(ctx, &Booking{
+		RequestID: `quote"and\newline`, Role: "decode", Worker: "w", PromptTokens: 100, BlockSize: 16,
+		Session: hints.Session{ID: "s", Turn: 1},
+		KVCopy:  &hints.CommittedCopy{SourceWorker: "b", SourceEndpoint: "tcp://b:1", BlockHashes: []uint64{7}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"protocol_version":"0.1","message_id":"quote\"and\\newline","actions":[` +
+		`{"action_id":"a1","action_type":"kv.fetch","action_version":"1.0","payload":{"block_hashes":[7],"source_control_endpoint":"tcp://b:1"}},` +
+		`{"action_id":"a2","action_type":"kv.retain","action_version":"1.0","payload":{"block_hashes":[],"execute_at":"request_completion","include_current_request":true,"priority":50,"ttl_seconds":600.0}}]}`
+	if diff := cmp.Diff(want, string(h.Message)); diff != "" {
+		t.Errorf("message (-want +got):\n%s", diff)
+	}
+	if !json.Valid(h.Message) {
+		t.Error("message is not valid JSON")
+	}
+	if h.Outcome != OutcomeHinted || h.Actions != 2 || h.Queued {
+		t.Errorf("hint %+v: want hinted, 2 actions, not queued (no delivery)", h)
+	}
+}
+
+func TestCheckAction(t *testing.T) {
+	good := hints.RawPayload([]byte(`{"a":1}`))
+	for _, tc := range []struct {
+		typ, version string
+		payload      hints.Payload
+		ok           bool
+	}{
+		{"kv.fetch", "1.0", good, true},
+		{"kv.evict", "2", good, true},
+		{"vendor_x.kv-pin", "1.2.3", good, true},
+		{"", "1.0", good, false},
+		{"Kv.fetch", "1.0", good, false},
+		{".kv", "1.0", good, false},
+		{`kv"x`, "1.0", good, false},
+		{strings.Repeat("k", 65), "1.0", good, false},
+		{"kv.fetch", "", good, false},
+		{"kv.fetch", "v1", good, false},
+		{"kv.fetch", "1..0", good, false},
+		{"kv.fetch", ".1", good, false},
+		{"kv.fetch", "1.", good, false},
+		{"kv.fetch", "1.0", hints.Payload{}, false},
+		{"kv.fetch", "1.0", hints.RawPayload([]byte(`{"a":`)), false},
+		{"kv.fetch", "1.0", hints.RawPayload([]byte(`"s"`)), false},
+	} {
+		err := checkAction(&hints.Action{Type: tc.typ, Version: tc.version, Payload: tc.payload})
+		if (err == nil) != tc.ok {
+			t.Errorf("checkAction(%q, %q, %q) = %v, want ok=%v", tc.typ, tc.version, tc.payload.Bytes(), err, tc.ok)
+		}
+	}
+}
