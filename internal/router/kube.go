@@ -1,18 +1,20 @@
 package router
 
-// Names shared with the operator. They mirror the constants the operator's
-// api/v1alpha1 package exports; the values must stay equal.
+import "github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+
+// Names shared with the operator. The first group is the operator's
+// contract in api/v1alpha1, repeated here under the sidecar's names; the
+// worker annotations are read only by the sidecar.
 const (
-	// ConfigMapSuffix: the operator writes router R's compiled config to the
-	// ConfigMap R + ConfigMapSuffix.
-	ConfigMapSuffix = "-hints"
 	// ConfigMapKey is the data key of the compiled hints YAML.
-	ConfigMapKey = "hints.yaml"
+	ConfigMapKey = v1alpha1.HintsConfigKey
 	// AnnotationAppliedHash is written by the sidecar on its own Pod: the
-	// hash of the config it runs.
-	AnnotationAppliedHash = "hints.kvrouter.io/applied-hash"
+	// hash of the config it runs (hints.ContentHash of the hints.yaml
+	// bytes, the value of the ConfigMap's hints.kvrouter.io/hash).
+	AnnotationAppliedHash = v1alpha1.AppliedHashAnnotation
 	// LabelRouter marks a router's pods with the router's name.
-	LabelRouter = "hints.kvrouter.io/router"
+	LabelRouter = v1alpha1.RouterLabel
+
 	// AnnotationCapabilities lists a worker pod's capabilities, comma
 	// separated; router_hint to receive hints.
 	AnnotationCapabilities = "hints.kvrouter.io/capabilities"
@@ -25,4 +27,4 @@ const (
 )
 
 // ConfigMapName is the name of router's compiled-config ConfigMap.
-func ConfigMapName(router string) string { return router + ConfigMapSuffix }
+func ConfigMapName(router string) string { return v1alpha1.HintsConfigMapName(router) }

@@ -72,7 +72,7 @@ func (p *PodReporter) Run(ctx context.Context, log logr.Logger) {
 				log.V(1).Info("Reported applied hints config", "hash", hash)
 				break
 			}
-			log.Error(err, "Cannot write the applied hash on the pod; retrying", "hash", hash, "in", backoff)
+			log.Error(err, "Cannot write the applied hash on the pod; retrying", "hash", hash, "retryIn", backoff.String())
 			select {
 			case <-ctx.Done():
 				return
