@@ -60,6 +60,7 @@ func NewRootCommand(cat *hints.Catalog) *cobra.Command {
 	root.AddCommand(
 		newValidateCommand(cat),
 		newCompileCommand(cat),
+		newManagerCommand(cat),
 		newLoadgenCommand(),
 		newSidecarCommand(cat),
 		newSimWorkerCommand(),

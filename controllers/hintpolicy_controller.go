@@ -1,0 +1,79 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+	"github.com/kvrouter/kv-hint-operator/internal/hints"
+	"github.com/kvrouter/kv-hint-operator/internal/rolegraph"
+)
+
+// HintPolicyReconciler writes HintPolicy status: whether the policy is
+// valid on its own, and which RouterRoles use it. The roles themselves
+// are recompiled by the RouterReconciler, which watches HintPolicies too.
+type HintPolicyReconciler struct {
+	Client   client.Client
+	Catalog  *hints.Catalog
+	Recorder events.EventRecorder
+}
+
+// +kubebuilder:rbac:groups=hints.kvrouter.io,resources=hintpolicies,verbs=get;list;watch
+// +kubebuilder:rbac:groups=hints.kvrouter.io,resources=hintpolicies/status,verbs=get;patch
+// +kubebuilder:rbac:groups=hints.kvrouter.io,resources=routerroles,verbs=get;list;watch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// Reconcile checks one HintPolicy and writes its status if it changed.
+func (r *HintPolicyReconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl.Result, error) {
+	var hp v1alpha1.HintPolicy
+	if err := r.Client.Get(ctx, req.NamespacedName, &hp); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	var roles v1alpha1.RouterRoleList
+	if err := r.Client.List(ctx, &roles, client.InNamespace(hp.Namespace), client.MatchingFields{indexPolicyRef: hp.Name}); err != nil {
+		return ctrl.Result{}, fmt.Errorf("listing the RouterRoles that reference HintPolicy %s: %w", hp.Name, err)
+	}
+	var usedBy []string
+	for _, rr := range roles.Items {
+		usedBy = append(usedBy, rr.Name)
+	}
+	slices.Sort(usedBy)
+
+	status, _ := rolegraph.HintPolicyStatus(r.Catalog, &hp, usedBy, metav1.Now())
+	if equality.Semantic.DeepEqual(hp.Status, status) {
+		return ctrl.Result{}, nil
+	}
+	old := hp.DeepCopy()
+	hp.Status = status
+	if err := r.Client.Status().Patch(ctx, &hp, client.MergeFrom(old)); err != nil {
+		if apierrors.IsNotFound(err) {
+			return ctrl.Result{}, nil
+		}
+		return ctrl.Result{}, fmt.Errorf("writing the status of HintPolicy %s: %w", hp.Name, err)
+	}
+	recordTransitions(r.Recorder, &hp, old.Status.Conditions, hp.Status.Conditions, hintPolicyEvents)
+	return ctrl.Result{}, nil
+}
+
+// SetupWithManager registers the reconciler: a HintPolicy's own spec
+// changes, and RouterRoles that start or stop referencing it.
+func (r *HintPolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&v1alpha1.HintPolicy{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&v1alpha1.RouterRole{},
+			handler.EnqueueRequestsFromMapFunc(policiesOfRole),
+			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Complete(r)
+}

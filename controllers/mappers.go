@@ -1,0 +1,89 @@
+package controllers
+
+import (
+	"context"
+
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+)
+
+// The router reconciler's requests name a router, not an object: Namespace
+// is the namespace of its RouterRoles and Name the router (spec.router).
+func routerRequest(namespace, router string) reconcile.Request {
+	return reconcile.Request{NamespacedName: types.NamespacedName{Namespace: namespace, Name: router}}
+}
+
+// routerOfRole maps a RouterRole to its router. On an update the handler
+// maps the old and the new object, so a role that moves to another router
+// recompiles both.
+func routerOfRole(_ context.Context, o client.Object) []reconcile.Request {
+	rr, ok := o.(*v1alpha1.RouterRole)
+	if !ok || rr.Spec.Router == "" {
+		return nil
+	}
+	return []reconcile.Request{routerRequest(rr.Namespace, rr.Spec.Router)}
+}
+
+// routerOfLabel maps a compiled ConfigMap or a router Pod to the router
+// named by its RouterLabel.
+func routerOfLabel(_ context.Context, o client.Object) []reconcile.Request {
+	router := o.GetLabels()[v1alpha1.RouterLabel]
+	if router == "" {
+		return nil
+	}
+	return []reconcile.Request{routerRequest(o.GetNamespace(), router)}
+}
+
+// routersUsingPolicy maps a HintPolicy to the routers of the RouterRoles
+// that reference it, through the policyRef index.
+func routersUsingPolicy(c client.Reader) func(context.Context, client.Object) []reconcile.Request {
+	return func(ctx context.Context, o client.Object) []reconcile.Request {
+		var roles v1alpha1.RouterRoleList
+		if err := c.List(ctx, &roles, client.InNamespace(o.GetNamespace()), client.MatchingFields{indexPolicyRef: o.GetName()}); err != nil {
+			log.FromContext(ctx).Error(err, "Listing the RouterRoles that reference a HintPolicy", "hintPolicy", client.ObjectKeyFromObject(o))
+			return nil
+		}
+		seen := map[string]bool{}
+		var reqs []reconcile.Request
+		for _, rr := range roles.Items {
+			if !seen[rr.Spec.Router] {
+				seen[rr.Spec.Router] = true
+				reqs = append(reqs, routerRequest(rr.Namespace, rr.Spec.Router))
+			}
+		}
+		return reqs
+	}
+}
+
+// policiesOfRole maps a RouterRole to the HintPolicies it references, so
+// that their usedBy follows; old and new objects are both mapped on update.
+func policiesOfRole(_ context.Context, o client.Object) []reconcile.Request {
+	rr, ok := o.(*v1alpha1.RouterRole)
+	if !ok {
+		return nil
+	}
+	var reqs []reconcile.Request
+	for _, name := range policyRefs(rr) {
+		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: rr.Namespace, Name: name}})
+	}
+	return reqs
+}
+
+// routerPodChanged passes the Pod events that can change a Programmed
+// count: a pod appears, goes, starts terminating, joins or leaves a router,
+// or reports another applied hash. Status churn of running pods does not
+// reach the reconciler.
+var routerPodChanged = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		o, n := e.ObjectOld, e.ObjectNew
+		return o.GetLabels()[v1alpha1.RouterLabel] != n.GetLabels()[v1alpha1.RouterLabel] ||
+			o.GetAnnotations()[v1alpha1.AppliedHashAnnotation] != n.GetAnnotations()[v1alpha1.AppliedHashAnnotation] ||
+			(o.GetDeletionTimestamp() == nil) != (n.GetDeletionTimestamp() == nil)
+	},
+}

@@ -1,0 +1,148 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+	"github.com/kvrouter/kv-hint-operator/internal/hints"
+	"github.com/kvrouter/kv-hint-operator/internal/rolegraph"
+)
+
+// RouterReconciler compiles the RouterRoles of one router into the
+// router's ConfigMap and writes their status. Its requests name a router:
+// Namespace is the namespace, Name the router (see the package doc).
+type RouterReconciler struct {
+	Client   client.Client
+	Catalog  *hints.Catalog
+	Recorder events.EventRecorder
+}
+
+// +kubebuilder:rbac:groups=hints.kvrouter.io,resources=routerroles,verbs=get;list;watch
+// +kubebuilder:rbac:groups=hints.kvrouter.io,resources=routerroles/status,verbs=get;patch
+// +kubebuilder:rbac:groups=hints.kvrouter.io,resources=hintpolicies,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// Reconcile recompiles one router: it reads the router's RouterRoles, the
+// HintPolicies they reference, the ConfigMap and the router pods, compiles
+// them, writes the ConfigMap if it changed and the status of every role
+// whose status changed.
+func (r *RouterReconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl.Result, error) {
+	in, current, err := r.observe(ctx, req.Namespace, req.Name)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if len(in.RouterRoles) == 0 {
+		return ctrl.Result{}, r.deleteConfigMap(ctx, current)
+	}
+
+	in.Now = metav1.Now()
+	out := rolegraph.Compile(r.Catalog, in)
+	compiled := out.Router(req.Name)
+	if compiled == nil {
+		// Every RouterRole found through the router index names this
+		// router, and the schema makes it a DNS label: unreachable unless
+		// the CRD's validation was bypassed.
+		return ctrl.Result{}, fmt.Errorf("router %q: no compiled config for its RouterRoles", req.Name)
+	}
+	for _, note := range compiled.Notes {
+		ctrl.LoggerFrom(ctx).Info("Existing ConfigMap not used for last good entries", "configMap", v1alpha1.HintsConfigMapName(req.Name), "note", note)
+	}
+	if err := r.applyConfigMap(ctx, current, compiled); err != nil {
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{}, r.writeStatus(ctx, in.RouterRoles, out)
+}
+
+// observe reads what the compile step needs for one router, all from the
+// manager's cache.
+func (r *RouterReconciler) observe(ctx context.Context, namespace, router string) (rolegraph.Input, *corev1.ConfigMap, error) {
+	var in rolegraph.Input
+	var roles v1alpha1.RouterRoleList
+	if err := r.Client.List(ctx, &roles, client.InNamespace(namespace), client.MatchingFields{indexRouter: router}); err != nil {
+		return in, nil, fmt.Errorf("listing the RouterRoles of router %s: %w", router, err)
+	}
+	in.RouterRoles = roles.Items
+
+	seen := map[string]bool{}
+	for i := range roles.Items {
+		for _, name := range policyRefs(&roles.Items[i]) {
+			if seen[name] {
+				continue
+			}
+			seen[name] = true
+			var hp v1alpha1.HintPolicy
+			err := r.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &hp)
+			switch {
+			case apierrors.IsNotFound(err):
+				// Reported as HintPolicyNotFound by the compile step.
+			case err != nil:
+				return in, nil, fmt.Errorf("reading HintPolicy %s: %w", name, err)
+			default:
+				in.HintPolicies = append(in.HintPolicies, hp)
+			}
+		}
+	}
+
+	var current *corev1.ConfigMap
+	cm := &corev1.ConfigMap{}
+	err := r.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: v1alpha1.HintsConfigMapName(router)}, cm)
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return in, nil, fmt.Errorf("reading ConfigMap %s: %w", v1alpha1.HintsConfigMapName(router), err)
+	default:
+		current = cm
+		in.ConfigMaps = []corev1.ConfigMap{*cm}
+	}
+
+	pods := &metav1.PartialObjectMetadataList{}
+	pods.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("PodList"))
+	if err := r.Client.List(ctx, pods, client.InNamespace(namespace), client.MatchingLabels{v1alpha1.RouterLabel: router}); err != nil {
+		return in, nil, fmt.Errorf("listing the pods of router %s: %w", router, err)
+	}
+	in.Pods = pods.Items
+	return in, current, nil
+}
+
+// SetupWithManager registers the reconciler and its watches. Every watch
+// maps its object to the router it concerns.
+func (r *RouterReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("router").
+		Watches(&v1alpha1.RouterRole{},
+			handler.EnqueueRequestsFromMapFunc(routerOfRole),
+			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&v1alpha1.HintPolicy{},
+			handler.EnqueueRequestsFromMapFunc(routersUsingPolicy(mgr.GetClient())),
+			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		// The cache holds only compiled ConfigMaps (see CacheOptions): any
+		// change to one is drift to repair, or the echo of our own write,
+		// which compiles to no write.
+		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(routerOfLabel)).
+		WatchesMetadata(&corev1.Pod{},
+			handler.EnqueueRequestsFromMapFunc(routerOfLabel),
+			builder.WithPredicates(routerPodChanged)).
+		WithLogConstructor(func(req *reconcile.Request) logr.Logger {
+			l := mgr.GetLogger().WithValues("controller", "router")
+			if req != nil {
+				l = l.WithValues("namespace", req.Namespace, "router", req.Name)
+			}
+			return l
+		}).
+		Complete(r)
+}

@@ -1,0 +1,85 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/selection"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+	"github.com/kvrouter/kv-hint-operator/internal/hints"
+)
+
+// EventSource is the reporting controller of the manager's events.
+const EventSource = "kvhint-manager"
+
+// CacheOptions returns the cache settings the reconcilers are written for.
+// ConfigMaps and Pods are cached only when they carry the router label (and
+// ConfigMaps only when the manager wrote them), so the manager's memory
+// follows the number of routers, not the size of the cluster. namespaces,
+// when not empty, limits every watch to those namespaces.
+func CacheOptions(namespaces []string) cache.Options {
+	hasRouter, err := labels.NewRequirement(v1alpha1.RouterLabel, selection.Exists, nil)
+	if err != nil {
+		panic(fmt.Sprintf("controllers: router label requirement: %v", err))
+	}
+	managed, err := labels.NewRequirement(v1alpha1.ManagedByLabel, selection.Equals, []string{v1alpha1.ManagedBy})
+	if err != nil {
+		panic(fmt.Sprintf("controllers: managed-by label requirement: %v", err))
+	}
+	opts := cache.Options{
+		// Nothing reads managedFields from the cache; server-side apply
+		// makes them large.
+		DefaultTransform: cache.TransformStripManagedFields(),
+		ByObject: map[client.Object]cache.ByObject{
+			&corev1.ConfigMap{}: {Label: labels.NewSelector().Add(*hasRouter, *managed)},
+			// Pods are watched as metadata only; the selector applies to
+			// that informer, which is keyed by the same kind.
+			&corev1.Pod{}: {Label: labels.NewSelector().Add(*hasRouter)},
+		},
+	}
+	// Namespaced ByObject entries inherit these.
+	if len(namespaces) > 0 {
+		opts.DefaultNamespaces = map[string]cache.Config{}
+		for _, ns := range namespaces {
+			opts.DefaultNamespaces[ns] = cache.Config{}
+		}
+	}
+	return opts
+}
+
+// Setup registers the field indexes and both reconcilers with mgr, whose
+// cache must have been built with CacheOptions.
+func Setup(ctx context.Context, mgr manager.Manager, cat *hints.Catalog) error {
+	if err := setupIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
+		return fmt.Errorf("field indexes: %w", err)
+	}
+	rec := mgr.GetEventRecorder(EventSource)
+	if err := (&RouterReconciler{Client: mgr.GetClient(), Catalog: cat, Recorder: rec}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("router controller: %w", err)
+	}
+	if err := (&HintPolicyReconciler{Client: mgr.GetClient(), Catalog: cat, Recorder: rec}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("hintpolicy controller: %w", err)
+	}
+	return nil
+}
+
+// NewScheme returns a scheme with the Kubernetes built-in types and this
+// project's API.
+func NewScheme() (*runtime.Scheme, error) {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	if err := v1alpha1.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	return s, nil
+}

@@ -1,0 +1,154 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/kvrouter/kv-hint-operator/controllers"
+	"github.com/kvrouter/kv-hint-operator/internal/hints"
+)
+
+type managerOptions struct {
+	kubeconfig              string
+	namespaces              []string
+	metricsAddr             string
+	probeAddr               string
+	leaderElect             bool
+	leaderElectionID        string
+	leaderElectionNamespace string
+	zap                     zap.Options
+}
+
+func newManagerCommand(cat *hints.Catalog) *cobra.Command {
+	o := managerOptions{}
+	cmd := &cobra.Command{
+		Use:   "manager",
+		Short: "Run the operator: compile RouterRoles and HintPolicies into each router's hints ConfigMap",
+		Long: `Run the operator. For every router it compiles the RouterRoles that name it,
+and the HintPolicies they reference, with the same rules the sidecar runs,
+into the ConfigMap "<router>-hints" (key hints.yaml, hash annotation
+hints.kvrouter.io/hash), and reports on each object: Accepted, ResolvedRefs,
+Programmed (how many router pods run the current config, from their
+hints.kvrouter.io/applied-hash annotation) and Ready.
+
+A role whose new spec breaks a rule keeps running its last accepted entry;
+the manager reads it back from the ConfigMap, so restarts lose nothing.
+
+Serves /healthz and /readyz on --health-probe-bind-address and
+controller-runtime metrics on --metrics-bind-address. Logs are JSON (see
+the --zap-* flags).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			parent := cmd.Context()
+			if parent == nil {
+				parent = context.Background()
+			}
+			ctx, stop := signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return runManager(ctx, cat, o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; default: in-cluster, then $KUBECONFIG and ~/.kube/config")
+	f.StringSliceVar(&o.namespaces, "namespace", nil, "watch only this namespace (repeatable or comma-separated); default: all namespaces")
+	f.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", `address of the metrics endpoint; "0" turns it off`)
+	f.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", `address of /healthz and /readyz; "0" turns them off`)
+	f.BoolVar(&o.leaderElect, "leader-elect", false, "elect a leader through a Lease, so that only one replica reconciles")
+	f.StringVar(&o.leaderElectionID, "leader-election-id", "kvhint-manager.hints.kvrouter.io", "name of the leader election Lease")
+	f.StringVar(&o.leaderElectionNamespace, "leader-election-namespace", "", "namespace of the Lease; default: the manager's own namespace")
+	zfs := flag.NewFlagSet("zap", flag.ContinueOnError)
+	o.zap.BindFlags(zfs)
+	f.AddGoFlagSet(zfs)
+	return cmd
+}
+
+func runManager(ctx context.Context, cat *hints.Catalog, o managerOptions) error {
+	log := zap.New(zap.UseFlagOptions(&o.zap))
+	ctrl.SetLogger(log)
+
+	cfg, err := restConfig(o.kubeconfig)
+	if err != nil {
+		return err
+	}
+	cfg.UserAgent = "kvhint-manager"
+	scheme, err := controllers.NewScheme()
+	if err != nil {
+		return err
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                        scheme,
+		Logger:                        log,
+		Cache:                         controllers.CacheOptions(o.namespaces),
+		Metrics:                       metricsserver.Options{BindAddress: o.metricsAddr},
+		HealthProbeBindAddress:        o.probeAddr,
+		LeaderElection:                o.leaderElect,
+		LeaderElectionID:              o.leaderElectionID,
+		LeaderElectionNamespace:       o.leaderElectionNamespace,
+		LeaderElectionReleaseOnCancel: true,
+	})
+	if err != nil {
+		return fmt.Errorf("creating the manager: %w", err)
+	}
+	if err := controllers.Setup(ctx, mgr, cat); err != nil {
+		return err
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("informers", cacheSynced(mgr.GetCache())); err != nil {
+		return err
+	}
+
+	log.Info("Starting manager", "namespaces", o.namespaces, "leaderElection", o.leaderElect,
+		"selectionTypes", cat.SelectionTypes(), "hintTypes", cat.HintTypes())
+	if err := mgr.Start(ctx); err != nil {
+		return fmt.Errorf("running the manager: %w", err)
+	}
+	return nil
+}
+
+// cacheSynced is ready once the informers the reconcilers read from hold a
+// full list, so a rollout waits for a replica that can answer.
+func cacheSynced(c cache.Cache) healthz.Checker {
+	return func(req *http.Request) error {
+		ctx, cancel := context.WithTimeout(req.Context(), time.Second)
+		defer cancel()
+		if !c.WaitForCacheSync(ctx) {
+			return errors.New("informer caches are not synced yet")
+		}
+		return nil
+	}
+}
+
+// restConfig loads --kubeconfig, else the in-cluster config, else the
+// usual kubeconfig loading rules.
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	var cfg *rest.Config
+	var err error
+	if kubeconfig != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	} else if cfg, err = rest.InClusterConfig(); errors.Is(err, rest.ErrNotInCluster) {
+		cfg, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
+			clientcmd.NewDefaultClientConfigLoadingRules(), &clientcmd.ConfigOverrides{}).ClientConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client config: %w", err)
+	}
+	return cfg, nil
+}
