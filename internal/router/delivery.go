@@ -215,9 +215,14 @@ func (q *queue) post(it queued) {
 	start := time.Now()
 	resp, err := q.d.client.Do(req)
 	if err != nil {
-		if errors.Is(err, context.DeadlineExceeded) || isTimeout(err) {
+		switch {
+		case q.d.base.Err() != nil:
+			// Cut short by a drain past its deadline, not the worker's fault.
+			m.dropShut.Inc()
+			return
+		case errors.Is(err, context.DeadlineExceeded) || isTimeout(err):
 			m.errTimeout.Inc()
-		} else {
+		default:
 			m.errTransport.Inc()
 		}
 		q.logError(err, "Hint post failed; not retried")
