@@ -98,6 +98,21 @@ func BenchmarkBook(b *testing.B) {
 	}
 }
 
+// BenchmarkBuild is BenchmarkBook without the hand-off to delivery: the
+// encoded hint alone, what Dispatcher.Build returns to a router that posts
+// hints itself.
+func BenchmarkBuild(b *testing.B) {
+	d := newBenchDispatcher(b)
+	bk := benchBooking(true)
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := d.Build(ctx, bk); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkBookParallel is BenchmarkBook from every core at once: the
 // snapshot, registry and pooled scratch must not serialise bookings.
 func BenchmarkBookParallel(b *testing.B) {

@@ -1,7 +1,6 @@
 package router
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"strings"
@@ -69,20 +68,18 @@ func NewDispatcher(o DispatcherOptions) *Dispatcher {
 		o.Workers = NewRegistry(nil)
 	}
 	d := &Dispatcher{cat: o.Catalog, workers: o.Workers, metrics: o.Metrics, deadline: o.PolicyDeadline, log: o.Log}
-	d.scratch.New = func() any { return &scratch{buf: make([]byte, 0, 4096)} }
+	d.scratch.New = func() any { return new(scratch) }
 	return d
 }
 
 // scratch is the per-booking working memory, pooled so that a booking
-// allocates nothing for its context or its message until the final copy.
+// allocates nothing for its context or its bookkeeping.
 type scratch struct {
-	hc  hints.HintContext
-	buf []byte
+	hc hints.HintContext
+	// kept points at the actions kept, in the slices the policies
+	// returned: read, never written, and encoded once all have run.
+	kept [MaxActions]*hints.Action
 }
-
-// maxPooledBuffer keeps a freak booking with a huge copy from pinning its
-// buffer in the pool forever.
-const maxPooledBuffer = 256 << 10
 
 // Ready reports whether a config has loaded.
 func (d *Dispatcher) Ready() bool { return d.snap.Load() != nil }
@@ -114,19 +111,38 @@ func (d *Dispatcher) OnApply(f func(hash string)) { d.onApply = append(d.onApply
 // Errors wrap ErrNotReady, ErrUnknownRole or ErrInvalidBooking. A booking
 // that yields no message is not an error: Hint.Outcome says why.
 func (d *Dispatcher) Book(ctx context.Context, b *Booking) (Hint, error) {
+	h, w, end, err := d.build(ctx, b)
+	if err == nil && h.Outcome == OutcomeHinted {
+		h.Queued = d.workers.deliver(w, h.Message, end)
+	}
+	return h, err
+}
+
+// Build is Book without the delivery: it returns the hint the booking
+// yields and sends nothing. It is for routers that post hints themselves,
+// and for tests.
+func (d *Dispatcher) Build(ctx context.Context, b *Booking) (Hint, error) {
+	h, _, _, err := d.build(ctx, b)
+	return h, err
+}
+
+// build checks the booking, looks up its role and worker, and runs the
+// policies. It returns the worker and the time the last policy returned,
+// for delivery.
+func (d *Dispatcher) build(ctx context.Context, b *Booking) (Hint, *Worker, time.Time, error) {
 	s := d.snap.Load()
 	if s == nil {
 		d.metrics.bookingErr[2].Inc()
-		return Hint{}, ErrNotReady
+		return Hint{}, nil, time.Time{}, ErrNotReady
 	}
 	if err := b.validate(); err != nil {
 		d.metrics.bookingErr[1].Inc()
-		return Hint{}, err
+		return Hint{}, nil, time.Time{}, err
 	}
 	rr, ok := s.roles[b.Role]
 	if !ok {
 		d.metrics.bookingErr[0].Inc()
-		return Hint{}, fmt.Errorf("%w %q: the hints config in force (hash %s) has roles %s",
+		return Hint{}, nil, time.Time{}, fmt.Errorf("%w %q: the hints config in force (hash %s) has roles %s",
 			ErrUnknownRole, b.Role, s.hash, strings.Join(s.roleNames(), ", "))
 	}
 	h := Hint{ConfigHash: s.hash}
@@ -135,15 +151,15 @@ func (d *Dispatcher) Book(ctx context.Context, b *Booking) (Hint, error) {
 	case w == nil:
 		rr.metrics.unknownWorker.Inc()
 		h.Outcome = OutcomeUnknownWorker
-		return h, nil
+		return h, nil, time.Time{}, nil
 	case !w.HintCapable:
 		rr.metrics.notCapable.Inc()
 		h.Outcome = OutcomeNotHintCapable
-		return h, nil
+		return h, w, time.Time{}, nil
 	case len(rr.hints) == 0:
 		rr.metrics.noActions.Inc()
 		h.Outcome = OutcomeNoActions
-		return h, nil
+		return h, w, time.Time{}, nil
 	}
 
 	sc := d.scratch.Get().(*scratch)
@@ -156,40 +172,37 @@ func (d *Dispatcher) Book(ctx context.Context, b *Booking) (Hint, error) {
 		Session:      b.Session,
 	}
 	sc.hc.SetCommittedKVCopy(b.KVCopy)
-	buf, n, end := d.build(ctx, rr, &sc.hc, appendEnvelopeHead(sc.buf[:0], b.RequestID))
+	n, end := d.runPolicies(ctx, rr, &sc.hc, &sc.kept)
 	if n > 0 {
-		buf = append(buf, envelopeClose...)
-		// The one copy a booking makes: the message outlives the scratch
-		// buffer, on its way to the worker and back to the caller.
-		h.Message = bytes.Clone(buf)
+		// The message outlives the booking, on its way to the worker and
+		// back to the caller: it is the one buffer a booking allocates,
+		// sized exactly, and written once.
+		h.Message = encodeMessage(b.RequestID, sc.kept[:n])
 		h.Actions = n
 	}
 	sc.hc = hints.HintContext{} // drop references to the caller's booking
-	if cap(buf) <= maxPooledBuffer {
-		sc.buf = buf[:0]
-		d.scratch.Put(sc)
-	}
+	clear(sc.kept[:n])          // and to the policies' actions
+	d.scratch.Put(sc)
 
 	if n == 0 {
 		rr.metrics.noActions.Inc()
 		h.Outcome = OutcomeNoActions
-		return h, nil
+		return h, w, end, nil
 	}
 	rr.metrics.hinted.Inc()
 	h.Outcome = OutcomeHinted
-	h.Queued = d.workers.deliver(w, h.Message, end)
-	return h, nil
+	return h, w, end, nil
 }
 
-// build runs the role's policies in order and appends the actions they keep
-// to buf. It returns buf, the number of actions kept and the time the last
+// runPolicies runs the role's policies in order and records the actions
+// they keep in kept. It returns the number kept and the time the last
 // policy returned.
 //
 // A policy's deadline is checked after it returns, on the monotonic clock:
 // Go cannot preempt a goroutine, so a policy that blocks holds its booking
 // until it returns, and is then dropped and counted. Each policy's end time
 // is the next one's start, so the clock is read once per policy plus once.
-func (d *Dispatcher) build(ctx context.Context, rr *roleRun, hc *hints.HintContext, buf []byte) ([]byte, int, time.Time) {
+func (d *Dispatcher) runPolicies(ctx context.Context, rr *roleRun, hc *hints.HintContext, kept *[MaxActions]*hints.Action) (int, time.Time) {
 	n := 0
 	start := time.Now()
 	t0 := start
@@ -225,15 +238,15 @@ func (d *Dispatcher) build(ctx context.Context, rr *roleRun, hc *hints.HintConte
 		// Policies may return shared, precomputed slices: read them, never
 		// write to them.
 		for j := 0; j < keep; j++ {
+			kept[n] = &actions[j]
 			n++
-			buf = appendAction(buf, n, &actions[j])
 		}
 		if keep > 0 {
 			hr.metrics.actions.Add(float64(keep))
 		}
 	}
 	rr.metrics.build.Observe(t0.Sub(start).Seconds())
-	return buf, n, t0
+	return n, t0
 }
 
 // runPolicy calls one policy, turning a panic into a *policyPanic error: a

@@ -31,6 +31,53 @@ const (
 	envelopeClose = `]}`
 )
 
+// encodeMessage writes the hint message for messageID and its actions
+// (numbered from a1) into one buffer of exactly the right size.
+func encodeMessage(messageID string, actions []*hints.Action) []byte {
+	// Every action but the first has a comma before it.
+	size := len(envelopeHead) + jsonStringLen(messageID) + len(envelopeOpen) + len(envelopeClose) - 1
+	for i, a := range actions {
+		size += actionOverhead + digits(i+1) + len(a.Type) + len(a.Version) + len(a.Payload.Bytes())
+	}
+	buf := appendEnvelopeHead(make([]byte, 0, size), messageID)
+	for i, a := range actions {
+		buf = appendAction(buf, i+1, a)
+	}
+	return append(buf, envelopeClose...)
+}
+
+// actionOverhead is the length of an encoded action less its variable
+// parts, the comma before it included.
+var actionOverhead = len(`,{"action_id":"a","action_type":"","action_version":"","payload":}`)
+
+func digits(n int) int {
+	d := 1
+	for ; n >= 10; n /= 10 {
+		d++
+	}
+	return d
+}
+
+// jsonStringLen is the length of s as hints.AppendJSONString writes it. It
+// may only overestimate (invalid UTF-8), never under: the buffer is sized
+// with it.
+func jsonStringLen(s string) int {
+	n := 2
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '"' || c == '\\' || c == '\n' || c == '\r' || c == '\t':
+			n += 2
+		case c < 0x20:
+			n += 6
+		case c >= 0x80:
+			n += 6 // at most \ufffd for a stray byte; a valid rune is shorter
+		default:
+			n++
+		}
+	}
+	return n
+}
+
 // appendEnvelopeHead starts a hint message for messageID.
 func appendEnvelopeHead(dst []byte, messageID string) []byte {
 	dst = append(dst, envelopeHead...)
