@@ -97,7 +97,9 @@ func TestCELRejections(t *testing.T) {
 		},
 		{
 			name: "hint name not a DNS label",
-			spec: func(s *v1alpha1.RouterRoleSpec) { s.Hints = []v1alpha1.HintItem{named("Retain_Long", "kv-retain", nil)} },
+			spec: func(s *v1alpha1.RouterRoleSpec) {
+				s.Hints = []v1alpha1.HintItem{named("Retain_Long", "kv-retain", nil)}
+			},
 			want: `spec.hints[0].name: Invalid value: "Retain_Long": spec.hints[0].name in body should match '^[a-z0-9]([-a-z0-9]*[a-z0-9])?$'`,
 		},
 		{

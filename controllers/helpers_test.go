@@ -7,6 +7,7 @@ import (
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
@@ -75,3 +76,5 @@ func update[T client.Object](t *testing.T, obj T, change func(T)) {
 		return k8s.Update(ctx, obj)
 	})
 }
+
+func rawMergePatch(data []byte) client.Patch { return client.RawPatch(types.MergePatchType, data) }

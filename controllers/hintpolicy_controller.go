@@ -6,7 +6,6 @@ import (
 	"slices"
 
 	"k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -57,11 +56,8 @@ func (r *HintPolicyReconciler) Reconcile(ctx context.Context, req reconcile.Requ
 	}
 	old := hp.DeepCopy()
 	hp.Status = status
-	if err := r.Client.Status().Patch(ctx, &hp, client.MergeFrom(old)); err != nil {
-		if apierrors.IsNotFound(err) {
-			return ctrl.Result{}, nil
-		}
-		return ctrl.Result{}, fmt.Errorf("writing the status of HintPolicy %s: %w", hp.Name, err)
+	if err := patchStatus(ctx, r.Client, &hp, old); err != nil {
+		return retryStale(ctx, fmt.Errorf("writing the status of HintPolicy %s: %w", hp.Name, err))
 	}
 	recordTransitions(r.Recorder, &hp, old.Status.Conditions, hp.Status.Conditions, hintPolicyEvents)
 	return ctrl.Result{}, nil

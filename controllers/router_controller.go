@@ -65,7 +65,7 @@ func (r *RouterReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	if err := r.applyConfigMap(ctx, current, compiled); err != nil {
 		return ctrl.Result{}, err
 	}
-	return ctrl.Result{}, r.writeStatus(ctx, in.RouterRoles, out)
+	return retryStale(ctx, r.writeStatus(ctx, in.RouterRoles, out))
 }
 
 // observe reads what the compile step needs for one router, all from the

@@ -176,4 +176,3 @@ func TestInvalidSamples(t *testing.T) {
 		})
 	}
 }
-

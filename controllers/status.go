@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -12,18 +13,29 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
 	"github.com/kvrouter/kv-hint-operator/internal/rolegraph"
 )
 
+// errStale reports a status write refused because the object changed
+// since the cache saw it; the reconciler tries again on a fresh read.
+var errStale = errors.New("the object changed since the cache saw it")
+
 // writeStatus writes the status the compile step computed for each
 // RouterRole whose status changed, and records an event for each condition
 // that changed status or reason. A status equal to the one stored is not
 // written: the reconcile that follows a write of ours ends without one.
+//
+// Writes carry the resourceVersion they were computed from: transition
+// times and events are decided against the status last read, so a write
+// computed from a stale cache must fail rather than undo a newer one or
+// record a transition twice.
 func (r *RouterReconciler) writeStatus(ctx context.Context, roles []v1alpha1.RouterRole, out *rolegraph.Output) error {
 	var errs []error
+	stale := false
 	for i := range roles {
 		rr := &roles[i]
 		res := out.RouterRole(rr.Name)
@@ -32,18 +44,49 @@ func (r *RouterReconciler) writeStatus(ctx context.Context, roles []v1alpha1.Rou
 		}
 		old := rr.DeepCopy()
 		rr.Status = res.Status
-		// A merge patch replaces the lists it sets, conditions included,
-		// which is what a single writer of this status wants.
-		if err := r.Client.Status().Patch(ctx, rr, client.MergeFrom(old)); err != nil {
-			if !apierrors.IsNotFound(err) {
-				errs = append(errs, fmt.Errorf("writing the status of RouterRole %s: %w", rr.Name, err))
-			}
-			continue
+		switch err := patchStatus(ctx, r.Client, rr, old); {
+		case errors.Is(err, errStale):
+			stale = true
+		case err != nil:
+			errs = append(errs, fmt.Errorf("writing the status of RouterRole %s: %w", rr.Name, err))
+		default:
+			recordTransitions(r.Recorder, rr, old.Status.Conditions, rr.Status.Conditions, routerRoleEvents)
 		}
-		recordTransitions(r.Recorder, rr, old.Status.Conditions, rr.Status.Conditions, routerRoleEvents)
+	}
+	if len(errs) == 0 && stale {
+		return errStale
 	}
 	return errors.Join(errs...)
 }
+
+// patchStatus writes obj's status as a merge patch from old, which
+// replaces the lists it sets (conditions included) as a single writer of
+// the status wants, under an optimistic lock. An object deleted meanwhile
+// needs no status.
+func patchStatus(ctx context.Context, c client.Client, obj, old client.Object) error {
+	err := c.Status().Patch(ctx, obj, client.MergeFromWithOptions(old, client.MergeFromWithOptimisticLock{}))
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case apierrors.IsConflict(err):
+		return errStale
+	}
+	return err
+}
+
+// retryStale turns a stale status write into a prompt retry: the status
+// write of ours that made the cache stale is filtered out of the watch as
+// a status-only change, so no event would bring the object back.
+func retryStale(ctx context.Context, err error) (ctrl.Result, error) {
+	if errors.Is(err, errStale) {
+		ctrl.LoggerFrom(ctx).V(1).Info("Status changed since the cache saw it; retrying")
+		return ctrl.Result{RequeueAfter: staleRetry}, nil
+	}
+	return ctrl.Result{}, err
+}
+
+// staleRetry is how long the cache gets to catch up with a write.
+const staleRetry = 100 * time.Millisecond
 
 // eventPolicy says which condition transitions are worth an event and what
 // action they report.

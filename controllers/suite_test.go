@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -22,9 +23,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -120,6 +123,7 @@ func startManager() (func(), error) {
 		HealthProbeBindAddress: "0",
 		// The restart test builds a second manager in the same process.
 		Controller: config.Controller{SkipNameValidation: ptrTo(true)},
+		NewClient:  countingApplies,
 	})
 	if err != nil {
 		return nil, err
@@ -146,6 +150,38 @@ func startManager() (func(), error) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// applies counts the manager's server-side applies by object name. An
+// apply that changes nothing leaves resourceVersion alone, so only a count
+// of requests tells "no write" from "a write that changed nothing".
+var applies = struct {
+	sync.Mutex
+	n map[string]int
+}{n: map[string]int{}}
+
+func appliesTo(ns, name string) int {
+	applies.Lock()
+	defer applies.Unlock()
+	return applies.n[ns+"/"+name]
+}
+
+// countingApplies is the manager's client with every Apply counted.
+func countingApplies(cfg *rest.Config, opts client.Options) (client.Client, error) {
+	c, err := client.NewWithWatch(cfg, opts)
+	if err != nil {
+		return nil, err
+	}
+	return interceptor.NewClient(c, interceptor.Funcs{
+		Apply: func(ctx context.Context, c client.WithWatch, obj runtime.ApplyConfiguration, opts ...client.ApplyOption) error {
+			if cm, ok := obj.(*corev1ac.ConfigMapApplyConfiguration); ok {
+				applies.Lock()
+				applies.n[*cm.GetNamespace()+"/"+*cm.GetName()]++
+				applies.Unlock()
+			}
+			return c.Apply(ctx, obj, opts...)
+		},
+	}), nil
+}
 
 // newNamespace creates a namespace for one test. envtest runs no namespace
 // controller, so a deleted namespace stays Terminating with its objects;

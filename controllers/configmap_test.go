@@ -1,0 +1,178 @@
+package controllers_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+	"github.com/kvrouter/kv-hint-operator/controllers"
+	"github.com/kvrouter/kv-hint-operator/internal/hints"
+	"github.com/kvrouter/kv-hint-operator/internal/hints/builtin"
+)
+
+// TestConfigMapContentAndOwnership checks what the manager writes for a
+// router with two roles: the compiled config the sidecar accepts, its hash,
+// the labels the manager watches by, owner references to both roles (none
+// of them a controller), and server-side apply under the manager's field
+// owner.
+func TestConfigMapContentAndOwnership(t *testing.T) {
+	ns := newNamespace(t)
+	prefill := newRole(ns, "llama-prefill", "llama", "prefill", "kvcr")
+	decode := newRole(ns, "llama-decode", "llama", "decode", "dynamo-default-cost-fn")
+	decode.Spec.Hints = []v1alpha1.HintItem{}
+	create(t, prefill, decode)
+
+	cm := waitConfigMap(t, ns, "llama", func(cm *corev1.ConfigMap) error {
+		if len(cm.OwnerReferences) != 2 {
+			return fmt.Errorf("%d owners", len(cm.OwnerReferences))
+		}
+		return nil
+	})
+	doc := cm.Data[v1alpha1.HintsConfigKey]
+	cfg, err := hints.ParseConfig([]byte(doc))
+	if err != nil {
+		t.Fatalf("the sidecar could not read the config: %v\n%s", err, doc)
+	}
+	if _, probs := hints.Compile(builtin.NewCatalog(), cfg); probs.HasErrors() {
+		t.Fatalf("the config breaks a rule: %v", probs)
+	}
+	if got, want := cm.Annotations[v1alpha1.HashAnnotation], hints.ContentHash([]byte(doc)); got != want {
+		t.Errorf("hash annotation %q; content hashes to %q", got, want)
+	}
+	if got := cfg.WorkerSelection["prefill"]; got == nil || got.Hints == nil || len(*got.Hints) != 2 {
+		t.Errorf("prefill entry %+v; want kvcr's two default hints expanded", got)
+	}
+	if got := cfg.WorkerSelection["decode"]; got == nil || got.Hints == nil || len(*got.Hints) != 0 {
+		t.Errorf("decode entry %+v; want hints: []", got)
+	}
+	wantLabels := map[string]string{v1alpha1.RouterLabel: "llama", v1alpha1.ManagedByLabel: v1alpha1.ManagedBy}
+	for k, v := range wantLabels {
+		if cm.Labels[k] != v {
+			t.Errorf("label %s=%q; want %q", k, cm.Labels[k], v)
+		}
+	}
+
+	get(t, ns, prefill.Name, prefill)
+	get(t, ns, decode.Name, decode)
+	want := []metav1.OwnerReference{
+		{APIVersion: "hints.kvrouter.io/v1alpha1", Kind: "RouterRole", Name: "llama-decode", UID: decode.UID},
+		{APIVersion: "hints.kvrouter.io/v1alpha1", Kind: "RouterRole", Name: "llama-prefill", UID: prefill.UID},
+	}
+	if !slices.EqualFunc(cm.OwnerReferences, want, func(a, b metav1.OwnerReference) bool {
+		return a.APIVersion == b.APIVersion && a.Kind == b.Kind && a.Name == b.Name && a.UID == b.UID &&
+			a.Controller == nil && a.BlockOwnerDeletion == nil
+	}) {
+		t.Errorf("ownerReferences %+v; want %+v, no controller", cm.OwnerReferences, want)
+	}
+
+	var applied bool
+	for _, mf := range cm.ManagedFields {
+		if mf.Manager == controllers.FieldOwner && mf.Operation == metav1.ManagedFieldsOperationApply {
+			applied = true
+		}
+	}
+	if !applied {
+		t.Errorf("managedFields %+v; want an Apply entry by %s", cm.ManagedFields, controllers.FieldOwner)
+	}
+}
+
+// TestConfigMapDriftRepaired edits the compiled config by hand; the manager
+// puts it back, and leaves alone what others added.
+func TestConfigMapDriftRepaired(t *testing.T) {
+	ns := newNamespace(t)
+	create(t, newRole(ns, "decode", "drift", "decode", "dynamo-default-cost-fn"))
+	cm := waitConfigMap(t, ns, "drift", anyConfigMap)
+	want := cm.Data[v1alpha1.HintsConfigKey]
+
+	patch := []byte(`{"metadata":{"labels":{"team":"serving"}},"data":{"hints.yaml":"router_mode: kv\nworker_selection: {}\n","notes.txt":"hand-written"}}`)
+	if err := k8s.Patch(context.Background(), cm, rawMergePatch(patch)); err != nil {
+		t.Fatal(err)
+	}
+	waitConfigMap(t, ns, "drift", func(cm *corev1.ConfigMap) error {
+		if cm.Data[v1alpha1.HintsConfigKey] != want {
+			return fmt.Errorf("hints.yaml is still\n%s", cm.Data[v1alpha1.HintsConfigKey])
+		}
+		if cm.Data["notes.txt"] != "hand-written" || cm.Labels["team"] != "serving" {
+			return fmt.Errorf("fields the manager does not own were removed: %v %v", cm.Labels, cm.Data)
+		}
+		return nil
+	})
+}
+
+// TestConfigMapRemovedWithLastRole deletes a router's roles one by one:
+// owner references follow, and the ConfigMap goes with the last role.
+// envtest runs no garbage collector, so what is tested is the manager's
+// own delete; in a cluster the owner references give the same result even
+// without the manager.
+func TestConfigMapRemovedWithLastRole(t *testing.T) {
+	ns := newNamespace(t)
+	a := newRole(ns, "a", "gone", "prefill", "dynamo-default-cost-fn")
+	b := newRole(ns, "b", "gone", "decode", "dynamo-default-cost-fn")
+	create(t, a, b)
+	waitConfigMap(t, ns, "gone", ownedBy("a", "b"))
+
+	if err := k8s.Delete(context.Background(), a); err != nil {
+		t.Fatal(err)
+	}
+	waitConfigMap(t, ns, "gone", func(cm *corev1.ConfigMap) error {
+		if err := ownedBy("b")(cm); err != nil {
+			return err
+		}
+		return withoutRole("prefill")(cm)
+	})
+
+	if err := k8s.Delete(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "ConfigMap gone-hints deleted", func(ctx context.Context) error {
+		err := k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: "gone-hints"}, &corev1.ConfigMap{})
+		if isNotFound(err) {
+			return nil
+		}
+		if err == nil {
+			return fmt.Errorf("still there")
+		}
+		return err
+	})
+}
+
+// TestNoWriteWhenUnchanged makes the manager recompile a router whose
+// config does not change (router pods come and report a hash, which
+// changes only status): it sends no apply for the ConfigMap.
+func TestNoWriteWhenUnchanged(t *testing.T) {
+	ns := newNamespace(t)
+	rr := newRole(ns, "decode", "steady", "decode", "dynamo-default-cost-fn")
+	create(t, rr)
+	cm := waitConfigMap(t, ns, "steady", anyConfigMap)
+	waitCondition(t, rr, v1alpha1.ConditionProgrammed, metav1.ConditionFalse, v1alpha1.ReasonNoRouterPods)
+	if n := appliesTo(ns, cm.Name); n != 1 {
+		t.Fatalf("%d applies to create the ConfigMap; want 1", n)
+	}
+
+	pod := routerPod(t, ns, "steady", "steady-router-0", "")
+	waitConditionMessage(t, rr, v1alpha1.ConditionProgrammed, metav1.ConditionFalse, v1alpha1.ReasonPending, "0/1")
+	reportHash(t, pod, cm.Annotations[v1alpha1.HashAnnotation])
+	waitCondition(t, rr, v1alpha1.ConditionProgrammed, metav1.ConditionTrue, v1alpha1.ReasonProgrammed)
+	if n := appliesTo(ns, cm.Name); n != 1 {
+		t.Errorf("%d applies after two recompiles that changed nothing; want still 1", n)
+	}
+}
+
+func ownedBy(names ...string) func(*corev1.ConfigMap) error {
+	return func(cm *corev1.ConfigMap) error {
+		var got []string
+		for _, o := range cm.OwnerReferences {
+			got = append(got, o.Name)
+		}
+		if !slices.Equal(got, names) {
+			return fmt.Errorf("owned by %v; want %v", got, names)
+		}
+		return nil
+	}
+}

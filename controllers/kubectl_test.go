@@ -1,0 +1,83 @@
+package controllers_test
+
+import (
+	"context"
+	"os/exec"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+)
+
+// TestKubectlWaitReady runs `kubectl wait --for=condition=Ready` against
+// the test API server. It must not return while the router has no pod
+// running the config, and must return once one does.
+func TestKubectlWaitReady(t *testing.T) {
+	ns := newNamespace(t)
+	rr := newRole(ns, "llama-prefill", "llama", "prefill", "kvcr")
+	create(t, rr)
+	cm := waitConfigMap(t, ns, "llama", anyConfigMap)
+	waitCondition(t, rr, v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonNoRouterPods)
+
+	// Not Ready: kubectl wait times out and says so.
+	out, err := kubectl(t, "wait", "-n", ns, "--for=condition=Ready", "rr/llama-prefill", "--timeout=1s")
+	if err == nil {
+		t.Fatalf("kubectl wait returned at once for a role no router pod runs: %s", out)
+	}
+
+	// Started before the router pod reports, it returns when it does.
+	done := make(chan error, 1)
+	var waitOut string
+	go func() {
+		var err error
+		waitOut, err = kubectl(t, "wait", "-n", ns, "--for=condition=Ready", "rr/llama-prefill", "--timeout=60s")
+		done <- err
+	}()
+	routerPod(t, ns, "llama", "llama-router-0", cm.Annotations[v1alpha1.HashAnnotation])
+	if err := <-done; err != nil {
+		t.Fatalf("kubectl wait: %v: %s", err, waitOut)
+	}
+	if want := "routerrole.hints.kvrouter.io/llama-prefill condition met"; waitOut != want {
+		t.Errorf("kubectl wait said %q; want %q", waitOut, want)
+	}
+
+	// The printer columns say the same.
+	out, err = kubectl(t, "get", "-n", ns, "rr", "llama-prefill", "--no-headers")
+	if err != nil {
+		t.Fatalf("kubectl get: %v: %s", err, out)
+	}
+	if f := strings.Fields(out); len(f) < 7 || f[0] != "llama-prefill" || f[1] != "llama" || f[2] != "prefill" || f[3] != "kv" || f[4] != "kvcr" || f[5] != "True" || f[6] != "1/1" {
+		t.Errorf("kubectl get rr: %q; want NAME ROUTER ROLE MODE SELECTION READY PROGRAMMED AGE = llama-prefill llama prefill kv kvcr True 1/1 ...", out)
+	}
+}
+
+// TestKustomizeDefaultDryRun has the API server check config/default (CRDs,
+// RBAC, the manager Deployment) without creating anything. The namespace
+// must exist for the namespaced objects, so the test creates it.
+func TestKustomizeDefaultDryRun(t *testing.T) {
+	if _, err := exec.LookPath("kubectl"); err != nil {
+		t.Skip("kubectl with built-in kustomize is not on PATH")
+	}
+	sys := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kvhint-system"}}
+	if err := k8s.Create(context.Background(), sys); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	out, err := kubectl(t, "apply", "-k", "../config/default", "--dry-run=server")
+	if err != nil {
+		t.Fatalf("kubectl apply -k config/default --dry-run=server: %v\n%s", err, out)
+	}
+	for _, want := range []string{
+		"customresourcedefinition.apiextensions.k8s.io/routerroles.hints.kvrouter.io",
+		"customresourcedefinition.apiextensions.k8s.io/hintpolicies.hints.kvrouter.io",
+		"clusterrole.rbac.authorization.k8s.io/kvhint-manager",
+		"deployment.apps/kvhint-manager",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %s:\n%s", want, out)
+		}
+	}
+}

@@ -1,0 +1,60 @@
+package controllers_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+)
+
+// TestProgrammedCountsRouterPods runs three router pods through their
+// reports: Programmed counts those that run the current hash, ignores pods
+// of other routers and pods being deleted, and turns True at 3/3.
+func TestProgrammedCountsRouterPods(t *testing.T) {
+	ns := newNamespace(t)
+	rr := newRole(ns, "decode", "count", "decode", "dynamo-default-cost-fn")
+	create(t, rr)
+	cm := waitConfigMap(t, ns, "count", anyConfigMap)
+	hash := cm.Annotations[v1alpha1.HashAnnotation]
+
+	c := waitCondition(t, rr, v1alpha1.ConditionProgrammed, metav1.ConditionFalse, v1alpha1.ReasonNoRouterPods)
+	if want := fmt.Sprintf("ConfigMap count-hints holds config %s, but no router pods (label hints.kvrouter.io/router=count) run it yet", hash); c.Message != want {
+		t.Errorf("Programmed message %q; want %q", c.Message, want)
+	}
+
+	var pods []*corev1.Pod
+	for i := range 3 {
+		pods = append(pods, routerPod(t, ns, "count", fmt.Sprintf("count-router-%d", i), ""))
+	}
+	routerPod(t, ns, "elsewhere", "elsewhere-router-0", hash)
+	waitConditionMessage(t, rr, v1alpha1.ConditionProgrammed, metav1.ConditionFalse, v1alpha1.ReasonPending, "0/3 router pods run "+hash)
+
+	reportHash(t, pods[0], "0123456789abcdef") // an older config
+	reportHash(t, pods[1], hash)
+	waitConditionMessage(t, rr, v1alpha1.ConditionProgrammed, metav1.ConditionFalse, v1alpha1.ReasonPending, "1/3 router pods run "+hash)
+	reportHash(t, pods[0], hash)
+	reportHash(t, pods[2], hash)
+	c = waitConditionMessage(t, rr, v1alpha1.ConditionProgrammed, metav1.ConditionTrue, v1alpha1.ReasonProgrammed, "3/3 router pods run "+hash)
+	if c.ObservedGeneration != rr.Generation {
+		t.Errorf("Programmed observedGeneration %d; want %d", c.ObservedGeneration, rr.Generation)
+	}
+	waitCondition(t, rr, v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonReady)
+	if got := rr.Status.RouterPods; got == nil || *got != (v1alpha1.RouterPods{Hash: hash, Total: 3, UpToDate: 3, Summary: "3/3"}) {
+		t.Errorf("routerPods %+v; want 3/3 at %s", got, hash)
+	}
+
+	// A pod that goes (unscheduled pods are deleted at once) leaves 2/2.
+	if err := k8s.Delete(context.Background(), pods[2]); err != nil {
+		t.Fatal(err)
+	}
+	waitConditionMessage(t, rr, v1alpha1.ConditionProgrammed, metav1.ConditionTrue, v1alpha1.ReasonProgrammed, "2/2 router pods run "+hash)
+
+	// A new config needs the pods to report it again.
+	update(t, rr, func(rr *v1alpha1.RouterRole) { rr.Spec.Hints = []v1alpha1.HintItem{} })
+	waitConditionMessage(t, rr, v1alpha1.ConditionProgrammed, metav1.ConditionFalse, v1alpha1.ReasonPending, "0/2 router pods run")
+	waitCondition(t, rr, v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonPending)
+}
