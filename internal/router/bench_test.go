@@ -100,14 +100,49 @@ func BenchmarkBook(b *testing.B) {
 
 // BenchmarkBuild is BenchmarkBook without the hand-off to delivery: the
 // encoded hint alone, what Dispatcher.Build returns to a router that posts
-// hints itself.
+// hints itself. The no-copy case books a session turn without a committed
+// copy (kv-retain only), which isolates the dispatcher's own cost from the
+// formatting of 64 block hashes.
 func BenchmarkBuild(b *testing.B) {
+	for _, tc := range []struct {
+		name    string
+		booking func() *Booking
+		actions int
+	}{
+		{"fetch+evict", func() *Booking { return benchBooking(true) }, 2},
+		{"no-copy", func() *Booking { bk := benchBooking(false); bk.KVCopy = nil; return bk }, 1},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			d := newBenchDispatcher(b)
+			bk := tc.booking()
+			ctx := context.Background()
+			if h, err := d.Build(ctx, bk); err != nil || h.Actions != tc.actions {
+				b.Fatalf("Build: %v, %d actions, want %d", err, h.Actions, tc.actions)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := d.Build(ctx, bk); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkKVFetchPolicy is the built-in kv-fetch policy alone on 64 block
+// hashes: the floor that the payload's decimal formatting sets for any
+// booking that sends a copy.
+func BenchmarkKVFetchPolicy(b *testing.B) {
 	d := newBenchDispatcher(b)
+	rr := d.snap.Load().roles["decode"]
+	fetch := rr.hints[0].hint
 	bk := benchBooking(true)
+	hc := &hints.HintContext{RequestID: bk.RequestID, Role: bk.Role, Worker: bk.Worker, PromptTokens: bk.PromptTokens, BlockSize: bk.BlockSize, Session: bk.Session}
+	hc.SetCommittedKVCopy(bk.KVCopy)
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := d.Build(ctx, bk); err != nil {
+		if acts, err := fetch.Build(ctx, hc); err != nil || len(acts) != 1 {
 			b.Fatal(err)
 		}
 	}

@@ -34,12 +34,20 @@ const (
 // encodeMessage writes the hint message for messageID and its actions
 // (numbered from a1) into one buffer of exactly the right size.
 func encodeMessage(messageID string, actions []*hints.Action) []byte {
+	idLen, plain := jsonStringLen(messageID)
 	// Every action but the first has a comma before it.
-	size := len(envelopeHead) + jsonStringLen(messageID) + len(envelopeOpen) + len(envelopeClose) - 1
+	size := len(envelopeHead) + idLen + len(envelopeOpen) + len(envelopeClose) - 1
 	for i, a := range actions {
 		size += actionOverhead + digits(i+1) + len(a.Type) + len(a.Version) + len(a.Payload.Bytes())
 	}
-	buf := appendEnvelopeHead(make([]byte, 0, size), messageID)
+	buf := append(make([]byte, 0, size), envelopeHead...)
+	if plain {
+		// Request IDs are nearly always UUID-like: nothing to escape.
+		buf = append(append(append(buf, '"'), messageID...), '"')
+	} else {
+		buf = hints.AppendJSONString(buf, messageID)
+	}
+	buf = append(buf, envelopeOpen...)
 	for i, a := range actions {
 		buf = appendAction(buf, i+1, a)
 	}
@@ -58,31 +66,24 @@ func digits(n int) int {
 	return d
 }
 
-// jsonStringLen is the length of s as hints.AppendJSONString writes it. It
-// may only overestimate (invalid UTF-8), never under: the buffer is sized
-// with it.
-func jsonStringLen(s string) int {
-	n := 2
+// jsonStringLen is the length of s as hints.AppendJSONString writes it, and
+// whether s is printable ASCII that needs no escaping. The length may only
+// overestimate (non-ASCII), never under: the buffer is sized with it.
+func jsonStringLen(s string) (n int, plain bool) {
+	n, plain = 2, true
 	for i := 0; i < len(s); i++ {
 		switch c := s[i]; {
-		case c == '"' || c == '\\' || c == '\n' || c == '\r' || c == '\t':
-			n += 2
-		case c < 0x20:
-			n += 6
-		case c >= 0x80:
-			n += 6 // at most \ufffd for a stray byte; a valid rune is shorter
-		default:
+		case c >= 0x20 && c < 0x80 && c != '"' && c != '\\':
 			n++
+		case c == '"' || c == '\\' || c == '\n' || c == '\r' || c == '\t':
+			n, plain = n+2, false
+		default:
+			// A control byte is \u00XX; a stray non-UTF-8 byte is \ufffd;
+			// a valid multi-byte rune is shorter than 6 per byte.
+			n, plain = n+6, false
 		}
 	}
-	return n
-}
-
-// appendEnvelopeHead starts a hint message for messageID.
-func appendEnvelopeHead(dst []byte, messageID string) []byte {
-	dst = append(dst, envelopeHead...)
-	dst = hints.AppendJSONString(dst, messageID)
-	return append(dst, envelopeOpen...)
+	return n, plain
 }
 
 // appendAction appends the n-th action (n from 1), preceded by a comma for
