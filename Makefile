@@ -54,3 +54,7 @@ verify: manifests generate ## Fail if generated files are stale or the tree is n
 	go vet ./...
 	@git diff --exit-code -- api config || { echo "generated files are stale: run make manifests generate and commit"; exit 1; }
 	@test -z "$$(git status --porcelain -- api config)" || { echo "untracked generated files:"; git status --porcelain -- api config; exit 1; }
+
+.PHONY: dev
+dev: build ## Run the whole product locally (control plane, manager, sidecars, workers) until Ctrl-C.
+	$(KVHINT) dev --assets "$$(hack/envtest-assets.sh)"

@@ -62,6 +62,7 @@ func NewRootCommand(cat *hints.Catalog) *cobra.Command {
 		newCompileCommand(cat),
 		newManagerCommand(cat),
 		newLoadgenCommand(),
+		newDevCommand(),
 		newSidecarCommand(cat),
 		newSimWorkerCommand(),
 	)

@@ -49,6 +49,9 @@ type Options struct {
 	Seed uint64
 	// Timeout bounds one booking call.
 	Timeout time.Duration
+	// IDPrefix starts every request and session ID, so that successive runs
+	// against one sidecar do not reuse IDs.
+	IDPrefix string
 }
 
 // Result is what a run measured.
@@ -182,7 +185,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 					errs.Add(1)
 					mu.Lock()
 					if res.FirstError == "" {
-						res.FirstError = fmt.Sprintf("%s: %s", resp.Status, bytes.TrimSpace(buf))
+						res.FirstError = fmt.Sprintf("%s: %s", resp.Status, bytes.Join(bytes.Fields(buf), []byte(" ")))
 					}
 					mu.Unlock()
 					continue
@@ -270,7 +273,7 @@ func (s *stream) bodies(n int) [][]byte {
 	for len(out) < n {
 		ses := s.pick()
 		s.nextReq++
-		reqID := "req-" + strconv.Itoa(s.nextReq)
+		reqID := s.o.IDPrefix + "req-" + strconv.Itoa(s.nextReq)
 		for _, role := range s.o.Roles {
 			if len(out) == n {
 				break
@@ -287,7 +290,7 @@ func (s *stream) pick() *session {
 	if len(s.live) < 64 || s.rng.IntN(4) == 0 {
 		s.nextSes++
 		s.live = append(s.live, &session{
-			id:     "sess-" + strconv.Itoa(s.nextSes),
+			id:     s.o.IDPrefix + "sess-" + strconv.Itoa(s.nextSes),
 			turns:  1 + s.rng.IntN(s.o.MaxTurns),
 			prompt: 256 + s.rng.IntN(4096),
 		})

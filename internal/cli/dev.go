@@ -1,0 +1,165 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"sort"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kvrouter/kv-hint-operator/internal/devenv"
+)
+
+func newDevCommand() *cobra.Command {
+	var (
+		assets, namespace string
+		rate              float64
+		interval, runFor  time.Duration
+		keep              bool
+	)
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Run the whole product locally: control plane, manager, sidecars, simulated workers",
+		Long: `Run kv-hint-operator on this machine, with nothing but loopback:
+
+  - kube-apiserver and etcd (built from Go modules on first use, about ten
+    minutes on two cores; reused afterwards), with the CRDs installed;
+  - kvhint manager;
+  - one kvhint sidecar per router of config/samples (llama, chat, embed),
+    each with a router Pod it reports its applied hash on;
+  - simulated workers advertised by Pod annotations, one of them without
+    router_hint;
+  - config/samples applied, and a small stream of bookings.
+
+It prints each role's conditions, the compiled hash, the hash each router
+pod applied and the hints each worker received, until Ctrl-C (or
+--duration), then stops everything and removes its files. It writes a
+kubeconfig, so kubectl get rr,hp works from another shell.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(contextOrBackground(cmd), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			if runFor > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, runFor)
+				defer cancel()
+			}
+			return runDev(ctx, cmd, assets, namespace, rate, interval, keep, runFor > 0)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&assets, "assets", "", "folder with kube-apiserver and etcd (default: $KUBEBUILDER_ASSETS, else built by hack/envtest-assets.sh)")
+	f.StringVar(&namespace, "namespace", "default", "namespace of the samples and pods")
+	f.Float64Var(&rate, "rate", 20, "bookings per second sent to each router with workers")
+	f.DurationVar(&interval, "interval", 5*time.Second, "how often to print the status")
+	f.DurationVar(&runFor, "duration", 0, "stop after this long and exit 1 unless every role is Ready and hints arrived (0: until Ctrl-C)")
+	f.BoolVar(&keep, "keep", false, "keep the kubeconfig and logs folder on exit")
+	return cmd
+}
+
+func runDev(ctx context.Context, cmd *cobra.Command, assets, namespace string, rate float64, interval time.Duration, keep, bounded bool) error {
+	out := cmd.OutOrStdout()
+	dir, err := os.MkdirTemp("", "kvhint-dev-")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if keep {
+			fmt.Fprintf(out, "kvhint dev: kept %s\n", dir)
+			return
+		}
+		os.RemoveAll(dir)
+	}()
+	fmt.Fprintln(out, "kvhint dev: finding kube-apiserver and etcd (the first run builds them: about ten minutes)")
+	assets, err = devenv.FindAssets(assets, os.Stderr)
+	if err != nil {
+		return err
+	}
+	bin, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	env, err := devenv.Start(ctx, devenv.Options{Bin: bin, Assets: assets, Dir: dir, Namespace: namespace, Progress: out})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		fmt.Fprintln(out, "kvhint dev: stopping sidecars, manager, workers and the control plane")
+		env.Stop()
+	}()
+	n, err := env.ApplySamples(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "kvhint dev: applied %d objects of config/samples to namespace %s\n", n, namespace)
+	fmt.Fprintf(out, "kvhint dev: from another shell: export KUBECONFIG=%s; kubectl get rr,hp -n %s\n", env.CP.Kubeconfig, namespace)
+	fmt.Fprintf(out, "kvhint dev: logs in %s\n", dir)
+	if err := env.WaitSidecarsReady(ctx, time.Minute); err != nil {
+		return err
+	}
+	fmt.Fprintln(out, "kvhint dev: every sidecar runs a compiled config; sending bookings")
+	bookings := env.DriveBookings(ctx, rate)
+
+	var last *devenv.Status
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			if !bounded {
+				return nil
+			}
+			return devVerdict(out, last)
+		case <-tick.C:
+		}
+		st, err := env.Status(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				continue
+			}
+			fmt.Fprintf(out, "kvhint dev: reading status: %v\n", err)
+			continue
+		}
+		last = st
+		fmt.Fprintf(out, "\n=== %s\n", time.Now().Format(time.TimeOnly))
+		st.Print(out)
+		totals := bookings.Totals()
+		routers := make([]string, 0, len(totals))
+		for r := range totals {
+			routers = append(routers, r)
+		}
+		sort.Strings(routers)
+		for _, r := range routers {
+			t := totals[r]
+			fmt.Fprintf(out, "bookings via %s: %d answered, %d with a hint (%d actions), %d errors", r, t.Bookings, t.Hints, t.Actions, t.Errors)
+			if t.LastError != "" {
+				fmt.Fprintf(out, " (last: %s)", t.LastError)
+			}
+			fmt.Fprintln(out)
+		}
+	}
+}
+
+// devVerdict judges a bounded run: every role Ready and hints delivered.
+func devVerdict(out interface{ Write([]byte) (int, error) }, st *devenv.Status) error {
+	if st == nil || !st.AllReady() {
+		fmt.Fprintln(out, "kvhint dev: FAIL: not every RouterRole became Ready")
+		return exitError{code: 1}
+	}
+	for _, w := range st.Workers {
+		if w.RouterHint && w.Hints == 0 && w.Router != "" {
+			fmt.Fprintf(out, "kvhint dev: FAIL: worker %s advertises router_hint but received no hint\n", w.ID)
+			return exitError{code: 1}
+		}
+		if !w.RouterHint && w.Hints > 0 {
+			fmt.Fprintf(out, "kvhint dev: FAIL: worker %s does not advertise router_hint but received %d hints\n", w.ID, w.Hints)
+			return exitError{code: 1}
+		}
+	}
+	fmt.Fprintln(out, "kvhint dev: OK: every RouterRole is Ready and hints reached the workers that advertise router_hint")
+	return nil
+}
