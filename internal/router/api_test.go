@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -230,4 +231,54 @@ func TestCheckAction(t *testing.T) {
 			t.Errorf("checkAction(%q, %q, %q) = %v, want ok=%v", tc.typ, tc.version, tc.payload.Bytes(), err, tc.ok)
 		}
 	}
+}
+
+// TestMetricsEndpoint scrapes /metrics over HTTP after a booking and checks
+// that every metric the README lists is exposed.
+func TestMetricsEndpoint(t *testing.T) {
+	s := startSidecarWithConfig(t, testCatalog(t), dispatchConfig, nil)
+	w := startWorker(t, "worker-0")
+	registerWorker(t, s, w)
+	if resp := post(t, s, "/v1/bookings", bookingJSON("m1", "panics", "worker-0", "")); resp.status != http.StatusOK {
+		t.Fatalf("%d %s", resp.status, resp.body)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := w.WaitForHints(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, func() error {
+		resp, err := http.Get("http://" + s.OpsAddr() + "/metrics")
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			return err
+		}
+		for _, want := range []string{
+			`kvhint_router_bookings_total{outcome="hinted",role="panics"} 1`,
+			`kvhint_router_actions_total{policy="before",policy_type="test-static",role="panics"} 1`,
+			`kvhint_router_policy_failures_total{policy="test-panic",policy_type="test-panic",reason="panic",role="panics"} 1`,
+			`kvhint_router_actions_dropped_total{policy="after",policy_type="test-static",reason="over_limit",role="panics"} 0`,
+			`kvhint_router_hint_build_duration_seconds_count{role="panics"} 1`,
+			`kvhint_router_hints_sent_total 1`,
+			`kvhint_router_hints_dropped_total{reason="queue_full"} 0`,
+			`kvhint_router_delivery_errors_total{reason="timeout"} 0`,
+			`kvhint_router_delivery_duration_seconds_count 1`,
+			`kvhint_router_config_info{hash="` + hashOf(dispatchConfig) + `"} 1`,
+			`kvhint_router_config_last_reload_successful 1`,
+			`kvhint_router_config_reloads_total{result="success"} 1`,
+			`kvhint_router_workers 1`,
+			`kvhint_router_hint_capable_workers 1`,
+			`kvhint_router_delivery_queued_hints 0`,
+			`kvhint_router_booking_errors_total{reason="unknown_role"} 0`,
+		} {
+			if !strings.Contains(string(b), want+"\n") {
+				return fmt.Errorf("/metrics lacks %s", want)
+			}
+		}
+		return nil
+	})
 }

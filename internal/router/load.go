@@ -27,7 +27,7 @@ func (d *Dispatcher) Load(doc []byte, origin string) error {
 	if cur := d.snap.Load(); cur != nil && cur.hash == hash {
 		return nil
 	}
-	g, err := compileDoc(d.cat, doc)
+	g, warnings, err := compileDoc(d.cat, doc)
 	if err != nil {
 		err = fmt.Errorf("%w (%s, hash %s): %w", ErrConfigRejected, origin, hash, err)
 		d.recordFailure(hash, origin, err)
@@ -49,6 +49,9 @@ func (d *Dispatcher) Load(doc []byte, origin string) error {
 		prevHash = prev.hash
 	}
 	d.log.Info("Applied hints config", "source", origin, "hash", hash, "previousHash", prevHash, "roles", len(g.Roles))
+	for _, w := range warnings {
+		d.log.Info("Hints config warning", "hash", hash, "warning", w.Error())
+	}
 	for _, f := range d.onApply {
 		f(hash)
 	}
@@ -84,15 +87,15 @@ func (d *Dispatcher) recordSourceError(origin string, err error) {
 
 // compileDoc parses and compiles a document, all or nothing: a config with
 // any error is refused whole, as the sidecar must not run half a config.
-// Warnings do not block it.
-func compileDoc(cat *hints.Catalog, doc []byte) (*hints.Graph, error) {
+// Warnings do not block it; they are returned for the log.
+func compileDoc(cat *hints.Catalog, doc []byte) (*hints.Graph, hints.Problems, error) {
 	cfg, err := hints.ParseConfig(doc)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	g, probs := hints.Compile(cat, cfg)
 	if probs.HasErrors() {
-		return nil, probs.Errors()
+		return nil, nil, probs.Errors()
 	}
-	return g, nil
+	return g, probs.Warnings(), nil
 }

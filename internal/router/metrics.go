@@ -194,6 +194,24 @@ func NewMetrics() *Metrics {
 	return m
 }
 
+// observeRegistry adds the gauges read from the registry at scrape time.
+func (m *Metrics) observeRegistry(r *Registry) {
+	m.Registry.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: metricsNamespace, Name: "workers",
+			Help: "Workers in the registry.",
+		}, func() float64 { n, _ := r.Stats(); return float64(n) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: metricsNamespace, Name: "hint_capable_workers",
+			Help: "Workers in the registry that advertise router_hint.",
+		}, func() float64 { _, n := r.Stats(); return float64(n) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: metricsNamespace, Name: "delivery_queued_hints",
+			Help: "Hints waiting in the workers' delivery queues.",
+		}, func() float64 { return float64(r.QueuedHints()) }),
+	)
+}
+
 // roleMetrics are one role's pre-resolved series.
 type roleMetrics struct {
 	hinted, noActions, notCapable, unknownWorker prometheus.Counter

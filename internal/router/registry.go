@@ -212,6 +212,17 @@ func (r *Registry) deliver(w *Worker, msg []byte, now time.Time) bool {
 	return w.q.enqueue(msg, now)
 }
 
+// QueuedHints counts the hints waiting in every worker's queue.
+func (r *Registry) QueuedHints() int {
+	n := 0
+	for _, w := range *r.workers.Load() {
+		if w.q != nil {
+			n += len(w.q.ch)
+		}
+	}
+	return n
+}
+
 // Stats counts the registered workers and the hint-capable ones.
 func (r *Registry) Stats() (workers, hintCapable int) {
 	for _, w := range *r.workers.Load() {

@@ -126,6 +126,7 @@ func New(o Options) (*Sidecar, error) {
 	m := NewMetrics()
 	del := NewDelivery(DeliveryOptions{QueueSize: o.QueueSize, Timeout: o.DeliveryTimeout, HintTTL: o.HintTTL, Metrics: m, Log: o.Log.WithName("delivery")})
 	reg := NewRegistry(del)
+	m.observeRegistry(reg)
 	d := NewDispatcher(DispatcherOptions{Catalog: o.Catalog, Workers: reg, Metrics: m, PolicyDeadline: o.PolicyDeadline, Log: o.Log.WithName("dispatcher")})
 	s := &Sidecar{opts: o, Metrics: m, Dispatcher: d, Workers: reg, Delivery: del}
 	if o.WorkerPods {
