@@ -1,14 +1,22 @@
 package router
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"io"
 	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr"
 
 	"github.com/kvrouter/kv-hint-operator/internal/hints"
 	"github.com/kvrouter/kv-hint-operator/internal/hints/builtin"
+	"github.com/kvrouter/kv-hint-operator/internal/simworker"
 )
 
 // benchConfig is a decode role that runs the three built-ins: kvcr commits a
@@ -163,4 +171,62 @@ func BenchmarkBookParallel(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkBookHTTP is a booking as an out-of-process router makes it: POST
+// /v1/bookings over a keep-alive loopback connection, JSON decoding of the
+// 64 block hashes included, to the answer with the hint. Delivery goes to
+// a simulated worker on loopback, as in production, so the worker's and
+// the sender's work share the two cores with the measured path.
+func BenchmarkBookHTTP(b *testing.B) {
+	path := filepath.Join(b.TempDir(), "hints.yaml")
+	if err := os.WriteFile(path, []byte(benchConfig), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	s, err := New(Options{Catalog: builtin.NewCatalog(), ConfigFile: path, Listen: "127.0.0.1:0", OpsListen: "127.0.0.1:0", Log: logr.Discard()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := s.Start(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Shutdown(context.Background()) })
+	w, err := simworker.Start(simworker.New(simworker.Options{ID: "decode-worker-0", MaxRecorded: 1}), "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { w.Close() })
+	if err := s.Workers.Set(SourceAPI, WorkerSpec{ID: "decode-worker-0", Capabilities: []string{CapabilityRouterHint}, HintEndpoint: w.HintEndpoint()}); err != nil {
+		b.Fatal(err)
+	}
+	eventually(b, 5*time.Second, func() error {
+		if !s.Dispatcher.Ready() {
+			return ErrNotReady
+		}
+		return nil
+	})
+	bk := benchBooking(true)
+	body, err := json.Marshal(map[string]any{
+		"request_id": bk.RequestID, "role": bk.Role, "worker": bk.Worker,
+		"prompt_tokens": bk.PromptTokens, "block_size": bk.BlockSize,
+		"session":           map[string]any{"id": bk.Session.ID, "turn": bk.Session.Turn, "final": bk.Session.Final},
+		"committed_kv_copy": map[string]any{"source_worker": bk.KVCopy.SourceWorker, "source_endpoint": bk.KVCopy.SourceEndpoint, "block_hashes": bk.KVCopy.BlockHashes},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1, DisableCompression: true}}
+	url := "http://" + s.BookingAddr() + "/v1/bookings"
+	b.ReportAllocs()
+	for b.Loop() {
+		resp, err := client.Post(url, "application/json", bytes.NewReader(body))
+		if err != nil {
+			b.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			b.Fatalf("status %d", resp.StatusCode)
+		}
+	}
 }

@@ -58,17 +58,18 @@ func (d *Dispatcher) Load(doc []byte, origin string) error {
 	return nil
 }
 
-// recordFailure counts a failed load and logs it once per distinct key (a
-// document's hash, a source error): a poller rereading the same broken file
-// must not flood the log. The caller holds loadMu.
+// recordFailure records a failed load once per distinct key (a document's
+// hash, a source error): a poller rereading the same broken file every few
+// seconds is one failure, not a growing count, and one log line. The caller
+// holds loadMu.
 func (d *Dispatcher) recordFailure(key, origin string, err error) {
-	d.metrics.reloads.WithLabelValues("failure").Inc()
-	d.metrics.lastReloadOK.Set(0)
-	d.metrics.lastReloadFailure.Set(float64(time.Now().UnixNano()) / 1e9)
 	if d.lastRejects == key {
 		return
 	}
 	d.lastRejects = key
+	d.metrics.reloads.WithLabelValues("failure").Inc()
+	d.metrics.lastReloadOK.Set(0)
+	d.metrics.lastReloadFailure.Set(float64(time.Now().UnixNano()) / 1e9)
 	inForce := d.ConfigHash()
 	if inForce == "" {
 		inForce = "none (not ready)"

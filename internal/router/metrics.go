@@ -158,7 +158,7 @@ func NewMetrics() *Metrics {
 	}, []string{"hash"})
 	m.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: metricsNamespace, Name: "config_reloads_total",
-		Help: "Config loads, by result (success, failure).",
+		Help: "Config loads, by result: success, or failure (counted once per distinct refused document or source error).",
 	}, []string{"result"})
 	m.lastReloadOK = prometheus.NewGauge(prometheus.GaugeOpts{
 		Namespace: metricsNamespace, Name: "config_last_reload_successful",
