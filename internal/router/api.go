@@ -156,13 +156,13 @@ func (a *API) readyz(w http.ResponseWriter, _ *http.Request) {
 func (a *API) book(w http.ResponseWriter, r *http.Request) {
 	var req bookingRequest
 	if status, err := decodeJSON(w, r, MaxBookingBytes, &req); err != nil {
-		a.Metrics.bookingErr[1].Inc()
+		a.Metrics.errInvalid.Inc()
 		writeError(w, status, err)
 		return
 	}
 	b, err := req.booking()
 	if err != nil {
-		a.Metrics.bookingErr[1].Inc()
+		a.Metrics.errInvalid.Inc()
 		writeError(w, http.StatusBadRequest, err)
 		return
 	}

@@ -132,16 +132,16 @@ func (d *Dispatcher) Build(ctx context.Context, b *Booking) (Hint, error) {
 func (d *Dispatcher) build(ctx context.Context, b *Booking) (Hint, *Worker, time.Time, error) {
 	s := d.snap.Load()
 	if s == nil {
-		d.metrics.bookingErr[2].Inc()
+		d.metrics.errNotReady.Inc()
 		return Hint{}, nil, time.Time{}, ErrNotReady
 	}
 	if err := b.validate(); err != nil {
-		d.metrics.bookingErr[1].Inc()
+		d.metrics.errInvalid.Inc()
 		return Hint{}, nil, time.Time{}, err
 	}
 	rr, ok := s.roles[b.Role]
 	if !ok {
-		d.metrics.bookingErr[0].Inc()
+		d.metrics.errUnknownRole.Inc()
 		return Hint{}, nil, time.Time{}, fmt.Errorf("%w %q: the hints config in force (hash %s) has roles %s",
 			ErrUnknownRole, b.Role, s.hash, strings.Join(s.roleNames(), ", "))
 	}

@@ -90,14 +90,16 @@ type Metrics struct {
 	lastReloadSuccess prometheus.Gauge
 	lastReloadFailure prometheus.Gauge
 
-	bookingErr   [3]prometheus.Counter
-	dropFull     prometheus.Counter
-	dropStale    prometheus.Counter
-	dropNoEP     prometheus.Counter
-	dropShut     prometheus.Counter
-	errTimeout   prometheus.Counter
-	errTransport prometheus.Counter
-	errStatus    prometheus.Counter
+	errUnknownRole prometheus.Counter
+	errInvalid     prometheus.Counter
+	errNotReady    prometheus.Counter
+	dropFull       prometheus.Counter
+	dropStale      prometheus.Counter
+	dropNoEP       prometheus.Counter
+	dropShut       prometheus.Counter
+	errTimeout     prometheus.Counter
+	errTransport   prometheus.Counter
+	errStatus      prometheus.Counter
 }
 
 // NewMetrics creates the metrics in a new registry.
@@ -181,9 +183,9 @@ func NewMetrics() *Metrics {
 		f(c)
 	}
 
-	m.bookingErr[0] = m.bookingErrors.WithLabelValues(bookingErrUnknownRole)
-	m.bookingErr[1] = m.bookingErrors.WithLabelValues(bookingErrInvalid)
-	m.bookingErr[2] = m.bookingErrors.WithLabelValues(bookingErrNotReady)
+	m.errUnknownRole = m.bookingErrors.WithLabelValues(bookingErrUnknownRole)
+	m.errInvalid = m.bookingErrors.WithLabelValues(bookingErrInvalid)
+	m.errNotReady = m.bookingErrors.WithLabelValues(bookingErrNotReady)
 	m.dropFull = m.hintsDropped.WithLabelValues(dropQueueFull)
 	m.dropStale = m.hintsDropped.WithLabelValues(dropStale)
 	m.dropNoEP = m.hintsDropped.WithLabelValues(dropNoEndpoint)
