@@ -203,7 +203,7 @@ func (e *Env) applyWorkerPod(ctx context.Context, w *Worker) error {
 func placeholderPod(ns, name string, labels, ann map[string]string) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels, Annotations: ann},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "kvhint.local/placeholder:dev"}}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "kvhint.local/placeholder:dev"}}},
 	}
 }
 
