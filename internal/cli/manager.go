@@ -137,7 +137,7 @@ func cacheSynced(c cache.Cache) healthz.Checker {
 }
 
 // restConfig loads --kubeconfig, else the in-cluster config, else the
-// usual kubeconfig loading rules.
+// usual kubeconfig loading rules. The manager and the sidecar share it.
 func restConfig(kubeconfig string) (*rest.Config, error) {
 	var cfg *rest.Config
 	var err error
@@ -149,6 +149,13 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 	}
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client config: %w", err)
+	}
+	// client-go's default of 5 requests/s throttles a manager writing the
+	// status of many roles to seconds per change. Like controller-runtime's
+	// own config loader, leave flow control to the API server (priority
+	// and fairness) unless the kubeconfig asked for a limit.
+	if cfg.QPS == 0 {
+		cfg.QPS = -1
 	}
 	return cfg, nil
 }
