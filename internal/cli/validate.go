@@ -7,18 +7,29 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kvrouter/kv-hint-operator/internal/hints"
+	"github.com/kvrouter/kv-hint-operator/internal/rolegraph"
 )
 
 func newValidateCommand(cat *hints.Catalog) *cobra.Command {
 	var files []string
 	cmd := &cobra.Command{
 		Use:   "validate -f FILE...",
-		Short: "Check hints YAML files with the router's start-up rules",
-		Long: `Check hints YAML files with the same rules the operator and the sidecar apply.
+		Short: "Check hints YAML files or RouterRole/HintPolicy manifests with the router's start-up rules",
+		Long: `Check hints YAML files, or Kubernetes manifests holding RouterRoles and
+HintPolicies, with the same rules the operator and the sidecar apply.
 
-Every problem is printed as FILE: LOCATION: Reason: message. Exit status: 0 when
-valid (warnings are printed), 1 when any file breaks a rule, 2 on a usage or
-read error. "-" reads standard input.`,
+A file whose first document has a kind or an apiVersion is a manifest; it may
+hold many documents (and Lists), and objects of other kinds are skipped, so a
+kustomize build can be checked as it is. All manifest files are checked
+together, namespace by namespace, the way the manager compiles them once
+applied: a policyRef resolves to a HintPolicy in any of the files. The API
+server's own schema checks (enums, name patterns, CEL rules) are not run;
+their rules are checked again as the compile step knows them.
+
+Every problem is printed as FILE: LOCATION: Reason: message; the Reason is the
+one the object's Accepted or ResolvedRefs condition would carry. Exit status: 0
+when valid (warnings are printed), 1 when any file breaks a rule, 2 on a usage
+or read error. "-" reads standard input.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if len(files) == 0 {
@@ -27,12 +38,13 @@ read error. "-" reads standard input.`,
 			return validateFiles(cat, files, cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
-	cmd.Flags().StringArrayVarP(&files, "filename", "f", nil, "hints YAML file to check (repeatable; - for stdin)")
+	cmd.Flags().StringArrayVarP(&files, "filename", "f", nil, "hints YAML or manifest file to check (repeatable; - for stdin)")
 	return cmd
 }
 
 func validateFiles(cat *hints.Catalog, files []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	code := ExitOK
+	manifests := newManifestSet()
 	for _, name := range files {
 		data, err := readInput(name, stdin)
 		if err != nil {
@@ -40,9 +52,20 @@ func validateFiles(cat *hints.Catalog, files []string, stdin io.Reader, stdout, 
 			code = max(code, ExitUsage)
 			continue
 		}
+		if rolegraph.IsManifest(data) {
+			manifests.add(name, data)
+			continue
+		}
 		_, probs := compileHintsYAML(cat, data)
 		printProblems(stdout, name, probs)
 		if probs.HasErrors() {
+			code = max(code, ExitInvalid)
+		}
+	}
+	if len(manifests.files) > 0 {
+		manifests.compile(cat)
+		manifests.print(stdout)
+		if manifests.failed {
 			code = max(code, ExitInvalid)
 		}
 	}

@@ -207,6 +207,7 @@ func compileRouter(cat *hints.Catalog, name string, results []*roleResult, cm *c
 			placements = append(placements, p)
 			if i > 0 {
 				p.winner = claimants[0].rr
+				res.findings = append(Findings{conflictFinding(res.rr, p.winner)}, res.findings...)
 				continue
 			}
 			p.runs, p.generation = res.compiled, res.rr.Generation

@@ -120,6 +120,14 @@ func roleFinding(p hints.Problem, spec *v1alpha1.RouterRoleSpec) Finding {
 	return f
 }
 
+// conflictFinding is the finding of a RouterRole that lost its role on its
+// router to winner.
+func conflictFinding(rr, winner *v1alpha1.RouterRole) Finding {
+	return errorf(v1alpha1.ConditionAccepted, v1alpha1.ReasonRoleConflict, "spec.role",
+		"RouterRole %s claims role %s on router %s too and was created first (or at the same time, with a name that sorts first); change spec.role or delete one of the two",
+		winner.Name, rr.Spec.Role, rr.Spec.Router)
+}
+
 func errorf(c v1alpha1.ConditionType, reason v1alpha1.ConditionReason, field, format string, args ...any) Finding {
 	return Finding{
 		Severity: hints.SeverityError, Condition: c, Reason: reason, Field: field,

@@ -23,8 +23,8 @@ import (
 // HintPolicies, and the ConfigMaps and Pods, it holds. Documents of other
 // kinds are skipped, so the output of a kustomize build can be checked as
 // it is. Decoding is strict: an unknown or mistyped field is an error. A
-// bad document does not stop the others; the errors, each naming its
-// document, are joined.
+// bad document does not stop the others; the errors, each a
+// *DocumentError, are joined.
 func ReadManifests(data []byte, in *Input) error {
 	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
 	var errs []error
@@ -34,15 +34,26 @@ func ReadManifests(data []byte, in *Input) error {
 			break
 		}
 		if err != nil {
-			errs = append(errs, fmt.Errorf("document %d: %w", n, err))
+			errs = append(errs, &DocumentError{Document: n, Err: err})
 			break
 		}
 		if err := readDocument(doc, in); err != nil {
-			errs = append(errs, fmt.Errorf("document %d: %w", n, err))
+			errs = append(errs, &DocumentError{Document: n, Err: err})
 		}
 	}
 	return errors.Join(errs...)
 }
+
+// DocumentError is a document of a manifest stream that could not be read.
+type DocumentError struct {
+	// Document is the 1-based number of the document in the stream.
+	Document int
+	Err      error
+}
+
+func (e *DocumentError) Error() string { return fmt.Sprintf("document %d: %v", e.Document, e.Err) }
+
+func (e *DocumentError) Unwrap() error { return e.Err }
 
 // IsManifest reports whether data is a Kubernetes manifest rather than a
 // hints YAML file: its first document that is not empty has a kind or an

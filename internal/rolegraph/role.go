@@ -131,7 +131,7 @@ func (res *roleResult) resolve(i int, item v1alpha1.HintItem, policies policyInd
 	p, ok := policies[name]
 	if !ok {
 		res.findings = append(res.findings, errorf(v1alpha1.ConditionResolvedRefs, v1alpha1.ReasonHintPolicyNotFound, field,
-			"HintPolicy %q does not exist in namespace %q; create it or fix policyRef.name", name, res.rr.Namespace))
+			"HintPolicy %q does not exist in %s; create it or fix policyRef.name", name, namespaceOf(res.rr)))
 		return hints.HintSpec{}, false
 	}
 	if !p.accepted() {
@@ -175,4 +175,11 @@ func jsonOrNil(p hints.Params) *apiextensionsv1.JSON {
 		return nil
 	}
 	return &apiextensionsv1.JSON{Raw: append([]byte(nil), p...)}
+}
+
+func namespaceOf(rr *v1alpha1.RouterRole) string {
+	if rr.Namespace == "" {
+		return "the namespace"
+	}
+	return fmt.Sprintf("namespace %q", rr.Namespace)
 }

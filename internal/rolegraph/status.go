@@ -52,11 +52,6 @@ func condition(t v1alpha1.ConditionType, ok bool, reason v1alpha1.ConditionReaso
 
 func acceptedCondition(rr *v1alpha1.RouterRole, p *placement) metav1.Condition {
 	gen := rr.Generation
-	if p.winner != nil {
-		return condition(v1alpha1.ConditionAccepted, false, v1alpha1.ReasonRoleConflict, gen, fmt.Sprintf(
-			"RouterRole %s claims role %s on router %s too and was created first (or at the same time, with a name that sorts first); change spec.role or delete one of the two",
-			p.winner.Name, rr.Spec.Role, rr.Spec.Router))
-	}
 	findings := p.res.findings.For(v1alpha1.ConditionAccepted)
 	if errs := findings.Errors(); len(errs) > 0 {
 		msg := errs.message()

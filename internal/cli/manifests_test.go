@@ -1,0 +1,243 @@
+package cli
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+	"github.com/kvrouter/kv-hint-operator/internal/hints"
+	"github.com/kvrouter/kv-hint-operator/internal/hints/builtin"
+	"github.com/kvrouter/kv-hint-operator/internal/rolegraph"
+)
+
+const samples = "../../config/samples"
+
+func sampleFiles(t *testing.T) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(samples, "*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, f := range files {
+		if filepath.Base(f) != "kustomization.yaml" {
+			out = append(out, "-f", f)
+		}
+	}
+	return out
+}
+
+func TestValidateSampleManifests(t *testing.T) {
+	code, out, errOut := runCLI(append([]string{"validate"}, sampleFiles(t)...)...)
+	if code != ExitOK || out != "3 file(s) valid\n" || errOut != "" {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+}
+
+// TestValidateInvalidSamples runs every invalid sample through `kvhint
+// validate`: each breaks the rule its name says, with the reason the
+// manager's condition carries (or, for the rules the API server enforces,
+// the reason of the same rule in the hints core).
+func TestValidateInvalidSamples(t *testing.T) {
+	want := map[string]string{
+		"duplicate-hint-name.yaml":      "RouterRole duplicate-hint-name spec.hints[1] (HintPolicy retain-long, kv-retain): DuplicateHintName: ",
+		"duplicate-names.yaml":          "RouterRole duplicate-names spec.hints[1] (kv-retain): DuplicateHintName: ",
+		"hintpolicy-invalid.yaml":       "RouterRole hintpolicy-invalid spec.hints[0] (HintPolicy retain-typo, kv-retain): HintPolicyInvalid: ",
+		"hintpolicy-not-found.yaml":     "RouterRole hintpolicy-not-found spec.hints[0]: HintPolicyNotFound: ",
+		"hints-require-kv-mode.yaml":    "RouterRole hints-require-kv-mode spec.hints: HintsRequireKVMode: ",
+		"invalid-hint-name.yaml":        "RouterRole invalid-hint-name spec.hints[0] (kv-retain): InvalidHintName: ",
+		"invalid-parameters.yaml":       "RouterRole invalid-parameters spec.hints[0] (kv-retain): InvalidParameters: ",
+		"invalid-role.yaml":             "RouterRole invalid-role spec.role: InvalidRole: ",
+		"invalid-router-mode.yaml":      "RouterRole invalid-router-mode spec.routerMode: InvalidRouterMode: ",
+		"invalid-worker-selector.yaml":  "RouterRole invalid-worker-selector spec.workerSelector: InvalidWorkerSelector: ",
+		"kvcopy-sender-duplicate.yaml":  "RouterRole kvcopy-sender-duplicate spec.hints (kvcr): KVCopySenderDuplicate: ",
+		"kvcopy-sender-missing.yaml":    "RouterRole kvcopy-sender-missing spec.hints (kvcr): KVCopySenderMissing: ",
+		"role-conflict.yaml":            "RouterRole conflict-second spec.role: RoleConflict: ",
+		"too-many-hints.yaml":           "RouterRole too-many-hints spec.hints: TooManyHints: ",
+		"type-and-policyref.yaml":       "RouterRole type-and-policyref spec.hints[0]: InvalidConfig: ",
+		"unknown-hint-type.yaml":        "RouterRole unknown-hint-type spec.hints[0] (kv-teleport): UnknownHintType: ",
+		"unknown-worker-selection.yaml": "RouterRole unknown-worker-selection spec.workerSelection.type (kv-oracle): UnknownWorkerSelection: ",
+	}
+	files, err := filepath.Glob(filepath.Join(samples, "invalid", "*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no invalid samples: %v", err)
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			w, ok := want[filepath.Base(f)]
+			if !ok {
+				t.Fatalf("no expectation for %s", f)
+			}
+			code, out, _ := runCLI("validate", "-f", f)
+			if code != ExitInvalid || !strings.Contains(out, f+": "+w) {
+				t.Errorf("exit %d; want %d and a line starting %q:\n%s", code, ExitInvalid, f+": "+w, out)
+			}
+		})
+	}
+}
+
+// TestCompileManifestsMatchesTheManager compiles the samples with the CLI
+// and with the compile step the manager runs: same config, same hash.
+func TestCompileManifestsMatchesTheManager(t *testing.T) {
+	code, out, errOut := runCLI(append([]string{"compile"}, sampleFiles(t)...)...)
+	if code != ExitOK || errOut != "" {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var in rolegraph.Input
+	for _, f := range []string{"disaggregated.yaml", "session-decode.yaml", "non-kv.yaml"} {
+		data, err := os.ReadFile(filepath.Join(samples, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := rolegraph.ReadManifests(data, &in); err != nil {
+			t.Fatal(err)
+		}
+	}
+	routers := rolegraph.Compile(builtin.NewCatalog(), in).Routers
+	if len(routers) != 3 {
+		t.Fatalf("%d routers; want llama, chat and embed", len(routers))
+	}
+	for _, r := range routers {
+		if !strings.Contains(out, "# router: "+r.Name+" (ConfigMap "+v1alpha1.HintsConfigMapName(r.Name)+", key hints.yaml)\n# hash: "+r.Hash+"\n"+string(r.Config)) {
+			t.Errorf("compile output lacks router %s with hash %s:\n%s", r.Name, r.Hash, out)
+		}
+		if r.Hash != hints.ContentHash(r.Config) {
+			t.Errorf("router %s: hash %s is not the content hash", r.Name, r.Hash)
+		}
+	}
+}
+
+// TestManifestsAcrossFiles resolves a policyRef in one file to a
+// HintPolicy in another, and mixes in a hints YAML file.
+func TestManifestsAcrossFiles(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	policy := write("policy.yaml", `apiVersion: hints.kvrouter.io/v1alpha1
+kind: HintPolicy
+metadata: {name: retain, namespace: chat}
+spec: {type: kv-retain, parameters: {ttl_seconds: 60}}
+`)
+	role := write("role.yaml", `# a comment before the first document
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: unrelated, namespace: chat}
+---
+apiVersion: hints.kvrouter.io/v1alpha1
+kind: RouterRole
+metadata: {name: decode, namespace: chat}
+spec:
+  router: chat
+  role: decode
+  workerSelection: {type: dynamo-default-cost-fn}
+  hints: [{policyRef: {name: retain}}]
+`)
+	plain := write("hints.yaml", "worker_selection:\n  decode: dynamo-default-cost-fn\n")
+
+	if code, out, errOut := runCLI("validate", "-f", role, "-f", policy, "-f", plain); code != ExitOK {
+		t.Fatalf("exit %d:\n%s%s", code, out, errOut)
+	}
+	code, out, _ := runCLI("validate", "-f", role)
+	if want := role + `: RouterRole chat/decode spec.hints[0]: HintPolicyNotFound: HintPolicy "retain" does not exist in namespace "chat"`; code != ExitInvalid || !strings.Contains(out, want) {
+		t.Errorf("without the policy file: exit %d\n%s\nwant a line starting %q", code, out, want)
+	}
+	code, out, _ = runCLI("compile", "-f", role, "-f", policy)
+	if code != ExitOK || !strings.Contains(out, "# namespace: chat\n# router: chat") || !strings.Contains(out, "ttl_seconds: 60") {
+		t.Errorf("compile: exit %d\n%s", code, out)
+	}
+}
+
+// TestManifestReadErrors: documents that cannot be read are reported with
+// their number, and never stop the others from being checked.
+func TestManifestReadErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name, doc, want string
+	}{
+		{
+			name: "unknown field",
+			doc:  "apiVersion: hints.kvrouter.io/v1alpha1\nkind: RouterRole\nmetadata: {name: x}\nspec: {router: r, role: decode, workerSelection: {type: kvcr}, hintz: []}\n",
+			want: `-: document 1: InvalidConfig: RouterRole: json: unknown field "hintz"`,
+		},
+		{
+			name: "wrong type",
+			doc:  "apiVersion: hints.kvrouter.io/v1alpha1\nkind: RouterRole\nmetadata: {name: x}\nspec: 5\n",
+			want: "-: document 1: InvalidConfig: RouterRole: json: cannot unmarshal number into Go struct field RouterRole.spec",
+		},
+		{
+			name: "another version",
+			doc:  "apiVersion: hints.kvrouter.io/v2\nkind: RouterRole\nmetadata: {name: x}\n",
+			want: "-: document 1: InvalidConfig: apiVersion hints.kvrouter.io/v2 is not served by this build; use hints.kvrouter.io/v1alpha1",
+		},
+		{
+			name: "no name",
+			doc:  "apiVersion: hints.kvrouter.io/v1alpha1\nkind: HintPolicy\nspec: {type: kv-evict}\n",
+			want: "-: HintPolicy: InvalidConfig: metadata.name is required",
+		},
+		{
+			name: "second document broken, first still checked",
+			doc:  "apiVersion: hints.kvrouter.io/v1alpha1\nkind: HintPolicy\nmetadata: {name: p}\nspec: {type: kv-teleport}\n---\napiVersion: hints.kvrouter.io/v1alpha1\nkind: Router\n",
+			want: "-: document 2: InvalidConfig: kind Router is not part of hints.kvrouter.io/v1alpha1; known: RouterRole, HintPolicy\n-: HintPolicy p spec.type (kv-teleport): UnknownHintType:",
+		},
+		{
+			name: "a List",
+			doc:  "apiVersion: v1\nkind: List\nitems:\n- apiVersion: hints.kvrouter.io/v1alpha1\n  kind: HintPolicy\n  metadata: {name: p}\n  spec: {type: kv-retain, parameters: {ttl_seconds: -1}}\n",
+			want: `-: HintPolicy p spec.parameters (kv-retain): InvalidParameters: parameter "ttl_seconds": -1 is out of range 1..86400`,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := NewRootCommand(builtin.NewCatalog())
+			var out, errb bytes.Buffer
+			root.SetArgs([]string{"validate", "-f", "-"})
+			root.SetIn(strings.NewReader(tc.doc))
+			root.SetOut(&out)
+			root.SetErr(&errb)
+			err := root.Execute()
+			if ee, ok := err.(exitError); !ok || ee.code != ExitInvalid {
+				t.Fatalf("got %v; want exit %d\n%s", err, ExitInvalid, out.String())
+			}
+			if !strings.Contains(out.String(), tc.want) {
+				t.Errorf("output:\n%s\nwant it to contain:\n%s", out.String(), tc.want)
+			}
+		})
+	}
+}
+
+// FuzzValidateManifests feeds manifests to `kvhint validate`: whatever
+// the input, it answers with an exit code, never a panic.
+func FuzzValidateManifests(f *testing.F) {
+	for _, glob := range []string{filepath.Join(samples, "*.yaml"), filepath.Join(samples, "invalid", "*.yaml"), "../rolegraph/testdata/*.in.yaml"} {
+		paths, _ := filepath.Glob(glob)
+		for _, p := range paths {
+			data, err := os.ReadFile(p)
+			if err != nil {
+				f.Fatal(err)
+			}
+			f.Add(data)
+		}
+	}
+	cat := builtin.NewCatalog()
+	f.Fuzz(func(t *testing.T, data []byte) {
+		for _, sub := range []string{"validate", "compile"} {
+			root := NewRootCommand(cat)
+			var out, errb bytes.Buffer
+			root.SetArgs([]string{sub, "-f", "-"})
+			root.SetIn(bytes.NewReader(data))
+			root.SetOut(&out)
+			root.SetErr(&errb)
+			if err := root.Execute(); err != nil {
+				if _, ok := err.(exitError); !ok {
+					t.Fatalf("%s returned %v", sub, err)
+				}
+			}
+		}
+	})
+}
