@@ -176,3 +176,30 @@ func ownedBy(names ...string) func(*corev1.ConfigMap) error {
 		return nil
 	}
 }
+
+// TestLabelsEditedAway removes the labels the manager watches ConfigMaps
+// by, while a role runs its last good entry: the manager puts the labels
+// back and the entry stays.
+func TestLabelsEditedAway(t *testing.T) {
+	ns := newNamespace(t)
+	rr := newRole(ns, "decode", "unlabelled", "decode", "dynamo-default-cost-fn")
+	create(t, rr)
+	cm := waitConfigMap(t, ns, "unlabelled", anyConfigMap)
+	want := cm.Data[v1alpha1.HintsConfigKey]
+	update(t, rr, func(rr *v1alpha1.RouterRole) { rr.Spec.WorkerSelection.Type = "kv-oracle" })
+	waitCondition(t, rr, v1alpha1.ConditionAccepted, metav1.ConditionFalse, v1alpha1.ReasonUnknownWorkerSelection)
+
+	patch := []byte(`{"metadata":{"labels":{"app.kubernetes.io/managed-by":null,"hints.kvrouter.io/router":null}}}`)
+	if err := k8s.Patch(context.Background(), cm, rawMergePatch(patch)); err != nil {
+		t.Fatal(err)
+	}
+	waitConfigMap(t, ns, "unlabelled", func(cm *corev1.ConfigMap) error {
+		if cm.Labels[v1alpha1.RouterLabel] != "unlabelled" || cm.Labels[v1alpha1.ManagedByLabel] != v1alpha1.ManagedBy {
+			return fmt.Errorf("labels %v", cm.Labels)
+		}
+		if cm.Data[v1alpha1.HintsConfigKey] != want {
+			return fmt.Errorf("the last good entry is gone:\n%s", cm.Data[v1alpha1.HintsConfigKey])
+		}
+		return nil
+	})
+}

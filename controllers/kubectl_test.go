@@ -2,7 +2,6 @@ package controllers_test
 
 import (
 	"context"
-	"os/exec"
 	"strings"
 	"testing"
 
@@ -55,13 +54,29 @@ func TestKubectlWaitReady(t *testing.T) {
 	}
 }
 
+// TestKubectlExplain reads the field documentation back from the API
+// server, as a person would.
+func TestKubectlExplain(t *testing.T) {
+	for field, want := range map[string]string{
+		"routerroles.spec.routerMode":            "routerMode is how the router books workers for this role",
+		"routerroles.spec.hints.policyRef":       "policyRef runs a HintPolicy of this namespace",
+		"routerroles.status.routerPods.upToDate": "upToDate is the number of those pods",
+		"hintpolicies.status.usedBy":             "usedBy lists the RouterRoles of this namespace",
+	} {
+		out, err := kubectl(t, "explain", field)
+		if err != nil {
+			t.Fatalf("kubectl explain %s: %v\n%s", field, err, out)
+		}
+		if !strings.Contains(strings.Join(strings.Fields(out), " "), want) {
+			t.Errorf("kubectl explain %s:\n%s\nwant it to contain %q", field, out, want)
+		}
+	}
+}
+
 // TestKustomizeDefaultDryRun has the API server check config/default (CRDs,
 // RBAC, the manager Deployment) without creating anything. The namespace
 // must exist for the namespaced objects, so the test creates it.
 func TestKustomizeDefaultDryRun(t *testing.T) {
-	if _, err := exec.LookPath("kubectl"); err != nil {
-		t.Skip("kubectl with built-in kustomize is not on PATH")
-	}
 	sys := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kvhint-system"}}
 	if err := k8s.Create(context.Background(), sys); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)

@@ -25,9 +25,11 @@ import (
 // router's ConfigMap and writes their status. Its requests name a router:
 // Namespace is the namespace, Name the router (see the package doc).
 type RouterReconciler struct {
-	Client   client.Client
-	Catalog  *hints.Catalog
-	Recorder events.EventRecorder
+	Client client.Client
+	// APIReader reads around the cache; see observe.
+	APIReader client.Reader
+	Catalog   *hints.Catalog
+	Recorder  events.EventRecorder
 }
 
 // +kubebuilder:rbac:groups=hints.kvrouter.io,resources=routerroles,verbs=get;list;watch
@@ -98,16 +100,12 @@ func (r *RouterReconciler) observe(ctx context.Context, namespace, router string
 		}
 	}
 
-	var current *corev1.ConfigMap
-	cm := &corev1.ConfigMap{}
-	err := r.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: v1alpha1.HintsConfigMapName(router)}, cm)
-	switch {
-	case apierrors.IsNotFound(err):
-	case err != nil:
-		return in, nil, fmt.Errorf("reading ConfigMap %s: %w", v1alpha1.HintsConfigMapName(router), err)
-	default:
-		current = cm
-		in.ConfigMaps = []corev1.ConfigMap{*cm}
+	current, err := r.configMap(ctx, namespace, router)
+	if err != nil {
+		return in, nil, err
+	}
+	if current != nil {
+		in.ConfigMaps = []corev1.ConfigMap{*current}
 	}
 
 	pods := &metav1.PartialObjectMetadataList{}
@@ -117,6 +115,27 @@ func (r *RouterReconciler) observe(ctx context.Context, namespace, router string
 	}
 	in.Pods = pods.Items
 	return in, current, nil
+}
+
+// configMap reads the router's compiled ConfigMap, or nil. The cache holds
+// only ConfigMaps labelled as compiled ones; when it has none, the API
+// server is asked too, because a ConfigMap whose labels were edited away
+// still holds the entries routers run, and the last good ones among them
+// must survive the repair. That costs a read when a router is new.
+func (r *RouterReconciler) configMap(ctx context.Context, namespace, router string) (*corev1.ConfigMap, error) {
+	key := client.ObjectKey{Namespace: namespace, Name: v1alpha1.HintsConfigMapName(router)}
+	cm := &corev1.ConfigMap{}
+	err := r.Client.Get(ctx, key, cm)
+	if apierrors.IsNotFound(err) && r.APIReader != nil {
+		err = r.APIReader.Get(ctx, key, cm)
+	}
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("reading ConfigMap %s: %w", key.Name, err)
+	}
+	return cm, nil
 }
 
 // SetupWithManager registers the reconciler and its watches. Every watch

@@ -62,7 +62,7 @@ func Setup(ctx context.Context, mgr manager.Manager, cat *hints.Catalog) error {
 		return fmt.Errorf("field indexes: %w", err)
 	}
 	rec := mgr.GetEventRecorder(EventSource)
-	if err := (&RouterReconciler{Client: mgr.GetClient(), Catalog: cat, Recorder: rec}).SetupWithManager(mgr); err != nil {
+	if err := (&RouterReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Catalog: cat, Recorder: rec}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("router controller: %w", err)
 	}
 	if err := (&HintPolicyReconciler{Client: mgr.GetClient(), Catalog: cat, Recorder: rec}).SetupWithManager(mgr); err != nil {

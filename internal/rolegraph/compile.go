@@ -15,9 +15,9 @@ import (
 type Input struct {
 	RouterRoles  []v1alpha1.RouterRole
 	HintPolicies []v1alpha1.HintPolicy
-	// ConfigMaps are the compiled ConfigMaps that exist now (those labelled
-	// with v1alpha1.RouterLabel). They hold the entry each router runs for
-	// each role, which a role whose new spec is invalid keeps.
+	// ConfigMaps are the compiled ConfigMaps that exist now, known by name
+	// (v1alpha1.HintsConfigMapName). They hold the entry each router runs
+	// for each role, which a role whose new spec is invalid keeps.
 	ConfigMaps []corev1.ConfigMap
 	// Pods are router pods; only their labels, annotations and deletion
 	// timestamp are read.
@@ -251,9 +251,11 @@ func compileRouter(cat *hints.Catalog, name string, results []*roleResult, cm *c
 	return r, placements
 }
 
+// configMapFor finds a router's ConfigMap by name, not by label: labels
+// edited away do not make the entries it holds any less what routers run.
 func configMapFor(cms []corev1.ConfigMap, router string) *corev1.ConfigMap {
 	for i := range cms {
-		if cms[i].Labels[v1alpha1.RouterLabel] == router {
+		if cms[i].Name == v1alpha1.HintsConfigMapName(router) {
 			return &cms[i]
 		}
 	}
