@@ -105,7 +105,8 @@ every config it applies. Metrics, /healthz and /readyz are on
 	f.DurationVar(&o.DeliveryTimeout, "delivery-timeout", router.DefaultDeliveryTimeout, "timeout of one hint post, connection included")
 	f.DurationVar(&o.HintTTL, "hint-ttl", router.DefaultHintTTL, "a hint queued longer is dropped unsent")
 	f.DurationVar(&o.ShutdownWait, "shutdown-timeout", router.DefaultShutdownWait, "how long shutdown drains queued hints")
-	f.IntVarP(&verbosity, "v", "v", 0, "log verbosity (0 info, 1 debug)")
+	f.BoolVar(&o.Pprof, "pprof", false, "serve net/http/pprof under /debug/pprof/ on --metrics-listen")
+	f.IntVarP(&verbosity, "verbosity", "v", 0, "log verbosity (0 info, 1 debug)")
 	return cmd
 }
 

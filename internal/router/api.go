@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	httppprof "net/http/pprof"
 	"reflect"
 	"strconv"
 	"strings"
@@ -130,9 +131,17 @@ func (a *API) BookingHandler() http.Handler {
 	return mux
 }
 
-// OpsHandler serves /metrics, /healthz and /readyz.
-func (a *API) OpsHandler() http.Handler {
+// OpsHandler serves /metrics, /healthz and /readyz, and with pprof the
+// profiles of net/http/pprof under /debug/pprof/.
+func (a *API) OpsHandler(pprof bool) http.Handler {
 	mux := http.NewServeMux()
+	if pprof {
+		mux.HandleFunc("/debug/pprof/", httppprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", httppprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", httppprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", httppprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", httppprof.Trace)
+	}
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.Metrics.Registry, promhttp.HandlerOpts{Registry: a.Metrics.Registry}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", a.readyz)

@@ -62,6 +62,8 @@ type Options struct {
 	HintTTL         time.Duration
 	// ShutdownWait bounds the drain of queued hints on shutdown.
 	ShutdownWait time.Duration
+	// Pprof serves net/http/pprof under /debug/pprof/ on OpsListen.
+	Pprof bool
 
 	Log logr.Logger
 }
@@ -188,7 +190,7 @@ func (s *Sidecar) Start(ctx context.Context) error {
 	for _, srv := range []struct {
 		ln net.Listener
 		h  http.Handler
-	}{{s.bookingLn, api.BookingHandler()}, {s.opsLn, api.OpsHandler()}} {
+	}{{s.bookingLn, api.BookingHandler()}, {s.opsLn, api.OpsHandler(s.opts.Pprof)}} {
 		hs := &http.Server{Handler: srv.h, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute}
 		s.servers = append(s.servers, hs)
 		ln := srv.ln

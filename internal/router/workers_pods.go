@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync/atomic"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
@@ -31,13 +32,14 @@ type PodWorkers struct {
 	Selector labels.Selector
 	Registry *Registry
 
-	synced func() bool
+	// synced is the informer's HasSynced, set once Run has built it.
+	synced atomic.Pointer[func() bool]
 }
 
 // Synced reports whether the initial list has been registered; /readyz
 // waits for it so that early bookings are not all unknown_worker.
 func (p *PodWorkers) Synced() error {
-	if p.synced == nil || !p.synced() {
+	if f := p.synced.Load(); f == nil || !(*f)() {
 		return fmt.Errorf("worker pods in %s not listed yet", p.Namespace)
 	}
 	return nil
@@ -84,7 +86,8 @@ func (p *PodWorkers) Run(ctx context.Context, log logr.Logger) {
 			DeleteFunc: remove,
 		},
 	})
-	p.synced = ctrl.HasSynced
+	hasSynced := ctrl.HasSynced
+	p.synced.Store(&hasSynced)
 	log.Info("Watching worker pods")
 	ctrl.RunWithContext(ctx)
 }
