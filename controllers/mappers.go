@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -76,14 +77,22 @@ func policiesOfRole(_ context.Context, o client.Object) []reconcile.Request {
 }
 
 // routerPodChanged passes the Pod events that can change a Programmed
-// count: a pod appears, goes, starts terminating, joins or leaves a router,
-// or reports another applied hash. Status churn of running pods does not
-// reach the reconciler.
+// count: a pod appears, goes, starts terminating or terminates, joins or
+// leaves a router, or reports another applied hash. Other status churn of
+// running pods does not reach the reconciler.
 var routerPodChanged = predicate.Funcs{
 	UpdateFunc: func(e event.UpdateEvent) bool {
 		o, n := e.ObjectOld, e.ObjectNew
 		return o.GetLabels()[v1alpha1.RouterLabel] != n.GetLabels()[v1alpha1.RouterLabel] ||
 			o.GetAnnotations()[v1alpha1.AppliedHashAnnotation] != n.GetAnnotations()[v1alpha1.AppliedHashAnnotation] ||
-			(o.GetDeletionTimestamp() == nil) != (n.GetDeletionTimestamp() == nil)
+			(o.GetDeletionTimestamp() == nil) != (n.GetDeletionTimestamp() == nil) ||
+			podPhase(o) != podPhase(n)
 	},
+}
+
+func podPhase(o client.Object) corev1.PodPhase {
+	if p, ok := o.(*corev1.Pod); ok {
+		return p.Status.Phase
+	}
+	return ""
 }

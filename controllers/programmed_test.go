@@ -58,3 +58,23 @@ func TestProgrammedCountsRouterPods(t *testing.T) {
 	waitConditionMessage(t, rr, v1alpha1.ConditionProgrammed, metav1.ConditionFalse, v1alpha1.ReasonPending, "0/2 router pods run")
 	waitCondition(t, rr, v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonPending)
 }
+
+// TestTerminatedPodsNotCounted: a router pod that failed (evicted, say)
+// stays in the API with the hash it ran last; it is not a router pod that
+// could run the config, so it does not hold Programmed back.
+func TestTerminatedPodsNotCounted(t *testing.T) {
+	ns := newNamespace(t)
+	rr := newRole(ns, "decode", "evict", "decode", "dynamo-default-cost-fn")
+	create(t, rr)
+	hash := waitConfigMap(t, ns, "evict", anyConfigMap).Annotations[v1alpha1.HashAnnotation]
+	routerPod(t, ns, "evict", "evict-router-0", hash)
+	old := routerPod(t, ns, "evict", "evict-router-1", "0123456789abcdef")
+	waitConditionMessage(t, rr, v1alpha1.ConditionProgrammed, metav1.ConditionFalse, v1alpha1.ReasonPending, "1/2 router pods")
+
+	old.Status.Phase = corev1.PodFailed
+	old.Status.Reason = "Evicted"
+	if err := k8s.Status().Update(context.Background(), old); err != nil {
+		t.Fatal(err)
+	}
+	waitConditionMessage(t, rr, v1alpha1.ConditionProgrammed, metav1.ConditionTrue, v1alpha1.ReasonProgrammed, "1/1 router pods")
+}

@@ -108,8 +108,7 @@ func (r *RouterReconciler) observe(ctx context.Context, namespace, router string
 		in.ConfigMaps = []corev1.ConfigMap{*current}
 	}
 
-	pods := &metav1.PartialObjectMetadataList{}
-	pods.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("PodList"))
+	pods := &corev1.PodList{}
 	if err := r.Client.List(ctx, pods, client.InNamespace(namespace), client.MatchingLabels{v1alpha1.RouterLabel: router}); err != nil {
 		return in, nil, fmt.Errorf("listing the pods of router %s: %w", router, err)
 	}
@@ -153,7 +152,7 @@ func (r *RouterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// change to one is drift to repair, or the echo of our own write,
 		// which compiles to no write.
 		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(routerOfLabel)).
-		WatchesMetadata(&corev1.Pod{},
+		Watches(&corev1.Pod{},
 			handler.EnqueueRequestsFromMapFunc(routerOfLabel),
 			builder.WithPredicates(routerPodChanged)).
 		WithLogConstructor(func(req *reconcile.Request) logr.Logger {

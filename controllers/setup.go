@@ -40,9 +40,7 @@ func CacheOptions(namespaces []string) cache.Options {
 		DefaultTransform: cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
 			&corev1.ConfigMap{}: {Label: labels.NewSelector().Add(*hasRouter, *managed)},
-			// Pods are watched as metadata only; the selector applies to
-			// that informer, which is keyed by the same kind.
-			&corev1.Pod{}: {Label: labels.NewSelector().Add(*hasRouter)},
+			&corev1.Pod{}: {Label: labels.NewSelector().Add(*hasRouter), Transform: trimPod},
 		},
 	}
 	// Namespaced ByObject entries inherit these.
@@ -53,6 +51,20 @@ func CacheOptions(namespaces []string) cache.Options {
 		}
 	}
 	return opts
+}
+
+// trimPod keeps of a cached router pod what Programmed reads: metadata
+// and phase. Router pods carry large specs (the router's own containers);
+// the manager needs none of it.
+func trimPod(obj any) (any, error) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	trimmed := &corev1.Pod{TypeMeta: pod.TypeMeta, ObjectMeta: pod.ObjectMeta}
+	trimmed.ManagedFields = nil
+	trimmed.Status.Phase = pod.Status.Phase
+	return trimmed, nil
 }
 
 // Setup registers the field indexes and both reconcilers with mgr, whose

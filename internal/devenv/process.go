@@ -81,6 +81,22 @@ func (p *Process) Running() bool {
 	}
 }
 
+// PID returns the process id of the running process, or 0 when it is not
+// running, so that callers can read its resource use from /proc.
+func (p *Process) PID() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil || p.cmd.Process == nil {
+		return 0
+	}
+	select {
+	case <-p.done:
+		return 0
+	default:
+		return p.cmd.Process.Pid
+	}
+}
+
 // Stop sends SIGTERM, waits up to grace, then kills.
 func (p *Process) Stop(grace time.Duration) error {
 	p.mu.Lock()

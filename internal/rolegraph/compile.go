@@ -19,9 +19,9 @@ type Input struct {
 	// (v1alpha1.HintsConfigMapName). They hold the entry each router runs
 	// for each role, which a role whose new spec is invalid keeps.
 	ConfigMaps []corev1.ConfigMap
-	// Pods are router pods; only their labels, annotations and deletion
-	// timestamp are read.
-	Pods []metav1.PartialObjectMetadata
+	// Pods are router pods; their labels, annotations, deletion timestamp
+	// and phase are read.
+	Pods []corev1.Pod
 	// Now stamps the conditions that change.
 	Now metav1.Time
 }
@@ -175,7 +175,7 @@ type placement struct {
 }
 
 // compileRouter builds one router's config from its RouterRoles.
-func compileRouter(cat *hints.Catalog, name string, results []*roleResult, cm *corev1.ConfigMap, pods []metav1.PartialObjectMetadata) (*Router, []*placement) {
+func compileRouter(cat *hints.Catalog, name string, results []*roleResult, cm *corev1.ConfigMap, pods []corev1.Pod) (*Router, []*placement) {
 	r := &Router{Name: name}
 	var prev *running
 	if cm != nil {
@@ -268,11 +268,16 @@ type podCount struct {
 	hash            string
 }
 
-func countPods(pods []metav1.PartialObjectMetadata, router, hash string) podCount {
+// countPods counts the router's pods that can run a config: not being
+// deleted, and not terminated. A pod that failed (evicted, say) stays in
+// the API until it is garbage collected, reporting the hash it ran last;
+// counting it would hold Programmed False for nothing.
+func countPods(pods []corev1.Pod, router, hash string) podCount {
 	c := podCount{hash: hash}
 	for i := range pods {
 		p := &pods[i]
-		if p.Labels[v1alpha1.RouterLabel] != router || p.DeletionTimestamp != nil {
+		if p.Labels[v1alpha1.RouterLabel] != router || p.DeletionTimestamp != nil ||
+			p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue
 		}
 		c.total++

@@ -137,8 +137,9 @@ func readDocument(doc []byte, in *Input) error {
 		}
 		in.ConfigMaps = append(in.ConfigMaps, cm)
 	case tm.APIVersion == "v1" && tm.Kind == "Pod":
-		// Only the metadata of router pods matters.
-		var pod metav1.PartialObjectMetadata
+		// Only the metadata and phase of router pods matter; the rest is
+		// read leniently.
+		var pod corev1.Pod
 		if err := json.Unmarshal(js, &pod); err != nil {
 			return fmt.Errorf("Pod: %w", err)
 		}

@@ -149,7 +149,9 @@ func (q *queue) enqueue(msg []byte, now time.Time) bool {
 }
 
 // close stops the sender of a worker that left the registry; the hints
-// still queued for it are dropped.
+// still queued for it are dropped and counted as stale. A booking that
+// looked the worker up just before may still enqueue one more: it stays
+// unsent, which is what a hint for a departed worker deserves.
 func (q *queue) close() { close(q.stop) }
 
 func (q *queue) run() {
