@@ -40,7 +40,7 @@ func CacheOptions(namespaces []string) cache.Options {
 		DefaultTransform: cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
 			&corev1.ConfigMap{}: {Label: labels.NewSelector().Add(*hasRouter, *managed)},
-			&corev1.Pod{}: {Label: labels.NewSelector().Add(*hasRouter), Transform: trimPod},
+			&corev1.Pod{}:       {Label: labels.NewSelector().Add(*hasRouter), Transform: trimPod},
 		},
 	}
 	// Namespaced ByObject entries inherit these.
