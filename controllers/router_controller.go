@@ -26,7 +26,7 @@ import (
 // Namespace is the namespace, Name the router (see the package doc).
 type RouterReconciler struct {
 	Client client.Client
-	// APIReader reads around the cache; see observe.
+	// APIReader reads around the cache; see configMap.
 	APIReader client.Reader
 	Catalog   *hints.Catalog
 	Recorder  events.EventRecorder
@@ -70,8 +70,8 @@ func (r *RouterReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	return retryStale(ctx, r.writeStatus(ctx, in.RouterRoles, out))
 }
 
-// observe reads what the compile step needs for one router, all from the
-// manager's cache.
+// observe reads what the compile step needs for one router, from the
+// manager's cache (see configMap for the one exception).
 func (r *RouterReconciler) observe(ctx context.Context, namespace, router string) (rolegraph.Input, *corev1.ConfigMap, error) {
 	var in rolegraph.Input
 	var roles v1alpha1.RouterRoleList

@@ -143,7 +143,7 @@ func Compile(cat *hints.Catalog, in Input) *Output {
 
 	usedBy := map[string][]string{}
 	for _, rr := range roles {
-		for _, ref := range slices.Compact(slices.Sorted(slices.Values(results[rr.Name].refs))) {
+		for _, ref := range results[rr.Name].refNames() {
 			usedBy[ref] = append(usedBy[ref], rr.Name)
 		}
 	}

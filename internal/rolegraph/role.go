@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"slices"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -46,6 +47,11 @@ type roleResult struct {
 	compiled *hints.Role
 	// refs are the HintPolicy names the role references, in list order.
 	refs []string
+}
+
+// refNames returns the HintPolicies the role references, sorted, each once.
+func (res *roleResult) refNames() []string {
+	return slices.Compact(slices.Sorted(slices.Values(res.refs)))
 }
 
 // compileRole checks one RouterRole: its references, then the catalog

@@ -76,7 +76,7 @@ func resolvedRefsCondition(rr *v1alpha1.RouterRole, p *placement) metav1.Conditi
 		return condition(v1alpha1.ConditionResolvedRefs, true, v1alpha1.ReasonResolvedRefs, gen, "the role references no HintPolicy")
 	}
 	return condition(v1alpha1.ConditionResolvedRefs, true, v1alpha1.ReasonResolvedRefs, gen,
-		fmt.Sprintf("every policyRef resolves to an accepted HintPolicy: %s", strings.Join(p.res.refs, ", ")))
+		fmt.Sprintf("every policyRef resolves to an accepted HintPolicy: %s", strings.Join(p.res.refNames(), ", ")))
 }
 
 // programmedCondition says whether the config that holds the role runs on
