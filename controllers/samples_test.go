@@ -9,12 +9,15 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+	"github.com/kvrouter/kv-hint-operator/internal/hints/builtin"
+	"github.com/kvrouter/kv-hint-operator/internal/rolegraph"
 )
 
 // TestSamplesBecomeReady applies config/samples and runs router pods that
@@ -56,8 +59,27 @@ func TestSamplesBecomeReady(t *testing.T) {
 		waitCondition(t, &v1alpha1.RouterRole{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}},
 			v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonNoRouterPods)
 	}
+	// The manager writes, byte for byte, what `kvhint compile` prints for
+	// the same files: both run rolegraph.Compile.
+	offline := rolegraph.Input{}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := rolegraph.ReadManifests(data, &offline); err != nil {
+			t.Fatal(err)
+		}
+	}
+	compiled := rolegraph.Compile(builtin.NewCatalog(), offline)
 	for router := range routers {
-		cm := waitConfigMap(t, ns, router, anyConfigMap)
+		want := compiled.Router(router)
+		cm := waitConfigMap(t, ns, router, func(cm *corev1.ConfigMap) error {
+			if got := cm.Data[v1alpha1.HintsConfigKey]; got != string(want.Config) {
+				return fmt.Errorf("hints.yaml:\n%s\nwant, as compiled offline:\n%s", got, want.Config)
+			}
+			return nil
+		})
 		for i := range 2 {
 			routerPod(t, ns, router, fmt.Sprintf("%s-router-%d", router, i), cm.Annotations[v1alpha1.HashAnnotation])
 		}
