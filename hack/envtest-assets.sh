@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Builds kube-apiserver and etcd from Go modules into a per-user cache and
-# prints the folder (for KUBEBUILDER_ASSETS). The proxy is the only reachable
-# registry here, so `setup-envtest use` cannot download the usual tarballs.
-# A folder whose binaries already answer --version is reused as it is.
+# Builds kube-apiserver, etcd and kubectl from Go modules into a per-user
+# cache and prints the folder, for KUBEBUILDER_ASSETS. The Go module proxy is
+# the only registry these machines reach, so `setup-envtest use` cannot
+# download the usual tarballs. The tests run the kubectl found here, so they
+# need none installed. A folder whose binaries all answer --version is
+# reused as it is.
 set -euo pipefail
 
 K8S_VERSION=${K8S_VERSION:-1.37.2}
@@ -27,7 +29,11 @@ with_progress() {
   return "$rc"
 }
 
-if "$DEST/kube-apiserver" --version >/dev/null 2>&1 && "$DEST/etcd" --version >/dev/null 2>&1; then
+complete() {
+  "$DEST/kube-apiserver" --version >/dev/null 2>&1 && "$DEST/etcd" --version >/dev/null 2>&1 &&
+    "$DEST/kubectl" version --client >/dev/null 2>&1
+}
+if complete; then
   echo "$DEST"
   exit 0
 fi
@@ -39,7 +45,7 @@ if ! flock -n 9; then
   log "another build is running; waiting for it"
   flock 9
 fi
-if "$DEST/kube-apiserver" --version >/dev/null 2>&1 && "$DEST/etcd" --version >/dev/null 2>&1; then
+if complete; then
   echo "$DEST"
   exit 0
 fi
@@ -47,7 +53,7 @@ WORK=$(mktemp -d "$CACHE_ROOT/build.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 export GOWORK=off CGO_ENABLED=0 GOFLAGS='-trimpath -mod=mod -buildvcs=false'
 
-log "building kube-apiserver v${K8S_VERSION} and etcd v${ETCD_VERSION} from Go modules into $DEST"
+log "building kube-apiserver and kubectl v${K8S_VERSION} and etcd v${ETCD_VERSION} from Go modules into $DEST"
 log "a cold build takes about ten minutes on two cores; later runs reuse the cache"
 
 # kube-apiserver: the kubernetes module replaces its staging modules with
@@ -73,7 +79,10 @@ mkdir -p "$WORK/apiserver" "$WORK/out"
 
 package tools
 
-import _ "k8s.io/kubernetes/cmd/kube-apiserver"
+import (
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kubectl"
+)
 GO
   log "downloading modules and compiling kube-apiserver (the long step)"
   with_progress "downloading kubernetes modules" go mod tidy >/dev/null 2>&1 || true
@@ -83,8 +92,9 @@ GO
     ldflags="$ldflags -X $pkg.gitVersion=v${K8S_VERSION} -X $pkg.gitMajor=1 -X $pkg.gitMinor=${minor} -X $pkg.buildDate=1970-01-01T00:00:00Z -X $pkg.gitTreeState=clean"
   done
   with_progress "compiling kube-apiserver" go build -ldflags="$ldflags" -o "$WORK/out/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver
+  with_progress "compiling kubectl" go build -ldflags="$ldflags" -o "$WORK/out/kubectl" k8s.io/kubernetes/cmd/kubectl
 )
-log "kube-apiserver built"
+log "kube-apiserver and kubectl built"
 
 mkdir -p "$WORK/etcd"
 (
@@ -115,6 +125,7 @@ log "etcd built"
 
 "$WORK/out/kube-apiserver" --version >/dev/null
 "$WORK/out/etcd" --version >/dev/null
+"$WORK/out/kubectl" version --client >/dev/null
 rm -rf "$DEST.tmp"
 mv "$WORK/out" "$DEST.tmp"
 rm -rf "$DEST"

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -26,10 +27,15 @@ import (
 	"github.com/kvrouter/kv-hint-operator/internal/simworker"
 )
 
-// kubectl runs the real kubectl against the test control plane; stdin may be nil.
+// kubectl runs the real kubectl (the one hack/envtest-assets.sh builds
+// beside kube-apiserver) against the test control plane; stdin may be "".
 func kubectl(t *testing.T, stdin string, args ...string) string {
 	t.Helper()
-	cmd := exec.Command("kubectl", append([]string{"--namespace", namespace}, args...)...)
+	bin := filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), "kubectl")
+	if _, err := os.Stat(bin); err != nil {
+		t.Fatalf("no kubectl in KUBEBUILDER_ASSETS: %v", err)
+	}
+	cmd := exec.Command(bin, append([]string{"--namespace", namespace}, args...)...)
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+env.CP.Kubeconfig)
 	if stdin != "" {
 		cmd.Stdin = strings.NewReader(stdin)
