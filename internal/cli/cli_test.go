@@ -82,7 +82,7 @@ func TestCompileIsDeterministic(t *testing.T) {
 
 func TestExitCodes(t *testing.T) {
 	dir := t.TempDir()
-	big := filepath.Join(dir, "big.yaml")
+	big := filepath.Join(t.TempDir(), "big.yaml")
 	if err := os.WriteFile(big, bytes.Repeat([]byte("#"), 2<<20), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -100,6 +100,9 @@ func TestExitCodes(t *testing.T) {
 		{"missing file", []string{"validate", "-f", filepath.Join(dir, "nope.yaml")}, ExitUsage, "", "no such file"},
 		{"oversize file", []string{"validate", "-f", big}, ExitUsage, "", "larger than the 1048576-byte limit"},
 		{"no -f", []string{"validate"}, ExitUsage, "", "give one or more -f FILE"},
+		{"a directory of manifests", []string{"validate", "-f", "../../config/samples"}, ExitOK, "4 file(s) valid", ""},
+		{"a directory of invalid manifests", []string{"validate", "-f", "../../config/samples/invalid"}, ExitInvalid, "invalid/too-many-hints.yaml", ""},
+		{"a directory without YAML", []string{"validate", "-f", dir}, ExitUsage, "", "no .yaml, .yml or .json files"},
 		{"unknown flag", []string{"validate", "--nope"}, ExitUsage, "", "unknown flag"},
 		{"compile invalid", []string{"compile", "-f", "testdata/golden/every-rule.in.yaml"}, ExitInvalid, "", "HintsRequireKVMode"},
 		{"compile missing file", []string{"compile", "-f", filepath.Join(dir, "nope.yaml")}, ExitUsage, "", "no such file"},

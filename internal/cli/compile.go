@@ -36,6 +36,11 @@ ConfigMap "<router>-hints".`,
 }
 
 func compileFiles(cat *hints.Catalog, files []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	files, err := expandInputs(files)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return exitError{code: ExitUsage}
+	}
 	var docs [][]byte
 	manifests := newManifestSet()
 	for _, name := range files {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"sort"
 
 	"github.com/kvrouter/kv-hint-operator/internal/hints"
 )
@@ -30,4 +32,36 @@ func readInput(name string, stdin io.Reader) ([]byte, error) {
 		return nil, fmt.Errorf("larger than the %d-byte limit", hints.MaxConfigBytes)
 	}
 	return data, nil
+}
+
+// expandInputs replaces each directory among the -f arguments with the
+// YAML and JSON files directly inside it, in name order, as kubectl -f does.
+func expandInputs(names []string) ([]string, error) {
+	var out []string
+	for _, name := range names {
+		st, err := os.Stat(name)
+		if name == "-" || err != nil || !st.IsDir() {
+			out = append(out, name) // read errors are reported per file
+			continue
+		}
+		entries, err := os.ReadDir(name)
+		if err != nil {
+			return nil, err
+		}
+		var found []string
+		for _, e := range entries {
+			switch filepath.Ext(e.Name()) {
+			case ".yaml", ".yml", ".json":
+				if !e.IsDir() {
+					found = append(found, filepath.Join(name, e.Name()))
+				}
+			}
+		}
+		if len(found) == 0 {
+			return nil, fmt.Errorf("%s: no .yaml, .yml or .json files in the directory", name)
+		}
+		sort.Strings(found)
+		out = append(out, found...)
+	}
+	return out, nil
 }

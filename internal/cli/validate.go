@@ -43,6 +43,11 @@ or read error. "-" reads standard input.`,
 }
 
 func validateFiles(cat *hints.Catalog, files []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	files, err := expandInputs(files)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return exitError{code: ExitUsage}
+	}
 	code := ExitOK
 	manifests := newManifestSet()
 	for _, name := range files {
