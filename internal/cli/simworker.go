@@ -16,7 +16,7 @@ import (
 func newSimWorkerCommand() *cobra.Command {
 	var (
 		listen, id, workerType, register string
-		printEndpoint                    bool
+		printEndpoint, sink              bool
 	)
 	cmd := &cobra.Command{
 		Use:   "sim-worker --id ID [--listen ADDR] [--register SIDECAR_URL]",
@@ -25,6 +25,11 @@ func newSimWorkerCommand() *cobra.Command {
 each against the wire format an engine accepts (a malformed one is refused
 with 400 and counted), and records the good ones: GET /hints lists them,
 DELETE /hints forgets them.
+
+With --sink it is a throughput sink for load runs: it reads and counts every
+hint (GET /hints reports the count as "accepted") but neither checks nor
+records them, so that its own parsing does not compete with the sidecar for
+the CPU. Without it, every hint is checked and recorded.
 
 With --register it registers itself with a standalone sidecar
 (PUT SIDECAR_URL/v1/workers/ID). It prints its hint endpoint on standard
@@ -38,7 +43,7 @@ output once it listens: the whole line with --print-endpoint, for scripts.`,
 				}
 				id = h
 			}
-			srv, err := simworker.Start(simworker.New(simworker.Options{ID: id, WorkerType: workerType}), listen)
+			srv, err := simworker.Start(simworker.New(simworker.Options{ID: id, WorkerType: workerType, Sink: sink}), listen)
 			if err != nil {
 				return err
 			}
@@ -54,9 +59,12 @@ output once it listens: the whole line with --print-endpoint, for scripts.`,
 				}
 			}
 			out := cmd.OutOrStdout()
-			if printEndpoint {
+			switch {
+			case printEndpoint:
 				fmt.Fprintln(out, srv.HintEndpoint())
-			} else {
+			case sink:
+				fmt.Fprintf(out, "sim-worker %s listening as a sink (hints counted, not checked or recorded): hint endpoint %s, counts at %s/hints\n", id, srv.HintEndpoint(), srv.URL)
+			default:
 				fmt.Fprintf(out, "sim-worker %s listening: hint endpoint %s, received hints at %s/hints\n", id, srv.HintEndpoint(), srv.URL)
 			}
 			<-ctx.Done()
@@ -71,5 +79,6 @@ output once it listens: the whole line with --print-endpoint, for scripts.`,
 	f.StringVar(&workerType, "worker-type", "decode", "router_hint_worker_type: aggregated, prefill or decode")
 	f.StringVar(&register, "register", "", "register with the standalone sidecar at this base URL, e.g. http://127.0.0.1:8790")
 	f.BoolVar(&printEndpoint, "print-endpoint", false, "print only the hint endpoint URL once listening")
+	f.BoolVar(&sink, "sink", false, "count hints without checking or recording them (for throughput runs)")
 	return cmd
 }

@@ -57,18 +57,29 @@ type Options struct {
 	WorkerType string
 	// MaxRecorded bounds the hints kept; the oldest go first. 0 means 10000.
 	MaxRecorded int
+	// Sink makes the worker a throughput sink: it reads each hint and
+	// answers, counting it as accepted, but neither checks nor records it.
+	// For load runs only, where the worker's own parsing would compete with
+	// the sidecar for the CPU; Hints is then always empty.
+	Sink bool
 }
 
 // Worker is a simulated worker. Its zero value is not usable; use New.
 type Worker struct {
 	opts Options
 
-	mu       sync.Mutex
+	mu sync.Mutex
+	// received is a ring of at most MaxRecorded hints: the oldest is at
+	// first, and there are count of them.
 	received []Received
+	first    int
+	count    int
+	accepted int64 // every hint accepted, recorded or not
 	rejected int
 	status   int
 	delay    time.Duration
-	arrived  chan struct{} // closed and replaced on every accepted hint
+	// arrived, when a waiter made it, is closed on the next accepted hint.
+	arrived chan struct{}
 }
 
 // New returns a worker that accepts hints with 204 No Content.
@@ -76,7 +87,7 @@ func New(o Options) *Worker {
 	if o.MaxRecorded <= 0 {
 		o.MaxRecorded = 10000
 	}
-	return &Worker{opts: o, status: http.StatusNoContent, arrived: make(chan struct{})}
+	return &Worker{opts: o, status: http.StatusNoContent}
 }
 
 // ID is the worker's ID.
@@ -94,15 +105,19 @@ func (w *Worker) SetBehaviour(status int, delay time.Duration) {
 // Handler serves:
 //
 //	POST   /v1/hints  take a hint (400 if it breaks the wire format)
-//	GET    /hints     the hints received, oldest first, as JSON
-//	DELETE /hints     forget them
+//	GET    /hints     the hints received, oldest first, as JSON, with the
+//	                  counts accepted (recorded or not) and rejected
+//	DELETE /hints     forget them and reset the counts
 //	GET    /healthz   liveness, with the worker's ID
 func (w *Worker) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+HintPath, w.takeHint)
 	mux.HandleFunc("GET /hints", func(rw http.ResponseWriter, _ *http.Request) {
 		rw.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(rw).Encode(map[string]any{"worker": w.opts.ID, "hints": w.Hints(), "rejected": w.Rejected()})
+		w.mu.Lock()
+		accepted, rejected := w.accepted, w.rejected
+		w.mu.Unlock()
+		json.NewEncoder(rw).Encode(map[string]any{"worker": w.opts.ID, "hints": w.Hints(), "accepted": accepted, "rejected": rejected, "sink": w.opts.Sink})
 	})
 	mux.HandleFunc("DELETE /hints", func(rw http.ResponseWriter, _ *http.Request) {
 		w.Reset()
@@ -115,9 +130,14 @@ func (w *Worker) Handler() http.Handler {
 }
 
 func (w *Worker) takeHint(rw http.ResponseWriter, r *http.Request) {
+	if w.opts.Sink {
+		w.sinkHint(rw, r)
+		return
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(rw, r.Body, maxHintBytes))
+	var m *Message
 	if err == nil {
-		_, err = CheckMessage(body)
+		m, err = CheckMessage(body)
 	}
 	if err != nil {
 		w.mu.Lock()
@@ -126,17 +146,71 @@ func (w *Worker) takeHint(rw http.ResponseWriter, r *http.Request) {
 		http.Error(rw, err.Error(), http.StatusBadRequest)
 		return
 	}
-	var id struct {
-		MessageID string `json:"message_id"`
+	w.record(Received{At: time.Now(), MessageID: m.MessageID, Body: body})
+	w.answer(rw, r)
+}
+
+// sinkBufs holds the read buffers of a sink worker.
+var sinkBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+// sinkHint reads a hint to its end, within the same limit, and counts it.
+func (w *Worker) sinkHint(rw http.ResponseWriter, r *http.Request) {
+	bp := sinkBufs.Get().(*[]byte)
+	body := http.MaxBytesReader(rw, r.Body, maxHintBytes)
+	var err error
+	for err == nil {
+		_, err = body.Read(*bp)
 	}
-	_ = json.Unmarshal(body, &id)
+	sinkBufs.Put(bp)
+	if err != io.EOF {
+		w.mu.Lock()
+		w.rejected++
+		w.mu.Unlock()
+		http.Error(rw, err.Error(), http.StatusBadRequest)
+		return
+	}
 	w.mu.Lock()
-	w.received = append(w.received, Received{At: time.Now(), MessageID: id.MessageID, Body: body})
-	if over := len(w.received) - w.opts.MaxRecorded; over > 0 {
-		w.received = append(w.received[:0], w.received[over:]...)
+	w.accepted++
+	w.wakeLocked()
+	w.mu.Unlock()
+	w.answer(rw, r)
+}
+
+// record keeps an accepted hint, dropping the oldest past MaxRecorded, and
+// wakes the waiters.
+func (w *Worker) record(h Received) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.accepted++
+	if w.received == nil {
+		w.received = make([]Received, 0, min(w.opts.MaxRecorded, 1024))
 	}
-	close(w.arrived)
-	w.arrived = make(chan struct{})
+	switch {
+	case w.count < len(w.received):
+		// A Reset left room in the ring.
+		w.received[(w.first+w.count)%len(w.received)] = h
+		w.count++
+	case len(w.received) < w.opts.MaxRecorded:
+		// The ring is full but may still grow; first is 0 while it grows.
+		w.received = append(w.received, h)
+		w.count++
+	default:
+		w.received[w.first] = h
+		w.first = (w.first + 1) % len(w.received)
+	}
+	w.wakeLocked()
+}
+
+func (w *Worker) wakeLocked() {
+	if w.arrived != nil {
+		close(w.arrived)
+		w.arrived = nil
+	}
+}
+
+// answer answers an accepted hint as SetBehaviour says.
+func (w *Worker) answer(rw http.ResponseWriter, r *http.Request) {
+	w.mu.Lock()
 	status, delay := w.status, w.delay
 	w.mu.Unlock()
 	if delay > 0 {
@@ -215,7 +289,24 @@ func checkFetch(payload []byte) error {
 func (w *Worker) Hints() []Received {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return append([]Received{}, w.received...)
+	return w.hintsLocked()
+}
+
+func (w *Worker) hintsLocked() []Received {
+	out := make([]Received, 0, w.count)
+	for i := range w.count {
+		out = append(out, w.received[(w.first+i)%len(w.received)])
+	}
+	return out
+}
+
+// Accepted counts the hints accepted since the last Reset, including those
+// no longer recorded (past MaxRecorded) and, for a sink, those never
+// recorded.
+func (w *Worker) Accepted() int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.accepted
 }
 
 // Rejected counts the posts refused as malformed.
@@ -225,22 +316,30 @@ func (w *Worker) Rejected() int {
 	return w.rejected
 }
 
-// Reset forgets the hints received.
+// Reset forgets the hints received and resets the counts.
 func (w *Worker) Reset() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.received, w.rejected = nil, 0
+	clear(w.received)
+	w.first, w.count, w.accepted, w.rejected = 0, 0, 0, 0
 }
 
-// WaitForHints waits until at least n hints have arrived, or ctx is done.
+// WaitForHints waits until at least n hints have been accepted since the
+// last Reset, or ctx is done, and returns those recorded (none for a sink).
 func (w *Worker) WaitForHints(ctx context.Context, n int) ([]Received, error) {
 	for {
 		w.mu.Lock()
-		got, arrived := len(w.received), w.arrived
-		w.mu.Unlock()
+		got := int(w.accepted)
 		if got >= n {
-			return w.Hints(), nil
+			hs := w.hintsLocked()
+			w.mu.Unlock()
+			return hs, nil
 		}
+		if w.arrived == nil {
+			w.arrived = make(chan struct{})
+		}
+		arrived := w.arrived
+		w.mu.Unlock()
 		select {
 		case <-arrived:
 		case <-ctx.Done():
