@@ -86,3 +86,37 @@ func TestRawPayloadValidate(t *testing.T) {
 		}
 	}
 }
+
+func TestWritePayloadArena(t *testing.T) {
+	write := func(hc *hints.HintContext, v uint64) hints.Payload {
+		t.Helper()
+		w := hc.PayloadWriter(8)
+		w.Uint64s("h", []uint64{v, v})
+		p, err := hc.ClosePayload(&w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	// Room for both: they share the arena and do not overlap.
+	arena := make([]byte, 0, 64)
+	hc := &hints.HintContext{}
+	hc.SetPayloadArena(arena)
+	a, b := write(hc, 1), write(hc, 22)
+	if string(a.Bytes()) != `{"h":[1,1]}` || string(b.Bytes()) != `{"h":[22,22]}` {
+		t.Fatalf("payloads %s %s", a.Bytes(), b.Bytes())
+	}
+	if &a.Bytes()[0] != &arena[:1][0] || &b.Bytes()[0] != &arena[:len(a.Bytes())+1][len(a.Bytes())] {
+		t.Error("payloads were not written into the arena, one after the other")
+	}
+	// No room left for the third: it gets memory of its own, and the first
+	// two are untouched.
+	c := write(hc, 1<<63)
+	if string(a.Bytes()) != `{"h":[1,1]}` || string(b.Bytes()) != `{"h":[22,22]}` || string(c.Bytes()) != `{"h":[9223372036854775808,9223372036854775808]}` {
+		t.Fatalf("payloads %s %s %s", a.Bytes(), b.Bytes(), c.Bytes())
+	}
+	// Without an arena, PayloadWriter allocates.
+	if p := write(&hints.HintContext{}, 5); string(p.Bytes()) != `{"h":[5,5]}` {
+		t.Fatalf("payload %s", p.Bytes())
+	}
+}

@@ -82,6 +82,43 @@ type HintContext struct {
 
 	kvCopy  *CommittedCopy
 	granted Commitments
+	arena   []byte // payload memory lent by the dispatcher; len is what is taken
+}
+
+// SetPayloadArena lends the context memory for payloads: PayloadWriter
+// writes into buf's spare capacity, one payload after the other, instead of
+// each allocating its own buffer. The memory must stay untouched until the
+// booking's hint is encoded. It is for dispatchers, which pool the arena
+// across bookings.
+func (hc *HintContext) SetPayloadArena(buf []byte) { hc.arena = buf[:0] }
+
+// PayloadWriter returns a writer for one payload of about size bytes: in
+// the booking's arena when the dispatcher lent one with room, else in a
+// buffer of its own. Close it with ClosePayload. A payload written in the
+// arena is valid until the dispatcher has encoded the hint, which is all a
+// policy may rely on anyway.
+func (hc *HintContext) PayloadWriter(size int) ObjectWriter {
+	start := len(hc.arena)
+	if cap(hc.arena)-start >= size {
+		return ObjectWriter{buf: hc.arena[start:start]}
+	}
+	return ObjectWriter{buf: make([]byte, 0, size)}
+}
+
+// ClosePayload closes a writer from PayloadWriter and returns its payload,
+// taking its bytes out of the arena.
+func (hc *HintContext) ClosePayload(w *ObjectWriter) (Payload, error) {
+	p, err := w.Payload()
+	if err != nil {
+		return Payload{}, err
+	}
+	// Advance the arena past the payload, unless the writer was not in the
+	// arena or outgrew it and moved to memory of its own.
+	start := len(hc.arena)
+	if n := len(p.raw); n > 0 && start+n <= cap(hc.arena) && &hc.arena[:start+1][start] == &p.raw[0] {
+		hc.arena = hc.arena[:start+n]
+	}
+	return p, nil
 }
 
 // SetCommittedKVCopy records the booking's committed KV copy (nil for none).

@@ -68,14 +68,21 @@ func NewDispatcher(o DispatcherOptions) *Dispatcher {
 		o.Workers = NewRegistry(nil)
 	}
 	d := &Dispatcher{cat: o.Catalog, workers: o.Workers, metrics: o.Metrics, deadline: o.PolicyDeadline, log: o.Log}
-	d.scratch.New = func() any { return new(scratch) }
+	d.scratch.New = func() any { return &scratch{arena: make([]byte, 0, payloadArenaBytes)} }
 	return d
 }
+
+// payloadArenaBytes is the payload memory a booking's scratch lends its
+// policies: a kv.fetch of 256 blocks fits. Larger payloads allocate.
+const payloadArenaBytes = 8 << 10
 
 // scratch is the per-booking working memory, pooled so that a booking
 // allocates nothing for its context or its bookkeeping.
 type scratch struct {
 	hc hints.HintContext
+	// arena is lent to the policies for their payloads (kv-fetch's block
+	// hashes), which the envelope copies before the scratch is reused.
+	arena []byte
 	// kept points at the actions kept, in the slices the policies
 	// returned: read, never written, and encoded once all have run.
 	kept [MaxActions]*hints.Action
@@ -172,6 +179,7 @@ func (d *Dispatcher) build(ctx context.Context, b *Booking) (Hint, *Worker, time
 		Session:      b.Session,
 	}
 	sc.hc.SetCommittedKVCopy(b.KVCopy)
+	sc.hc.SetPayloadArena(sc.arena)
 	n, end := d.runPolicies(ctx, rr, &sc.hc, &sc.kept)
 	if n > 0 {
 		// The message outlives the booking, on its way to the worker and

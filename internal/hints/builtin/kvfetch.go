@@ -59,12 +59,12 @@ func (f *kvFetch) BuildHints(_ context.Context, hc *hints.HintContext) ([]hints.
 		blocks = blocks[:f.params.MaxBlocks]
 	}
 	// 20 digits and a comma per hash, the keys, and the endpoint.
-	w := hints.NewObjectWriter(make([]byte, 0, 64+21*len(blocks)+len(cp.SourceEndpoint)))
+	w := hc.PayloadWriter(64 + 21*len(blocks) + len(cp.SourceEndpoint))
 	w.Uint64s("block_hashes", blocks)
 	if cp.SourceEndpoint != "" {
 		w.String("source_control_endpoint", cp.SourceEndpoint)
 	}
-	p, err := w.Payload()
+	p, err := hc.ClosePayload(&w)
 	if err != nil {
 		return nil, err
 	}
