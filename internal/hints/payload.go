@@ -150,7 +150,7 @@ func (w *ObjectWriter) Uint64s(k string, v []uint64) {
 		if i > 0 {
 			w.buf = append(w.buf, ',')
 		}
-		w.buf = strconv.AppendUint(w.buf, h, 10)
+		w.buf = appendUint64(w.buf, h)
 	}
 	w.buf = append(w.buf, ']')
 }
