@@ -5,18 +5,18 @@
 package loadgen
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net"
-	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -115,12 +115,16 @@ func (o *Options) Validate() error {
 	return nil
 }
 
-type job struct {
-	body []byte
-	due  time.Time
-}
-
 // Run offers the load and waits for every answer.
+//
+// The bookings are generated and encoded as whole HTTP requests before the
+// clock starts, so that encoding them does not compete with the sends it is
+// timing. Then a pacer, on its own OS thread with fine-grained sleeps (Go's
+// own timers may fire up to a millisecond late on an idle process, which
+// would be counted as the sidecar's latency), writes each request when it
+// is due on a connection that is free, and each connection's goroutine reads
+// the answers. A booking's latency runs from its scheduled time to the end
+// of its answer, so time spent waiting for a free connection is counted.
 func Run(ctx context.Context, o Options) (*Result, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
@@ -128,122 +132,231 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if o.Timeout <= 0 {
 		o.Timeout = 2 * time.Second
 	}
-	transport := &http.Transport{
-		Proxy:               nil,
-		DialContext:         (&net.Dialer{Timeout: time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConns:        o.Connections,
-		MaxIdleConnsPerHost: o.Connections,
-		MaxConnsPerHost:     o.Connections,
-		IdleConnTimeout:     30 * time.Second,
-		DisableCompression:  true,
+	addr, host, path, err := parseTarget(o.Target)
+	if err != nil {
+		return nil, err
 	}
-	defer transport.CloseIdleConnections()
-	client := &http.Client{Transport: transport, Timeout: o.Timeout}
-	url := o.Target + "/v1/bookings"
-
-	// Bodies are generated ahead of the clock so that encoding them does not
-	// compete with the sends it is timing.
 	total := int(o.Rate * o.Duration.Seconds())
-	bodies := newStream(o).bodies(total)
+	reqs := newStream(o).requests(total, requestHead(host, path+"/v1/bookings"))
 
-	jobs := make(chan job, o.Connections*4)
-	var (
-		mu  sync.Mutex
-		res = &Result{Offered: len(bodies)}
-	)
-	var hints, actions, errs atomic.Int64
-	lat := make([][]time.Duration, o.Connections)
-	var wg sync.WaitGroup
-	for c := 0; c < o.Connections; c++ {
-		wg.Add(1)
-		go func(c int) {
-			defer wg.Done()
-			local := make([]time.Duration, 0, len(bodies)/o.Connections+1)
-			buf := make([]byte, 0, 4096)
-			for j := range jobs {
-				// Latency runs from the scheduled time when the send is
-				// late (queueing is part of what a router would wait),
-				// from the send itself when it is early.
-				from := time.Now()
-				if j.due.Before(from) {
-					from = j.due
-				}
-				resp, err := client.Post(url, "application/json", bytes.NewReader(j.body))
-				if err != nil {
-					errs.Add(1)
-					mu.Lock()
-					if res.FirstError == "" {
-						res.FirstError = err.Error()
-					}
-					mu.Unlock()
-					continue
-				}
-				buf = buf[:0]
-				buf, _ = appendAll(buf, resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode/100 != 2 {
-					errs.Add(1)
-					mu.Lock()
-					if res.FirstError == "" {
-						res.FirstError = fmt.Sprintf("%s: %s", resp.Status, bytes.Join(bytes.Fields(buf), []byte(" ")))
-					}
-					mu.Unlock()
-					continue
-				}
-				local = append(local, time.Since(from))
-				if n := bytes.Count(buf, []byte(`"action_id"`)); n > 0 {
-					hints.Add(1)
-					actions.Add(int64(n))
-				}
-			}
-			lat[c] = local
-		}(c)
+	r := &runner{
+		o:      o,
+		addr:   addr,
+		dialer: &net.Dialer{Timeout: o.Timeout, KeepAlive: 30 * time.Second},
+		free:   make(chan *conn, o.Connections),
+		res:    &Result{Offered: len(reqs)},
+	}
+	for range o.Connections {
+		c := &conn{lat: make([]time.Duration, 0, total/o.Connections+1)}
+		r.conns = append(r.conns, c)
+		// Connect before the clock starts; a failure here is retried, and
+		// counted, by the first booking that takes the connection.
+		if nc, err := dial(addr, r.dialer); err == nil {
+			r.start(c, nc)
+		}
+		r.free <- c
 	}
 
-	start := time.Now()
+	res := r.res
+	unpin := pinPacer()
 	interval := time.Duration(float64(time.Second) / o.Rate)
-	for i, b := range bodies {
+	start := time.Now()
+	for i, req := range reqs {
 		due := start.Add(time.Duration(i) * interval)
-		if d := time.Until(due); d > 50*time.Microsecond {
-			time.Sleep(d)
-		}
+		sleepUntil(due)
+		var c *conn
 		select {
-		case jobs <- job{body: b, due: due}:
+		case c = <-r.free:
 		case <-ctx.Done():
+		}
+		if c == nil {
 			res.Offered = i
-			close(jobs)
-			wg.Wait()
-			return res, ctx.Err()
+			break
+		}
+		r.send(c, req, due)
+	}
+	unpin()
+	// Every connection comes back once its last answer is in (or timed out).
+	for range o.Connections {
+		<-r.free
+	}
+	res.Elapsed = time.Since(start)
+	for _, c := range r.conns {
+		c.mu.Lock()
+		nc := c.nc
+		c.nc = nil
+		c.mu.Unlock()
+		if nc != nil {
+			nc.Close()
 		}
 	}
-	close(jobs)
-	wg.Wait()
-	res.Elapsed = time.Since(start)
-	for _, l := range lat {
-		res.Latencies = append(res.Latencies, l...)
+	r.readers.Wait()
+	for _, c := range r.conns {
+		res.Latencies = append(res.Latencies, c.lat...)
+		res.Errors += c.errors
+		res.Hints += c.hints
+		res.Actions += c.actions
 	}
 	slices.Sort(res.Latencies)
 	res.Completed = len(res.Latencies)
-	res.Errors = int(errs.Load())
-	res.Hints = int(hints.Load())
-	res.Actions = int(actions.Load())
+	if err := ctx.Err(); err != nil {
+		return res, err
+	}
 	return res, nil
 }
 
-func appendAll(dst []byte, r io.Reader) ([]byte, error) {
+// parseTarget splits the base URL into the address to dial, the Host
+// header and the path prefix. The generator speaks plain HTTP/1.1 only,
+// which is what the sidecar's loopback booking API serves.
+func parseTarget(target string) (addr, host, path string, err error) {
+	u, err := url.Parse(target)
+	if err != nil {
+		return "", "", "", fmt.Errorf("target %q: %w", target, err)
+	}
+	if u.Scheme != "http" || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		return "", "", "", fmt.Errorf("target %q: want a plain http://HOST:PORT[/PATH] base URL", target)
+	}
+	addr = u.Host
+	if u.Port() == "" {
+		addr = net.JoinHostPort(u.Hostname(), "80")
+	}
+	return addr, u.Host, strings.TrimSuffix(u.EscapedPath(), "/"), nil
+}
+
+// runner is one run's shared state.
+type runner struct {
+	o       Options
+	addr    string
+	dialer  *net.Dialer
+	conns   []*conn
+	free    chan *conn
+	readers sync.WaitGroup
+	res     *Result
+
+	errMu sync.Mutex
+}
+
+// conn is one keep-alive connection and what it measured. It is in the
+// free channel, owned by the pacer, or carrying one booking, owned by its
+// reader goroutine, which puts it back in free when the answer is in.
+type conn struct {
+	mu sync.Mutex
+	nc net.Conn // nil when closed; the next booking redials
+	// inflight is set while a booking waits for its answer; from is when
+	// its latency starts; werr is the pacer's write error, if any.
+	inflight bool
+	from     time.Time
+	werr     error
+
+	// Written by whoever owns the connection (see above).
+	lat                    []time.Duration
+	errors, hints, actions int
+}
+
+// start runs the reader of a new connection.
+func (r *runner) start(c *conn, nc net.Conn) {
+	c.mu.Lock()
+	c.nc = nc
+	c.mu.Unlock()
+	r.readers.Add(1)
+	go r.read(c, nc)
+}
+
+// send writes one request on c, redialling it first if it is closed.
+func (r *runner) send(c *conn, req []byte, due time.Time) {
+	c.mu.Lock()
+	nc := c.nc
+	c.mu.Unlock()
+	if nc == nil {
+		var err error
+		if nc, err = dial(r.addr, r.dialer); err != nil {
+			c.errors++
+			r.firstError(err.Error())
+			r.free <- c
+			return
+		}
+		r.start(c, nc)
+	}
+	// Latency runs from the scheduled time when the send is late (queueing
+	// is part of what a router would wait), from the send itself when it
+	// is early.
+	from := time.Now()
+	if due.Before(from) {
+		from = due
+	}
+	c.mu.Lock()
+	c.inflight, c.from, c.werr = true, from, nil
+	c.mu.Unlock()
+	nc.SetDeadline(time.Now().Add(r.o.Timeout))
+	if _, err := nc.Write(req); err != nil {
+		// The reader fails too, on the closed connection, and counts it.
+		c.mu.Lock()
+		if c.inflight && c.nc == nc {
+			c.werr = err
+		}
+		c.mu.Unlock()
+		nc.Close()
+	}
+}
+
+// read reads the answers on nc until it fails or is closed.
+func (r *runner) read(c *conn, nc net.Conn) {
+	defer r.readers.Done()
+	br := bufio.NewReaderSize(nc, 32<<10)
+	var buf []byte
 	for {
-		if len(dst) == cap(dst) {
-			dst = append(dst, 0)[:len(dst)]
+		resp, b, err := readResponse(br, buf)
+		buf = b
+		end := time.Now()
+		c.mu.Lock()
+		inflight, from, werr := c.inflight, c.from, c.werr
+		c.inflight, c.werr = false, nil
+		closing := err != nil || resp.close || !inflight
+		if closing && c.nc == nc {
+			c.nc = nil
 		}
-		n, err := r.Read(dst[len(dst):cap(dst)])
-		dst = dst[:len(dst)+n]
-		if err == io.EOF {
-			return dst, nil
+		c.mu.Unlock()
+		if !inflight {
+			// The connection failed or was closed while idle, or the
+			// server answered nothing asked: the next booking redials.
+			nc.Close()
+			return
 		}
-		if err != nil {
-			return dst, err
+		switch {
+		case err != nil:
+			if werr != nil {
+				err = werr
+			}
+			c.errors++
+			r.firstError(err.Error())
+		case resp.status/100 != 2:
+			c.errors++
+			r.firstError(fmt.Sprintf("%s: %s", resp.statusText, bytes.Join(bytes.Fields(resp.body), []byte(" "))))
+		default:
+			c.lat = append(c.lat, end.Sub(from))
+			if n := bytes.Count(resp.body, []byte(`"action_id"`)); n > 0 {
+				c.hints++
+				c.actions += n
+			}
+		}
+		if closing {
+			nc.Close()
+		} else {
+			nc.SetDeadline(time.Time{})
+		}
+		r.free <- c
+		if closing {
+			return
 		}
 	}
+}
+
+func (r *runner) firstError(msg string) {
+	r.errMu.Lock()
+	if r.res.FirstError == "" {
+		r.res.FirstError = msg
+	}
+	r.errMu.Unlock()
 }
 
 // stream generates the bookings of interleaved sessions.
@@ -278,7 +391,34 @@ func (s *stream) bodies(n int) [][]byte {
 			if len(out) == n {
 				break
 			}
-			out = append(out, s.booking(reqID, role, ses))
+			out = append(out, s.appendBooking(make([]byte, 0, 512), reqID, role, ses))
+		}
+	}
+	return out
+}
+
+// requests returns the same bookings as bodies, each encoded as a whole
+// HTTP request after head, packed into a few large blocks of memory.
+func (s *stream) requests(n int, head []byte) [][]byte {
+	const block = 16 << 20
+	out := make([][]byte, 0, n)
+	var arena, body []byte
+	for len(out) < n {
+		ses := s.pick()
+		s.nextReq++
+		reqID := s.o.IDPrefix + "req-" + strconv.Itoa(s.nextReq)
+		for _, role := range s.o.Roles {
+			if len(out) == n {
+				break
+			}
+			body = s.appendBooking(body[:0], reqID, role, ses)
+			need := len(head) + 24 + len(body)
+			if cap(arena)-len(arena) < need {
+				arena = make([]byte, 0, max(block, need))
+			}
+			from := len(arena)
+			arena = appendRequest(arena, head, body)
+			out = append(out, arena[from:len(arena):len(arena)])
 		}
 	}
 	return out
@@ -305,9 +445,9 @@ func (s *stream) pick() *session {
 	return ses
 }
 
-func (s *stream) booking(reqID string, role Role, ses *session) []byte {
+// appendBooking appends one booking's JSON body to b.
+func (s *stream) appendBooking(b []byte, reqID string, role Role, ses *session) []byte {
 	worker := role.Workers[s.rng.IntN(len(role.Workers))]
-	b := make([]byte, 0, 512)
 	b = append(b, `{"request_id":"`...)
 	b = append(b, reqID...)
 	b = append(b, `","role":"`...)
