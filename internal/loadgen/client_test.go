@@ -149,7 +149,8 @@ func TestRunKeepsConnectionsAlive(t *testing.T) {
 	}
 	srv.Start()
 	defer srv.Close()
-	res, err := Run(t.Context(), decodeOptions(srv.URL+"/prefix/", 1000, 300*time.Millisecond, 3))
+	o := decodeOptions(srv.URL+"/prefix/", 1000, 300*time.Millisecond, 3)
+	res, err := Run(t.Context(), o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,6 +159,9 @@ func TestRunKeepsConnectionsAlive(t *testing.T) {
 	}
 	if n := conns.Load(); n != 3 {
 		t.Errorf("%d connections, want the 3 kept alive", n)
+	}
+	if len(res.SendLags) != res.Offered || res.SendLags[0] < 0 || !strings.Contains(res.Report(o), "send lag  p50 ") {
+		t.Errorf("%d send lags for %d bookings; report:\n%s", len(res.SendLags), res.Offered, res.Report(o))
 	}
 }
 

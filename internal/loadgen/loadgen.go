@@ -63,6 +63,10 @@ type Result struct {
 	Hints     int           // answers that carried a hint
 	Actions   int           // actions in those hints
 	Latencies []time.Duration
+	// SendLags are how late each booking was sent after its scheduled
+	// time, sorted: the generator's own pacing error plus any wait for a
+	// free connection. Both are inside Latencies.
+	SendLags []time.Duration
 	// FirstError is the first failure seen, for the report.
 	FirstError string
 }
@@ -78,12 +82,13 @@ func (r *Result) Rate() float64 {
 // Percentile returns the q-quantile (0..1) of the latencies, measured from
 // each booking's scheduled send time so that a stalled server is not hidden
 // by the generator waiting for it.
-func (r *Result) Percentile(q float64) time.Duration {
-	if len(r.Latencies) == 0 {
+func (r *Result) Percentile(q float64) time.Duration { return quantile(r.Latencies, q) }
+
+func quantile(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
 		return 0
 	}
-	i := int(q * float64(len(r.Latencies)-1))
-	return r.Latencies[i]
+	return sorted[int(q*float64(len(sorted)-1))]
 }
 
 // Validate checks the options.
@@ -158,6 +163,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 
 	res := r.res
+	res.SendLags = make([]time.Duration, 0, len(reqs))
 	unpin := pinPacer()
 	interval := time.Duration(float64(time.Second) / o.Rate)
 	start := time.Now()
@@ -173,6 +179,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			res.Offered = i
 			break
 		}
+		res.SendLags = append(res.SendLags, max(time.Since(due), 0))
 		r.send(c, req, due)
 	}
 	unpin()
@@ -198,6 +205,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		res.Actions += c.actions
 	}
 	slices.Sort(res.Latencies)
+	slices.Sort(res.SendLags)
 	res.Completed = len(res.Latencies)
 	if err := ctx.Err(); err != nil {
 		return res, err
@@ -498,5 +506,7 @@ func (r *Result) Report(o Options) string {
 	fmt.Fprintf(&b, "latency   p50 %s  p90 %s  p99 %s  p99.9 %s  max %s\n",
 		r.Percentile(0.50), r.Percentile(0.90), r.Percentile(0.99), r.Percentile(0.999), r.Percentile(1))
 	fmt.Fprintf(&b, "hints     %d built, %d actions\n", r.Hints, r.Actions)
+	fmt.Fprintf(&b, "send lag  p50 %s  p99 %s  max %s (sent after the scheduled time; counted in latency)\n",
+		quantile(r.SendLags, 0.50), quantile(r.SendLags, 0.99), quantile(r.SendLags, 1))
 	return b.String()
 }
