@@ -1,12 +1,17 @@
 package router
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,8 +38,11 @@ type DeliveryOptions struct {
 	// dropped unsent, since its request has most likely started without it.
 	// 0 means DefaultHintTTL.
 	HintTTL time.Duration
-	// Client posts the hints; nil uses one tuned for many small posts over
-	// keep-alive connections (see NewHintClient).
+	// Client, when set, posts every hint. When nil, hints to http://
+	// endpoints go out over the built-in HTTP/1.1 poster (one keep-alive
+	// connection per worker, the request written in one piece, no
+	// goroutines of its own), and hints to https:// endpoints through
+	// NewHintClient.
 	Client *http.Client
 	// Metrics receives delivery metrics; nil creates a private set.
 	Metrics *Metrics
@@ -78,10 +86,11 @@ func NewDelivery(o DeliveryOptions) *Delivery {
 	if o.Metrics == nil {
 		o.Metrics = NewMetrics()
 	}
-	if o.Client == nil {
-		o.Client = NewHintClient(o.Timeout)
+	client := o.Client
+	if client == nil {
+		client = NewHintClient(o.Timeout)
 	}
-	d := &Delivery{opts: o, client: o.Client, metrics: o.Metrics, log: o.Log, closing: make(chan struct{})}
+	d := &Delivery{opts: o, client: client, metrics: o.Metrics, log: o.Log, closing: make(chan struct{})}
 	d.base, d.cancelBase = context.WithCancel(context.Background())
 	d.send = (*queue).post
 	return d
@@ -121,11 +130,17 @@ type queue struct {
 	ch       chan queued
 	stop     chan struct{}
 	lastLog  atomic.Int64
+	// h1 posts to an http:// endpoint when no Client was given; nil means
+	// d.client posts.
+	h1 *h1Poster
 }
 
 // newQueue starts a sender for a worker's endpoint.
 func (d *Delivery) newQueue(worker, endpoint string) *queue {
 	q := &queue{d: d, worker: worker, endpoint: endpoint, ch: make(chan queued, d.opts.QueueSize), stop: make(chan struct{})}
+	if d.opts.Client == nil && !strings.HasPrefix(endpoint, "https://") {
+		q.h1 = newH1Poster(endpoint, d.opts.Timeout)
+	}
 	d.wg.Add(1)
 	go q.run()
 	return q
@@ -156,6 +171,9 @@ func (q *queue) close() { close(q.stop) }
 
 func (q *queue) run() {
 	defer q.d.wg.Done()
+	if q.h1 != nil {
+		defer q.h1.close()
+	}
 	for {
 		select {
 		case it := <-q.ch:
@@ -205,6 +223,10 @@ func (q *queue) post(it queued) {
 		m.dropStale.Inc()
 		return
 	}
+	if q.h1 != nil {
+		q.postH1(it)
+		return
+	}
 	ctx, cancel := context.WithTimeout(q.d.base, q.d.opts.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, q.endpoint, bytes.NewReader(it.msg))
@@ -241,6 +263,356 @@ func (q *queue) post(it queued) {
 		return
 	}
 	m.hintsSent.Inc()
+}
+
+// postH1 is post over the queue's own HTTP/1.1 connection.
+func (q *queue) postH1(it queued) {
+	m := q.d.metrics
+	p := q.h1
+	start := time.Now()
+	status, err := p.post(q.d.base, it.msg, start)
+	if err != nil {
+		switch {
+		case q.d.base.Err() != nil:
+			// Cut short by a drain past its deadline, not the worker's fault.
+			m.dropShut.Inc()
+			return
+		case isTimeout(err):
+			m.errTimeout.Inc()
+		default:
+			m.errTransport.Inc()
+		}
+		q.logError(err, "Hint post failed; not retried")
+		return
+	}
+	m.deliverySeconds.Observe(time.Since(start).Seconds())
+	if status.code < 200 || status.code > 299 {
+		m.errStatus.Inc()
+		q.logError(errors.New(status.text), "Worker refused a hint; not retried")
+		return
+	}
+	m.hintsSent.Inc()
+}
+
+// h1Poster posts one queue's hints to an http:// endpoint over one
+// keep-alive HTTP/1.1 connection: each post is one write of the whole
+// request and a read of the answer, by the queue's sender itself. With
+// net/http's Transport the same post crosses three goroutines (caller,
+// writeLoop, readLoop), and the request head and body go out in separate
+// writes when the body is large; at tens of thousands of hints a second
+// that was the largest cost of the sidecar after the booking itself.
+//
+// Behaviour is the Transport's as NewHintClient configures it: one post per
+// hint and never a retry; the timeout bounds the post, connection included;
+// the answer is read to its end (at most maxAnswerBytes, or the connection
+// is closed instead) so that the connection is kept; a connection the
+// worker marks "Connection: close", or an HTTP/1.0 one, is not reused; one
+// idle for maxIdle is closed, as IdleConnTimeout does. Where the
+// Transport's read loop sees at once that a worker closed an idle
+// connection (as servers do after their keep-alive timeout), the poster
+// checks before reusing a connection that sat idle for probeIdle: a post
+// written into a connection the worker has closed would be lost.
+type h1Poster struct {
+	// addr is dialled; head is the request up to the Content-Length value.
+	addr    string
+	head    []byte
+	timeout time.Duration
+	err     error // a bad endpoint: every post fails with it
+
+	nc       net.Conn
+	br       *bufio.Reader
+	wbuf     []byte
+	lastUsed time.Time
+	// stop unregisters the hook that cuts the connection's I/O short when
+	// the delivery's base context is cancelled.
+	stop func() bool
+}
+
+const (
+	// maxAnswerBytes is how much of a worker's answer is read to keep the
+	// connection; past it the connection is closed.
+	maxAnswerBytes = 64 << 10
+	// probeIdle is how long a connection may sit idle before it is
+	// checked for a close by the worker before reuse.
+	probeIdle = 100 * time.Millisecond
+	// maxIdle is how long a connection may sit idle and still be reused.
+	maxIdle = 90 * time.Second
+)
+
+func newH1Poster(endpoint string, timeout time.Duration) *h1Poster {
+	p := &h1Poster{timeout: timeout}
+	u, err := url.Parse(endpoint)
+	switch {
+	case err != nil:
+		p.err = err
+	case u.Scheme != "http" || u.Host == "":
+		p.err = fmt.Errorf("hint endpoint %q is not an http:// URL", endpoint)
+	default:
+		p.addr = u.Host
+		if u.Port() == "" {
+			p.addr = net.JoinHostPort(u.Hostname(), "80")
+		}
+		p.head = []byte("POST " + u.RequestURI() + " HTTP/1.1\r\nHost: " + u.Host +
+			"\r\nUser-Agent: kvhint-sidecar\r\nContent-Type: application/json\r\nContent-Length: ")
+	}
+	return p
+}
+
+// answerStatus is an answer's status line.
+type answerStatus struct {
+	code int
+	text string // "503 Service Unavailable"
+}
+
+// post sends msg and reads the answer. It never sends twice: an error
+// after the request was (maybe) written is returned as is.
+func (p *h1Poster) post(base context.Context, msg []byte, start time.Time) (answerStatus, error) {
+	if p.err != nil {
+		return answerStatus{}, p.err
+	}
+	deadline := start.Add(p.timeout)
+	if p.nc != nil {
+		if idle := start.Sub(p.lastUsed); idle > maxIdle || (idle > probeIdle && p.closedByPeer()) {
+			p.close()
+		}
+	}
+	if p.nc == nil {
+		if err := p.dial(base, deadline); err != nil {
+			return answerStatus{}, err
+		}
+	}
+	p.nc.SetDeadline(deadline)
+	// After the deadline is set, so that a cancellation's past deadline
+	// cannot be overwritten unseen.
+	if err := base.Err(); err != nil {
+		p.close()
+		return answerStatus{}, err
+	}
+	p.wbuf = append(p.wbuf[:0], p.head...)
+	p.wbuf = strconv.AppendInt(p.wbuf, int64(len(msg)), 10)
+	p.wbuf = append(p.wbuf, "\r\n\r\n"...)
+	p.wbuf = append(p.wbuf, msg...)
+	if _, err := p.nc.Write(p.wbuf); err != nil {
+		p.close()
+		return answerStatus{}, err
+	}
+	if cap(p.wbuf) > 256<<10 {
+		p.wbuf = nil // one huge hint should not pin its buffer
+	}
+	st, keep, err := readAnswer(p.br)
+	if err != nil || !keep {
+		p.close()
+	} else {
+		p.lastUsed = time.Now()
+	}
+	return st, err
+}
+
+// closedByPeer reports whether the idle connection has been closed (or
+// written to) by the worker. It reads with a deadline just ahead: an open,
+// silent connection times out, a closed one reads EOF at once. The read is
+// attempted because the deadline has not passed when it starts; the wait
+// for it to pass is at most about a millisecond, and only after an idle
+// spell.
+func (p *h1Poster) closedByPeer() bool {
+	p.nc.SetReadDeadline(time.Now().Add(50 * time.Microsecond))
+	_, err := p.br.Peek(1)
+	// Data the worker sent unasked is as fatal to the connection as a close.
+	return err == nil || !isTimeout(err)
+}
+
+func (p *h1Poster) dial(base context.Context, deadline time.Time) error {
+	ctx, cancel := context.WithDeadline(base, deadline)
+	defer cancel()
+	d := net.Dialer{KeepAlive: 30 * time.Second}
+	nc, err := d.DialContext(ctx, "tcp", p.addr)
+	if err != nil {
+		return err
+	}
+	p.nc = nc
+	if p.br == nil {
+		p.br = bufio.NewReaderSize(nc, 4<<10)
+	} else {
+		p.br.Reset(nc)
+	}
+	p.stop = context.AfterFunc(base, func() { nc.SetDeadline(time.Unix(1, 0)) })
+	return nil
+}
+
+func (p *h1Poster) close() {
+	if p.nc == nil {
+		return
+	}
+	p.stop()
+	p.nc.Close()
+	p.nc, p.stop = nil, nil
+}
+
+// errAnswer marks an answer that is not HTTP/1.x.
+var errAnswer = errors.New("malformed HTTP answer")
+
+// readAnswer reads one answer, skipping interim 1xx ones, and discards its
+// body. keep says whether the connection can carry another post.
+func readAnswer(br *bufio.Reader) (st answerStatus, keep bool, err error) {
+	for {
+		st, keep, err = readOneAnswer(br)
+		if err != nil || st.code >= 200 {
+			return st, keep, err
+		}
+	}
+}
+
+func readOneAnswer(br *bufio.Reader) (answerStatus, bool, error) {
+	var st answerStatus
+	line, err := answerLine(br)
+	if err != nil {
+		return st, false, err
+	}
+	// HTTP/1.x SP 3DIGIT [SP reason]
+	if len(line) < 12 || !bytes.HasPrefix(line, []byte("HTTP/1.")) || line[8] != ' ' || (len(line) > 12 && line[12] != ' ') {
+		return st, false, fmt.Errorf("%w: status line %q", errAnswer, line)
+	}
+	code, err := strconv.Atoi(string(line[9:12]))
+	if err != nil || code < 100 {
+		return st, false, fmt.Errorf("%w: status line %q", errAnswer, line)
+	}
+	st.code = code
+	if code < 200 || code > 299 {
+		st.text = string(line[9:]) // for the log; a success needs none
+	}
+	keep := line[7] != '0' // HTTP/1.0 closes unless it says keep-alive
+	http10 := !keep
+	length := int64(-1)
+	chunked := false
+	for {
+		line, err := answerLine(br)
+		if err != nil {
+			return st, false, err
+		}
+		if len(line) == 0 {
+			break
+		}
+		colon := bytes.IndexByte(line, ':')
+		if colon <= 0 {
+			return st, false, fmt.Errorf("%w: header line %q", errAnswer, line)
+		}
+		name, value := line[:colon], bytes.TrimSpace(line[colon+1:])
+		switch {
+		case bytes.EqualFold(name, []byte("Content-Length")):
+			n, err := strconv.ParseInt(string(value), 10, 64)
+			if err != nil || n < 0 || (length >= 0 && n != length) {
+				return st, false, fmt.Errorf("%w: Content-Length %q", errAnswer, value)
+			}
+			length = n
+		case bytes.EqualFold(name, []byte("Transfer-Encoding")) && !http10:
+			v := value
+			if i := bytes.LastIndexByte(v, ','); i >= 0 {
+				v = bytes.TrimSpace(v[i+1:])
+			}
+			if !bytes.EqualFold(v, []byte("chunked")) {
+				return st, false, fmt.Errorf("%w: Transfer-Encoding %q", errAnswer, value)
+			}
+			chunked = true
+		case bytes.EqualFold(name, []byte("Connection")):
+			for _, tok := range bytes.Split(value, []byte(",")) {
+				tok = bytes.TrimSpace(tok)
+				switch {
+				case bytes.EqualFold(tok, []byte("close")):
+					keep = false
+				case http10 && bytes.EqualFold(tok, []byte("keep-alive")):
+					keep = true
+				}
+			}
+		}
+	}
+	switch {
+	case code < 200 || code == 204 || code == 304:
+		return st, keep, nil
+	case chunked:
+		return discardChunked(br, st, keep)
+	case length >= 0:
+		if length > maxAnswerBytes {
+			return st, false, nil
+		}
+		if _, err := br.Discard(int(length)); err != nil {
+			return st, false, unexpectedEOF(err)
+		}
+		return st, keep, nil
+	default:
+		// Delimited by the end of the connection.
+		n, err := io.CopyN(io.Discard, br, maxAnswerBytes)
+		if err == io.EOF || (err == nil && n == maxAnswerBytes) {
+			err = nil
+		}
+		return st, false, err
+	}
+}
+
+func discardChunked(br *bufio.Reader, st answerStatus, keep bool) (answerStatus, bool, error) {
+	total := int64(0)
+	for {
+		line, err := answerLine(br)
+		if err != nil {
+			return st, false, unexpectedEOF(err)
+		}
+		if i := bytes.IndexByte(line, ';'); i >= 0 {
+			line = line[:i]
+		}
+		size, err := strconv.ParseInt(string(bytes.TrimSpace(line)), 16, 64)
+		if err != nil || size < 0 {
+			return st, false, fmt.Errorf("%w: chunk size %q", errAnswer, line)
+		}
+		if size == 0 {
+			for {
+				line, err := answerLine(br)
+				if err != nil {
+					return st, false, unexpectedEOF(err)
+				}
+				if len(line) == 0 {
+					return st, keep, nil
+				}
+			}
+		}
+		if total += size; total > maxAnswerBytes {
+			return st, false, nil
+		}
+		if _, err := br.Discard(int(size)); err != nil {
+			return st, false, unexpectedEOF(err)
+		}
+		if line, err := answerLine(br); err != nil || len(line) != 0 {
+			if err == nil {
+				err = fmt.Errorf("%w: chunk not followed by CRLF", errAnswer)
+			}
+			return st, false, unexpectedEOF(err)
+		}
+	}
+}
+
+// answerLine returns one line without its CRLF (or LF); it aliases br's
+// buffer.
+func answerLine(br *bufio.Reader) ([]byte, error) {
+	line, err := br.ReadSlice('\n')
+	if err != nil {
+		if err == bufio.ErrBufferFull {
+			return nil, fmt.Errorf("%w: line over %d bytes", errAnswer, br.Size())
+		}
+		if len(line) > 0 {
+			return nil, unexpectedEOF(err)
+		}
+		return nil, err
+	}
+	line = line[:len(line)-1]
+	if n := len(line); n > 0 && line[n-1] == '\r' {
+		line = line[:n-1]
+	}
+	return line, nil
+}
+
+func unexpectedEOF(err error) error {
+	if err == io.EOF {
+		return io.ErrUnexpectedEOF
+	}
+	return err
 }
 
 func isTimeout(err error) bool {
