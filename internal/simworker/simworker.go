@@ -351,19 +351,27 @@ func (w *Worker) WaitForHints(ctx context.Context, n int) ([]Received, error) {
 // Server is a Worker listening on a real socket.
 type Server struct {
 	*Worker
-	ln  net.Listener
-	srv *http.Server
+	ln   net.Listener
+	srv  *http.Server
+	sink *sinkServer // instead of srv, for a sink worker
 	// URL is the worker's base URL, e.g. http://127.0.0.1:41234.
 	URL string
 }
 
-// Start serves w on addr ("127.0.0.1:0" picks a free port).
+// Start serves w on addr ("127.0.0.1:0" picks a free port). A sink worker
+// is served by a lean HTTP/1.1 server of its own (see sinkServer), any
+// other by net/http.
 func Start(w *Worker, addr string) (*Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{Worker: w, ln: ln, srv: &http.Server{Handler: w.Handler(), ReadHeaderTimeout: 5 * time.Second}, URL: "http://" + ln.Addr().String()}
+	s := &Server{Worker: w, ln: ln, URL: "http://" + ln.Addr().String()}
+	if w.opts.Sink {
+		s.sink = startSink(w, ln)
+		return s, nil
+	}
+	s.srv = &http.Server{Handler: w.Handler(), ReadHeaderTimeout: 5 * time.Second}
 	go s.srv.Serve(ln)
 	return s, nil
 }
@@ -373,10 +381,20 @@ func (s *Server) HintEndpoint() string { return s.URL + HintPath }
 
 // Close stops the server at once, dropping open connections: what a worker
 // that dies looks like to the sidecar.
-func (s *Server) Close() error { return s.srv.Close() }
+func (s *Server) Close() error {
+	if s.sink != nil {
+		return s.sink.close()
+	}
+	return s.srv.Close()
+}
 
 // Shutdown stops the server gracefully.
-func (s *Server) Shutdown(ctx context.Context) error { return s.srv.Shutdown(ctx) }
+func (s *Server) Shutdown(ctx context.Context) error {
+	if s.sink != nil {
+		return s.sink.shutdown(ctx)
+	}
+	return s.srv.Shutdown(ctx)
+}
 
 // Register registers the worker with a standalone sidecar's API (PUT
 // /v1/workers/{id}) as a router_hint worker with the given hint endpoint.
