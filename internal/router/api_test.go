@@ -3,12 +3,15 @@ package router
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -536,4 +539,37 @@ func BenchmarkDecodeBooking(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestParseEightDigits holds the eight-at-a-time digit parser to strconv.
+func TestParseEightDigits(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range 200000 {
+		var b [8]byte
+		for j := range b {
+			b[j] = '0' + byte(rng.IntN(10))
+			if i%7 == 0 && rng.IntN(8) == 0 {
+				b[j] = byte(rng.IntN(256)) // sometimes not a digit
+			}
+		}
+		v := binary.LittleEndian.Uint64(b[:])
+		want, err := strconv.ParseUint(string(b[:]), 10, 64)
+		isDigits := err == nil && !strings.ContainsAny(string(b[:]), "+-")
+		if eightDigits(v) != isDigits {
+			t.Fatalf("eightDigits(%q) = %v", b, !isDigits)
+		}
+		if isDigits && parseEightDigits(v) != want {
+			t.Fatalf("parseEightDigits(%q) = %d, want %d", b, parseEightDigits(v), want)
+		}
+	}
+	// Every hash length from 1 to 21 digits, at and around the uint64 limit.
+	for _, s := range []string{"0", "7", "10", "12345678", "123456789", "1234567890123456", "12345678901234567",
+		"9999999999999999999", "10000000000000000000", "18446744073709551615", "18446744073709551616",
+		"18446744073709551619", "18446744073709551620", "99999999999999999999", "100000000000000000000"} {
+		body := []byte(`{"committed_kv_copy":{"block_hashes":[` + s + `]}}`)
+		fits := len(s) < 20 || (len(s) == 20 && s <= "18446744073709551615")
+		if checkFastDecode(t, body) != fits {
+			t.Errorf("hash %s: fast path took it: %v, want %v", s, !fits, fits)
+		}
+	}
 }
