@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -32,6 +33,7 @@ type managerOptions struct {
 	leaderElect             bool
 	leaderElectionID        string
 	leaderElectionNamespace string
+	workers                 int
 	zap                     zap.Options
 }
 
@@ -72,6 +74,7 @@ the --zap-* flags).`,
 	f.BoolVar(&o.leaderElect, "leader-elect", false, "elect a leader through a Lease, so that only one replica reconciles")
 	f.StringVar(&o.leaderElectionID, "leader-election-id", "kvhint-manager.hints.kvrouter.io", "name of the leader election Lease")
 	f.StringVar(&o.leaderElectionNamespace, "leader-election-namespace", "", "namespace of the Lease; default: the manager's own namespace")
+	f.IntVar(&o.workers, "workers", 4, "routers (and HintPolicies) reconciled at once")
 	zfs := flag.NewFlagSet("zap", flag.ContinueOnError)
 	o.zap.BindFlags(zfs)
 	f.AddGoFlagSet(zfs)
@@ -101,6 +104,10 @@ func runManager(ctx context.Context, cat *hints.Catalog, o managerOptions) error
 		LeaderElectionID:              o.leaderElectionID,
 		LeaderElectionNamespace:       o.leaderElectionNamespace,
 		LeaderElectionReleaseOnCancel: true,
+		// A work item is one router (or one HintPolicy), so workers never
+		// share an item; status writes wait on the API server, not on the
+		// CPU, and one worker left 1,000 roles queued behind it.
+		Controller: ctrlconfig.Controller{MaxConcurrentReconciles: o.workers},
 	})
 	if err != nil {
 		return fmt.Errorf("creating the manager: %w", err)
