@@ -138,7 +138,7 @@ type queue struct {
 // newQueue starts a sender for a worker's endpoint.
 func (d *Delivery) newQueue(worker, endpoint string) *queue {
 	q := &queue{d: d, worker: worker, endpoint: endpoint, ch: make(chan queued, d.opts.QueueSize), stop: make(chan struct{})}
-	if d.opts.Client == nil && !strings.HasPrefix(endpoint, "https://") {
+	if d.opts.Client == nil && !(len(endpoint) >= len("https://") && strings.EqualFold(endpoint[:len("https://")], "https://")) {
 		q.h1 = newH1Poster(endpoint, d.opts.Timeout)
 	}
 	d.wg.Add(1)
@@ -400,6 +400,11 @@ func (p *h1Poster) post(base context.Context, msg []byte, start time.Time) (answ
 		p.wbuf = nil // one huge hint should not pin its buffer
 	}
 	st, keep, err := readAnswer(p.br)
+	if be := (bodyError{}); errors.As(err, &be) {
+		// The status is in: as post reads net/http's answers, a body that
+		// ends short only costs the connection.
+		err, keep = nil, false
+	}
 	if err != nil || !keep {
 		p.close()
 	} else {
@@ -447,6 +452,12 @@ func (p *h1Poster) close() {
 	p.nc.Close()
 	p.nc, p.stop = nil, nil
 }
+
+// bodyError is a failure to read an answer's body, after its head.
+type bodyError struct{ err error }
+
+func (e bodyError) Error() string { return e.err.Error() }
+func (e bodyError) Unwrap() error { return e.err }
 
 // errAnswer marks an answer that is not HTTP/1.x.
 var errAnswer = errors.New("malformed HTTP answer")
@@ -529,13 +540,17 @@ func readOneAnswer(br *bufio.Reader) (answerStatus, bool, error) {
 	case code < 200 || code == 204 || code == 304:
 		return st, keep, nil
 	case chunked:
-		return discardChunked(br, st, keep)
+		st, keep, err := discardChunked(br, st, keep)
+		if err != nil {
+			err = bodyError{err}
+		}
+		return st, keep, err
 	case length >= 0:
 		if length > maxAnswerBytes {
 			return st, false, nil
 		}
 		if _, err := br.Discard(int(length)); err != nil {
-			return st, false, unexpectedEOF(err)
+			return st, false, bodyError{unexpectedEOF(err)}
 		}
 		return st, keep, nil
 	default:
@@ -543,6 +558,9 @@ func readOneAnswer(br *bufio.Reader) (answerStatus, bool, error) {
 		n, err := io.CopyN(io.Discard, br, maxAnswerBytes)
 		if err == io.EOF || (err == nil && n == maxAnswerBytes) {
 			err = nil
+		}
+		if err != nil {
+			err = bodyError{err}
 		}
 		return st, false, err
 	}

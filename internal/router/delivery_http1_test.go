@@ -266,3 +266,58 @@ func TestH1PosterEndpoints(t *testing.T) {
 		return nil
 	})
 }
+
+// TestH1PosterAnswerCutShort: a worker that answers 2xx and then closes
+// before the end of the body it announced got the hint; as through
+// net/http (whose body errors post ignores), it counts as sent, not as a
+// failed post.
+func TestH1PosterAnswerCutShort(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				if req, err := http.ReadRequest(bufio.NewReader(c)); err == nil {
+					io.Copy(io.Discard, req.Body)
+				}
+				c.Write([]byte("HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc"))
+			}()
+		}
+	}()
+	ep := "http://" + ln.Addr().String() + simworker.HintPath
+	for _, tc := range []struct {
+		name   string
+		client *http.Client
+	}{{"h1", nil}, {"net/http", NewHintClient(5 * time.Second)}} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := NewMetrics()
+			del := NewDelivery(DeliveryOptions{Metrics: m, Client: tc.client, Log: testLogger(t)})
+			t.Cleanup(func() { del.Close(context.Background()) })
+			q := del.newQueue("w", ep)
+			q.enqueue([]byte(message("m", staticJSON(1, "x"))), time.Now())
+			waitSent(t, m, 1)
+		})
+	}
+}
+
+// TestH1PosterSchemeCase: the scheme of an endpoint is case-insensitive,
+// as url.Parse and net/http read it: HTTPS:// goes to net/http, HTTP:// to
+// the built-in poster.
+func TestH1PosterSchemeCase(t *testing.T) {
+	del := NewDelivery(DeliveryOptions{Metrics: NewMetrics(), Log: testLogger(t)})
+	t.Cleanup(func() { del.Close(context.Background()) })
+	if q := del.newQueue("a", "HTTPS://127.0.0.1:1/v1/hints"); q.h1 != nil {
+		t.Errorf("an HTTPS:// endpoint went to the built-in poster (err %v)", q.h1.err)
+	}
+	if q := del.newQueue("b", "HTTP://127.0.0.1:1/v1/hints"); q.h1 == nil || q.h1.err != nil {
+		t.Errorf("an HTTP:// endpoint: poster %+v", q.h1)
+	}
+}
