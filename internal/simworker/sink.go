@@ -29,14 +29,15 @@ type sinkServer struct {
 	ln net.Listener
 	h  http.Handler
 
-	mu     sync.Mutex
-	conns  map[net.Conn]struct{}
+	mu sync.Mutex
+	// conns are the open connections, true while one carries a request.
+	conns  map[net.Conn]bool
 	closed bool
 	wg     sync.WaitGroup
 }
 
 func startSink(w *Worker, ln net.Listener) *sinkServer {
-	s := &sinkServer{w: w, ln: ln, h: w.Handler(), conns: map[net.Conn]struct{}{}}
+	s := &sinkServer{w: w, ln: ln, h: w.Handler(), conns: map[net.Conn]bool{}}
 	s.wg.Add(1)
 	go s.serve()
 	return s
@@ -60,7 +61,7 @@ func (s *sinkServer) serve() {
 			c.Close()
 			return
 		}
-		s.conns[c] = struct{}{}
+		s.conns[c] = false
 		s.wg.Add(1)
 		s.mu.Unlock()
 		go s.conn(c)
@@ -89,11 +90,13 @@ func (s *sinkServer) shutdown(ctx context.Context) error {
 	s.mu.Unlock()
 	done := make(chan struct{})
 	go func() {
-		// Idle connections wait in a read; a short deadline ends them
-		// once the request they may be reading is answered.
+		// Idle connections wait in a read; a deadline now ends them.
+		// Those carrying a request end once it is answered.
 		s.mu.Lock()
-		for c := range s.conns {
-			c.SetReadDeadline(time.Now())
+		for c, active := range s.conns {
+			if !active {
+				c.SetReadDeadline(time.Now())
+			}
 		}
 		s.mu.Unlock()
 		s.wg.Wait()
@@ -126,6 +129,11 @@ func (s *sinkServer) conn(c net.Conn) {
 	buf := make([]byte, 32<<10)
 	var out []byte
 	for {
+		// Idle until a request starts; then it is served even if a
+		// shutdown began meanwhile, as net/http's Server does.
+		if _, err := br.Peek(1); err != nil || !s.setActive(c, true) {
+			return
+		}
 		req, err := http.ReadRequest(br)
 		if err != nil {
 			if !errors.Is(err, io.EOF) && !isTimeout(err) {
@@ -144,10 +152,24 @@ func (s *sinkServer) conn(c net.Conn) {
 		} else {
 			out, keep = s.other(req, out[:0], keep)
 		}
-		if _, err := c.Write(out); err != nil || !keep {
+		if _, err := c.Write(out); err != nil || !keep || !s.setActive(c, false) {
 			return
 		}
 	}
+}
+
+// setActive marks c as carrying a request or idle; it reports false when c
+// goes idle after a shutdown began, and it should close.
+func (s *sinkServer) setActive(c net.Conn, active bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.conns[c] = active
+	if active {
+		// A shutdown may have cut the idle wait short as the request came.
+		c.SetReadDeadline(time.Time{})
+		return true
+	}
+	return !s.closed
 }
 
 // hint counts a hint as sinkHint does and returns the answer to write.

@@ -134,3 +134,47 @@ func TestSinkServerKeepAlive(t *testing.T) {
 		t.Error("still accepting after Shutdown")
 	}
 }
+
+// TestSinkServerShutdownWaitsForRequest: Shutdown lets a hint whose body is
+// still arriving finish, as net/http's Server.Shutdown does (it closes
+// only idle connections); it is accepted, not rejected.
+func TestSinkServerShutdownWaitsForRequest(t *testing.T) {
+	for _, sink := range []bool{false, true} {
+		t.Run("sink="+strconv.FormatBool(sink), func(t *testing.T) {
+			w := New(Options{ID: "w", Sink: sink})
+			s, err := Start(w, "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close() })
+			c, err := net.Dial("tcp", strings.TrimPrefix(s.URL, "http://"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(5 * time.Second))
+			body := msg(action(1, "kv.fetch", `{"block_hashes":[1]}`))
+			io.WriteString(c, "POST "+HintPath+" HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"+body[:5])
+			time.Sleep(100 * time.Millisecond) // the head is read, the body is not all in
+			done := make(chan error, 1)
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				done <- s.Shutdown(ctx)
+			}()
+			time.Sleep(100 * time.Millisecond)
+			io.WriteString(c, body[5:])
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				t.Fatalf("no answer to a hint in progress at Shutdown: %v", err)
+			}
+			msg, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode/100 != 2 || w.Accepted() != 1 || w.Rejected() != 0 {
+				t.Errorf("status %d (%q), accepted %d, rejected %d; want 2xx, 1, 0", resp.StatusCode, msg, w.Accepted(), w.Rejected())
+			}
+			if err := <-done; err != nil {
+				t.Errorf("Shutdown: %v", err)
+			}
+		})
+	}
+}
