@@ -414,12 +414,17 @@ func (p *h1Poster) post(base context.Context, msg []byte, start time.Time) (answ
 }
 
 // closedByPeer reports whether the idle connection has been closed (or
-// written to) by the worker. It reads with a deadline just ahead: an open,
-// silent connection times out, a closed one reads EOF at once. The read is
-// attempted because the deadline has not passed when it starts; the wait
-// for it to pass is at most about a millisecond, and only after an idle
-// spell.
+// written to) by the worker. Bytes already buffered are unasked data. Then
+// the kernel is asked without waiting (peekClosed); where it cannot be, the
+// connection is read with a deadline just ahead: an open, silent
+// connection times out, a closed one reads EOF at once.
 func (p *h1Poster) closedByPeer() bool {
+	if p.br.Buffered() > 0 {
+		return true
+	}
+	if closed, ok := peekClosed(p.nc); ok {
+		return closed
+	}
 	p.nc.SetReadDeadline(time.Now().Add(50 * time.Microsecond))
 	_, err := p.br.Peek(1)
 	// Data the worker sent unasked is as fatal to the connection as a close.

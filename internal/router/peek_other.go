@@ -1,0 +1,9 @@
+//go:build !linux
+
+package router
+
+import "net"
+
+// peekClosed has no non-blocking peek here; closedByPeer falls back to a
+// read with a short deadline.
+func peekClosed(net.Conn) (closed, ok bool) { return false, false }
