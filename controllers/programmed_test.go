@@ -78,3 +78,29 @@ func TestTerminatedPodsNotCounted(t *testing.T) {
 	}
 	waitConditionMessage(t, rr, v1alpha1.ConditionProgrammed, metav1.ConditionTrue, v1alpha1.ReasonProgrammed, "1/1 router pods")
 }
+
+// TestProgrammedEventsForANewRole: a new role on a router that has pods
+// waits for them quietly (no Pending event) and gets one Programmed event
+// when they run its config.
+func TestProgrammedEventsForANewRole(t *testing.T) {
+	ns := newNamespace(t)
+	pod := routerPod(t, ns, "quiet", "quiet-router-0", "")
+	rr := newRole(ns, "decode", "quiet", "decode", "dynamo-default-cost-fn")
+	create(t, rr)
+	waitConditionMessage(t, rr, v1alpha1.ConditionProgrammed, metav1.ConditionFalse, v1alpha1.ReasonPending, "0/1 router pods run")
+	cm := waitConfigMap(t, ns, "quiet", anyConfigMap)
+	reportHash(t, pod, cm.Annotations[v1alpha1.HashAnnotation])
+	waitCondition(t, rr, v1alpha1.ConditionProgrammed, metav1.ConditionTrue, v1alpha1.ReasonProgrammed)
+	eventually(t, "one Programmed event", func(ctx context.Context) error {
+		n, err := countEvents(ctx, ns, rr.Name, string(v1alpha1.ReasonProgrammed))
+		if err == nil && n != 1 {
+			err = fmt.Errorf("%d Programmed events", n)
+		}
+		return err
+	})
+	// Events go out in order through one recorder: the Pending one, had
+	// it been recorded, would be in by now.
+	if n, err := countEvents(context.Background(), ns, rr.Name, string(v1alpha1.ReasonPending)); err != nil || n != 0 {
+		t.Errorf("%d Pending events (%v); want none for a new role waiting for its pods", n, err)
+	}
+}

@@ -107,7 +107,9 @@ var hintPolicyEvents = eventPolicy{
 // recordTransitions records one event per condition whose status or reason
 // changed. A condition seen for the first time with status True is the
 // quiet, expected start and records nothing, except Programmed, whose
-// first True is news worth a line.
+// first True is news worth a line. A first Programmed=False that only
+// waits for the router pods (Pending) is an expected start too, and
+// records nothing.
 func recordTransitions(rec events.EventRecorder, obj runtime.Object, before, after []metav1.Condition, policy eventPolicy) {
 	if rec == nil {
 		return
@@ -122,6 +124,11 @@ func recordTransitions(rec events.EventRecorder, obj runtime.Object, before, aft
 		case prev != nil && prev.Status == c.Status && prev.Reason == c.Reason:
 			continue
 		case prev == nil && c.Status == metav1.ConditionTrue && c.Type != string(v1alpha1.ConditionProgrammed):
+			continue
+		case prev == nil && c.Type == string(v1alpha1.ConditionProgrammed) && c.Reason == string(v1alpha1.ReasonPending):
+			// A new role waits for its router pods to report the config:
+			// the expected start, not news. At scale this event was one
+			// API write per role on top of the two status writes.
 			continue
 		}
 		rec.Eventf(obj, nil, eventType(c), c.Reason, action, "%s", c.Message)
