@@ -2,12 +2,11 @@ package loadgen
 
 import (
 	"bufio"
-	"bytes"
-	"errors"
-	"fmt"
 	"io"
 	"net"
 	"strconv"
+
+	"github.com/kvrouter/kv-hint-operator/internal/h1"
 )
 
 // This file is the generator's HTTP/1.1 client: one request at a time on a
@@ -31,12 +30,8 @@ type response struct {
 	close bool
 }
 
-// errProtocol marks answers that are not HTTP/1.1 as this client reads it.
-var errProtocol = errors.New("malformed HTTP response")
-
-func protocolError(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", errProtocol, fmt.Sprintf(format, args...))
-}
+// protocolError reports an answer this client cannot read.
+func protocolError(format string, args ...any) error { return h1.Malformed(format, args...) }
 
 // readResponse reads one answer from br; buf is scratch space for the body
 // and is returned, grown, for reuse.
@@ -52,78 +47,22 @@ func readResponse(br *bufio.Reader, buf []byte) (response, []byte, error) {
 
 func readOne(br *bufio.Reader, buf []byte) (response, []byte, error) {
 	var r response
-	line, err := readLine(br)
+	h, err := h1.ReadHead(br, true)
 	if err != nil {
 		return r, buf, err
 	}
-	// HTTP/1.x SP 3DIGIT [SP reason]
-	if len(line) < 12 || !bytes.HasPrefix(line, []byte("HTTP/1.")) || line[8] != ' ' || (len(line) > 12 && line[12] != ' ') {
-		return r, buf, protocolError("status line %q", truncate(line))
-	}
-	http10 := line[7] == '0'
-	code, err := strconv.Atoi(string(line[9:12]))
-	if err != nil || code < 100 {
-		return r, buf, protocolError("status line %q", truncate(line))
-	}
-	r.status = code
-	r.statusText = string(line[9:])
-	r.close = http10
-
-	contentLength := int64(-1)
-	chunked := false
-	for {
-		line, err := readLine(br)
-		if err != nil {
-			return r, buf, err
-		}
-		if len(line) == 0 {
-			break
-		}
-		colon := bytes.IndexByte(line, ':')
-		if colon <= 0 {
-			return r, buf, protocolError("header line %q", truncate(line))
-		}
-		name, value := line[:colon], bytes.TrimSpace(line[colon+1:])
-		switch {
-		case bytes.EqualFold(name, []byte("Content-Length")):
-			n, err := strconv.ParseInt(string(value), 10, 64)
-			if err != nil || n < 0 || (contentLength >= 0 && n != contentLength) {
-				return r, buf, protocolError("Content-Length %q", truncate(value))
-			}
-			contentLength = n
-		case bytes.EqualFold(name, []byte("Transfer-Encoding")) && !http10:
-			// (HTTP/1.0 has no transfer codings: the body runs to the
-			// end of the connection, as net/http reads it.) Only chunked
-			// is defined for responses here, and it must come last.
-			if !bytes.EqualFold(lastToken(value), []byte("chunked")) {
-				return r, buf, protocolError("Transfer-Encoding %q", truncate(value))
-			}
-			chunked = true
-		case bytes.EqualFold(name, []byte("Connection")):
-			for _, tok := range bytes.Split(value, []byte(",")) {
-				tok = bytes.TrimSpace(tok)
-				switch {
-				case bytes.EqualFold(tok, []byte("close")):
-					r.close = true
-				case bytes.EqualFold(tok, []byte("keep-alive")) && http10:
-					r.close = false
-				}
-			}
-		}
-	}
+	r.status, r.statusText, r.close = h.Code, h.Text, h.Close
 
 	buf = buf[:0]
 	switch {
-	case code < 200 || code == 204 || code == 304:
-		// No body, whatever the headers say.
-	case chunked:
-		// Transfer-Encoding overrides Content-Length (RFC 9112 6.3).
+	case h.NoBody():
+	case h.Chunked:
 		buf, err = readChunked(br, buf)
-	case contentLength >= 0:
-		if contentLength > maxResponseBody {
-			return r, buf, protocolError("body of %d bytes is over the %d-byte limit", contentLength, maxResponseBody)
+	case h.ContentLength >= 0:
+		if h.ContentLength > maxResponseBody {
+			return r, buf, protocolError("body of %d bytes is over the %d-byte limit", h.ContentLength, maxResponseBody)
 		}
-		buf = grow(buf, int(contentLength))
+		buf = grow(buf, int(h.ContentLength))
 		_, err = io.ReadFull(br, buf)
 		if err == io.EOF {
 			err = io.ErrUnexpectedEOF
@@ -137,65 +76,25 @@ func readOne(br *bufio.Reader, buf []byte) (response, []byte, error) {
 	return r, buf, err
 }
 
-// readLine returns one CRLF- (or LF-) terminated line without its end. The
-// slice aliases br's buffer.
-func readLine(br *bufio.Reader) ([]byte, error) {
-	line, err := br.ReadSlice('\n')
-	if err != nil {
-		if err == bufio.ErrBufferFull {
-			return nil, protocolError("line over %d bytes", br.Size())
-		}
-		if err == io.EOF && len(line) > 0 {
-			err = io.ErrUnexpectedEOF
-		}
-		return nil, err
-	}
-	line = line[:len(line)-1]
-	if n := len(line); n > 0 && line[n-1] == '\r' {
-		line = line[:n-1]
-	}
-	return line, nil
-}
-
 func readChunked(br *bufio.Reader, buf []byte) ([]byte, error) {
 	for {
-		line, err := readLine(br)
+		size, err := h1.ChunkSize(br)
 		if err != nil {
-			return buf, eofIsUnexpected(err)
-		}
-		if i := bytes.IndexByte(line, ';'); i >= 0 {
-			line = line[:i] // chunk extensions
-		}
-		size, err := strconv.ParseUint(string(bytes.TrimSpace(line)), 16, 63)
-		if err != nil {
-			return buf, protocolError("chunk size %q", truncate(line))
+			return buf, err
 		}
 		if size == 0 {
-			// Trailers, up to the empty line.
-			for {
-				line, err := readLine(br)
-				if err != nil {
-					return buf, eofIsUnexpected(err)
-				}
-				if len(line) == 0 {
-					return buf, nil
-				}
-			}
+			return buf, h1.Trailers(br)
 		}
-		if uint64(len(buf))+size > maxResponseBody {
+		if int64(len(buf))+size > maxResponseBody {
 			return buf, protocolError("body over the %d-byte limit", maxResponseBody)
 		}
 		n := len(buf)
 		buf = grow(buf, n+int(size))
 		if _, err := io.ReadFull(br, buf[n:]); err != nil {
-			return buf, eofIsUnexpected(err)
+			return buf, h1.UnexpectedEOF(err)
 		}
-		line, err = readLine(br)
-		if err != nil {
-			return buf, eofIsUnexpected(err)
-		}
-		if len(line) != 0 {
-			return buf, protocolError("chunk not followed by CRLF")
+		if err := h1.ChunkEnd(br); err != nil {
+			return buf, err
 		}
 	}
 }
@@ -228,27 +127,6 @@ func grow(buf []byte, n int) []byte {
 		return b
 	}
 	return buf[:n]
-}
-
-func lastToken(v []byte) []byte {
-	if i := bytes.LastIndexByte(v, ','); i >= 0 {
-		v = v[i+1:]
-	}
-	return bytes.TrimSpace(v)
-}
-
-func eofIsUnexpected(err error) error {
-	if err == io.EOF {
-		return io.ErrUnexpectedEOF
-	}
-	return err
-}
-
-func truncate(b []byte) []byte {
-	if len(b) > 64 {
-		return b[:64]
-	}
-	return b
 }
 
 // requestHead is the head of every booking request, up to the body's length.

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+
+	"github.com/kvrouter/kv-hint-operator/internal/h1"
 )
 
 // Delivery defaults.
@@ -464,9 +466,6 @@ type bodyError struct{ err error }
 func (e bodyError) Error() string { return e.err.Error() }
 func (e bodyError) Unwrap() error { return e.err }
 
-// errAnswer marks an answer that is not HTTP/1.x.
-var errAnswer = errors.New("malformed HTTP answer")
-
 // readAnswer reads one answer, skipping interim 1xx ones, and discards its
 // body. keep says whether the connection can carry another post.
 func readAnswer(br *bufio.Reader) (st answerStatus, keep bool, err error) {
@@ -479,83 +478,27 @@ func readAnswer(br *bufio.Reader) (st answerStatus, keep bool, err error) {
 }
 
 func readOneAnswer(br *bufio.Reader) (answerStatus, bool, error) {
-	var st answerStatus
-	line, err := answerLine(br)
+	h, err := h1.ReadHead(br, false)
+	st := answerStatus{code: h.Code, text: h.Text}
 	if err != nil {
 		return st, false, err
 	}
-	// HTTP/1.x SP 3DIGIT [SP reason]
-	if len(line) < 12 || !bytes.HasPrefix(line, []byte("HTTP/1.")) || line[8] != ' ' || (len(line) > 12 && line[12] != ' ') {
-		return st, false, fmt.Errorf("%w: status line %q", errAnswer, line)
-	}
-	code, err := strconv.Atoi(string(line[9:12]))
-	if err != nil || code < 100 {
-		return st, false, fmt.Errorf("%w: status line %q", errAnswer, line)
-	}
-	st.code = code
-	if code < 200 || code > 299 {
-		st.text = string(line[9:]) // for the log; a success needs none
-	}
-	keep := line[7] != '0' // HTTP/1.0 closes unless it says keep-alive
-	http10 := !keep
-	length := int64(-1)
-	chunked := false
-	for {
-		line, err := answerLine(br)
-		if err != nil {
-			return st, false, err
-		}
-		if len(line) == 0 {
-			break
-		}
-		colon := bytes.IndexByte(line, ':')
-		if colon <= 0 {
-			return st, false, fmt.Errorf("%w: header line %q", errAnswer, line)
-		}
-		name, value := line[:colon], bytes.TrimSpace(line[colon+1:])
-		switch {
-		case bytes.EqualFold(name, []byte("Content-Length")):
-			n, err := strconv.ParseInt(string(value), 10, 64)
-			if err != nil || n < 0 || (length >= 0 && n != length) {
-				return st, false, fmt.Errorf("%w: Content-Length %q", errAnswer, value)
-			}
-			length = n
-		case bytes.EqualFold(name, []byte("Transfer-Encoding")) && !http10:
-			v := value
-			if i := bytes.LastIndexByte(v, ','); i >= 0 {
-				v = bytes.TrimSpace(v[i+1:])
-			}
-			if !bytes.EqualFold(v, []byte("chunked")) {
-				return st, false, fmt.Errorf("%w: Transfer-Encoding %q", errAnswer, value)
-			}
-			chunked = true
-		case bytes.EqualFold(name, []byte("Connection")):
-			for _, tok := range bytes.Split(value, []byte(",")) {
-				tok = bytes.TrimSpace(tok)
-				switch {
-				case bytes.EqualFold(tok, []byte("close")):
-					keep = false
-				case http10 && bytes.EqualFold(tok, []byte("keep-alive")):
-					keep = true
-				}
-			}
-		}
-	}
+	keep := !h.Close
 	switch {
-	case code < 200 || code == 204 || code == 304:
+	case h.NoBody():
 		return st, keep, nil
-	case chunked:
+	case h.Chunked:
 		st, keep, err := discardChunked(br, st, keep)
 		if err != nil {
 			err = bodyError{err}
 		}
 		return st, keep, err
-	case length >= 0:
-		if length > maxAnswerBytes {
+	case h.ContentLength >= 0:
+		if h.ContentLength > maxAnswerBytes {
 			return st, false, nil
 		}
-		if _, err := br.Discard(int(length)); err != nil {
-			return st, false, bodyError{unexpectedEOF(err)}
+		if _, err := br.Discard(int(h.ContentLength)); err != nil {
+			return st, false, bodyError{h1.UnexpectedEOF(err)}
 		}
 		return st, keep, nil
 	default:
@@ -574,68 +517,26 @@ func readOneAnswer(br *bufio.Reader) (answerStatus, bool, error) {
 func discardChunked(br *bufio.Reader, st answerStatus, keep bool) (answerStatus, bool, error) {
 	total := int64(0)
 	for {
-		line, err := answerLine(br)
+		size, err := h1.ChunkSize(br)
 		if err != nil {
-			return st, false, unexpectedEOF(err)
-		}
-		if i := bytes.IndexByte(line, ';'); i >= 0 {
-			line = line[:i]
-		}
-		size, err := strconv.ParseInt(string(bytes.TrimSpace(line)), 16, 64)
-		if err != nil || size < 0 {
-			return st, false, fmt.Errorf("%w: chunk size %q", errAnswer, line)
+			return st, false, err
 		}
 		if size == 0 {
-			for {
-				line, err := answerLine(br)
-				if err != nil {
-					return st, false, unexpectedEOF(err)
-				}
-				if len(line) == 0 {
-					return st, keep, nil
-				}
+			if err := h1.Trailers(br); err != nil {
+				return st, false, err
 			}
+			return st, keep, nil
 		}
 		if total += size; total > maxAnswerBytes {
 			return st, false, nil
 		}
 		if _, err := br.Discard(int(size)); err != nil {
-			return st, false, unexpectedEOF(err)
+			return st, false, h1.UnexpectedEOF(err)
 		}
-		if line, err := answerLine(br); err != nil || len(line) != 0 {
-			if err == nil {
-				err = fmt.Errorf("%w: chunk not followed by CRLF", errAnswer)
-			}
-			return st, false, unexpectedEOF(err)
+		if err := h1.ChunkEnd(br); err != nil {
+			return st, false, err
 		}
 	}
-}
-
-// answerLine returns one line without its CRLF (or LF); it aliases br's
-// buffer.
-func answerLine(br *bufio.Reader) ([]byte, error) {
-	line, err := br.ReadSlice('\n')
-	if err != nil {
-		if err == bufio.ErrBufferFull {
-			return nil, fmt.Errorf("%w: line over %d bytes", errAnswer, br.Size())
-		}
-		if len(line) > 0 {
-			return nil, unexpectedEOF(err)
-		}
-		return nil, err
-	}
-	line = line[:len(line)-1]
-	if n := len(line); n > 0 && line[n-1] == '\r' {
-		line = line[:n-1]
-	}
-	return line, nil
-}
-
-func unexpectedEOF(err error) error {
-	if err == io.EOF {
-		return io.ErrUnexpectedEOF
-	}
-	return err
 }
 
 func isTimeout(err error) bool {
