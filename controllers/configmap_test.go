@@ -6,14 +6,15 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
 	"github.com/kvrouter/kv-hint-operator/controllers"
-	"github.com/kvrouter/kv-hint-operator/internal/hints"
-	"github.com/kvrouter/kv-hint-operator/internal/hints/builtin"
+	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
 )
 
 // TestConfigMapContentAndOwnership checks what the manager writes for a
@@ -35,14 +36,14 @@ func TestConfigMapContentAndOwnership(t *testing.T) {
 		return nil
 	})
 	doc := cm.Data[v1alpha1.HintsConfigKey]
-	cfg, err := hints.ParseConfig([]byte(doc))
+	cfg, err := hintsconfig.ParseConfig([]byte(doc))
 	if err != nil {
 		t.Fatalf("the sidecar could not read the config: %v\n%s", err, doc)
 	}
-	if _, probs := hints.Compile(builtin.NewCatalog(), cfg); probs.HasErrors() {
+	if _, probs := hintsconfig.Compile(builtin.NewCatalog(), cfg); probs.HasErrors() {
 		t.Fatalf("the config breaks a rule: %v", probs)
 	}
-	if got, want := cm.Annotations[v1alpha1.HashAnnotation], hints.ContentHash([]byte(doc)); got != want {
+	if got, want := cm.Annotations[v1alpha1.HashAnnotation], hintsconfig.ContentHash([]byte(doc)); got != want {
 		t.Errorf("hash annotation %q; content hashes to %q", got, want)
 	}
 	if got := cfg.WorkerSelection["prefill"]; got == nil || got.Hints == nil || len(*got.Hints) != 2 {

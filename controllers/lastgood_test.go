@@ -6,13 +6,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
+
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
-	"github.com/kvrouter/kv-hint-operator/internal/hints"
 )
 
 // TestLastGoodKept makes a running role invalid: the router keeps its last
@@ -85,7 +86,7 @@ func TestLastGoodSurvivesRestart(t *testing.T) {
 	rr := newRole(ns, "prefill", "llama", "prefill", "kvcr")
 	create(t, rr)
 	waitCondition(t, rr, v1alpha1.ConditionAccepted, metav1.ConditionTrue, v1alpha1.ReasonAccepted)
-	before := waitConfigMap(t, ns, "llama", withConfig(func(cfg *hints.Config) error {
+	before := waitConfigMap(t, ns, "llama", withConfig(func(cfg *hintsconfig.Config) error {
 		if _, ok := cfg.WorkerSelection["prefill"]; !ok {
 			return fmt.Errorf("no prefill entry")
 		}

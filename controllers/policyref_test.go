@@ -7,11 +7,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
-	"github.com/kvrouter/kv-hint-operator/internal/hints"
 )
 
 // TestPolicyRefResolution follows a RouterRole through the life of the
@@ -34,12 +35,12 @@ func TestPolicyRefResolution(t *testing.T) {
 	create(t, hp)
 	waitCondition(t, rr, v1alpha1.ConditionResolvedRefs, metav1.ConditionTrue, v1alpha1.ReasonResolvedRefs)
 	waitCondition(t, rr, v1alpha1.ConditionAccepted, metav1.ConditionTrue, v1alpha1.ReasonAccepted)
-	waitConfigMap(t, ns, "chat", withConfig(func(cfg *hints.Config) error { return retainTTL(cfg, 600) }))
+	waitConfigMap(t, ns, "chat", withConfig(func(cfg *hintsconfig.Config) error { return retainTTL(cfg, 600) }))
 	waitUsedBy(t, hp, "chat-decode")
 
 	// Changed: the compiled config follows.
 	update(t, hp, func(hp *v1alpha1.HintPolicy) { hp.Spec.Parameters = jsonParams(map[string]any{"ttl_seconds": 1800}) })
-	waitConfigMap(t, ns, "chat", withConfig(func(cfg *hints.Config) error { return retainTTL(cfg, 1800) }))
+	waitConfigMap(t, ns, "chat", withConfig(func(cfg *hintsconfig.Config) error { return retainTTL(cfg, 1800) }))
 	waitCondition(t, hp, v1alpha1.ConditionAccepted, metav1.ConditionTrue, v1alpha1.ReasonAccepted)
 
 	// Made invalid: both objects say so, and the router keeps what ran.
@@ -50,12 +51,12 @@ func TestPolicyRefResolution(t *testing.T) {
 	if !strings.Contains(c.Message, "HintPolicy session-retain") || !strings.Contains(c.Message, "keeps running generation 1") {
 		t.Errorf("Accepted message %q; want it to name the HintPolicy and the generation that keeps running", c.Message)
 	}
-	waitConfigMap(t, ns, "chat", withConfig(func(cfg *hints.Config) error { return retainTTL(cfg, 1800) }))
+	waitConfigMap(t, ns, "chat", withConfig(func(cfg *hintsconfig.Config) error { return retainTTL(cfg, 1800) }))
 
 	// Fixed.
 	update(t, hp, func(hp *v1alpha1.HintPolicy) { hp.Spec.Parameters = jsonParams(map[string]any{"ttl_seconds": 900}) })
 	waitCondition(t, rr, v1alpha1.ConditionResolvedRefs, metav1.ConditionTrue, v1alpha1.ReasonResolvedRefs)
-	waitConfigMap(t, ns, "chat", withConfig(func(cfg *hints.Config) error { return retainTTL(cfg, 900) }))
+	waitConfigMap(t, ns, "chat", withConfig(func(cfg *hintsconfig.Config) error { return retainTTL(cfg, 900) }))
 
 	// Deleted: the reference no longer resolves; the last good entry stays.
 	if err := k8s.Delete(context.Background(), hp); err != nil {
@@ -63,7 +64,7 @@ func TestPolicyRefResolution(t *testing.T) {
 	}
 	waitCondition(t, rr, v1alpha1.ConditionResolvedRefs, metav1.ConditionFalse, v1alpha1.ReasonHintPolicyNotFound)
 	waitCondition(t, rr, v1alpha1.ConditionAccepted, metav1.ConditionFalse, v1alpha1.ReasonUnresolvedRefs)
-	waitConfigMap(t, ns, "chat", withConfig(func(cfg *hints.Config) error { return retainTTL(cfg, 900) }))
+	waitConfigMap(t, ns, "chat", withConfig(func(cfg *hintsconfig.Config) error { return retainTTL(cfg, 900) }))
 
 	// The role stops referencing it: usedBy of another policy follows.
 	other := newPolicy(ns, "evict", "kv-evict", nil)
@@ -90,9 +91,9 @@ func waitUsedBy(t *testing.T, hp *v1alpha1.HintPolicy, want ...string) {
 
 // withConfig checks the compiled config a ConfigMap carries, read the way
 // the sidecar reads it.
-func withConfig(check func(*hints.Config) error) func(*corev1.ConfigMap) error {
+func withConfig(check func(*hintsconfig.Config) error) func(*corev1.ConfigMap) error {
 	return func(cm *corev1.ConfigMap) error {
-		cfg, err := hints.ParseConfig([]byte(cm.Data[v1alpha1.HintsConfigKey]))
+		cfg, err := hintsconfig.ParseConfig([]byte(cm.Data[v1alpha1.HintsConfigKey]))
 		if err != nil {
 			return err
 		}
@@ -101,7 +102,7 @@ func withConfig(check func(*hints.Config) error) func(*corev1.ConfigMap) error {
 }
 
 func withoutRole(role string) func(*corev1.ConfigMap) error {
-	return withConfig(func(cfg *hints.Config) error {
+	return withConfig(func(cfg *hintsconfig.Config) error {
 		if _, ok := cfg.WorkerSelection[role]; ok {
 			return fmt.Errorf("role %s is in the config", role)
 		}
@@ -110,7 +111,7 @@ func withoutRole(role string) func(*corev1.ConfigMap) error {
 }
 
 // retainTTL checks decode's kv-retain ttl_seconds.
-func retainTTL(cfg *hints.Config, want int) error {
+func retainTTL(cfg *hintsconfig.Config, want int) error {
 	e, ok := cfg.WorkerSelection["decode"]
 	if !ok || e.Hints == nil {
 		return fmt.Errorf("no decode hints in %+v", cfg.WorkerSelection)

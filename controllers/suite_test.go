@@ -35,7 +35,7 @@ import (
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
 	"github.com/kvrouter/kv-hint-operator/controllers"
-	"github.com/kvrouter/kv-hint-operator/internal/hints/builtin"
+	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
 )
 
 // One kube-apiserver and etcd for the package, and one manager running

@@ -14,12 +14,12 @@ const (
 	AppliedHashAnnotation = "hints.kvrouter.io/applied-hash"
 
 	// HashAnnotation on a compiled ConfigMap is the content hash of its
-	// HintsConfigKey entry (hints.ContentHash: the first 16 hex digits of
+	// HintsConfigKey entry (hintsconfig.ContentHash: the first 16 hex digits of
 	// the SHA-256 of the bytes).
 	HashAnnotation = "hints.kvrouter.io/hash"
 
 	// HintsConfigKey is the ConfigMap data key that holds the compiled hints
-	// YAML, the format hints.ParseConfig reads.
+	// YAML, the format hintsconfig.ParseConfig reads.
 	HintsConfigKey = "hints.yaml"
 
 	// ManagedByLabel is the standard label the manager sets to ManagedBy on

@@ -2,17 +2,17 @@
 // sidecar, the offline checks and the local development environment.
 //
 // A build with custom plugins is this file with one more import: register
-// the plugin's providers in the catalog before calling cli.Main (see
-// examples/).
+// the plugin's providers in the catalog before calling app.Main (see
+// examples/kv-offload).
 package main
 
 import (
 	"os"
 
-	"github.com/kvrouter/kv-hint-operator/internal/cli"
-	"github.com/kvrouter/kv-hint-operator/internal/hints/builtin"
+	"github.com/kvrouter/kv-hint-operator/cmd/kvhint/app"
+	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
 )
 
 func main() {
-	os.Exit(cli.Main(builtin.NewCatalog(), os.Args[1:]))
+	os.Exit(app.Main(builtin.NewCatalog(), os.Args[1:]))
 }

@@ -7,8 +7,8 @@ import (
 	"os"
 
 	"github.com/kvrouter/kv-hint-operator/examples/kvoffload"
-	"github.com/kvrouter/kv-hint-operator/internal/cli"
-	"github.com/kvrouter/kv-hint-operator/internal/hints/builtin"
+	"github.com/kvrouter/kv-hint-operator/cmd/kvhint/app"
+	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
 )
 
 func main() {
@@ -17,5 +17,5 @@ func main() {
 		fmt.Fprintln(os.Stderr, "kvhint-custom:", err)
 		os.Exit(2)
 	}
-	os.Exit(cli.Main(cat, os.Args[1:]))
+	os.Exit(app.Main(cat, os.Args[1:]))
 }

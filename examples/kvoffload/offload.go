@@ -7,7 +7,7 @@ package kvoffload
 import (
 	"context"
 
-	"github.com/kvrouter/kv-hint-operator/internal/hints"
+	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 )
 
 // Type is the hint policy type roles list.

@@ -7,20 +7,23 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
+
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/kvrouter/kv-hint-operator/examples/kvoffload"
-	"github.com/kvrouter/kv-hint-operator/internal/hints"
-	"github.com/kvrouter/kv-hint-operator/internal/hints/builtin"
+	"github.com/kvrouter/kv-hint-operator/pkg/hints"
+	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
+	"github.com/kvrouter/kv-hint-operator/pkg/hints/hintstest"
 )
 
-func compile(t *testing.T, cat *hints.Catalog, doc string) (*hints.Graph, hints.Problems) {
+func compile(t *testing.T, cat *hints.Catalog, doc string) (*hintsconfig.Graph, hintsconfig.Problems) {
 	t.Helper()
-	cfg, err := hints.ParseConfig([]byte(doc))
+	cfg, err := hintsconfig.ParseConfig([]byte(doc))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return hints.Compile(cat, cfg)
+	return hintsconfig.Compile(cat, cfg)
 }
 
 func TestCustomTypeValidatesAndRuns(t *testing.T) {
@@ -37,11 +40,11 @@ func TestCustomTypeValidatesAndRuns(t *testing.T) {
 		t.Fatalf("problems: %v", probs)
 	}
 	role, _ := g.Role("decode")
-	hc := &hints.HintContext{RequestID: "r1", Role: "decode", Worker: "w1", PromptTokens: 9000, BlockSize: 16,
+	b := hintstest.Booking{RequestID: "r1", Role: "decode", Worker: "w1", PromptTokens: 9000, BlockSize: 16,
 		Session: hints.Session{ID: "s1", Turn: 2}}
 	var got []string
 	for _, h := range role.Hints {
-		actions, err := h.Build(t.Context(), hc)
+		actions, err := hintstest.BuildHints(t.Context(), h.Policy, h.Commitments, b)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -64,14 +67,14 @@ func TestCustomParametersAreChecked(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, probs := compile(t, cat, "worker_selection:\n  decode: {type: dynamo-default-cost-fn, hints: [{type: kv-offload, parameters: {tier: tape}}]}\n")
-	if len(probs) != 1 || probs[0].Reason != hints.ReasonInvalidParameters || probs[0].Key != "tier" || probs[0].Hint != 0 {
+	if len(probs) != 1 || probs[0].Reason != hintsconfig.ReasonInvalidParameters || probs[0].Key != "tier" || probs[0].Hint != 0 {
 		t.Fatalf("want one InvalidParameters on tier of hint 0, got %v", probs)
 	}
 }
 
 func TestStockBuildDoesNotKnowTheType(t *testing.T) {
 	_, probs := compile(t, builtin.NewCatalog(), "worker_selection:\n  decode: {type: dynamo-default-cost-fn, hints: [{type: kv-offload}]}\n")
-	if len(probs) != 1 || probs[0].Reason != hints.ReasonUnknownHintType {
+	if len(probs) != 1 || probs[0].Reason != hintsconfig.ReasonUnknownHintType {
 		t.Fatalf("want UnknownHintType, got %v", probs)
 	}
 }

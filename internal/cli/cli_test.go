@@ -11,7 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/kvrouter/kv-hint-operator/internal/hints/builtin"
+	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden *.out.yaml files")

@@ -6,8 +6,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/kvrouter/kv-hint-operator/internal/hints"
 	"github.com/kvrouter/kv-hint-operator/internal/rolegraph"
+	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 )
 
 func newCompileCommand(cat *hints.Catalog) *cobra.Command {

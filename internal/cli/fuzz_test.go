@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/kvrouter/kv-hint-operator/internal/hints/builtin"
+	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
 )
 
 // FuzzValidate runs `kvhint validate -f -` on arbitrary input: it must never

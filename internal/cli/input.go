@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"sort"
 
-	"github.com/kvrouter/kv-hint-operator/internal/hints"
+	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
 )
 
 // readInput reads one -f argument ("-" is standard input), refusing files
@@ -24,12 +24,12 @@ func readInput(name string, stdin io.Reader) ([]byte, error) {
 		defer f.Close()
 		r = f
 	}
-	data, err := io.ReadAll(io.LimitReader(r, hints.MaxConfigBytes+1))
+	data, err := io.ReadAll(io.LimitReader(r, hintsconfig.MaxConfigBytes+1))
 	if err != nil {
 		return nil, err
 	}
-	if len(data) > hints.MaxConfigBytes {
-		return nil, fmt.Errorf("larger than the %d-byte limit", hints.MaxConfigBytes)
+	if len(data) > hintsconfig.MaxConfigBytes {
+		return nil, fmt.Errorf("larger than the %d-byte limit", hintsconfig.MaxConfigBytes)
 	}
 	return data, nil
 }

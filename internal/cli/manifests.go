@@ -7,11 +7,13 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
-	"github.com/kvrouter/kv-hint-operator/internal/hints"
 	"github.com/kvrouter/kv-hint-operator/internal/rolegraph"
+	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 )
 
 // manifestSet is the RouterRoles and HintPolicies of the manifest files on
@@ -47,7 +49,7 @@ func (s *manifestSet) add(file string, data []byte) {
 			if errors.As(e, &de) {
 				loc, e = fmt.Sprintf("document %d", de.Document), de.Err
 			}
-			s.problem(file, fmt.Sprintf("%s: %s: %v", loc, hints.ReasonInvalidConfig, e))
+			s.problem(file, fmt.Sprintf("%s: %s: %v", loc, hintsconfig.ReasonInvalidConfig, e))
 		}
 	}
 	for _, rr := range in.RouterRoles {
@@ -67,11 +69,11 @@ func (s *manifestSet) add(file string, data []byte) {
 func (s *manifestSet) claim(file, kind string, m metav1.ObjectMeta) bool {
 	key := objectName(kind, m.Namespace, m.Name)
 	if m.Name == "" {
-		s.problem(file, fmt.Sprintf("%s: %s: metadata.name is required", kind, hints.ReasonInvalidConfig))
+		s.problem(file, fmt.Sprintf("%s: %s: metadata.name is required", kind, hintsconfig.ReasonInvalidConfig))
 		return false
 	}
 	if first, dup := s.origin[key]; dup {
-		s.problem(file, fmt.Sprintf("%s: %s: also defined in %s; keeping that one", key, hints.ReasonInvalidConfig, first))
+		s.problem(file, fmt.Sprintf("%s: %s: also defined in %s; keeping that one", key, hintsconfig.ReasonInvalidConfig, first))
 		return false
 	}
 	s.origin[key] = file
@@ -145,7 +147,7 @@ func (s *manifestSet) report(kind, ns, name string, findings rolegraph.Findings)
 		if l := f.Location(); l != "" {
 			loc += " " + l
 		}
-		if f.Severity == hints.SeverityWarning {
+		if f.Severity == hintsconfig.SeverityWarning {
 			s.warning(file, fmt.Sprintf("%s: %s (warning): %s", loc, f.Reason, f.Message))
 			continue
 		}

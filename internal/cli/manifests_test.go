@@ -7,10 +7,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
+
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
-	"github.com/kvrouter/kv-hint-operator/internal/hints"
-	"github.com/kvrouter/kv-hint-operator/internal/hints/builtin"
 	"github.com/kvrouter/kv-hint-operator/internal/rolegraph"
+	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
 )
 
 const samples = "../../config/samples"
@@ -104,7 +105,7 @@ func TestCompileManifestsMatchesTheManager(t *testing.T) {
 		if !strings.Contains(out, "# router: "+r.Name+" (ConfigMap "+v1alpha1.HintsConfigMapName(r.Name)+", key hints.yaml)\n# hash: "+r.Hash+"\n"+string(r.Config)) {
 			t.Errorf("compile output lacks router %s with hash %s:\n%s", r.Name, r.Hash, out)
 		}
-		if r.Hash != hints.ContentHash(r.Config) {
+		if r.Hash != hintsconfig.ContentHash(r.Config) {
 			t.Errorf("router %s: hash %s is not the content hash", r.Name, r.Hash)
 		}
 	}

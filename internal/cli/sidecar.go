@@ -10,13 +10,15 @@ import (
 	"os/signal"
 	"syscall"
 
+	core "github.com/kvrouter/kv-hint-operator/pkg/router"
+
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/kvrouter/kv-hint-operator/internal/hints"
 	"github.com/kvrouter/kv-hint-operator/internal/router"
+	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 )
 
 func newSidecarCommand(cat *hints.Catalog) *cobra.Command {
@@ -100,7 +102,7 @@ every config it applies. Metrics, /healthz and /readyz are on
 	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, then $KUBECONFIG and ~/.kube/config)")
 	f.StringVar(&o.Listen, "listen", router.DefaultListen, "booking API address; keep it on loopback")
 	f.StringVar(&o.OpsListen, "metrics-listen", router.DefaultOpsListen, "address of /metrics, /healthz and /readyz")
-	f.DurationVar(&o.PolicyDeadline, "policy-deadline", router.DefaultPolicyDeadline, "how long one hint policy may run on a booking; checked when it returns")
+	f.DurationVar(&o.PolicyDeadline, "policy-deadline", core.DefaultPolicyDeadline, "how long one hint policy may run on a booking; checked when it returns")
 	f.IntVar(&o.QueueSize, "queue-size", router.DefaultQueueSize, "hints queued per worker; when full the newest is dropped")
 	f.DurationVar(&o.DeliveryTimeout, "delivery-timeout", router.DefaultDeliveryTimeout, "timeout of one hint post, connection included")
 	f.DurationVar(&o.HintTTL, "hint-ttl", router.DefaultHintTTL, "a hint queued longer is dropped unsent")

@@ -4,10 +4,12 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
+
 	"github.com/spf13/cobra"
 
-	"github.com/kvrouter/kv-hint-operator/internal/hints"
 	"github.com/kvrouter/kv-hint-operator/internal/rolegraph"
+	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 )
 
 func newValidateCommand(cat *hints.Catalog) *cobra.Command {
@@ -82,20 +84,20 @@ func validateFiles(cat *hints.Catalog, files []string, stdin io.Reader, stdout, 
 }
 
 // compileHintsYAML parses and compiles one hints YAML document.
-func compileHintsYAML(cat *hints.Catalog, data []byte) (*hints.Graph, hints.Problems) {
-	cfg, err := hints.ParseConfig(data)
+func compileHintsYAML(cat *hints.Catalog, data []byte) (*hintsconfig.Graph, hintsconfig.Problems) {
+	cfg, err := hintsconfig.ParseConfig(data)
 	if err != nil {
-		if probs, ok := err.(hints.Problems); ok {
+		if probs, ok := err.(hintsconfig.Problems); ok {
 			return nil, probs
 		}
-		return nil, hints.Problems{{Severity: hints.SeverityError, Reason: hints.ReasonInvalidConfig, Hint: hints.NoHint, Message: err.Error()}}
+		return nil, hintsconfig.Problems{{Severity: hintsconfig.SeverityError, Reason: hintsconfig.ReasonInvalidConfig, Hint: hintsconfig.NoHint, Message: err.Error()}}
 	}
-	return hints.Compile(cat, cfg)
+	return hintsconfig.Compile(cat, cfg)
 }
 
-func printProblems(w io.Writer, file string, probs hints.Problems) {
+func printProblems(w io.Writer, file string, probs hintsconfig.Problems) {
 	for _, p := range probs {
-		if p.Severity == hints.SeverityWarning {
+		if p.Severity == hintsconfig.SeverityWarning {
 			fmt.Fprintf(w, "%s: %s: %s (warning): %s\n", file, p.Location(), p.Reason, p.Message)
 			continue
 		}

@@ -4,11 +4,13 @@ import (
 	"cmp"
 	"slices"
 
+	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
-	"github.com/kvrouter/kv-hint-operator/internal/hints"
+	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 )
 
 // Input is what the compile step looks at, all from one namespace.
@@ -40,7 +42,7 @@ type Router struct {
 	Name string
 	// Config is the compiled hints YAML, the data of the ConfigMap.
 	Config []byte
-	// Hash is hints.ContentHash(Config).
+	// Hash is hintsconfig.ContentHash(Config).
 	Hash string
 	// ConfigMap is the ConfigMap to write: its name, labels, annotations,
 	// owner references and data, nothing else.
@@ -168,7 +170,7 @@ type placement struct {
 	// of the role runs; generation is the RouterRole generation it came
 	// from, which is older than the current one when runs is a last good
 	// entry.
-	runs       *hints.Role
+	runs       *hintsconfig.Role
 	generation int64
 	router     *Router
 	pods       podCount
@@ -191,7 +193,7 @@ func compileRouter(cat *hints.Catalog, name string, results []*roleResult, cm *c
 	for _, res := range results {
 		claims[res.rr.Spec.Role] = append(claims[res.rr.Spec.Role], res)
 	}
-	cfg := &hints.Config{RouterMode: hints.ModeKV, WorkerSelection: map[string]*hints.RoleEntry{}}
+	cfg := &hintsconfig.Config{RouterMode: hintsconfig.ModeKV, WorkerSelection: map[string]*hintsconfig.RoleEntry{}}
 	sources := map[string]Source{}
 	var placements []*placement
 	for _, role := range sortedKeys(claims) {
@@ -215,7 +217,7 @@ func compileRouter(cat *hints.Catalog, name string, results []*roleResult, cm *c
 				p.runs, p.generation = prev.lastGood(cat, res.rr)
 			}
 			if p.runs != nil {
-				cfg.WorkerSelection[role] = p.runs.Entry(hints.ModeKV)
+				cfg.WorkerSelection[role] = p.runs.Entry(hintsconfig.ModeKV)
 				sources[role] = Source{RouterRole: res.rr.Name, UID: res.rr.UID, Generation: p.generation}
 			}
 		}
@@ -224,13 +226,13 @@ func compileRouter(cat *hints.Catalog, name string, results []*roleResult, cm *c
 	// The config goes through the same compile step the sidecar runs on
 	// it, and is rendered by the core: what is written is what routers
 	// accept, byte for byte the same for the same roles.
-	graph, _ := hints.Compile(cat, cfg)
+	graph, _ := hintsconfig.Compile(cat, cfg)
 	doc, hash, err := graph.Encode()
 	if err != nil {
 		// compileRole refuses entries that do not marshal, so this is a
 		// broken plugin at worst: run nothing rather than half a config.
 		r.Notes = append(r.Notes, "encoding the compiled config: "+err.Error())
-		graph, _ = hints.Compile(cat, &hints.Config{RouterMode: hints.ModeKV})
+		graph, _ = hintsconfig.Compile(cat, &hintsconfig.Config{RouterMode: hintsconfig.ModeKV})
 		doc, hash, _ = graph.Encode()
 	}
 	r.Config, r.Hash = doc, hash

@@ -8,13 +8,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
+
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
-	"github.com/kvrouter/kv-hint-operator/internal/hints"
-	"github.com/kvrouter/kv-hint-operator/internal/hints/builtin"
+	"github.com/kvrouter/kv-hint-operator/pkg/hints"
+	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.out.yaml from the current output")
@@ -90,15 +92,15 @@ func TestCompileGolden(t *testing.T) {
 func checkConfigsParse(t *testing.T, cat *hints.Catalog, out *Output) {
 	t.Helper()
 	for _, r := range out.Routers {
-		cfg, err := hints.ParseConfig(r.Config)
+		cfg, err := hintsconfig.ParseConfig(r.Config)
 		if err != nil {
 			t.Errorf("router %s: compiled config does not parse: %v", r.Name, err)
 			continue
 		}
-		if _, probs := hints.Compile(cat, cfg); probs.HasErrors() {
+		if _, probs := hintsconfig.Compile(cat, cfg); probs.HasErrors() {
 			t.Errorf("router %s: compiled config breaks a rule: %v", r.Name, probs)
 		}
-		if got := r.ConfigMap.Annotations[v1alpha1.HashAnnotation]; got != hints.ContentHash(r.Config) {
+		if got := r.ConfigMap.Annotations[v1alpha1.HashAnnotation]; got != hintsconfig.ContentHash(r.Config) {
 			t.Errorf("router %s: hash annotation %q does not match the content", r.Name, got)
 		}
 	}
@@ -122,7 +124,7 @@ func strs(fs Findings) []string {
 	var out []string
 	for _, f := range fs {
 		s := f.String()
-		if f.Severity == hints.SeverityWarning {
+		if f.Severity == hintsconfig.SeverityWarning {
 			s = "warning: " + s
 		}
 		out = append(out, s)

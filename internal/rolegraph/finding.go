@@ -4,14 +4,15 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
+
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
-	"github.com/kvrouter/kv-hint-operator/internal/hints"
 )
 
 // Finding is one problem of one object, located by the spec field it
 // concerns, and the condition it is reported under.
 type Finding struct {
-	Severity  hints.Severity
+	Severity  hintsconfig.Severity
 	Condition v1alpha1.ConditionType
 	Reason    v1alpha1.ConditionReason
 	// Field is the spec field concerned, such as "spec.hints[1]".
@@ -40,12 +41,12 @@ type Findings []Finding
 
 // Errors returns the findings that block the object.
 func (fs Findings) Errors() Findings {
-	return fs.filter(func(f Finding) bool { return f.Severity == hints.SeverityError })
+	return fs.filter(func(f Finding) bool { return f.Severity == hintsconfig.SeverityError })
 }
 
 // Warnings returns the findings that do not block it.
 func (fs Findings) Warnings() Findings {
-	return fs.filter(func(f Finding) bool { return f.Severity == hints.SeverityWarning })
+	return fs.filter(func(f Finding) bool { return f.Severity == hintsconfig.SeverityWarning })
 }
 
 // For returns the findings reported under one condition.
@@ -90,7 +91,7 @@ func (fs Findings) message() string {
 
 // roleFinding turns a problem the hints core found in a role into a
 // finding on the RouterRole field it comes from.
-func roleFinding(p hints.Problem, spec *v1alpha1.RouterRoleSpec) Finding {
+func roleFinding(p hintsconfig.Problem, spec *v1alpha1.RouterRoleSpec) Finding {
 	f := Finding{
 		Severity:  p.Severity,
 		Condition: v1alpha1.ConditionAccepted,
@@ -99,18 +100,18 @@ func roleFinding(p hints.Problem, spec *v1alpha1.RouterRoleSpec) Finding {
 		Message:   p.Message,
 	}
 	switch {
-	case p.Hint != hints.NoHint:
+	case p.Hint != hintsconfig.NoHint:
 		f.Field = fmt.Sprintf("spec.hints[%d]", p.Hint)
 		if p.Hint < len(spec.Hints) && spec.Hints[p.Hint].PolicyRef != nil {
 			f.Detail = fmt.Sprintf("HintPolicy %s, %s", spec.Hints[p.Hint].PolicyRef.Name, p.Type)
 		}
-	case p.Reason == hints.ReasonUnknownWorkerSelection:
+	case p.Reason == hintsconfig.ReasonUnknownWorkerSelection:
 		f.Field = "spec.workerSelection.type"
-	case p.Reason == hints.ReasonInvalidParameters && p.Type == spec.WorkerSelection.Type:
+	case p.Reason == hintsconfig.ReasonInvalidParameters && p.Type == spec.WorkerSelection.Type:
 		f.Field = "spec.workerSelection.parameters"
-	case p.Reason == hints.ReasonInvalidRouterMode:
+	case p.Reason == hintsconfig.ReasonInvalidRouterMode:
 		f.Field = "spec.routerMode"
-	case p.Reason == hints.ReasonInvalidRole:
+	case p.Reason == hintsconfig.ReasonInvalidRole:
 		f.Field = "spec.role"
 	default:
 		// The rules about the list as a whole (KV-copy senders, hints off
@@ -130,7 +131,7 @@ func conflictFinding(rr, winner *v1alpha1.RouterRole) Finding {
 
 func errorf(c v1alpha1.ConditionType, reason v1alpha1.ConditionReason, field, format string, args ...any) Finding {
 	return Finding{
-		Severity: hints.SeverityError, Condition: c, Reason: reason, Field: field,
+		Severity: hintsconfig.SeverityError, Condition: c, Reason: reason, Field: field,
 		Message: fmt.Sprintf(format, args...),
 	}
 }

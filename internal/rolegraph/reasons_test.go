@@ -3,8 +3,9 @@ package rolegraph
 import (
 	"testing"
 
+	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
+
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
-	"github.com/kvrouter/kv-hint-operator/internal/hints"
 )
 
 // TestCatalogReasonsMatchCore keeps the API's documented Accepted reasons
@@ -13,21 +14,21 @@ import (
 // the API.
 func TestCatalogReasonsMatchCore(t *testing.T) {
 	for _, tc := range []struct {
-		core hints.Reason
+		core hintsconfig.Reason
 		api  v1alpha1.ConditionReason
 	}{
-		{hints.ReasonInvalidConfig, v1alpha1.ReasonInvalidConfig},
-		{hints.ReasonInvalidRole, v1alpha1.ReasonInvalidRole},
-		{hints.ReasonInvalidRouterMode, v1alpha1.ReasonInvalidRouterMode},
-		{hints.ReasonUnknownWorkerSelection, v1alpha1.ReasonUnknownWorkerSelection},
-		{hints.ReasonInvalidParameters, v1alpha1.ReasonInvalidParameters},
-		{hints.ReasonUnknownHintType, v1alpha1.ReasonUnknownHintType},
-		{hints.ReasonInvalidHintName, v1alpha1.ReasonInvalidHintName},
-		{hints.ReasonDuplicateHintName, v1alpha1.ReasonDuplicateHintName},
-		{hints.ReasonTooManyHints, v1alpha1.ReasonTooManyHints},
-		{hints.ReasonHintsRequireKVMode, v1alpha1.ReasonHintsRequireKVMode},
-		{hints.ReasonKVCopySenderMissing, v1alpha1.ReasonKVCopySenderMissing},
-		{hints.ReasonKVCopySenderDuplicate, v1alpha1.ReasonKVCopySenderDuplicate},
+		{hintsconfig.ReasonInvalidConfig, v1alpha1.ReasonInvalidConfig},
+		{hintsconfig.ReasonInvalidRole, v1alpha1.ReasonInvalidRole},
+		{hintsconfig.ReasonInvalidRouterMode, v1alpha1.ReasonInvalidRouterMode},
+		{hintsconfig.ReasonUnknownWorkerSelection, v1alpha1.ReasonUnknownWorkerSelection},
+		{hintsconfig.ReasonInvalidParameters, v1alpha1.ReasonInvalidParameters},
+		{hintsconfig.ReasonUnknownHintType, v1alpha1.ReasonUnknownHintType},
+		{hintsconfig.ReasonInvalidHintName, v1alpha1.ReasonInvalidHintName},
+		{hintsconfig.ReasonDuplicateHintName, v1alpha1.ReasonDuplicateHintName},
+		{hintsconfig.ReasonTooManyHints, v1alpha1.ReasonTooManyHints},
+		{hintsconfig.ReasonHintsRequireKVMode, v1alpha1.ReasonHintsRequireKVMode},
+		{hintsconfig.ReasonKVCopySenderMissing, v1alpha1.ReasonKVCopySenderMissing},
+		{hintsconfig.ReasonKVCopySenderDuplicate, v1alpha1.ReasonKVCopySenderDuplicate},
 	} {
 		if string(tc.core) != string(tc.api) {
 			t.Errorf("core reason %q is %q in the API", tc.core, tc.api)

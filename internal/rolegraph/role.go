@@ -6,11 +6,13 @@ import (
 	"regexp"
 	"slices"
 
+	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
+
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
-	"github.com/kvrouter/kv-hint-operator/internal/hints"
+	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 )
 
 // dnsLabel is the pattern the CRD gives spec.router; the CLI reads
@@ -44,7 +46,7 @@ type roleResult struct {
 	findings Findings
 	// compiled is the role as its current spec compiles, nil when the spec
 	// breaks a rule or its references do not resolve.
-	compiled *hints.Role
+	compiled *hintsconfig.Role
 	// refs are the HintPolicy names the role references, in list order.
 	refs []string
 }
@@ -70,14 +72,14 @@ func compileRole(cat *hints.Catalog, rr *v1alpha1.RouterRole, policies policyInd
 		}
 	}
 
-	entry := &hints.RoleEntry{
+	entry := &hintsconfig.RoleEntry{
 		Type:       spec.WorkerSelection.Type,
-		RouterMode: hints.RouterMode(spec.RouterMode),
+		RouterMode: hintsconfig.RouterMode(spec.RouterMode),
 		Parameters: raw(spec.WorkerSelection.Parameters),
 	}
 	usable := true
 	if spec.Hints != nil {
-		list := make([]hints.HintSpec, 0, len(spec.Hints))
+		list := make([]hintsconfig.HintSpec, 0, len(spec.Hints))
 		for i, item := range spec.Hints {
 			h, ok := res.resolve(i, item, policies)
 			usable = usable && ok
@@ -96,14 +98,14 @@ func compileRole(cat *hints.Catalog, rr *v1alpha1.RouterRole, policies policyInd
 		return res
 	}
 
-	compiled, probs := hints.CompileRole(cat, spec.Role, entry, hints.ModeKV)
+	compiled, probs := hintsconfig.CompileRole(cat, spec.Role, entry, hintsconfig.ModeKV)
 	for _, p := range probs {
 		res.findings = append(res.findings, roleFinding(p, spec))
 	}
 	if compiled != nil {
 		// Parameters a plugin reports go into the config as JSON; one that
 		// reports something that is not JSON is refused here, alone.
-		if _, err := json.Marshal(compiled.Entry(hints.ModeKV)); err != nil {
+		if _, err := json.Marshal(compiled.Entry(hintsconfig.ModeKV)); err != nil {
 			res.findings = append(res.findings, errorf(v1alpha1.ConditionAccepted, v1alpha1.ReasonInvalidParameters, "spec",
 				"the policies report effective parameters that are not JSON: %v", err))
 		}
@@ -116,15 +118,15 @@ func compileRole(cat *hints.Catalog, rr *v1alpha1.RouterRole, policies policyInd
 
 // resolve turns one hint item into the hint spec it runs. It reports false
 // when the item cannot be read at all.
-func (res *roleResult) resolve(i int, item v1alpha1.HintItem, policies policyIndex) (hints.HintSpec, bool) {
+func (res *roleResult) resolve(i int, item v1alpha1.HintItem, policies policyIndex) (hintsconfig.HintSpec, bool) {
 	field := fmt.Sprintf("spec.hints[%d]", i)
 	switch {
 	case (item.Type == "") == (item.PolicyRef == nil):
 		res.findings = append(res.findings, errorf(v1alpha1.ConditionAccepted, v1alpha1.ReasonInvalidConfig, field,
 			"set exactly one of type (an inline hint policy) or policyRef (a HintPolicy in this namespace)"))
-		return hints.HintSpec{}, false
+		return hintsconfig.HintSpec{}, false
 	case item.Type != "":
-		return hints.HintSpec{Type: item.Type, Name: item.Name, Parameters: raw(item.Parameters)}, true
+		return hintsconfig.HintSpec{Type: item.Type, Name: item.Name, Parameters: raw(item.Parameters)}, true
 	}
 
 	name := item.PolicyRef.Name
@@ -132,13 +134,13 @@ func (res *roleResult) resolve(i int, item v1alpha1.HintItem, policies policyInd
 	if item.Parameters != nil {
 		res.findings = append(res.findings, errorf(v1alpha1.ConditionAccepted, v1alpha1.ReasonInvalidConfig, field,
 			"a policyRef item takes no parameters: they belong to HintPolicy %q", name))
-		return hints.HintSpec{}, false
+		return hintsconfig.HintSpec{}, false
 	}
 	p, ok := policies[name]
 	if !ok {
 		res.findings = append(res.findings, errorf(v1alpha1.ConditionResolvedRefs, v1alpha1.ReasonHintPolicyNotFound, field,
 			"HintPolicy %q does not exist in %s; create it or fix policyRef.name", name, namespaceOf(res.rr)))
-		return hints.HintSpec{}, false
+		return hintsconfig.HintSpec{}, false
 	}
 	if !p.accepted() {
 		// The role is still compiled with the policy's spec, so Accepted
@@ -149,16 +151,16 @@ func (res *roleResult) resolve(i int, item v1alpha1.HintItem, policies policyInd
 		f.Detail = fmt.Sprintf("HintPolicy %s, %s", name, p.hp.Spec.Type)
 		res.findings = append(res.findings, f)
 	}
-	return hints.HintSpec{Type: p.hp.Spec.Type, Name: item.Name, Parameters: raw(p.hp.Spec.Parameters)}, true
+	return hintsconfig.HintSpec{Type: p.hp.Spec.Type, Name: item.Name, Parameters: raw(p.hp.Spec.Parameters)}, true
 }
 
 // checkPolicy checks a HintPolicy on its own with the hints core.
 func checkPolicy(cat *hints.Catalog, hp *v1alpha1.HintPolicy) Findings {
-	_, probs := hints.CheckHint(cat, hints.HintSpec{Type: hp.Spec.Type, Parameters: raw(hp.Spec.Parameters)})
+	_, probs := hintsconfig.CheckHint(cat, hintsconfig.HintSpec{Type: hp.Spec.Type, Parameters: raw(hp.Spec.Parameters)})
 	var fs Findings
 	for _, p := range probs {
 		field := "spec.type"
-		if p.Reason == hints.ReasonInvalidParameters {
+		if p.Reason == hintsconfig.ReasonInvalidParameters {
 			field = "spec.parameters"
 		}
 		fs = append(fs, Finding{

@@ -4,11 +4,13 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
-	"github.com/kvrouter/kv-hint-operator/internal/hints"
+	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 )
 
 // SourcesAnnotation on a compiled ConfigMap records, per role, the
@@ -31,7 +33,7 @@ type Source struct {
 
 // running is what a router's ConfigMap holds now.
 type running struct {
-	cfg     *hints.Config
+	cfg     *hintsconfig.Config
 	sources map[string]Source
 }
 
@@ -44,14 +46,14 @@ func readRunning(cm *corev1.ConfigMap) (*running, error) {
 	if !ok {
 		return nil, fmt.Errorf("ConfigMap %s has no %s key", cm.Name, v1alpha1.HintsConfigKey)
 	}
-	if got, want := cm.Annotations[v1alpha1.HashAnnotation], hints.ContentHash([]byte(doc)); got != want {
+	if got, want := cm.Annotations[v1alpha1.HashAnnotation], hintsconfig.ContentHash([]byte(doc)); got != want {
 		return nil, fmt.Errorf("ConfigMap %s: %s is %q, but the content hashes to %q; it was changed by hand", cm.Name, v1alpha1.HashAnnotation, got, want)
 	}
 	var sources map[string]Source
 	if err := json.Unmarshal([]byte(cm.Annotations[SourcesAnnotation]), &sources); err != nil {
 		return nil, fmt.Errorf("ConfigMap %s: annotation %s: %w", cm.Name, SourcesAnnotation, err)
 	}
-	cfg, err := hints.ParseConfig([]byte(doc))
+	cfg, err := hintsconfig.ParseConfig([]byte(doc))
 	if err != nil {
 		return nil, fmt.Errorf("ConfigMap %s: %w", cm.Name, err)
 	}
@@ -62,7 +64,7 @@ func readRunning(cm *corev1.ConfigMap) (*running, error) {
 // again by the current catalog, and the generation it came from. It
 // returns nil when the entry is not the RouterRole's (another object, or
 // an earlier object of the same name) or no longer passes the rules.
-func (r *running) lastGood(cat *hints.Catalog, rr *v1alpha1.RouterRole) (*hints.Role, int64) {
+func (r *running) lastGood(cat *hints.Catalog, rr *v1alpha1.RouterRole) (*hintsconfig.Role, int64) {
 	if r == nil {
 		return nil, 0
 	}
@@ -77,9 +79,9 @@ func (r *running) lastGood(cat *hints.Catalog, rr *v1alpha1.RouterRole) (*hints.
 	}
 	mode := r.cfg.RouterMode
 	if mode == "" {
-		mode = hints.ModeKV
+		mode = hintsconfig.ModeKV
 	}
-	compiled, probs := hints.CompileRole(cat, role, entry, mode)
+	compiled, probs := hintsconfig.CompileRole(cat, role, entry, mode)
 	if probs.HasErrors() {
 		return nil, 0
 	}

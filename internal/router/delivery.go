@@ -544,6 +544,10 @@ func isTimeout(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
+// failureLogInterval is the least time between two logs of one worker's
+// delivery errors; every error is counted regardless.
+const failureLogInterval = 10 * time.Second
+
 // logError logs a delivery error at most once per failureLogInterval per
 // worker; the metrics count every one.
 func (q *queue) logError(err error, msg string) {

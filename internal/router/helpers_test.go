@@ -17,11 +17,11 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/testr"
-	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/kvrouter/kv-hint-operator/internal/hints"
-	"github.com/kvrouter/kv-hint-operator/internal/hints/builtin"
 	"github.com/kvrouter/kv-hint-operator/internal/simworker"
+	"github.com/kvrouter/kv-hint-operator/pkg/hints"
+	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
 )
 
 // eventually polls cond every 10 ms until it returns nil or the timeout
@@ -316,26 +316,64 @@ func bookingJSON(reqID, role, worker string, extra string) string {
 	return s + "}"
 }
 
-// counter reads one series of a counter vector.
+// counter reads one series of a counter vector from the sidecar's registry,
+// as a scrape would: labels are given in the order the metric declares them.
 func counter(t testing.TB, m *Metrics, name string, labels ...string) float64 {
 	t.Helper()
-	switch name {
-	case "failures":
-		return testutil.ToFloat64(m.failures.WithLabelValues(labels...))
-	case "dropped":
-		return testutil.ToFloat64(m.dropped.WithLabelValues(labels...))
-	case "actions":
-		return testutil.ToFloat64(m.actions.WithLabelValues(labels...))
-	case "bookings":
-		return testutil.ToFloat64(m.bookings.WithLabelValues(labels...))
-	case "hints_dropped":
-		return testutil.ToFloat64(m.hintsDropped.WithLabelValues(labels...))
-	case "delivery_errors":
-		return testutil.ToFloat64(m.deliveryErrors.WithLabelValues(labels...))
-	case "reloads":
-		return testutil.ToFloat64(m.reloads.WithLabelValues(labels...))
+	series := map[string]struct {
+		metric string
+		labels []string
+	}{
+		"failures":        {"policy_failures_total", []string{"role", "policy", "policy_type", "reason"}},
+		"dropped":         {"actions_dropped_total", []string{"role", "policy", "policy_type", "reason"}},
+		"actions":         {"actions_total", []string{"role", "policy", "policy_type"}},
+		"bookings":        {"bookings_total", []string{"role", "outcome"}},
+		"hints_dropped":   {"hints_dropped_total", []string{"reason"}},
+		"delivery_errors": {"delivery_errors_total", []string{"reason"}},
+		"reloads":         {"config_reloads_total", []string{"result"}},
 	}
-	t.Fatalf("no counter %s", name)
+	sr, ok := series[name]
+	if !ok || len(sr.labels) != len(labels) {
+		t.Fatalf("no counter %s with %d labels", name, len(labels))
+	}
+	want := map[string]string{}
+	for i, l := range sr.labels {
+		want[l] = labels[i]
+	}
+	return gathered(t, m.Registry, metricsNamespace+"_"+sr.metric, want)
+}
+
+// gathered returns the value of the one series of a metric whose labels are
+// exactly want, or 0 when it has not been created.
+func gathered(t testing.TB, g prometheus.Gatherer, metric string, want map[string]string) float64 {
+	t.Helper()
+	families, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != metric {
+			continue
+		}
+	next:
+		for _, s := range f.GetMetric() {
+			if len(s.GetLabel()) != len(want) {
+				continue
+			}
+			for _, l := range s.GetLabel() {
+				if want[l.GetName()] != l.GetValue() {
+					continue next
+				}
+			}
+			switch {
+			case s.GetCounter() != nil:
+				return s.GetCounter().GetValue()
+			case s.GetGauge() != nil:
+				return s.GetGauge().GetValue()
+			}
+			t.Fatalf("%s is neither a counter nor a gauge", metric)
+		}
+	}
 	return 0
 }
 

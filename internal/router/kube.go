@@ -9,7 +9,7 @@ const (
 	// ConfigMapKey is the data key of the compiled hints YAML.
 	ConfigMapKey = v1alpha1.HintsConfigKey
 	// AnnotationAppliedHash is written by the sidecar on its own Pod: the
-	// hash of the config it runs (hints.ContentHash of the hints.yaml
+	// hash of the config it runs (hintsconfig.ContentHash of the hints.yaml
 	// bytes, the value of the ConfigMap's hints.kvrouter.io/hash).
 	AnnotationAppliedHash = v1alpha1.AppliedHashAnnotation
 	// LabelRouter marks a router's pods with the router's name.

@@ -166,7 +166,7 @@ func TestKubernetesSidecar(t *testing.T) {
 	eventually(t, 10*time.Second, func() error {
 		var ids []string
 		for _, wk := range s.Workers.List() {
-			ids = append(ids, fmt.Sprintf("%s capable=%v", wk.ID, wk.HintCapable))
+			ids = append(ids, fmt.Sprintf("%s capable=%v", wk.ID, wk.Capable))
 		}
 		if diff := cmp.Diff([]string{"decode-0 capable=true", "decode-1 capable=false"}, ids); diff != "" {
 			return fmt.Errorf("workers (-want +got):\n%s", diff)

@@ -3,54 +3,11 @@ package router
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	core "github.com/kvrouter/kv-hint-operator/pkg/router"
 )
 
-const metricsNamespace = "kvhint_router"
-
-// Booking outcomes, the outcome label of bookings_total.
-const (
-	outcomeHinted        = "hinted"           // a hint was built and handed to delivery
-	outcomeNoActions     = "no_actions"       // the policies kept no action: no message
-	outcomeNotCapable    = "not_hint_capable" // the worker does not advertise router_hint
-	outcomeUnknownWorker = "unknown_worker"   // the worker is not in the registry
-)
-
-// Booking errors, the reason label of booking_errors_total.
-const (
-	bookingErrUnknownRole = "unknown_role"
-	bookingErrInvalid     = "invalid"
-	bookingErrNotReady    = "not_ready"
-)
-
-// DropReason says why a policy's actions were not sent. The values are the
-// reason label of policy_failures_total and actions_dropped_total.
-type DropReason int
-
-const (
-	// DropError: the policy returned an error.
-	DropError DropReason = iota
-	// DropPanic: the policy panicked.
-	DropPanic
-	// DropDeadline: the policy returned after its deadline.
-	DropDeadline
-	// DropMalformed: the policy emitted an action with a bad type, version
-	// or payload.
-	DropMalformed
-	// DropOverLimit: the booking already carried MaxActions actions. This
-	// is not a failure of the policy, only a drop.
-	DropOverLimit
-	numDropReasons
-)
-
-var dropReasonNames = [numDropReasons]string{"error", "panic", "deadline", "malformed", "over_limit"}
-
-// String is the metric label value.
-func (r DropReason) String() string {
-	if r < 0 || r >= numDropReasons {
-		return "unknown"
-	}
-	return dropReasonNames[r]
-}
+const metricsNamespace = core.MetricsNamespace
 
 // Delivery drops and errors, the reason label of hints_dropped_total and
 // delivery_errors_total.
@@ -66,40 +23,26 @@ const (
 )
 
 // Metrics are the sidecar's Prometheus metrics, in their own registry so
-// that tests can run many sidecars in one process. Label values used on the
-// booking path are resolved once per config load, never per booking.
+// that tests can run many sidecars in one process: the dispatcher's, and
+// delivery's below.
 type Metrics struct {
 	// Registry holds every metric below plus the Go and process collectors.
 	Registry *prometheus.Registry
-
-	bookings      *prometheus.CounterVec
-	bookingErrors *prometheus.CounterVec
-	buildSeconds  *prometheus.HistogramVec
-	actions       *prometheus.CounterVec
-	failures      *prometheus.CounterVec
-	dropped       *prometheus.CounterVec
+	// Dispatch are the dispatcher's metrics, registered in Registry.
+	Dispatch *core.Metrics
 
 	hintsSent       prometheus.Counter
 	hintsDropped    *prometheus.CounterVec
 	deliveryErrors  *prometheus.CounterVec
 	deliverySeconds prometheus.Histogram
 
-	configInfo        *prometheus.GaugeVec
-	reloads           *prometheus.CounterVec
-	lastReloadOK      prometheus.Gauge
-	lastReloadSuccess prometheus.Gauge
-	lastReloadFailure prometheus.Gauge
-
-	errUnknownRole prometheus.Counter
-	errInvalid     prometheus.Counter
-	errNotReady    prometheus.Counter
-	dropFull       prometheus.Counter
-	dropStale      prometheus.Counter
-	dropNoEP       prometheus.Counter
-	dropShut       prometheus.Counter
-	errTimeout     prometheus.Counter
-	errTransport   prometheus.Counter
-	errStatus      prometheus.Counter
+	dropFull     prometheus.Counter
+	dropStale    prometheus.Counter
+	dropNoEP     prometheus.Counter
+	dropShut     prometheus.Counter
+	errTimeout   prometheus.Counter
+	errTransport prometheus.Counter
+	errStatus    prometheus.Counter
 }
 
 // NewMetrics creates the metrics in a new registry.
@@ -109,33 +52,7 @@ func NewMetrics() *Metrics {
 	f(collectors.NewGoCollector())
 	f(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	m.bookings = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: metricsNamespace, Name: "bookings_total",
-		Help: "Bookings handled, by role and outcome (hinted, no_actions, not_hint_capable, unknown_worker).",
-	}, []string{"role", "outcome"})
-	m.bookingErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: metricsNamespace, Name: "booking_errors_total",
-		Help: "Bookings refused, by reason (unknown_role, invalid, not_ready).",
-	}, []string{"reason"})
-	m.buildSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Namespace: metricsNamespace, Name: "hint_build_duration_seconds",
-		Help: "Time to run a role's hint policies for one booking, by role.",
-		// 1 µs to about 16 ms: the budget is microseconds, a policy deadline is 1 ms.
-		Buckets: prometheus.ExponentialBuckets(1e-6, 2, 15),
-	}, []string{"role"})
-	m.actions = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: metricsNamespace, Name: "actions_total",
-		Help: "Actions kept in hints, by role, policy (name or type) and policy type.",
-	}, []string{"role", "policy", "policy_type"})
-	m.failures = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: metricsNamespace, Name: "policy_failures_total",
-		Help: "Policy runs whose actions were all dropped, by role, policy, policy type and reason (error, panic, deadline, malformed).",
-	}, []string{"role", "policy", "policy_type", "reason"})
-	m.dropped = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: metricsNamespace, Name: "actions_dropped_total",
-		Help: "Actions dropped, by role, policy, policy type and reason (deadline, malformed, over_limit; error and panic runs return none).",
-	}, []string{"role", "policy", "policy_type", "reason"})
-
+	m.Dispatch = core.NewMetrics(m.Registry)
 	m.hintsSent = prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: metricsNamespace, Name: "hints_sent_total",
 		Help: "Hints a worker accepted with a 2xx answer.",
@@ -154,38 +71,12 @@ func NewMetrics() *Metrics {
 		Buckets: prometheus.ExponentialBuckets(50e-6, 2, 14),
 	})
 
-	m.configInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: metricsNamespace, Name: "config_info",
-		Help: "1 for the hash of the hints config in force.",
-	}, []string{"hash"})
-	m.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: metricsNamespace, Name: "config_reloads_total",
-		Help: "Config loads, by result: success, or failure (counted once per distinct refused document or source error).",
-	}, []string{"result"})
-	m.lastReloadOK = prometheus.NewGauge(prometheus.GaugeOpts{
-		Namespace: metricsNamespace, Name: "config_last_reload_successful",
-		Help: "1 if the last config load succeeded, 0 if it failed and the previous config is kept.",
-	})
-	m.lastReloadSuccess = prometheus.NewGauge(prometheus.GaugeOpts{
-		Namespace: metricsNamespace, Name: "config_last_reload_success_timestamp_seconds",
-		Help: "Unix time of the last successful config load.",
-	})
-	m.lastReloadFailure = prometheus.NewGauge(prometheus.GaugeOpts{
-		Namespace: metricsNamespace, Name: "config_last_reload_failure_timestamp_seconds",
-		Help: "Unix time of the last failed config load.",
-	})
-
 	for _, c := range []prometheus.Collector{
-		m.bookings, m.bookingErrors, m.buildSeconds, m.actions, m.failures, m.dropped,
 		m.hintsSent, m.hintsDropped, m.deliveryErrors, m.deliverySeconds,
-		m.configInfo, m.reloads, m.lastReloadOK, m.lastReloadSuccess, m.lastReloadFailure,
 	} {
 		f(c)
 	}
 
-	m.errUnknownRole = m.bookingErrors.WithLabelValues(bookingErrUnknownRole)
-	m.errInvalid = m.bookingErrors.WithLabelValues(bookingErrInvalid)
-	m.errNotReady = m.bookingErrors.WithLabelValues(bookingErrNotReady)
 	m.dropFull = m.hintsDropped.WithLabelValues(dropQueueFull)
 	m.dropStale = m.hintsDropped.WithLabelValues(dropStale)
 	m.dropNoEP = m.hintsDropped.WithLabelValues(dropNoEndpoint)
@@ -212,42 +103,4 @@ func (m *Metrics) observeRegistry(r *Registry) {
 			Help: "Hints waiting in the workers' delivery queues.",
 		}, func() float64 { return float64(r.QueuedHints()) }),
 	)
-}
-
-// roleMetrics are one role's pre-resolved series.
-type roleMetrics struct {
-	hinted, noActions, notCapable, unknownWorker prometheus.Counter
-	build                                        prometheus.Observer
-}
-
-func (m *Metrics) forRole(role string) roleMetrics {
-	return roleMetrics{
-		hinted:        m.bookings.WithLabelValues(role, outcomeHinted),
-		noActions:     m.bookings.WithLabelValues(role, outcomeNoActions),
-		notCapable:    m.bookings.WithLabelValues(role, outcomeNotCapable),
-		unknownWorker: m.bookings.WithLabelValues(role, outcomeUnknownWorker),
-		build:         m.buildSeconds.WithLabelValues(role),
-	}
-}
-
-// hintMetrics are one policy instance's pre-resolved series.
-type hintMetrics struct {
-	actions  prometheus.Counter
-	failures [numDropReasons]prometheus.Counter
-	dropped  [numDropReasons]prometheus.Counter
-}
-
-func (m *Metrics) forHint(role, policy, policyType string) hintMetrics {
-	hm := hintMetrics{actions: m.actions.WithLabelValues(role, policy, policyType)}
-	for r := DropReason(0); r < numDropReasons; r++ {
-		// A run that errs or panics returns no actions to count; an action
-		// dropped past the limit is no failure of its policy.
-		if r != DropOverLimit {
-			hm.failures[r] = m.failures.WithLabelValues(role, policy, policyType, r.String())
-		}
-		if r != DropError && r != DropPanic {
-			hm.dropped[r] = m.dropped.WithLabelValues(role, policy, policyType, r.String())
-		}
-	}
-	return hm
 }

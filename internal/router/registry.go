@@ -8,10 +8,12 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	core "github.com/kvrouter/kv-hint-operator/pkg/router"
 )
 
 // CapabilityRouterHint is the capability a worker advertises to receive hints.
-const CapabilityRouterHint = "router_hint"
+const CapabilityRouterHint = core.CapabilityRouterHint
 
 // MaxWorkerIDLength caps a worker ID: a pod name is at most 253 characters.
 const MaxWorkerIDLength = 253
@@ -62,14 +64,31 @@ func (s *WorkerSpec) HintCapable() bool {
 // one.
 type Worker struct {
 	WorkerSpec
-	// HintCapable is set when the worker advertises router_hint.
-	HintCapable bool `json:"hint_capable"`
+	// Capable is set when the worker advertises router_hint.
+	Capable bool `json:"hint_capable"`
 	// Source is the source that registered it: api, file or pods.
 	Source string `json:"source"`
 
 	// q is the worker's delivery queue: nil when it is not hint-capable,
 	// has no endpoint, or the registry has no Delivery.
 	q *queue
+	// delivery counts what is dropped for want of an endpoint; nil when
+	// the registry has no Delivery.
+	delivery *Delivery
+}
+
+// HintCapable reports whether the worker advertises router_hint.
+func (w *Worker) HintCapable() bool { return w.Capable }
+
+// Deliver hands a message to the worker's queue; false if it was dropped.
+func (w *Worker) Deliver(msg []byte, built time.Time) bool {
+	if w.q == nil {
+		if w.delivery != nil {
+			w.delivery.metrics.dropNoEP.Inc()
+		}
+		return false
+	}
+	return w.q.enqueue(msg, built)
 }
 
 // Registry is the set of workers that bookings may name. Lookups are on the
@@ -91,6 +110,14 @@ func NewRegistry(delivery *Delivery) *Registry {
 }
 
 func (r *Registry) lookup(id string) *Worker { return (*r.workers.Load())[id] }
+
+// Lookup returns the worker for the dispatcher, or nil.
+func (r *Registry) Lookup(id string) core.Worker {
+	if w := r.lookup(id); w != nil {
+		return w
+	}
+	return nil // a nil *Worker would be a non-nil core.Worker
+}
 
 // Get returns a registered worker.
 func (r *Registry) Get(id string) (Worker, bool) {
@@ -177,9 +204,9 @@ func (r *Registry) Replace(source string, specs []WorkerSpec) error {
 // endpoint did not change: its hints and its connection stay valid.
 func (r *Registry) put(next map[string]*Worker, source string, spec WorkerSpec) {
 	spec.Capabilities = slices.Clone(spec.Capabilities)
-	w := &Worker{WorkerSpec: spec, HintCapable: spec.HintCapable(), Source: source}
+	w := &Worker{WorkerSpec: spec, Capable: spec.HintCapable(), Source: source, delivery: r.delivery}
 	old := next[spec.ID]
-	wantQueue := w.HintCapable && spec.HintEndpoint != "" && r.delivery != nil
+	wantQueue := w.Capable && spec.HintEndpoint != "" && r.delivery != nil
 	switch {
 	case wantQueue && old != nil && old.q != nil && old.HintEndpoint == spec.HintEndpoint:
 		w.q = old.q
@@ -201,17 +228,6 @@ func (r *Registry) copyMap() map[string]*Worker {
 	return next
 }
 
-// deliver hands a message to the worker's queue; false if it was dropped.
-func (r *Registry) deliver(w *Worker, msg []byte, now time.Time) bool {
-	if w.q == nil {
-		if r.delivery != nil {
-			r.delivery.metrics.dropNoEP.Inc()
-		}
-		return false
-	}
-	return w.q.enqueue(msg, now)
-}
-
 // QueuedHints counts the hints waiting in every worker's queue.
 func (r *Registry) QueuedHints() int {
 	n := 0
@@ -227,7 +243,7 @@ func (r *Registry) QueuedHints() int {
 func (r *Registry) Stats() (workers, hintCapable int) {
 	for _, w := range *r.workers.Load() {
 		workers++
-		if w.HintCapable {
+		if w.Capable {
 			hintCapable++
 		}
 	}

@@ -122,7 +122,7 @@ func TestWorkersFile(t *testing.T) {
 	ids := func() string {
 		s := ""
 		for _, w := range r.List() {
-			s += fmt.Sprintf("%s:%v ", w.ID, w.HintCapable)
+			s += fmt.Sprintf("%s:%v ", w.ID, w.Capable)
 		}
 		return s
 	}

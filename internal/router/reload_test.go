@@ -11,9 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
+	core "github.com/kvrouter/kv-hint-operator/pkg/router"
 
-	"github.com/kvrouter/kv-hint-operator/internal/hints"
+	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 func roleConfig(tag string) string {
@@ -80,7 +81,7 @@ func (k *kubeletDir) swap(content string) {
 	k.current = ts
 }
 
-func waitHash(t *testing.T, d *Dispatcher, want string) {
+func waitHash(t *testing.T, d *core.Dispatcher, want string) {
 	t.Helper()
 	eventually(t, 5*time.Second, func() error {
 		if got := d.ConfigHash(); got != want {
@@ -90,14 +91,14 @@ func waitHash(t *testing.T, d *Dispatcher, want string) {
 	})
 }
 
-func hashOf(doc string) string { return hints.ContentHash([]byte(doc)) }
+func hashOf(doc string) string { return hintsconfig.ContentHash([]byte(doc)) }
 
 // TestDirSourceKubeletSwap reloads through real symlink swaps. The poll
 // interval is an hour, so only the directory watch can see the changes.
 func TestDirSourceKubeletSwap(t *testing.T) {
 	k := newKubeletDir(t, roleConfig("v1"))
 	m := NewMetrics()
-	d := NewDispatcher(DispatcherOptions{Catalog: testCatalog(t), Metrics: m, Log: testLogger(t)})
+	d := core.NewDispatcher(core.Options{Catalog: testCatalog(t), Metrics: m.Dispatch, Log: testLogger(t)})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); DirSource(k.dir, time.Hour).Run(ctx, d, testLogger(t)) }()
@@ -111,7 +112,7 @@ func TestDirSourceKubeletSwap(t *testing.T) {
 	// An invalid version is refused: v2 stays in force, and the metrics say so.
 	k.swap(invalidConfig)
 	eventually(t, 5*time.Second, func() error {
-		if n := testutil.ToFloat64(m.reloads.WithLabelValues("failure")); n != 1 {
+		if n := counter(t, m, "reloads", "failure"); n != 1 {
 			return fmt.Errorf("failed reloads %v, want 1", n)
 		}
 		return nil
@@ -119,23 +120,23 @@ func TestDirSourceKubeletSwap(t *testing.T) {
 	if got, want := d.ConfigHash(), hashOf(roleConfig("v2")); got != want {
 		t.Errorf("after an invalid swap the hash is %s, want the last good %s", got, want)
 	}
-	if v := testutil.ToFloat64(m.lastReloadOK); v != 0 {
+	if v := gathered(t, m.Registry, "kvhint_router_config_last_reload_successful", nil); v != 0 {
 		t.Errorf("config_last_reload_successful = %v after a failure, want 0", v)
 	}
-	if v := testutil.ToFloat64(m.configInfo.WithLabelValues(hashOf(roleConfig("v2")))); v != 1 {
+	if v := gathered(t, m.Registry, "kvhint_router_config_info", map[string]string{"hash": hashOf(roleConfig("v2"))}); v != 1 {
 		t.Errorf("config_info{hash=v2} = %v, want 1", v)
 	}
 
 	// The next good version is taken.
 	k.swap(roleConfig("v3"))
 	waitHash(t, d, hashOf(roleConfig("v3")))
-	if v := testutil.ToFloat64(m.lastReloadOK); v != 1 {
+	if v := gathered(t, m.Registry, "kvhint_router_config_last_reload_successful", nil); v != 1 {
 		t.Errorf("config_last_reload_successful = %v after a success, want 1", v)
 	}
-	if n := testutil.CollectAndCount(m.configInfo); n != 1 {
+	if n := testutil.CollectAndCount(m.Registry, "kvhint_router_config_info"); n != 1 {
 		t.Errorf("config_info has %d series, want only the hash in force", n)
 	}
-	if n := testutil.ToFloat64(m.reloads.WithLabelValues("success")); n != 3 {
+	if n := counter(t, m, "reloads", "success"); n != 3 {
 		t.Errorf("successful reloads %v, want 3", n)
 	}
 }
@@ -144,7 +145,7 @@ func TestDirSourceKubeletSwap(t *testing.T) {
 // exist yet, so no watch can be set: the poll finds the file when it comes.
 func TestFileSourcePollsWhenItCannotWatch(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "later")
-	d := NewDispatcher(DispatcherOptions{Catalog: testCatalog(t), Log: testLogger(t)})
+	d := core.NewDispatcher(core.Options{Catalog: testCatalog(t), Log: testLogger(t)})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -226,7 +227,7 @@ func TestInFlightBookingKeepsItsSnapshot(t *testing.T) {
 	if err := reg.Set(SourceAPI, WorkerSpec{ID: "w", Capabilities: []string{CapabilityRouterHint}}); err != nil {
 		t.Fatal(err)
 	}
-	d := NewDispatcher(DispatcherOptions{Catalog: cat, Workers: reg, PolicyDeadline: time.Minute, Log: testLogger(t)})
+	d := core.NewDispatcher(core.Options{Catalog: cat, Workers: reg, PolicyDeadline: time.Minute, Log: testLogger(t)})
 	oldDoc := "worker_selection:\n  decode:\n    type: dynamo-default-cost-fn\n    hints: [{type: test-block, parameters: {tag: old}}]\n"
 	if err := d.Load([]byte(oldDoc), "test"); err != nil {
 		t.Fatal(err)
@@ -236,12 +237,12 @@ func TestInFlightBookingKeepsItsSnapshot(t *testing.T) {
 	t.Cleanup(func() { blockPolicy.Store(nil) })
 
 	type result struct {
-		h   Hint
+		h   core.Hint
 		err error
 	}
 	inFlight := make(chan result)
 	go func() {
-		h, err := d.Book(context.Background(), &Booking{RequestID: "r-old", Role: "decode", Worker: "w"})
+		h, err := d.Book(context.Background(), &core.Booking{RequestID: "r-old", Role: "decode", Worker: "w"})
 		inFlight <- result{h, err}
 	}()
 	// Reload only once the booking is inside its policy.
@@ -265,7 +266,7 @@ func TestInFlightBookingKeepsItsSnapshot(t *testing.T) {
 	if want := message("r-old", staticJSON(1, "old")); string(r.h.Message) != want {
 		t.Errorf("in-flight booking built %s, want %s", r.h.Message, want)
 	}
-	h, err := d.Book(context.Background(), &Booking{RequestID: "r-new", Role: "decode", Worker: "w"})
+	h, err := d.Book(context.Background(), &core.Booking{RequestID: "r-new", Role: "decode", Worker: "w"})
 	if err != nil {
 		t.Fatal(err)
 	}

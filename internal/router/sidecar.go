@@ -9,11 +9,13 @@ import (
 	"sync"
 	"time"
 
+	core "github.com/kvrouter/kv-hint-operator/pkg/router"
+
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/kvrouter/kv-hint-operator/internal/hints"
+	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 )
 
 // Listener defaults. The booking API is on loopback: only the router in
@@ -99,7 +101,7 @@ func (o *Options) check() error {
 type Sidecar struct {
 	opts       Options
 	Metrics    *Metrics
-	Dispatcher *Dispatcher
+	Dispatcher *core.Dispatcher
 	Workers    *Registry
 	Delivery   *Delivery
 	pods       *PodWorkers
@@ -129,7 +131,7 @@ func New(o Options) (*Sidecar, error) {
 	del := NewDelivery(DeliveryOptions{QueueSize: o.QueueSize, Timeout: o.DeliveryTimeout, HintTTL: o.HintTTL, Metrics: m, Log: o.Log.WithName("delivery")})
 	reg := NewRegistry(del)
 	m.observeRegistry(reg)
-	d := NewDispatcher(DispatcherOptions{Catalog: o.Catalog, Workers: reg, Metrics: m, PolicyDeadline: o.PolicyDeadline, Log: o.Log.WithName("dispatcher")})
+	d := core.NewDispatcher(core.Options{Catalog: o.Catalog, Workers: reg, Metrics: m.Dispatch, PolicyDeadline: o.PolicyDeadline, Log: o.Log.WithName("dispatcher")})
 	s := &Sidecar{opts: o, Metrics: m, Dispatcher: d, Workers: reg, Delivery: del}
 	if o.WorkerPods {
 		s.pods = &PodWorkers{Client: o.Kube, Namespace: o.Namespace, Selector: o.WorkerSelector, Registry: reg}

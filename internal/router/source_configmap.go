@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	core "github.com/kvrouter/kv-hint-operator/pkg/router"
+
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -28,7 +30,7 @@ type ConfigMapSource struct {
 
 // Run loads the ConfigMap into d on every change until ctx is done. A
 // deleted ConfigMap or a missing key leaves the config in force.
-func (s ConfigMapSource) Run(ctx context.Context, d *Dispatcher, log logr.Logger) {
+func (s ConfigMapSource) Run(ctx context.Context, d *core.Dispatcher, log logr.Logger) {
 	key := s.Key
 	if key == "" {
 		key = ConfigMapKey
@@ -42,7 +44,7 @@ func (s ConfigMapSource) Run(ctx context.Context, d *Dispatcher, log logr.Logger
 		}
 		data, ok := cm.Data[key]
 		if !ok {
-			d.recordSourceError(origin, fmt.Errorf("%w: the ConfigMap has no key %s", ErrConfigRejected, key))
+			d.RecordSourceError(origin, fmt.Errorf("%w: the ConfigMap has no key %s", core.ErrConfigRejected, key))
 			return
 		}
 		_ = d.Load([]byte(data), origin)
@@ -58,7 +60,7 @@ func (s ConfigMapSource) Run(ctx context.Context, d *Dispatcher, log logr.Logger
 			AddFunc:    apply,
 			UpdateFunc: func(_, obj any) { apply(obj) },
 			DeleteFunc: func(any) {
-				d.recordSourceError(origin, fmt.Errorf("%w: the ConfigMap was deleted", ErrConfigRejected))
+				d.RecordSourceError(origin, fmt.Errorf("%w: the ConfigMap was deleted", core.ErrConfigRejected))
 			},
 		},
 	})

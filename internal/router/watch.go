@@ -8,10 +8,11 @@ import (
 	"path/filepath"
 	"time"
 
+	core "github.com/kvrouter/kv-hint-operator/pkg/router"
+
 	"github.com/fsnotify/fsnotify"
 	"github.com/go-logr/logr"
-
-	"github.com/kvrouter/kv-hint-operator/internal/hints"
+	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
 )
 
 // DefaultPollInterval is how often a watched file is reread whatever the
@@ -132,13 +133,13 @@ func DirSource(dir string, poll time.Duration) FileSource {
 
 // Run loads the file into d, then reloads it on every change until ctx is
 // done. A missing or invalid file leaves the config in force, if any.
-func (s FileSource) Run(ctx context.Context, d *Dispatcher, log logr.Logger) {
+func (s FileSource) Run(ctx context.Context, d *core.Dispatcher, log logr.Logger) {
 	path := filepath.Clean(s.Path)
 	log = log.WithValues("path", path)
 	watchFile(ctx, path, s.Poll, log, func() {
-		data, err := readLimited(path, hints.MaxConfigBytes)
+		data, err := readLimited(path, hintsconfig.MaxConfigBytes)
 		if err != nil {
-			d.recordSourceError(path, fmt.Errorf("%w: %w", ErrConfigRejected, err))
+			d.RecordSourceError(path, fmt.Errorf("%w: %w", core.ErrConfigRejected, err))
 			return
 		}
 		_ = d.Load(data, path) // Load logs and counts its own errors

@@ -1,0 +1,64 @@
+package hints
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Limits on an action's type and version. Dispatchers write both into the
+// hint envelope unescaped, so their alphabet is part of what CheckAction
+// enforces.
+const (
+	MaxActionTypeLength    = 64
+	MaxActionVersionLength = 16
+)
+
+// CheckAction reports why the dispatcher would drop an action as
+// malformed, or nil. A type is a dotted lower-case name such as kv.fetch; a
+// version is dotted digits such as 1.0; the payload is a JSON object within
+// MaxPayloadBytes. Payloads written with an ObjectWriter are well-formed by
+// construction; others are scanned.
+func CheckAction(a *Action) error {
+	if err := checkActionType(a.Type); err != nil {
+		return err
+	}
+	if err := checkActionVersion(a.Version); err != nil {
+		return fmt.Errorf("action %s: %w", a.Type, err)
+	}
+	if err := a.Payload.Validate(); err != nil {
+		return fmt.Errorf("action %s@%s: %w", a.Type, a.Version, err)
+	}
+	return nil
+}
+
+var errEmptyActionType = errors.New("action type is empty")
+
+func checkActionType(t string) error {
+	if t == "" {
+		return errEmptyActionType
+	}
+	if len(t) > MaxActionTypeLength {
+		return fmt.Errorf("action type is %d bytes, over the %d allowed", len(t), MaxActionTypeLength)
+	}
+	for i := 0; i < len(t); i++ {
+		c := t[i]
+		lower := c >= 'a' && c <= 'z'
+		if lower || i > 0 && (c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			continue
+		}
+		return fmt.Errorf("action type %q: want a lower-case dotted name such as kv.fetch", t)
+	}
+	return nil
+}
+
+func checkActionVersion(v string) error {
+	bad := v == "" || len(v) > MaxActionVersionLength || v[0] == '.' || v[len(v)-1] == '.'
+	for i := 0; !bad && i < len(v); i++ {
+		c := v[i]
+		bad = !(c >= '0' && c <= '9' || c == '.' && v[i-1] != '.')
+	}
+	if bad {
+		return fmt.Errorf("action version %q: want dotted digits such as 1.0", v)
+	}
+	return nil
+}

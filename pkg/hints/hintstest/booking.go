@@ -1,0 +1,46 @@
+package hintstest
+
+import (
+	"context"
+
+	"github.com/kvrouter/kv-hint-operator/pkg/hints"
+	"github.com/kvrouter/kv-hint-operator/pkg/internal/hostbridge"
+)
+
+// Booking is one booking as a hint policy sees it: what the dispatcher
+// copies into the HintContext it hands every policy of the booked role.
+type Booking struct {
+	RequestID    string
+	Role         string
+	Worker       string
+	PromptTokens int
+	BlockSize    int
+	Session      hints.Session
+	// KVCopy is the committed KV copy; a policy sees it only when it
+	// declared hints.KVCopy.
+	KVCopy *hints.CommittedCopy
+}
+
+// NewContext returns the HintContext the dispatcher would hand a policy
+// whose provider declared commitments, for booking b. The context lends no
+// payload arena: PayloadWriter allocates, which a policy cannot tell apart.
+func NewContext(b Booking, commitments hints.Commitments) *hints.HintContext {
+	hc := &hints.HintContext{
+		RequestID:    b.RequestID,
+		Role:         b.Role,
+		Worker:       b.Worker,
+		PromptTokens: b.PromptTokens,
+		BlockSize:    b.BlockSize,
+		Session:      b.Session,
+	}
+	host := hostbridge.Of[hints.HintContext, hints.CommittedCopy](hc)
+	host.KVCopy = b.KVCopy
+	host.Granted = uint8(commitments)
+	return hc
+}
+
+// BuildHints runs policy once on booking b as the dispatcher does for a
+// policy whose provider declared commitments, and returns what it built.
+func BuildHints(ctx context.Context, policy hints.HintPolicy, commitments hints.Commitments, b Booking) ([]hints.Action, error) {
+	return policy.BuildHints(ctx, NewContext(b, commitments))
+}

@@ -1,0 +1,31 @@
+package hints
+
+import (
+	"errors"
+	"fmt"
+)
+
+// MaxNameLength is the longest role, type or hint name: a DNS label.
+const MaxNameLength = 63
+
+// CheckName reports why s cannot name a policy type, a role or a hint, or
+// nil: names are RFC 1123 labels (lower-case alphanumerics and '-', starting
+// and ending alphanumeric, at most MaxNameLength characters), the same rule
+// Kubernetes applies to label values and DNS names.
+func CheckName(s string) error {
+	if s == "" {
+		return errors.New("must not be empty")
+	}
+	if len(s) > MaxNameLength {
+		return fmt.Errorf("is %d characters, over the %d allowed", len(s), MaxNameLength)
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		alnum := c >= 'a' && c <= 'z' || c >= '0' && c <= '9'
+		if alnum || c == '-' && i > 0 && i < len(s)-1 {
+			continue
+		}
+		return errors.New("must be a DNS label: lower-case letters, digits and '-', starting and ending with a letter or digit")
+	}
+	return nil
+}

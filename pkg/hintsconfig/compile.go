@@ -1,0 +1,236 @@
+package hintsconfig
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/kvrouter/kv-hint-operator/pkg/hints"
+)
+
+// MaxHintsPerRole caps a role's hint list.
+const MaxHintsPerRole = 32
+
+// Compile checks a configuration against the start-up rules and resolves it
+// into a Graph. It reports every problem, not only the first. The graph holds
+// the roles that passed; a caller that needs all-or-nothing (the sidecar)
+// refuses the config when Problems.HasErrors.
+func Compile(cat *hints.Catalog, cfg *Config) (*Graph, Problems) {
+	var probs Problems
+	mode := cfg.RouterMode
+	if mode == "" {
+		mode = ModeKV
+	}
+	if !mode.Valid() {
+		probs = append(probs, Problem{
+			Severity: SeverityError, Reason: ReasonInvalidRouterMode, Hint: NoHint,
+			Message: fmt.Sprintf("router_mode %q is not a router mode; use one of %s", mode, routerModeList()),
+		})
+	}
+	roles := make([]*Role, 0, len(cfg.WorkerSelection))
+	for _, name := range slices.Sorted(maps.Keys(cfg.WorkerSelection)) {
+		role, ps := CompileRole(cat, name, cfg.WorkerSelection[name], mode)
+		probs = append(probs, ps...)
+		if role != nil {
+			roles = append(roles, role)
+		}
+	}
+	if !mode.Valid() {
+		// Every role that inherited the invalid mode was refused above; the
+		// kept ones carry their own mode, so the graph renders as kv.
+		mode = ModeKV
+	}
+	return newGraph(mode, roles), probs
+}
+
+// CompileRole checks one role entry and resolves it. It returns nil and the
+// errors when the role breaks a rule; warnings come with a role too.
+func CompileRole(cat *hints.Catalog, name string, e *RoleEntry, defaultMode RouterMode) (*Role, Problems) {
+	c := roleCompiler{cat: cat, role: name}
+	r := c.compile(e, defaultMode)
+	if c.probs.HasErrors() {
+		return nil, c.probs
+	}
+	return r, c.probs
+}
+
+type roleCompiler struct {
+	cat   *hints.Catalog
+	role  string
+	probs Problems
+}
+
+func (c *roleCompiler) fail(reason Reason, hint int, typ, key, format string, args ...any) {
+	c.probs = append(c.probs, Problem{
+		Severity: SeverityError, Reason: reason, Role: c.role, Hint: hint, Type: typ, Key: key,
+		Message: fmt.Sprintf(format, args...),
+	})
+}
+
+func (c *roleCompiler) warn(reason Reason, hint int, typ, format string, args ...any) {
+	c.probs = append(c.probs, Problem{
+		Severity: SeverityWarning, Reason: reason, Role: c.role, Hint: hint, Type: typ,
+		Message: fmt.Sprintf(format, args...),
+	})
+}
+
+func (c *roleCompiler) compile(e *RoleEntry, defaultMode RouterMode) *Role {
+	if err := hints.CheckName(c.role); err != nil {
+		c.fail(ReasonInvalidRole, NoHint, "", "", "role name %q %v", c.role, err)
+	}
+	if e == nil {
+		c.fail(ReasonUnknownWorkerSelection, NoHint, "", "", "the role has no entry; give it a worker-selection type, one of %s", strings.Join(c.cat.SelectionTypes(), ", "))
+		return nil
+	}
+	r := &Role{Name: c.role, Mode: e.RouterMode}
+	if r.Mode == "" {
+		r.Mode = defaultMode
+	}
+	if !r.Mode.Valid() {
+		from := ""
+		if e.RouterMode == "" {
+			from = ", inherited from the file's router_mode"
+		}
+		c.fail(ReasonInvalidRouterMode, NoHint, "", "", "router_mode %q%s is not a router mode; use one of %s", r.Mode, from, routerModeList())
+	}
+	kvPath := r.Mode == ModeKV
+
+	sel, selOK := c.selection(e)
+	if sel != nil {
+		r.Selection = *sel
+	}
+
+	var specs []HintSpec
+	switch {
+	case e.Hints != nil:
+		specs = *e.Hints
+		if len(specs) > 0 && !kvPath {
+			c.fail(ReasonHintsRequireKVMode, NoHint, "", "", "hints run only on the KV path, but the role's router mode is %q; set router_mode: kv or hints: []", r.Mode)
+		}
+	case kvPath && selOK:
+		r.Defaulted = true
+		for _, p := range c.cat.DefaultHints(e.Type) {
+			specs = append(specs, HintSpec{Type: p.Type})
+		}
+	}
+	if len(specs) > MaxHintsPerRole {
+		c.fail(ReasonTooManyHints, NoHint, "", "", "the role lists %d hints, over the limit of %d", len(specs), MaxHintsPerRole)
+	}
+
+	seen := map[string]int{}
+	senders := []string{}
+	for i, spec := range specs {
+		idx := i
+		if r.Defaulted {
+			idx = NoHint
+		}
+		h := c.hint(idx, spec, seen)
+		if h == nil {
+			continue
+		}
+		if h.Commitments.Has(hints.KVCopy) {
+			senders = append(senders, h.ID())
+		}
+		if kvPath {
+			r.Hints = append(r.Hints, h)
+		}
+	}
+
+	if kvPath && sel != nil {
+		c.checkKVCopy(sel, senders)
+	}
+	return r
+}
+
+func (c *roleCompiler) selection(e *RoleEntry) (*Selection, bool) {
+	if e.Type == "" {
+		c.fail(ReasonUnknownWorkerSelection, NoHint, "", "", "worker-selection type is required; linked types: %s", strings.Join(c.cat.SelectionTypes(), ", "))
+		return nil, false
+	}
+	p, ok := c.cat.Selection(e.Type)
+	if !ok {
+		c.fail(ReasonUnknownWorkerSelection, NoHint, e.Type, "", "worker-selection type %q is not linked into this build; linked types: %s", e.Type, strings.Join(c.cat.SelectionTypes(), ", "))
+		return nil, false
+	}
+	policy, err := safeParse(func() (hints.SelectionPolicy, error) { return p.Parse(e.Parameters) })
+	if err != nil {
+		c.fail(ReasonInvalidParameters, NoHint, e.Type, paramKey(err), "worker-selection %s: %v", e.Type, err)
+		return nil, true
+	}
+	return &Selection{Type: e.Type, Params: canonicalParams(policy, e.Parameters), Policy: policy}, true
+}
+
+func (c *roleCompiler) hint(idx int, spec HintSpec, seen map[string]int) *Hint {
+	ok := true
+	if spec.Name != "" {
+		if err := hints.CheckName(spec.Name); err != nil {
+			c.fail(ReasonInvalidHintName, idx, spec.Type, "", "hint name %q %v", spec.Name, err)
+			ok = false
+		}
+	}
+	id := spec.ID()
+	if prev, dup := seen[id]; dup {
+		if spec.Name == "" {
+			c.fail(ReasonDuplicateHintName, idx, spec.Type, "", "type %s is already listed as hint %d; give each instance of a repeated type a distinct name", spec.Type, prev)
+		} else {
+			c.fail(ReasonDuplicateHintName, idx, spec.Type, "", "name %q is already used by hint %d; names must be unique within a role", id, prev)
+		}
+		ok = false
+	} else if id != "" {
+		seen[id] = idx
+	}
+	p, known := c.cat.Hint(spec.Type)
+	if !known {
+		c.fail(ReasonUnknownHintType, idx, spec.Type, "", "hint policy type %q is not linked into this build; linked types: %s", spec.Type, strings.Join(c.cat.HintTypes(), ", "))
+		return nil
+	}
+	policy, err := safeParse(func() (hints.HintPolicy, error) { return p.Parse(spec.Parameters) })
+	if err != nil {
+		c.fail(ReasonInvalidParameters, idx, spec.Type, paramKey(err), "%v", err)
+		ok = false
+	}
+	h := &Hint{Type: spec.Type, Name: spec.Name, Commitments: p.Commitments, Policy: policy}
+	if policy != nil {
+		h.Params = canonicalParams(policy, spec.Parameters)
+	}
+	if !ok {
+		// Still counted for the KV-copy rule, so one run reports it too.
+		h.Policy = nil
+	}
+	return h
+}
+
+func (c *roleCompiler) checkKVCopy(sel *Selection, senders []string) {
+	commits := sel.Policy != nil && sel.Policy.CommitsKVCopies()
+	switch {
+	case commits && len(senders) == 0:
+		c.fail(ReasonKVCopySenderMissing, NoHint, sel.Type, "", "worker-selection %s commits KV copies, but no hint policy sends them; list exactly one KVCopy hint policy (%s)", sel.Type, strings.Join(c.kvCopyTypes(), ", "))
+	case commits && len(senders) > 1:
+		c.fail(ReasonKVCopySenderDuplicate, NoHint, sel.Type, "", "worker-selection %s commits KV copies, and %d hint policies send them (%s); keep exactly one", sel.Type, len(senders), strings.Join(senders, ", "))
+	case !commits && len(senders) > 0 && sel.Policy != nil:
+		c.warn(ReasonKVCopySenderUnused, NoHint, sel.Type, "hint policies %s send committed KV copies, but worker-selection %s as configured never commits any; they will send nothing", strings.Join(senders, ", "), sel.Type)
+	}
+}
+
+func (c *roleCompiler) kvCopyTypes() []string {
+	var out []string
+	for _, p := range c.cat.HintProviders() {
+		if p.Commitments.Has(hints.KVCopy) {
+			out = append(out, p.Type)
+		}
+	}
+	return out
+}
+
+// safeParse runs a provider's Parse, turning a panic into an error: a
+// third-party plugin must not take the operator or the sidecar down.
+func safeParse[T any](parse func() (T, error)) (v T, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			var zero T
+			v, err = zero, fmt.Errorf("the provider panicked while parsing parameters: %v", r)
+		}
+	}()
+	return parse()
+}

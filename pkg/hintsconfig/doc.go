@@ -1,0 +1,12 @@
+// Package hintsconfig is the hints YAML that routers run (the format the
+// operator compiles RouterRoles into, `kvhint validate` checks and the
+// sidecar loads), its start-up rules and the compiled role/hint graph.
+//
+// ParseConfig reads a document, Compile checks it against a catalog and
+// returns a Graph ready to run together with every problem found, each with
+// a stable Reason. The operator, the offline CLI, the sidecar and routers
+// that link pkg/router all validate through Compile, so a configuration
+// that one of them accepts is accepted by all.
+//
+// Experimental until v1: see CHANGELOG.md at the repository root.
+package hintsconfig

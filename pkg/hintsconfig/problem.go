@@ -1,0 +1,150 @@
+package hintsconfig
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/kvrouter/kv-hint-operator/pkg/hints"
+)
+
+// Reason is the stable, machine-readable cause of a problem. The operator
+// uses it as the Reason of the Accepted condition, so values never change.
+type Reason string
+
+// Reasons for errors.
+const (
+	ReasonInvalidConfig          Reason = "InvalidConfig"
+	ReasonInvalidRole            Reason = "InvalidRole"
+	ReasonInvalidRouterMode      Reason = "InvalidRouterMode"
+	ReasonUnknownWorkerSelection Reason = "UnknownWorkerSelection"
+	ReasonInvalidParameters      Reason = "InvalidParameters"
+	ReasonUnknownHintType        Reason = "UnknownHintType"
+	ReasonInvalidHintName        Reason = "InvalidHintName"
+	ReasonDuplicateHintName      Reason = "DuplicateHintName"
+	ReasonTooManyHints           Reason = "TooManyHints"
+	ReasonHintsRequireKVMode     Reason = "HintsRequireKVMode"
+	ReasonKVCopySenderMissing    Reason = "KVCopySenderMissing"
+	ReasonKVCopySenderDuplicate  Reason = "KVCopySenderDuplicate"
+)
+
+// Reasons for warnings.
+const (
+	// ReasonKVCopySenderUnused: a KVCopy hint under a selection that never
+	// commits copies; it will never send anything.
+	ReasonKVCopySenderUnused Reason = "KVCopySenderUnused"
+)
+
+// Severity separates what blocks a configuration from what only deserves a look.
+type Severity int
+
+const (
+	SeverityError Severity = iota
+	SeverityWarning
+)
+
+func (s Severity) String() string {
+	if s == SeverityWarning {
+		return "warning"
+	}
+	return "error"
+}
+
+// NoHint is the Hint index of a problem that concerns a role as a whole.
+const NoHint = -1
+
+// Problem is one broken rule, located as precisely as the input allows.
+type Problem struct {
+	Severity Severity
+	Reason   Reason
+	// Role is the role name; empty for problems of the whole file.
+	Role string
+	// Hint is the 0-based index of the hint item in the role's list, or NoHint.
+	Hint int
+	// Type is the worker-selection or hint type concerned, if any.
+	Type string
+	// Key is the parameter key concerned, if any.
+	Key string
+	// Message says what is wrong and what to do, for a person.
+	Message string
+}
+
+// Location renders where the problem is: "role decode/hint 2 (kv-retain)".
+func (p Problem) Location() string {
+	var b strings.Builder
+	if p.Role == "" {
+		b.WriteString("config")
+	} else {
+		b.WriteString("role ")
+		b.WriteString(p.Role)
+	}
+	if p.Hint != NoHint {
+		fmt.Fprintf(&b, "/hint %d", p.Hint)
+	}
+	if p.Type != "" {
+		fmt.Fprintf(&b, " (%s)", p.Type)
+	}
+	return b.String()
+}
+
+// Error renders "role decode/hint 2 (kv-retain): InvalidParameters: ...".
+func (p Problem) Error() string {
+	return fmt.Sprintf("%s: %s: %s", p.Location(), p.Reason, p.Message)
+}
+
+// Problems is every problem found in one configuration.
+type Problems []Problem
+
+// Errors returns the problems that block the configuration.
+func (ps Problems) Errors() Problems { return ps.filter(SeverityError) }
+
+// Warnings returns the problems that do not block it.
+func (ps Problems) Warnings() Problems { return ps.filter(SeverityWarning) }
+
+// HasErrors reports whether any problem is an error.
+func (ps Problems) HasErrors() bool {
+	for _, p := range ps {
+		if p.Severity == SeverityError {
+			return true
+		}
+	}
+	return false
+}
+
+// ForRole returns the problems of one role.
+func (ps Problems) ForRole(role string) Problems {
+	var out Problems
+	for _, p := range ps {
+		if p.Role == role {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func (ps Problems) filter(s Severity) Problems {
+	var out Problems
+	for _, p := range ps {
+		if p.Severity == s {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Error joins the errors, one a line, so Problems can be returned as an error.
+func (ps Problems) Error() string {
+	lines := make([]string, len(ps))
+	for i, p := range ps {
+		lines[i] = p.Error()
+	}
+	return strings.Join(lines, "\n")
+}
+
+// paramKey returns the key a provider's parameter error names, or "".
+func paramKey(err error) string {
+	if pe, ok := errors.AsType[*hints.ParamError](err); ok {
+		return pe.Key
+	}
+	return ""
+}

@@ -1,0 +1,27 @@
+// Package hostbridge gives the host side of the plugin contract (the
+// dispatcher in pkg/router and the conformance kit in pkg/hints/hintstest)
+// the parts of a hints.HintContext that plugins must not reach: the
+// committed KV copy, the commitments granted to the running policy and the
+// payload memory lent for the booking. Package hints registers the accessor
+// at init; being internal to pkg/, nothing outside the SDK can import it.
+package hostbridge
+
+// State is the host-only part of a hints.HintContext. C is
+// hints.CommittedCopy; the parameter only breaks the import cycle.
+type State[C any] struct {
+	// KVCopy is the booking's committed KV copy, or nil.
+	KVCopy *C
+	// Granted is the hints.Commitments of the policy running now.
+	Granted uint8
+	// Arena is payload memory lent by the dispatcher; its length is what
+	// payloads have taken.
+	Arena []byte
+}
+
+var stateOf any
+
+// Register installs the accessor; package hints calls it at init.
+func Register[H, C any](f func(*H) *State[C]) { stateOf = f }
+
+// Of returns the host state of hc, a *hints.HintContext.
+func Of[H, C any](hc *H) *State[C] { return stateOf.(func(*H) *State[C])(hc) }

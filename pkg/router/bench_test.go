@@ -1,0 +1,180 @@
+package router
+
+import (
+	"context"
+	"math/rand/v2"
+	"strconv"
+	"testing"
+
+	"github.com/go-logr/logr"
+	"github.com/kvrouter/kv-hint-operator/pkg/hints"
+	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
+	"github.com/kvrouter/kv-hint-operator/pkg/hints/hintstest"
+)
+
+// benchConfig is a decode role that runs the three built-ins: kvcr commits a
+// KV copy (sent by kv-fetch), kv-retain keeps a session's blocks and kv-evict
+// frees them at its end.
+const benchConfig = `
+router_mode: kv
+worker_selection:
+  decode:
+    type: kvcr
+    parameters: {shared_cache_multiplier: 0.5}
+    hints:
+      - type: kv-fetch
+      - type: kv-retain
+        parameters: {ttl_seconds: 600}
+      - type: kv-evict
+`
+
+// benchBooking is a realistic decode booking: a 4096-token prompt in blocks
+// of 64, of which 64 blocks are committed to be pulled from a peer, on a
+// session's last turn. Block hashes are random 64-bit values, as the
+// router's hashes are, so most print as 19-20 digits.
+func benchBooking(final bool) *Booking {
+	rng := rand.New(rand.NewPCG(1, 2))
+	hashes := make([]uint64, 64)
+	for i := range hashes {
+		hashes[i] = rng.Uint64()
+	}
+	return &Booking{
+		RequestID:    "req-7f3a9c2e-5b1d-4e8a-9c6f-0d2b3a4e5f60",
+		Role:         "decode",
+		Worker:       "decode-worker-0",
+		PromptTokens: 4096,
+		BlockSize:    64,
+		Session:      hints.Session{ID: "sess-42", Turn: 3, Final: final},
+		KVCopy: &hints.CommittedCopy{
+			SourceWorker:   "decode-worker-1",
+			SourceEndpoint: "tcp://10.0.0.7:23280",
+			BlockHashes:    hashes,
+		},
+	}
+}
+
+// newBenchDispatcher wires a dispatcher to one hint-capable worker whose
+// delivery is a buffered channel drained by a goroutine, as the sidecar's
+// per-worker queue is: the measurement stops at the hand-off to delivery,
+// where the booking path ends.
+func newBenchDispatcher(b *testing.B) *Dispatcher {
+	b.Helper()
+	w := newChanWorker(1024)
+	b.Cleanup(w.close)
+	d := NewDispatcher(Options{Catalog: builtin.NewCatalog(), Workers: workerMap{"decode-worker-0": w}, Log: logr.Discard()})
+	if err := d.Load([]byte(benchConfig), "bench"); err != nil {
+		b.Fatal(err)
+	}
+	return d
+}
+
+// BenchmarkBook measures one booking from the in-process API to the encoded
+// hint handed to delivery: role lookup, worker lookup, three policies
+// (kv-fetch with 64 block hashes, and kv-evict on a final turn or kv-retain
+// on an earlier one), validation, numbering, envelope, metrics.
+func BenchmarkBook(b *testing.B) {
+	for _, tc := range []struct {
+		name  string
+		final bool
+	}{{"fetch+evict", true}, {"fetch+retain", false}} {
+		b.Run(tc.name, func(b *testing.B) {
+			d := newBenchDispatcher(b)
+			bk := benchBooking(tc.final)
+			ctx := context.Background()
+			if h, err := d.Book(ctx, bk); err != nil || h.Actions != 2 {
+				b.Fatalf("Book: %v, %d actions, want 2", err, h.Actions)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := d.Book(ctx, bk); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkBuild is BenchmarkBook without the hand-off to delivery: the
+// encoded hint alone, what Dispatcher.Build returns to a router that posts
+// hints itself. The no-copy case books a session turn without a committed
+// copy (kv-retain only), which isolates the dispatcher's own cost from the
+// formatting of 64 block hashes.
+func BenchmarkBuild(b *testing.B) {
+	for _, tc := range []struct {
+		name    string
+		booking func() *Booking
+		actions int
+	}{
+		{"fetch+evict", func() *Booking { return benchBooking(true) }, 2},
+		{"no-copy", func() *Booking { bk := benchBooking(false); bk.KVCopy = nil; return bk }, 1},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			d := newBenchDispatcher(b)
+			bk := tc.booking()
+			ctx := context.Background()
+			if h, err := d.Build(ctx, bk); err != nil || h.Actions != tc.actions {
+				b.Fatalf("Build: %v, %d actions, want %d", err, h.Actions, tc.actions)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := d.Build(ctx, bk); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkKVFetchPolicy is the built-in kv-fetch policy alone on 64 block
+// hashes: the floor that the payload's decimal formatting sets for any
+// booking that sends a copy.
+func BenchmarkKVFetchPolicy(b *testing.B) {
+	p, _ := builtin.NewCatalog().Hint("kv-fetch")
+	fetch, err := p.Parse(nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	bk := benchBooking(true)
+	hc := hintstest.NewContext(hintstest.Booking{RequestID: bk.RequestID, Role: bk.Role, Worker: bk.Worker,
+		PromptTokens: bk.PromptTokens, BlockSize: bk.BlockSize, Session: bk.Session, KVCopy: bk.KVCopy}, p.Commitments)
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if acts, err := fetch.BuildHints(ctx, hc); err != nil || len(acts) != 1 {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkBookParallel is BenchmarkBook from every core at once: the
+// snapshot, registry and pooled scratch must not serialise bookings.
+func BenchmarkBookParallel(b *testing.B) {
+	d := newBenchDispatcher(b)
+	bk := benchBooking(true)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		ctx := context.Background()
+		for pb.Next() {
+			if _, err := d.Book(ctx, bk); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+// BenchmarkFormatHashes is strconv.AppendUint on the booking's 64 block
+// hashes and nothing else: the least any encoder of a kv.fetch payload in
+// decimal JSON (DESIGN 8a) pays on this machine.
+func BenchmarkFormatHashes(b *testing.B) {
+	hashes := benchBooking(true).KVCopy.BlockHashes
+	buf := make([]byte, 0, 21*len(hashes))
+	b.ReportAllocs()
+	for b.Loop() {
+		buf = buf[:0]
+		for _, h := range hashes {
+			buf = strconv.AppendUint(buf, h, 10)
+			buf = append(buf, ',')
+		}
+	}
+}

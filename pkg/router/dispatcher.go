@@ -1,0 +1,314 @@
+package router
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/kvrouter/kv-hint-operator/pkg/hints"
+	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
+	"github.com/kvrouter/kv-hint-operator/pkg/internal/hostbridge"
+)
+
+// DefaultPolicyDeadline is how long one hint policy may run on a booking.
+const DefaultPolicyDeadline = time.Millisecond
+
+// failureLogInterval is the least time between two logs of one policy's
+// failures; every failure is counted regardless.
+const failureLogInterval = 10 * time.Second
+
+// Options configure a Dispatcher.
+type Options struct {
+	// Catalog holds the policy types configs may use.
+	Catalog *hints.Catalog
+	// Workers is the registry bookings look the booked worker up in; Book
+	// hands hints to the worker it returns. Nil knows no worker.
+	Workers Workers
+	// Metrics receives the booking metrics; nil creates a private,
+	// unregistered set.
+	Metrics *Metrics
+	// PolicyDeadline is how long one policy may run on one booking before
+	// its actions are dropped; 0 means DefaultPolicyDeadline.
+	PolicyDeadline time.Duration
+	// Log receives config and policy-failure logs; the zero Logger discards
+	// them.
+	Log logr.Logger
+}
+
+// Dispatcher turns bookings into hints. It is safe for concurrent use; one
+// Dispatcher serves every booking of a sidecar.
+type Dispatcher struct {
+	cat      *hints.Catalog
+	workers  Workers
+	metrics  *Metrics
+	deadline time.Duration
+	log      logr.Logger
+
+	snap    atomic.Pointer[snapshot]
+	scratch sync.Pool
+
+	// loadMu serialises Load, so that two sources cannot interleave the
+	// check for "unchanged" and the swap.
+	loadMu      sync.Mutex
+	lastRejects string // hash of the last document refused, to log it once
+	onApply     []func(hash string)
+}
+
+// NewDispatcher returns a dispatcher with no config: bookings fail with
+// ErrNotReady until Load succeeds once.
+func NewDispatcher(o Options) *Dispatcher {
+	if o.Catalog == nil {
+		panic("router.NewDispatcher: Options.Catalog is nil")
+	}
+	if o.Metrics == nil {
+		o.Metrics = NewMetrics(nil)
+	}
+	if o.PolicyDeadline <= 0 {
+		o.PolicyDeadline = DefaultPolicyDeadline
+	}
+	if o.Workers == nil {
+		o.Workers = StaticWorkers(nil)
+	}
+	d := &Dispatcher{cat: o.Catalog, workers: o.Workers, metrics: o.Metrics, deadline: o.PolicyDeadline, log: o.Log}
+	d.scratch.New = func() any { return &scratch{arena: make([]byte, 0, payloadArenaBytes)} }
+	return d
+}
+
+// payloadArenaBytes is the payload memory a booking's scratch lends its
+// policies: a kv.fetch of 256 blocks fits. Larger payloads allocate.
+const payloadArenaBytes = 8 << 10
+
+// scratch is the per-booking working memory, pooled so that a booking
+// allocates nothing for its context or its bookkeeping.
+type scratch struct {
+	hc hints.HintContext
+	// arena is lent to the policies for their payloads (kv-fetch's block
+	// hashes), which the envelope copies before the scratch is reused.
+	arena []byte
+	// kept points at the actions kept, in the slices the policies
+	// returned: read, never written, and encoded once all have run.
+	kept [MaxActions]*hints.Action
+}
+
+// Ready reports whether a config has loaded.
+func (d *Dispatcher) Ready() bool { return d.snap.Load() != nil }
+
+// ConfigHash returns the hash of the config in force, or "" before the first.
+func (d *Dispatcher) ConfigHash() string {
+	if s := d.snap.Load(); s != nil {
+		return s.hash
+	}
+	return ""
+}
+
+// Config returns the hints YAML in force and its hash; nil before the first.
+func (d *Dispatcher) Config() (doc []byte, hash string) {
+	if s := d.snap.Load(); s != nil {
+		return s.doc, s.hash
+	}
+	return nil, ""
+}
+
+// OnApply registers f to run, in the loading goroutine, after every config
+// that takes effect (the PodReporter writes the applied hash from it). Call
+// it before the first Load.
+func (d *Dispatcher) OnApply(f func(hash string)) { d.onApply = append(d.onApply, f) }
+
+// Book runs the booked role's hint policies for one booking and hands the
+// hint, if any, to the worker's delivery queue. It never waits for delivery.
+//
+// Errors wrap ErrNotReady, ErrUnknownRole or ErrInvalidBooking. A booking
+// that yields no message is not an error: Hint.Outcome says why.
+func (d *Dispatcher) Book(ctx context.Context, b *Booking) (Hint, error) {
+	h, w, end, err := d.build(ctx, b)
+	if err == nil && h.Outcome == OutcomeHinted {
+		h.Queued = w.Deliver(h.Message, end)
+	}
+	return h, err
+}
+
+// Build is Book without the delivery: it returns the hint the booking
+// yields and sends nothing. It is for routers that post hints themselves,
+// and for tests.
+func (d *Dispatcher) Build(ctx context.Context, b *Booking) (Hint, error) {
+	h, _, _, err := d.build(ctx, b)
+	return h, err
+}
+
+// build checks the booking, looks up its role and worker, and runs the
+// policies. It returns the worker and the time the last policy returned,
+// for delivery.
+func (d *Dispatcher) build(ctx context.Context, b *Booking) (Hint, Worker, time.Time, error) {
+	s := d.snap.Load()
+	if s == nil {
+		d.metrics.errNotReady.Inc()
+		return Hint{}, nil, time.Time{}, ErrNotReady
+	}
+	if err := b.validate(); err != nil {
+		d.metrics.errInvalid.Inc()
+		return Hint{}, nil, time.Time{}, err
+	}
+	rr, ok := s.roles[b.Role]
+	if !ok {
+		d.metrics.errUnknownRole.Inc()
+		return Hint{}, nil, time.Time{}, fmt.Errorf("%w %q: the hints config in force (hash %s) has roles %s",
+			ErrUnknownRole, b.Role, s.hash, strings.Join(s.roleNames(), ", "))
+	}
+	h := Hint{ConfigHash: s.hash}
+	w := d.workers.Lookup(b.Worker)
+	switch {
+	case w == nil:
+		rr.metrics.unknownWorker.Inc()
+		h.Outcome = OutcomeUnknownWorker
+		return h, nil, time.Time{}, nil
+	case !w.HintCapable():
+		rr.metrics.notCapable.Inc()
+		h.Outcome = OutcomeNotHintCapable
+		return h, w, time.Time{}, nil
+	case len(rr.hints) == 0:
+		rr.metrics.noActions.Inc()
+		h.Outcome = OutcomeNoActions
+		return h, w, time.Time{}, nil
+	}
+
+	sc := d.scratch.Get().(*scratch)
+	sc.hc = hints.HintContext{
+		RequestID:    b.RequestID,
+		Role:         b.Role,
+		Worker:       b.Worker,
+		PromptTokens: b.PromptTokens,
+		BlockSize:    b.BlockSize,
+		Session:      b.Session,
+	}
+	host := hostbridge.Of[hints.HintContext, hints.CommittedCopy](&sc.hc)
+	host.KVCopy = b.KVCopy
+	host.Arena = sc.arena[:0]
+	n, end := d.runPolicies(ctx, rr, &sc.hc, host, &sc.kept)
+	if n > 0 {
+		// The message outlives the booking, on its way to the worker and
+		// back to the caller: it is the one buffer a booking allocates,
+		// sized exactly, and written once.
+		h.Message = encodeMessage(b.RequestID, sc.kept[:n])
+		h.Actions = n
+	}
+	sc.hc = hints.HintContext{} // drop references to the caller's booking
+	clear(sc.kept[:n])          // and to the policies' actions
+	d.scratch.Put(sc)
+
+	if n == 0 {
+		rr.metrics.noActions.Inc()
+		h.Outcome = OutcomeNoActions
+		return h, w, end, nil
+	}
+	rr.metrics.hinted.Inc()
+	h.Outcome = OutcomeHinted
+	return h, w, end, nil
+}
+
+// runPolicies runs the role's policies in order and records the actions
+// they keep in kept. It returns the number kept and the time the last
+// policy returned.
+//
+// A policy's deadline is checked after it returns, on the monotonic clock:
+// Go cannot preempt a goroutine, so a policy that blocks holds its booking
+// until it returns, and is then dropped and counted. Each policy's end time
+// is the next one's start, so the clock is read once per policy plus once.
+func (d *Dispatcher) runPolicies(ctx context.Context, rr *roleRun, hc *hints.HintContext, host *hostbridge.State[hints.CommittedCopy], kept *[MaxActions]*hints.Action) (int, time.Time) {
+	n := 0
+	start := time.Now()
+	var prev time.Duration // when the previous policy returned, from start
+	for i := range rr.hints {
+		hr := &rr.hints[i]
+		actions, err := runPolicy(ctx, hr.hint, hc, host)
+		// time.Since reads the monotonic clock alone; time.Now would read
+		// the wall clock too, and clock reads are a visible share of a
+		// booking on virtual machines.
+		at := time.Since(start)
+		elapsed := at - prev
+		prev = at
+		t1 := start.Add(at)
+		switch {
+		case err != nil:
+			if _, ok := err.(*policyPanic); ok {
+				d.fail(hr, DropPanic, 0, t1, err)
+				continue
+			}
+			d.fail(hr, DropError, 0, t1, err)
+			continue
+		case elapsed > d.deadline:
+			d.fail(hr, DropDeadline, len(actions), t1, fmt.Errorf("ran %v, over its %v deadline", elapsed, d.deadline))
+			continue
+		case len(actions) == 0:
+			continue
+		}
+		if bad := firstBadAction(actions); bad != nil {
+			d.fail(hr, DropMalformed, len(actions), t1, bad)
+			continue
+		}
+		keep := len(actions)
+		if room := MaxActions - n; keep > room {
+			keep = room
+			hr.metrics.dropped[DropOverLimit].Add(float64(len(actions) - keep))
+		}
+		// Policies may return shared, precomputed slices: read them, never
+		// write to them.
+		for j := 0; j < keep; j++ {
+			kept[n] = &actions[j]
+			n++
+		}
+		if keep > 0 {
+			hr.metrics.actions.Add(float64(keep))
+		}
+	}
+	rr.metrics.build.Observe(prev.Seconds())
+	return n, start.Add(prev)
+}
+
+// runPolicy calls one policy, turning a panic into a *policyPanic error: a
+// broken plugin loses its own actions, not the booking or the sidecar.
+// The policy sees exactly the commitments its provider declared.
+func runPolicy(ctx context.Context, h *hintsconfig.Hint, hc *hints.HintContext, host *hostbridge.State[hints.CommittedCopy]) (actions []hints.Action, err error) {
+	host.Granted = uint8(h.Commitments)
+	defer func() {
+		host.Granted = 0
+		if r := recover(); r != nil {
+			actions, err = nil, &policyPanic{value: r}
+		}
+	}()
+	return h.Policy.BuildHints(ctx, hc)
+}
+
+// policyPanic is a panic recovered from a policy.
+type policyPanic struct{ value any }
+
+func (p *policyPanic) Error() string { return fmt.Sprintf("panic: %v", p.value) }
+
+func firstBadAction(actions []hints.Action) error {
+	for i := range actions {
+		if err := hints.CheckAction(&actions[i]); err != nil {
+			return fmt.Errorf("action %d of %d: %w", i+1, len(actions), err)
+		}
+	}
+	return nil
+}
+
+// fail counts a policy run whose actions are dropped and logs it, at most
+// once per failureLogInterval per policy.
+func (d *Dispatcher) fail(hr *hintRun, reason DropReason, lost int, now time.Time, err error) {
+	hr.metrics.failures[reason].Inc()
+	if lost > 0 && hr.metrics.dropped[reason] != nil {
+		hr.metrics.dropped[reason].Add(float64(lost))
+	}
+	last := hr.lastLog.Load()
+	ns := now.UnixNano()
+	if ns-last < int64(failureLogInterval) || !hr.lastLog.CompareAndSwap(last, ns) {
+		return
+	}
+	d.log.Error(err, "Hint policy failed; its actions were dropped", "policy", hr.id, "type", hr.hint.Type,
+		"reason", reason.String(), "note", "logged at most every "+failureLogInterval.String()+"; see kvhint_router_policy_failures_total")
+}

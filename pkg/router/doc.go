@@ -1,0 +1,20 @@
+// Package router is the public dispatch core: it turns a router's booking
+// into at most one hint message for the booked worker, by running the
+// booked role's hint policies from a compiled hints config.
+//
+// The kvhint sidecar wraps it in an HTTP booking API, config watches and
+// delivery; a Go router can link it in-process instead and skip the hop:
+//
+//	d := router.NewDispatcher(router.Options{Catalog: builtin.NewCatalog(), Workers: workers})
+//	if err := d.Load(hintsYAML, "hints.yaml"); err != nil { ... }
+//	h, err := d.Build(ctx, &router.Booking{RequestID: id, Role: "decode", Worker: w, ...})
+//	// h.Message is the hint JSON for the worker, or nil; h.Outcome says why.
+//
+// A Dispatcher reads an immutable compiled snapshot through an atomic
+// pointer, so Load never disturbs a booking in flight, and a booking
+// allocates only the message it returns. Its imports are the plugin
+// contract, the hints config rules, Prometheus' client and logr: no
+// Kubernetes client, no file watches, no HTTP server.
+//
+// Experimental until v1: see CHANGELOG.md at the repository root.
+package router

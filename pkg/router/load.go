@@ -1,0 +1,104 @@
+package router
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/kvrouter/kv-hint-operator/pkg/hints"
+	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
+)
+
+// ErrConfigRejected wraps the reasons a hints config was refused; the config
+// in force, if any, stays.
+var ErrConfigRejected = errors.New("hints config rejected")
+
+// Load validates a hints YAML document with the rules the operator and the
+// CLI use, and on success makes it the config in force, atomically: bookings
+// that already began finish on the snapshot they loaded. On any error the
+// previous config stays in force; the error is logged and counted.
+//
+// Loading the document in force again is a no-op, so a poller may call Load
+// with whatever it reads. origin names the source in logs (a path, a
+// ConfigMap).
+func (d *Dispatcher) Load(doc []byte, origin string) error {
+	hash := hintsconfig.ContentHash(doc)
+	d.loadMu.Lock()
+	defer d.loadMu.Unlock()
+	if cur := d.snap.Load(); cur != nil && cur.hash == hash {
+		return nil
+	}
+	g, warnings, err := compileDoc(d.cat, doc)
+	if err != nil {
+		err = fmt.Errorf("%w (%s, hash %s): %w", ErrConfigRejected, origin, hash, err)
+		d.recordFailure(hash, origin, err)
+		return err
+	}
+	now := time.Now()
+	prev := d.snap.Swap(newSnapshot(g, doc, hash, d.metrics, now))
+	d.lastRejects = ""
+
+	d.metrics.reloads.WithLabelValues("success").Inc()
+	d.metrics.lastReloadOK.Set(1)
+	d.metrics.lastReloadSuccess.Set(float64(now.UnixNano()) / 1e9)
+	if prev != nil {
+		d.metrics.configInfo.DeleteLabelValues(prev.hash)
+	}
+	d.metrics.configInfo.WithLabelValues(hash).Set(1)
+	prevHash := ""
+	if prev != nil {
+		prevHash = prev.hash
+	}
+	d.log.Info("Applied hints config", "source", origin, "hash", hash, "previousHash", prevHash, "roles", len(g.Roles))
+	for _, w := range warnings {
+		d.log.Info("Hints config warning", "hash", hash, "warning", w.Error())
+	}
+	for _, f := range d.onApply {
+		f(hash)
+	}
+	return nil
+}
+
+// recordFailure records a failed load once per distinct key (a document's
+// hash, a source error): a poller rereading the same broken file every few
+// seconds is one failure, not a growing count, and one log line. The caller
+// holds loadMu.
+func (d *Dispatcher) recordFailure(key, origin string, err error) {
+	if d.lastRejects == key {
+		return
+	}
+	d.lastRejects = key
+	d.metrics.reloads.WithLabelValues("failure").Inc()
+	d.metrics.lastReloadOK.Set(0)
+	d.metrics.lastReloadFailure.Set(float64(time.Now().UnixNano()) / 1e9)
+	inForce := d.ConfigHash()
+	if inForce == "" {
+		inForce = "none (not ready)"
+	}
+	d.log.Error(err, "Cannot load hints config; keeping the config in force", "source", origin, "inForce", inForce)
+}
+
+// RecordSourceError records a load that failed before a document could be
+// read (a missing file, a deleted ConfigMap key): counted and logged like a
+// refused document, once per distinct message, and the config in force
+// stays. Config sources call it.
+func (d *Dispatcher) RecordSourceError(origin string, err error) {
+	d.loadMu.Lock()
+	defer d.loadMu.Unlock()
+	d.recordFailure("source:"+err.Error(), origin, err)
+}
+
+// compileDoc parses and compiles a document, all or nothing: a config with
+// any error is refused whole, as the sidecar must not run half a config.
+// Warnings do not block it; they are returned for the log.
+func compileDoc(cat *hints.Catalog, doc []byte) (*hintsconfig.Graph, hintsconfig.Problems, error) {
+	cfg, err := hintsconfig.ParseConfig(doc)
+	if err != nil {
+		return nil, nil, err
+	}
+	g, probs := hintsconfig.Compile(cat, cfg)
+	if probs.HasErrors() {
+		return nil, nil, probs.Errors()
+	}
+	return g, probs.Warnings(), nil
+}

@@ -1,0 +1,58 @@
+package router
+
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
+)
+
+// snapshot is one loaded config, compiled and ready for bookings: never
+// modified once published, so a booking that loaded it finishes on it however
+// many reloads happen meanwhile.
+type snapshot struct {
+	hash   string
+	doc    []byte
+	graph  *hintsconfig.Graph
+	roles  map[string]*roleRun
+	loaded time.Time
+}
+
+// roleRun is a role as the booking path needs it: its policies in order and
+// its metric series, resolved at load time.
+type roleRun struct {
+	name    string
+	hints   []hintRun
+	metrics roleMetrics
+}
+
+// hintRun is one policy instance of a role.
+type hintRun struct {
+	hint    *hintsconfig.Hint
+	id      string
+	metrics hintMetrics
+	// lastLog rate-limits failure logs (unix nanoseconds): a policy that
+	// fails on every booking must not flood the log.
+	lastLog *atomic.Int64
+}
+
+func newSnapshot(g *hintsconfig.Graph, doc []byte, hash string, m *Metrics, now time.Time) *snapshot {
+	s := &snapshot{hash: hash, doc: doc, graph: g, roles: make(map[string]*roleRun, len(g.Roles)), loaded: now}
+	for _, r := range g.Roles {
+		rr := &roleRun{name: r.Name, hints: make([]hintRun, len(r.Hints)), metrics: m.forRole(r.Name)}
+		for i, h := range r.Hints {
+			rr.hints[i] = hintRun{hint: h, id: h.ID(), metrics: m.forHint(r.Name, h.ID(), h.Type), lastLog: new(atomic.Int64)}
+		}
+		s.roles[r.Name] = rr
+	}
+	return s
+}
+
+// roleNames lists the snapshot's roles, sorted, for error messages.
+func (s *snapshot) roleNames() []string {
+	names := make([]string, len(s.graph.Roles))
+	for i, r := range s.graph.Roles {
+		names[i] = r.Name
+	}
+	return names
+}
