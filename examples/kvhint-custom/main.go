@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/kvrouter/kv-hint-operator/examples/kvoffload"
 	"github.com/kvrouter/kv-hint-operator/cmd/kvhint/app"
+	"github.com/kvrouter/kv-hint-operator/examples/kvoffload"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
 )
 
