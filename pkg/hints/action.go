@@ -14,10 +14,15 @@ const (
 )
 
 // CheckAction reports why the dispatcher would drop an action as
-// malformed, or nil. A type is a dotted lower-case name such as kv.fetch; a
-// version is dotted digits such as 1.0; the payload is a JSON object within
-// MaxPayloadBytes. Payloads written with an ObjectWriter are well-formed by
-// construction; others are scanned.
+// malformed, or nil, so that a plugin's tests can hold its actions to the
+// same rules. A type is a dotted lower-case name such as kv.fetch; a
+// version is dotted digits such as 1.0; the payload is one JSON object
+// within MaxPayloadBytes whose keys ascend and never repeat; and a payload
+// of a type whose engine consumer has known rules keeps them (DESIGN 8a):
+// a kv.fetch carries a non-empty block_hashes list of integers in
+// [0, 2^64) and, if any, a non-empty source_control_endpoint string.
+// Payloads written with an ObjectWriter are checked from what the writer
+// recorded; others are scanned.
 func CheckAction(a *Action) error {
 	if err := checkActionType(a.Type); err != nil {
 		return err
@@ -25,7 +30,11 @@ func CheckAction(a *Action) error {
 	if err := checkActionVersion(a.Version); err != nil {
 		return fmt.Errorf("action %s: %w", a.Type, err)
 	}
-	if err := a.Payload.Validate(); err != nil {
+	facts, err := a.Payload.check()
+	if err == nil {
+		err = checkConsumerRules(a.Type, facts)
+	}
+	if err != nil {
 		return fmt.Errorf("action %s@%s: %w", a.Type, a.Version, err)
 	}
 	return nil

@@ -2,8 +2,6 @@ package hints
 
 import (
 	"bytes"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -22,6 +20,7 @@ const MaxPayloadBytes = 64 << 10
 type Payload struct {
 	raw        []byte
 	wellFormed bool
+	facts      payloadFacts // consumer facts, recorded by ObjectWriter
 }
 
 // RawPayload wraps a JSON object produced outside ObjectWriter. The
@@ -31,25 +30,24 @@ func RawPayload(b []byte) Payload { return Payload{raw: b} }
 // Bytes returns the JSON text. The caller must not modify it.
 func (p Payload) Bytes() []byte { return p.raw }
 
-// Validate reports why p cannot be sent, or nil.
+// Validate reports why p cannot be sent as any action's payload, or nil: it
+// must be one JSON object within MaxPayloadBytes whose keys ascend, with no
+// key repeated, in every object. CheckAction adds the rules of the action's
+// type.
 func (p Payload) Validate() error {
+	_, err := p.check()
+	return err
+}
+
+// check validates p and returns its consumer facts.
+func (p Payload) check() (payloadFacts, error) {
 	if len(p.raw) > MaxPayloadBytes {
-		return fmt.Errorf("payload is %d bytes, over the %d-byte limit", len(p.raw), MaxPayloadBytes)
+		return 0, fmt.Errorf("payload is %d bytes, over the %d-byte limit", len(p.raw), MaxPayloadBytes)
 	}
 	if p.wellFormed {
-		return nil
+		return p.facts, nil
 	}
-	trimmed := bytes.TrimSpace(p.raw)
-	if len(trimmed) == 0 {
-		return errors.New("payload is empty; it must be a JSON object")
-	}
-	if trimmed[0] != '{' {
-		return errors.New("payload must be a JSON object")
-	}
-	if !json.Valid(trimmed) {
-		return errors.New("payload is not valid JSON")
-	}
-	return nil
+	return scanPayload(p.raw)
 }
 
 // MarshalJSON writes the payload as it is; an empty payload is {}.
@@ -71,6 +69,7 @@ type ObjectWriter struct {
 	lastKey string
 	fields  int
 	err     error
+	facts   payloadFacts
 }
 
 // NewObjectWriter starts an object in buf[:0].
@@ -100,6 +99,7 @@ func (w *ObjectWriter) String(k, v string) {
 	w.key(k)
 	if w.err == nil {
 		w.buf = AppendJSONString(w.buf, v)
+		w.facts.noteString(k, v)
 	}
 }
 
@@ -108,6 +108,7 @@ func (w *ObjectWriter) Bool(k string, v bool) {
 	w.key(k)
 	if w.err == nil {
 		w.buf = strconv.AppendBool(w.buf, v)
+		w.facts.noteOther(k)
 	}
 }
 
@@ -116,6 +117,7 @@ func (w *ObjectWriter) Int(k string, v int64) {
 	w.key(k)
 	if w.err == nil {
 		w.buf = strconv.AppendInt(w.buf, v, 10)
+		w.facts.noteOther(k)
 	}
 }
 
@@ -132,6 +134,7 @@ func (w *ObjectWriter) Float(k string, v float64) {
 	if w.err != nil {
 		return
 	}
+	w.facts.noteOther(k)
 	start := len(w.buf)
 	w.buf = strconv.AppendFloat(w.buf, v, 'f', -1, 64)
 	if bytes.IndexByte(w.buf[start:], '.') < 0 {
@@ -145,6 +148,7 @@ func (w *ObjectWriter) Uint64s(k string, v []uint64) {
 	if w.err != nil {
 		return
 	}
+	w.facts.noteHashes(k, len(v))
 	w.buf = append(w.buf, '[')
 	for i, h := range v {
 		if i > 0 {
@@ -164,7 +168,7 @@ func (w *ObjectWriter) Payload() (Payload, error) {
 		w.buf = append(w.buf, '{')
 	}
 	w.buf = append(w.buf, '}')
-	return Payload{raw: w.buf, wellFormed: true}, nil
+	return Payload{raw: w.buf, wellFormed: true, facts: w.facts}, nil
 }
 
 const hexDigits = "0123456789abcdef"

@@ -126,6 +126,7 @@ func (hc *HintContext) ClosePayload(w *ObjectWriter) (Payload, error) {
 // is none or when the calling policy did not declare the KVCopy commitment.
 func (hc *HintContext) CommittedKVCopy() *CommittedCopy {
 	if !Commitments(hc.host.Granted).Has(KVCopy) {
+		hc.host.Denied = true
 		return nil
 	}
 	return hc.host.KVCopy

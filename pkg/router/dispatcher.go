@@ -220,6 +220,7 @@ func (d *Dispatcher) build(ctx context.Context, b *Booking) (Hint, Worker, time.
 // is the next one's start, so the clock is read once per policy plus once.
 func (d *Dispatcher) runPolicies(ctx context.Context, rr *roleRun, hc *hints.HintContext, host *hostbridge.State[hints.CommittedCopy], kept *[MaxActions]*hints.Action) (int, time.Time) {
 	n := 0
+	fetchKept := false // the engine runs only a hint's first kv.fetch
 	start := time.Now()
 	var prev time.Duration // when the previous policy returned, from start
 	for i := range rr.hints {
@@ -246,10 +247,12 @@ func (d *Dispatcher) runPolicies(ctx context.Context, rr *roleRun, hc *hints.Hin
 		case len(actions) == 0:
 			continue
 		}
-		if bad := firstBadAction(actions); bad != nil {
+		hasFetch, bad := checkActions(actions, fetchKept)
+		if bad != nil {
 			d.fail(hr, DropMalformed, len(actions), t1, bad)
 			continue
 		}
+		fetchKept = fetchKept || hasFetch
 		keep := len(actions)
 		if room := MaxActions - n; keep > room {
 			keep = room
@@ -288,13 +291,24 @@ type policyPanic struct{ value any }
 
 func (p *policyPanic) Error() string { return fmt.Sprintf("panic: %v", p.value) }
 
-func firstBadAction(actions []hints.Action) error {
+// checkActions holds one policy's actions to hints.CheckAction and to the
+// rule that a hint carries at most one kv.fetch: an engine runs only the
+// first, so a later one would be sent and silently ignored. It reports
+// whether the actions carry a kv.fetch.
+func checkActions(actions []hints.Action, fetchKept bool) (hasFetch bool, err error) {
 	for i := range actions {
-		if err := hints.CheckAction(&actions[i]); err != nil {
-			return fmt.Errorf("action %d of %d: %w", i+1, len(actions), err)
+		a := &actions[i]
+		if err := hints.CheckAction(a); err != nil {
+			return false, fmt.Errorf("action %d of %d: %w", i+1, len(actions), err)
+		}
+		if a.Type == hints.ActionKVFetch {
+			if fetchKept || hasFetch {
+				return false, fmt.Errorf("action %d of %d: a second kv.fetch in one hint; engines run only the first", i+1, len(actions))
+			}
+			hasFetch = true
 		}
 	}
-	return nil
+	return hasFetch, nil
 }
 
 // fail counts a policy run whose actions are dropped and logs it, at most

@@ -16,6 +16,9 @@ type State[C any] struct {
 	// Arena is payload memory lent by the dispatcher; its length is what
 	// payloads have taken.
 	Arena []byte
+	// Denied is set when a policy asked for the committed copy without
+	// having declared KVCopy; the conformance kit reports it.
+	Denied bool
 }
 
 var stateOf any

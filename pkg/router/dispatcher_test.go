@@ -1,0 +1,75 @@
+package router
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+
+	"github.com/go-logr/logr"
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/kvrouter/kv-hint-operator/pkg/hints"
+	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
+)
+
+// rawPolicy registers a hint type that returns one action with a raw payload.
+func rawPolicy(t *testing.T, cat *hints.Catalog, typ, actionType, payload string) {
+	t.Helper()
+	err := cat.RegisterHint(hints.HintProvider{Type: typ, Parse: func(hints.Params) (hints.HintPolicy, error) {
+		return hints.HintPolicyFunc(func(context.Context, *hints.HintContext) ([]hints.Action, error) {
+			return []hints.Action{{Type: actionType, Version: "1.0", Payload: hints.RawPayload([]byte(payload))}}, nil
+		}), nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestEngineConsumerRules: a custom plugin's payload that an engine would
+// refuse is dropped as malformed, alone. Before the rules, an empty fetch
+// ahead of the built-in one made the connector refuse the whole hint.
+func TestEngineConsumerRules(t *testing.T) {
+	cat := builtin.NewCatalog()
+	rawPolicy(t, cat, "empty-fetch", "kv.fetch", `{"block_hashes":[]}`)
+	rawPolicy(t, cat, "string-fetch", "kv.fetch", `{"block_hashes":["1"]}`)
+	rawPolicy(t, cat, "unsorted", "kv.retain", `{"ttl_seconds":1.0,"priority":2}`)
+	rawPolicy(t, cat, "duplicate", "kv.retain", `{"priority":1,"priority":2}`)
+	rawPolicy(t, cat, "good-pin", "vendor.kv-pin", `{"tier":"hbm"}`)
+	rawPolicy(t, cat, "second-fetch", "kv.fetch", `{"block_hashes":[9]}`)
+	metrics := NewMetrics(nil)
+	d := NewDispatcher(Options{Catalog: cat, Workers: StaticWorkers{"w1": true}, Metrics: metrics, Log: logr.Discard()})
+	if err := d.Load([]byte(`
+worker_selection:
+  decode:
+    type: kvcr
+    hints: [{type: empty-fetch}, {type: string-fetch}, {type: unsorted}, {type: duplicate},
+            {type: kv-fetch}, {type: good-pin}, {type: second-fetch}]
+`), "test"); err != nil {
+		t.Fatal(err)
+	}
+	h, err := d.Build(context.Background(), &Booking{RequestID: "r1", Role: "decode", Worker: "w1",
+		KVCopy: &hints.CommittedCopy{SourceWorker: "w2", SourceEndpoint: "tcp://10.0.0.7:23280", BlockHashes: []uint64{11, 22}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"protocol_version":"0.1","message_id":"r1","actions":[` +
+		`{"action_id":"a1","action_type":"kv.fetch","action_version":"1.0","payload":{"block_hashes":[11,22],"source_control_endpoint":"tcp://10.0.0.7:23280"}},` +
+		`{"action_id":"a2","action_type":"vendor.kv-pin","action_version":"1.0","payload":{"tier":"hbm"}}]}`
+	if diff := cmp.Diff(want, string(h.Message)); diff != "" {
+		t.Errorf("message (-want +got):\n%s", diff)
+	}
+	if !json.Valid(h.Message) {
+		t.Errorf("message is not JSON: %s", h.Message)
+	}
+	for _, policy := range []string{"empty-fetch", "string-fetch", "unsorted", "duplicate", "second-fetch"} {
+		if n := testutil.ToFloat64(metrics.failures.WithLabelValues("decode", policy, policy, "malformed")); n != 1 {
+			t.Errorf("%s: %v malformed failures, want 1", policy, n)
+		}
+	}
+	for _, policy := range []string{"kv-fetch", "good-pin"} {
+		if n := testutil.ToFloat64(metrics.actions.WithLabelValues("decode", policy, policy)); n != 1 {
+			t.Errorf("%s: %v actions kept, want 1", policy, n)
+		}
+	}
+}
