@@ -7,6 +7,10 @@ BIN ?= $(CURDIR)/bin
 KVHINT ?= $(BIN)/kvhint
 CONTROLLER_GEN_VERSION ?= v0.23.0
 CONTROLLER_GEN ?= $(BIN)/controller-gen-$(CONTROLLER_GEN_VERSION)
+APIDIFF_VERSION ?= v0.0.0-20261113113407-e3970619a1a4
+APIDIFF ?= $(BIN)/apidiff-$(APIDIFF_VERSION)
+# The examples are modules of their own, as a team's plugin or router is.
+EXAMPLES := $(wildcard examples/*/go.mod)
 # -count=1: the end-to-end tests build and run kvhint themselves, which Go's
 # test cache cannot see, so a cached pass could hide a broken binary.
 GO_TEST_FLAGS ?= -count=1
@@ -24,8 +28,9 @@ envtest: ## Build (or reuse) kube-apiserver and etcd for the tests; prints their
 	@hack/envtest-assets.sh
 
 .PHONY: test
-test: ## Run every test against a real kube-apiserver and etcd (built on first use).
+test: ## Run every test against a real kube-apiserver and etcd (built on first use), the examples' modules included.
 	KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh)" go test $(GO_TEST_FLAGS) ./...
+	@for m in $(dir $(EXAMPLES)); do echo "go test $$m"; (cd $$m && go test $(GO_TEST_FLAGS) ./...) || exit 1; done
 
 .PHONY: fmt
 fmt: ## gofmt the tree.
@@ -50,10 +55,30 @@ manifests: $(CONTROLLER_GEN) ## Generate CRDs and RBAC from the markers.
 generate: $(CONTROLLER_GEN) ## Generate deepcopy code.
 	@if [ -d api ]; then $(CONTROLLER_GEN) object paths=./api/...; fi
 
+.PHONY: apidiff
+apidiff: $(APIDIFF)
+$(APIDIFF):
+	@mkdir -p $(BIN)
+	GOBIN=$(BIN) go install golang.org/x/exp/cmd/apidiff@$(APIDIFF_VERSION)
+	mv $(BIN)/apidiff $(APIDIFF)
+
+.PHONY: api-check
+api-check: $(APIDIFF) ## Fail on an incompatible change to the public packages (pkg/) against hack/api.
+	@APIDIFF=$(APIDIFF) hack/api.sh check
+
+.PHONY: api-accept
+api-accept: $(APIDIFF) ## Accept the public API as it is now (after an intended change, listed in CHANGELOG.md).
+	@APIDIFF=$(APIDIFF) hack/api.sh accept
+
+.PHONY: imports-check
+imports-check: ## Fail if a public package or an example imports internal/.
+	@hack/imports-check.sh
+
 .PHONY: verify
-verify: manifests generate ## Fail if generated files are stale or the tree is not gofmt/vet clean.
+verify: manifests generate imports-check api-check ## Fail if generated files are stale, the public API broke, or the tree is not gofmt/vet clean.
 	@test -z "$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files -co --exclude-standard '*.go'); exit 1; }
 	go vet ./...
+	@for m in $(dir $(EXAMPLES)); do (cd $$m && go vet ./...) || exit 1; done
 	@git diff --exit-code -- api config || { echo "generated files are stale: run make manifests generate and commit"; exit 1; }
 	@test -z "$$(git status --porcelain -- api config)" || { echo "untracked generated files:"; git status --porcelain -- api config; exit 1; }
 

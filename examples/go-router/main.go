@@ -1,0 +1,62 @@
+// Command go-router is a minimal Go router that links kv-hint-operator's
+// dispatch core in-process instead of running the kvhint sidecar: for every
+// request it books a worker, runs the role's hint policies from the same
+// hints config the operator compiles, and carries the hint in-band, under
+// the forwarded request's kv_transfer_params.router_hint.
+//
+//	go-router --hints hints.yaml --role decode \
+//	    --worker decode-0=http://10.0.0.5:8000,router_hint --worker decode-1=http://10.0.0.6:8000
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"log"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
+	"github.com/kvrouter/kv-hint-operator/pkg/router"
+)
+
+type workerFlags []Worker
+
+func (w *workerFlags) String() string { return fmt.Sprint(*w) }
+
+// Set parses ID=URL[,router_hint].
+func (w *workerFlags) Set(s string) error {
+	id, rest, ok := strings.Cut(s, "=")
+	if !ok || id == "" {
+		return errors.New("want ID=URL[,router_hint]")
+	}
+	url, caps, _ := strings.Cut(rest, ",")
+	*w = append(*w, Worker{ID: id, URL: url, RouterHint: caps == "router_hint"})
+	return nil
+}
+
+func main() {
+	var workers workerFlags
+	listen := flag.String("listen", "127.0.0.1:8080", "address to serve requests on")
+	hintsFile := flag.String("hints", "hints.yaml", "hints config (the ConfigMap's hints.yaml)")
+	role := flag.String("role", "decode", "the role this router books workers for")
+	flag.Var(&workers, "worker", "a worker, ID=URL[,router_hint]; repeat for each")
+	flag.Parse()
+	if len(workers) == 0 {
+		log.Fatal("no --worker given")
+	}
+	doc, err := os.ReadFile(*hintsFile)
+	if err != nil {
+		log.Fatal(err)
+	}
+	d := router.NewDispatcher(router.Options{Catalog: builtin.NewCatalog(), Workers: Capabilities(workers)})
+	if err := d.Load(doc, *hintsFile); err != nil {
+		log.Fatal(err)
+	}
+	srv := &http.Server{Addr: *listen, Handler: NewRouter(*role, workers, d),
+		ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
+	log.Printf("go-router: %s, role %s, %d workers, hints config %s", *listen, *role, len(workers), d.ConfigHash())
+	log.Fatal(srv.ListenAndServe())
+}

@@ -1,0 +1,187 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/kvrouter/kv-hint-operator/pkg/hints"
+	"github.com/kvrouter/kv-hint-operator/pkg/router"
+)
+
+// Worker is one engine the router forwards requests to.
+type Worker struct {
+	// ID is the worker ID bookings name (its pod name in Kubernetes).
+	ID string
+	// URL is where requests go, e.g. http://10.0.0.5:8000.
+	URL string
+	// RouterHint is set when the worker advertises router_hint.
+	RouterHint bool
+}
+
+// Router books a worker for every request, round-robin, and forwards the
+// request to it with the booking's hint carried in-band. It stands for a
+// real router's booking logic: the point is what happens after a worker is
+// booked.
+type Router struct {
+	role     string
+	workers  []Worker
+	dispatch *router.Dispatcher
+	client   *http.Client
+	next     atomic.Uint64
+}
+
+// maxBodyBytes caps a request body; prompts of a million tokens fit.
+const maxBodyBytes = 8 << 20
+
+// NewRouter returns a router for one role over workers, running the hints
+// config doc.
+func NewRouter(role string, workers []Worker, d *router.Dispatcher) *Router {
+	return &Router{role: role, workers: workers, dispatch: d, client: &http.Client{Timeout: 60 * time.Second}}
+}
+
+// Capabilities is the router's worker list as the dispatcher sees it.
+func Capabilities(workers []Worker) router.StaticWorkers {
+	m := router.StaticWorkers{}
+	for _, w := range workers {
+		m[w.ID] = w.RouterHint
+	}
+	return m
+}
+
+// completion is the part of an OpenAI-style request body the router reads.
+// Every other field is forwarded untouched.
+type completion struct {
+	Prompt string `json:"prompt"`
+}
+
+func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusRequestEntityTooLarge)
+		return
+	}
+	var fields map[string]json.RawMessage
+	var req completion
+	if err := json.Unmarshal(body, &fields); err != nil {
+		http.Error(w, "request body: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	if err := json.Unmarshal(body, &req); err != nil {
+		http.Error(w, "request body: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+
+	// Book: the router's own choice. A KV-aware router would also commit
+	// a KV copy here (router.Booking.KVCopy) when a peer holds the prefix.
+	worker := rt.workers[rt.next.Add(1)%uint64(len(rt.workers))]
+	booking := &router.Booking{
+		RequestID:    requestID(r),
+		Role:         rt.role,
+		Worker:       worker.ID,
+		PromptTokens: len(req.Prompt) / 4, // a stand-in for the tokenizer
+		BlockSize:    16,
+		Session:      session(r),
+		KVCopy:       committedCopy(r),
+	}
+	hint, err := rt.dispatch.Build(r.Context(), booking)
+	if err != nil {
+		// A booking the hints config cannot run (an unknown role, say)
+		// still goes to its worker, without a hint: hints never decide
+		// whether a request is served.
+		hint = router.Hint{}
+	}
+	if hint.Message != nil {
+		if err := addHint(fields, hint.Message); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		if body, err = json.Marshal(fields); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+	}
+	rt.forward(r.Context(), w, worker, r.URL.Path, body)
+}
+
+// addHint puts the hint message under the request's kv_transfer_params, as
+// kv_transfer_params.router_hint, keeping whatever transfer parameters the
+// request already carries (a prefill/decode handshake, say).
+func addHint(fields map[string]json.RawMessage, msg []byte) error {
+	params := map[string]json.RawMessage{}
+	if raw, ok := fields["kv_transfer_params"]; ok && !bytes.Equal(raw, []byte("null")) {
+		if err := json.Unmarshal(raw, &params); err != nil {
+			return fmt.Errorf("kv_transfer_params must be an object: %w", err)
+		}
+	}
+	params["router_hint"] = msg
+	raw, err := json.Marshal(params)
+	if err != nil {
+		return err
+	}
+	fields["kv_transfer_params"] = raw
+	return nil
+}
+
+func (rt *Router) forward(ctx context.Context, w http.ResponseWriter, worker Worker, path string, body []byte) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, worker.URL+path, bytes.NewReader(body))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := rt.client.Do(req)
+	if err != nil {
+		http.Error(w, "worker "+worker.ID+": "+err.Error(), http.StatusBadGateway)
+		return
+	}
+	defer resp.Body.Close()
+	w.Header().Set("Content-Type", resp.Header.Get("Content-Type"))
+	w.Header().Set("X-Worker", worker.ID)
+	w.WriteHeader(resp.StatusCode)
+	_, _ = io.Copy(w, resp.Body)
+}
+
+// requestID takes the caller's X-Request-Id, or makes one.
+func requestID(r *http.Request) string {
+	if id := r.Header.Get("X-Request-Id"); id != "" {
+		return id
+	}
+	return "req-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+}
+
+// session reads the session headers a chat front end sets.
+func session(r *http.Request) hints.Session {
+	s := hints.Session{ID: r.Header.Get("X-Session-Id")}
+	if s.ID == "" {
+		return s
+	}
+	s.Turn, _ = strconv.Atoi(r.Header.Get("X-Session-Turn"))
+	s.Final = r.Header.Get("X-Session-Final") == "true"
+	return s
+}
+
+// committedCopy stands for the KV-aware selection's decision: here a
+// header names the source worker, its endpoint and the block hashes, so
+// that the example can show a kv.fetch end to end.
+func committedCopy(r *http.Request) *hints.CommittedCopy {
+	raw := r.Header.Get("X-KV-Copy")
+	if raw == "" {
+		return nil
+	}
+	var c struct {
+		Source   string   `json:"source_worker"`
+		Endpoint string   `json:"source_endpoint"`
+		Hashes   []uint64 `json:"block_hashes"`
+	}
+	if json.Unmarshal([]byte(raw), &c) != nil {
+		return nil
+	}
+	return &hints.CommittedCopy{SourceWorker: c.Source, SourceEndpoint: c.Endpoint, BlockHashes: c.Hashes}
+}

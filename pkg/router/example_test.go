@@ -1,0 +1,35 @@
+package router_test
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/kvrouter/kv-hint-operator/pkg/hints"
+	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
+	"github.com/kvrouter/kv-hint-operator/pkg/router"
+)
+
+// A Go router links the dispatcher, loads the hints config the operator
+// compiles, and builds the hint for every worker it books.
+func ExampleDispatcher_Build() {
+	d := router.NewDispatcher(router.Options{
+		Catalog: builtin.NewCatalog(),
+		Workers: router.StaticWorkers{"decode-0": true, "decode-1": false},
+	})
+	if err := d.Load([]byte("worker_selection:\n  decode: kvcr\n"), "hints.yaml"); err != nil {
+		panic(err)
+	}
+	h, err := d.Build(context.Background(), &router.Booking{
+		RequestID: "r1", Role: "decode", Worker: "decode-0", PromptTokens: 512, BlockSize: 16,
+		KVCopy: &hints.CommittedCopy{SourceWorker: "decode-1", SourceEndpoint: "tcp://10.0.0.7:23280", BlockHashes: []uint64{11, 22}},
+	})
+	fmt.Println(h.Outcome, err)
+	fmt.Println(string(h.Message))
+
+	h, _ = d.Build(context.Background(), &router.Booking{RequestID: "r2", Role: "decode", Worker: "decode-1"})
+	fmt.Println(h.Outcome)
+	// Output:
+	// hinted <nil>
+	// {"protocol_version":"0.1","message_id":"r1","actions":[{"action_id":"a1","action_type":"kv.fetch","action_version":"1.0","payload":{"block_hashes":[11,22],"source_control_endpoint":"tcp://10.0.0.7:23280"}}]}
+	// not_hint_capable
+}
