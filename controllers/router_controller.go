@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
@@ -64,11 +65,25 @@ func (r *RouterReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	for _, note := range compiled.Notes {
 		ctrl.LoggerFrom(ctx).Info("Existing ConfigMap not used for last good entries", "configMap", v1alpha1.HintsConfigMapName(req.Name), "note", note)
 	}
+	if compiled.Conflict != "" {
+		ctrl.LoggerFrom(ctx).Info("Not writing hints config: a ConfigMap of that name is not ours", "configMap", v1alpha1.HintsConfigMapName(req.Name))
+		res, err := retryStale(ctx, r.writeStatus(ctx, in.RouterRoles, out))
+		if err == nil && res.RequeueAfter == 0 {
+			// The cache holds only ConfigMaps the manager wrote, so no
+			// event tells when the other one goes: look again later.
+			res.RequeueAfter = conflictRetry
+		}
+		return res, err
+	}
 	if err := r.applyConfigMap(ctx, current, compiled); err != nil {
 		return ctrl.Result{}, err
 	}
 	return retryStale(ctx, r.writeStatus(ctx, in.RouterRoles, out))
 }
+
+// conflictRetry is how often a router blocked by a ConfigMap that is not
+// the manager's is looked at again.
+const conflictRetry = 30 * time.Second
 
 // observe reads what the compile step needs for one router, from the
 // manager's cache (see configMap for the one exception).
