@@ -74,7 +74,7 @@ func TestKubectlExplain(t *testing.T) {
 }
 
 // TestKustomizeDefaultDryRun has the API server check config/default (CRDs,
-// RBAC, the manager Deployment) without creating anything. The namespace
+// RBAC, the manager Deployment, the admission policies) without creating anything. The namespace
 // must exist for the namespaced objects, so the test creates it.
 func TestKustomizeDefaultDryRun(t *testing.T) {
 	sys := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kvhint-system"}}
@@ -90,6 +90,10 @@ func TestKustomizeDefaultDryRun(t *testing.T) {
 		"customresourcedefinition.apiextensions.k8s.io/hintpolicies.hints.kvrouter.io",
 		"clusterrole.rbac.authorization.k8s.io/kvhint-manager",
 		"deployment.apps/kvhint-manager",
+		"validatingadmissionpolicy.admissionregistration.k8s.io/kvhint-sidecar-pod-report",
+		"validatingadmissionpolicybinding.admissionregistration.k8s.io/kvhint-sidecar-pod-report",
+		"validatingadmissionpolicy.admissionregistration.k8s.io/kvhint-applied-hash-writers",
+		"validatingadmissionpolicybinding.admissionregistration.k8s.io/kvhint-applied-hash-writers",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %s:\n%s", want, out)

@@ -13,7 +13,7 @@ func TestRouterDeploymentManifests(t *testing.T) {
 	requireEnv(t)
 	out := kubectl(t, "", "apply", "--dry-run=server", "-k", filepath.Join(repo, "config/router"))
 	for _, want := range []string{
-		"serviceaccount/llama-router created (server dry run)",
+		"serviceaccount/kvhint-sidecar-llama created (server dry run)",
 		"role.rbac.authorization.k8s.io/kvhint-sidecar-llama created (server dry run)",
 		"rolebinding.rbac.authorization.k8s.io/kvhint-sidecar-llama created (server dry run)",
 		"deployment.apps/llama-router created (server dry run)",

@@ -556,7 +556,7 @@ func startWatchers(ctx context.Context, t *testing.T, cfg *rest.Config, c client
 				hashMu.Unlock()
 				patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, v1alpha1.AppliedHashAnnotation, hash)
 				pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: router + "-router-0"}}
-				if err := c.Patch(ctx, pod, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
+				if err := c.Patch(ctx, pod, client.RawPatch(types.MergePatchType, []byte(patch)), client.FieldOwner(v1alpha1.SidecarFieldManager)); err != nil {
 					if ctx.Err() == nil {
 						t.Logf("sidecar stand-in: patching %s: %v; retrying", pod.Name, err)
 						queue.Done(router)
