@@ -90,6 +90,8 @@ func TestKustomizeDefaultDryRun(t *testing.T) {
 		"customresourcedefinition.apiextensions.k8s.io/hintpolicies.hints.kvrouter.io",
 		"clusterrole.rbac.authorization.k8s.io/kvhint-manager",
 		"deployment.apps/kvhint-manager",
+		"service/kvhint-manager-metrics",
+		"clusterrole.rbac.authorization.k8s.io/kvhint-metrics-reader",
 		"validatingadmissionpolicy.admissionregistration.k8s.io/kvhint-sidecar-pod-report",
 		"validatingadmissionpolicybinding.admissionregistration.k8s.io/kvhint-sidecar-pod-report",
 		"validatingadmissionpolicy.admissionregistration.k8s.io/kvhint-applied-hash-writers",
