@@ -36,8 +36,17 @@ type RouterReconciler struct {
 // +kubebuilder:rbac:groups=hints.kvrouter.io,resources=routerroles,verbs=get;list;watch
 // +kubebuilder:rbac:groups=hints.kvrouter.io,resources=routerroles/status,verbs=get;patch
 // +kubebuilder:rbac:groups=hints.kvrouter.io,resources=hintpolicies,verbs=get;list;watch
+// ConfigMaps: get reads a compiled ConfigMap whose labels were edited away
+// (configMap), list and watch fill the label-selected cache, create and
+// patch are server-side apply, delete removes the ConfigMap of a router
+// that has no RouterRoles left (a RouterRole may move to another router,
+// and then no garbage collector would). RBAC cannot restrict any of this
+// to the "<router>-hints" names: the manager itself refuses to write or
+// delete a ConfigMap it did not create (rolegraph.CreatedByManager). Pods:
+// list and watch fill the cache of router pods; nothing else.
+//
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;patch;delete
-// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile recompiles one router: it reads the router's RouterRoles, the
