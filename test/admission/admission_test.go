@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -31,6 +32,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+	"github.com/kvrouter/kv-hint-operator/internal/router"
 )
 
 var (
@@ -196,11 +198,11 @@ func TestSidecarWritesOnlyItsOwnReport(t *testing.T) {
 	createFile(t, ns, filepath.Join(repo, "config/router/rbac.yaml"))
 	kubectl(t, "apply", "-k", filepath.Join(repo, "config/admission"))
 
-	router := map[string]string{v1alpha1.RouterLabel: "llama"}
+	routerLabels := map[string]string{v1alpha1.RouterLabel: "llama"}
 	var own, other, worker *corev1.Pod
 	for _, p := range []**corev1.Pod{&own, &other, &worker} {
 		name := map[**corev1.Pod]string{&own: "llama-router-0", &other: "llama-router-1", &worker: "llama-worker-0"}[p]
-		labels := router
+		labels := routerLabels
 		if p == &worker {
 			labels = map[string]string{"app.kubernetes.io/name": "llama"}
 		}
@@ -258,6 +260,35 @@ func TestSidecarWritesOnlyItsOwnReport(t *testing.T) {
 		})
 	}
 
+	t.Run("the sidecar's own reporter, with the bound token", func(t *testing.T) {
+		// The code path kvhint sidecar runs, not a hand-made patch.
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		r := router.NewPodReporter(sidecar, ns, own.Name)
+		go r.Run(ctx, logr.Discard())
+		const reported = "00000000000000aa"
+		r.Report(reported)
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			p, err := admin.CoreV1().Pods(ns).Get(ctx, own.Name, metav1.GetOptions{})
+			if err == nil && p.Annotations[v1alpha1.AppliedHashAnnotation] == reported {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the reporter's hash never arrived: %v %v", err, p.Annotations)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	})
+	t.Run("sidecar reads what it needs", func(t *testing.T) {
+		if _, err := sidecar.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=llama"}); err != nil {
+			t.Errorf("listing worker pods: %v", err)
+		}
+		// The ConfigMap source lists and watches its one ConfigMap by name.
+		if _, err := sidecar.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=llama-hints"}); err != nil {
+			t.Errorf("listing llama-hints: %v", err)
+		}
+	})
 	t.Run("sidecar deletes another pod", func(t *testing.T) {
 		err := sidecar.CoreV1().Pods(ns).Delete(ctx, worker.Name, metav1.DeleteOptions{})
 		if !apierrors.IsForbidden(err) {
@@ -292,7 +323,7 @@ func TestSidecarWritesOnlyItsOwnReport(t *testing.T) {
 		}
 	})
 	t.Run("admin creates a pod that claims a report", func(t *testing.T) {
-		_, err := admin.CoreV1().Pods(ns).Create(ctx, pod("llama-router-2", router, map[string]string{v1alpha1.AppliedHashAnnotation: hash}), metav1.CreateOptions{})
+		_, err := admin.CoreV1().Pods(ns).Create(ctx, pod("llama-router-2", routerLabels, map[string]string{v1alpha1.AppliedHashAnnotation: hash}), metav1.CreateOptions{})
 		if err == nil || !strings.Contains(err.Error(), "kvhint-applied-hash-writers") {
 			t.Errorf("create: %v; want refused by kvhint-applied-hash-writers", err)
 		}
