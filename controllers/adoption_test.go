@@ -7,7 +7,10 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
 	"github.com/kvrouter/kv-hint-operator/controllers"
@@ -54,6 +57,18 @@ func TestForeignConfigMapNeverAdopted(t *testing.T) {
 	if n := appliesTo(ns, foreign.Name); n != 0 {
 		t.Errorf("%d applies to a ConfigMap the manager did not create; want 0", n)
 	}
+	eventually(t, "a Warning event ConfigMapConflict", func(ctx context.Context) error {
+		var list eventsv1.EventList
+		if err := k8s.List(ctx, &list, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		for _, e := range list.Items {
+			if e.Regarding.Name == rr.Name && e.Reason == string(v1alpha1.ReasonConfigMapConflict) && e.Type == corev1.EventTypeWarning {
+				return nil
+			}
+		}
+		return fmt.Errorf("none among %d events", len(list.Items))
+	})
 
 	// The router's last role goes: the ConfigMap stays. A second role of
 	// the router afterwards reports the conflict again, so the manager has
