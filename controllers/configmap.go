@@ -80,8 +80,11 @@ func roleOwners(refs []metav1.OwnerReference) map[string]string {
 // owner references, but only where a garbage collector runs and only once
 // the last owner is gone from its graph; deleting it here is immediate and
 // does not depend on it.
+//
+// A ConfigMap of the name that the manager did not create is never
+// deleted (rolegraph.CreatedByManager).
 func (r *RouterReconciler) deleteConfigMap(ctx context.Context, cm *corev1.ConfigMap) error {
-	if cm == nil {
+	if cm == nil || !rolegraph.CreatedByManager(cm) {
 		return nil
 	}
 	err := r.Client.Delete(ctx, cm, client.Preconditions{UID: &cm.UID, ResourceVersion: &cm.ResourceVersion})

@@ -104,3 +104,31 @@ func TestProgrammedEventsForANewRole(t *testing.T) {
 		t.Errorf("%d Pending events (%v); want none for a new role waiting for its pods", n, err)
 	}
 }
+
+// TestForgedAppliedHashIgnored is the manager's half of issue item 1: an
+// applied-hash written on a router pod by anything but the sidecar's field
+// manager (here kubectl annotate's) is not counted. A second router pod is
+// created after the forgery, so by the time the manager counts two pods it
+// has seen the forgery too: 0/2, where a counted forgery reads 1/2.
+func TestForgedAppliedHashIgnored(t *testing.T) {
+	ns := newNamespace(t)
+	rr := newRole(ns, "decode", "forged", "decode", "dynamo-default-cost-fn")
+	create(t, rr)
+	hash := waitConfigMap(t, ns, "forged", anyConfigMap).Annotations[v1alpha1.HashAnnotation]
+	forged := routerPod(t, ns, "forged", "forged-router-0", "")
+	waitConditionMessage(t, rr, v1alpha1.ConditionProgrammed, metav1.ConditionFalse, v1alpha1.ReasonPending, "0/1 router pods run "+hash)
+
+	annotatePod(t, forged, hash, "kubectl-annotate")
+	honest := routerPod(t, ns, "forged", "forged-router-1", "")
+	waitConditionMessage(t, rr, v1alpha1.ConditionProgrammed, metav1.ConditionFalse, v1alpha1.ReasonPending, "0/2 router pods run "+hash)
+	reportHash(t, honest, hash)
+	waitConditionMessage(t, rr, v1alpha1.ConditionProgrammed, metav1.ConditionFalse, v1alpha1.ReasonPending, "1/2 router pods run "+hash)
+
+	// The forged pod's own sidecar reports. Reporting the value already
+	// there would be a no-op patch that leaves the annotation kubectl's
+	// (the pod stays uncounted until the next config: failing safe); a
+	// report that changes the value makes it the sidecar's.
+	reportHash(t, forged, "0123456789abcdef")
+	reportHash(t, forged, hash)
+	waitConditionMessage(t, rr, v1alpha1.ConditionProgrammed, metav1.ConditionTrue, v1alpha1.ReasonProgrammed, "2/2 router pods run "+hash)
+}

@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
@@ -35,8 +36,17 @@ type RouterReconciler struct {
 // +kubebuilder:rbac:groups=hints.kvrouter.io,resources=routerroles,verbs=get;list;watch
 // +kubebuilder:rbac:groups=hints.kvrouter.io,resources=routerroles/status,verbs=get;patch
 // +kubebuilder:rbac:groups=hints.kvrouter.io,resources=hintpolicies,verbs=get;list;watch
+// ConfigMaps: get reads a compiled ConfigMap whose labels were edited away
+// (configMap), list and watch fill the label-selected cache, create and
+// patch are server-side apply, delete removes the ConfigMap of a router
+// that has no RouterRoles left (a RouterRole may move to another router,
+// and then no garbage collector would). RBAC cannot restrict any of this
+// to the "<router>-hints" names: the manager itself refuses to write or
+// delete a ConfigMap it did not create (rolegraph.CreatedByManager). Pods:
+// list and watch fill the cache of router pods; nothing else.
+//
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;patch;delete
-// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile recompiles one router: it reads the router's RouterRoles, the
@@ -64,11 +74,25 @@ func (r *RouterReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	for _, note := range compiled.Notes {
 		ctrl.LoggerFrom(ctx).Info("Existing ConfigMap not used for last good entries", "configMap", v1alpha1.HintsConfigMapName(req.Name), "note", note)
 	}
+	if compiled.Conflict != "" {
+		ctrl.LoggerFrom(ctx).Info("Not writing hints config: a ConfigMap of that name is not ours", "configMap", v1alpha1.HintsConfigMapName(req.Name))
+		res, err := retryStale(ctx, r.writeStatus(ctx, in.RouterRoles, out))
+		if err == nil && res.RequeueAfter == 0 {
+			// The cache holds only ConfigMaps the manager wrote, so no
+			// event tells when the other one goes: look again later.
+			res.RequeueAfter = conflictRetry
+		}
+		return res, err
+	}
 	if err := r.applyConfigMap(ctx, current, compiled); err != nil {
 		return ctrl.Result{}, err
 	}
 	return retryStale(ctx, r.writeStatus(ctx, in.RouterRoles, out))
 }
+
+// conflictRetry is how often a router blocked by a ConfigMap that is not
+// the manager's is looked at again.
+const conflictRetry = 30 * time.Second
 
 // observe reads what the compile step needs for one router, from the
 // manager's cache (see configMap for the one exception).

@@ -2,7 +2,9 @@ package controllers
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"maps"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -56,15 +58,51 @@ func CacheOptions(namespaces []string) cache.Options {
 // trimPod keeps of a cached router pod what Programmed reads: metadata
 // and phase. Router pods carry large specs (the router's own containers);
 // the manager needs none of it.
+//
+// It also drops an applied-hash annotation that the sidecar's field
+// manager does not own (see reportedBySidecar), so that Programmed counts
+// only what a sidecar reported.
 func trimPod(obj any) (any, error) {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {
 		return obj, nil
 	}
 	trimmed := &corev1.Pod{TypeMeta: pod.TypeMeta, ObjectMeta: pod.ObjectMeta}
+	if _, ok := pod.Annotations[v1alpha1.AppliedHashAnnotation]; ok && !reportedBySidecar(pod) {
+		trimmed.Annotations = maps.Clone(pod.Annotations)
+		delete(trimmed.Annotations, v1alpha1.AppliedHashAnnotation)
+	}
 	trimmed.ManagedFields = nil
 	trimmed.Status.Phase = pod.Status.Phase
 	return trimmed, nil
+}
+
+// reportedBySidecar reports whether the pod's managedFields show the
+// applied-hash annotation owned by the sidecar's field manager
+// (v1alpha1.SidecarFieldManager). A value that kubectl annotate, another
+// controller or a pod template set is owned by them instead, and is not a
+// sidecar's report. This is a check of provenance, not of authority: a
+// client that names itself "kvhint-sidecar" passes it. What makes the
+// name trustworthy is the admission policy in config/admission, which
+// lets only a pod's own sidecar write the annotation at all.
+func reportedBySidecar(pod *corev1.Pod) bool {
+	for _, mf := range pod.ManagedFields {
+		if mf.Manager != v1alpha1.SidecarFieldManager || mf.Subresource != "" || mf.FieldsV1 == nil {
+			continue
+		}
+		var fields struct {
+			Metadata struct {
+				Annotations map[string]json.RawMessage `json:"f:annotations"`
+			} `json:"f:metadata"`
+		}
+		if err := json.Unmarshal(mf.FieldsV1.Raw, &fields); err != nil {
+			continue
+		}
+		if _, ok := fields.Metadata.Annotations["f:"+v1alpha1.AppliedHashAnnotation]; ok {
+			return true
+		}
+	}
+	return false
 }
 
 // Setup registers the field indexes and both reconcilers with mgr, whose

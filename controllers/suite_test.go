@@ -281,25 +281,31 @@ func routerPod(t *testing.T, ns, router, name, appliedHash string) *corev1.Pod {
 			Containers:                   []corev1.Container{{Name: "router", Image: "router:test"}},
 		},
 	}
-	if appliedHash != "" {
-		pod.Annotations = map[string]string{v1alpha1.AppliedHashAnnotation: appliedHash}
-	}
 	if err := k8s.Create(context.Background(), pod); err != nil {
 		t.Fatalf("creating pod %s: %v", name, err)
+	}
+	if appliedHash != "" {
+		reportHash(t, pod, appliedHash)
 	}
 	return pod
 }
 
 // reportHash does what the sidecar does once it runs a config: it writes
-// the config's hash on its own Pod.
+// the config's hash on its own Pod, as field manager kvhint-sidecar.
 func reportHash(t *testing.T, pod *corev1.Pod, hash string) {
+	t.Helper()
+	annotatePod(t, pod, hash, v1alpha1.SidecarFieldManager)
+}
+
+// annotatePod writes the applied-hash annotation as fieldManager.
+func annotatePod(t *testing.T, pod *corev1.Pod, hash, fieldManager string) {
 	t.Helper()
 	patch := client.MergeFrom(pod.DeepCopy())
 	if pod.Annotations == nil {
 		pod.Annotations = map[string]string{}
 	}
 	pod.Annotations[v1alpha1.AppliedHashAnnotation] = hash
-	if err := k8s.Patch(context.Background(), pod, patch); err != nil {
+	if err := k8s.Patch(context.Background(), pod, patch, client.FieldOwner(fieldManager)); err != nil {
 		t.Fatalf("annotating pod %s: %v", pod.Name, err)
 	}
 }

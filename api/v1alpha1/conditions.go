@@ -96,4 +96,10 @@ const (
 	// ReasonNotAccepted: nothing of the role is in the compiled config: it
 	// is not accepted and no earlier generation of it was.
 	ReasonNotAccepted ConditionReason = "NotAccepted"
+
+	// ReasonConfigMapConflict: a ConfigMap named "<router>-hints" exists
+	// that the manager did not create (it has neither the managed-by label
+	// nor a RouterRole owner). The manager never adopts, overwrites or
+	// deletes it, so the role's config cannot be written.
+	ReasonConfigMapConflict ConditionReason = "ConfigMapConflict"
 )

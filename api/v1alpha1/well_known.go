@@ -13,6 +13,12 @@ const (
 	// HashAnnotation value of the config it runs now.
 	AppliedHashAnnotation = "hints.kvrouter.io/applied-hash"
 
+	// SidecarFieldManager is the field manager the sidecar writes
+	// AppliedHashAnnotation under. The manager counts the annotation only
+	// while managedFields show that manager owns it, so a value written by
+	// any other tool (kubectl annotate, another controller) is ignored.
+	SidecarFieldManager = "kvhint-sidecar"
+
 	// HashAnnotation on a compiled ConfigMap is the content hash of its
 	// HintsConfigKey entry (hintsconfig.ContentHash: the first 16 hex digits of
 	// the SHA-256 of the bytes).

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -19,6 +20,7 @@ import (
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/kvrouter/kv-hint-operator/controllers"
@@ -29,6 +31,9 @@ type managerOptions struct {
 	kubeconfig              string
 	namespaces              []string
 	metricsAddr             string
+	metricsSecure           bool
+	metricsCertDir          string
+	enableHTTP2             bool
 	probeAddr               string
 	leaderElect             bool
 	leaderElectionID        string
@@ -52,9 +57,15 @@ hints.kvrouter.io/applied-hash annotation) and Ready.
 A role whose new spec breaks a rule keeps running its last accepted entry;
 the manager reads it back from the ConfigMap, so restarts lose nothing.
 
-Serves /healthz and /readyz on --health-probe-bind-address and
-controller-runtime metrics on --metrics-bind-address. Logs are JSON (see
-the --zap-* flags).`,
+Serves /healthz and /readyz on --health-probe-bind-address, and
+controller-runtime metrics on --metrics-bind-address over HTTPS: a scraper
+sends a bearer token, which the manager checks with a TokenReview, and
+must be allowed "get" on the non-resource URL /metrics (the ClusterRole
+kvhint-metrics-reader), which it checks with a SubjectAccessReview. The
+certificate is tls.crt/tls.key in --metrics-cert-dir, else a self-signed
+one made at start. --metrics-secure=false serves plain, unauthenticated
+HTTP: for a manager on your own machine only. Logs are JSON (see the
+--zap-* flags).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			parent := cmd.Context()
@@ -69,7 +80,10 @@ the --zap-* flags).`,
 	f := cmd.Flags()
 	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; default: in-cluster, then $KUBECONFIG and ~/.kube/config")
 	f.StringSliceVar(&o.namespaces, "namespace", nil, "watch only this namespace (repeatable or comma-separated); default: all namespaces")
-	f.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", `address of the metrics endpoint; "0" turns it off`)
+	f.StringVar(&o.metricsAddr, "metrics-bind-address", ":8443", `address of the metrics endpoint; "0" turns it off`)
+	f.BoolVar(&o.metricsSecure, "metrics-secure", true, "serve metrics over HTTPS to authenticated, authorized scrapers only; false serves plain HTTP to anyone (local development only)")
+	f.StringVar(&o.metricsCertDir, "metrics-cert-dir", "", "directory with tls.crt and tls.key for the metrics endpoint; default: a self-signed certificate made at start")
+	f.BoolVar(&o.enableHTTP2, "enable-http2", false, "allow HTTP/2 on the metrics endpoint; off by default because of the HTTP/2 stream reset and rapid reset attacks")
 	f.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", `address of /healthz and /readyz; "0" turns them off`)
 	f.BoolVar(&o.leaderElect, "leader-elect", false, "elect a leader through a Lease, so that only one replica reconciles")
 	f.StringVar(&o.leaderElectionID, "leader-election-id", "kvhint-manager.hints.kvrouter.io", "name of the leader election Lease")
@@ -98,7 +112,7 @@ func runManager(ctx context.Context, cat *hints.Catalog, o managerOptions) error
 		Scheme:                        scheme,
 		Logger:                        log,
 		Cache:                         controllers.CacheOptions(o.namespaces),
-		Metrics:                       metricsserver.Options{BindAddress: o.metricsAddr},
+		Metrics:                       metricsOptions(o),
 		HealthProbeBindAddress:        o.probeAddr,
 		LeaderElection:                o.leaderElect,
 		LeaderElectionID:              o.leaderElectionID,
@@ -128,6 +142,25 @@ func runManager(ctx context.Context, cat *hints.Catalog, o managerOptions) error
 		return fmt.Errorf("running the manager: %w", err)
 	}
 	return nil
+}
+
+// metricsOptions serves metrics the way current kubebuilder projects do:
+// HTTPS, and only to a caller whose bearer token the API server accepts
+// (TokenReview) and who may get /metrics (SubjectAccessReview). The
+// manager may create both reviews through the ClusterRole
+// kvhint-metrics-auth (config/rbac/metrics_auth_role.yaml), kept apart
+// from the generated kvhint-manager role so that a namespaced install
+// (config/namespaced) can bind that one per namespace.
+func metricsOptions(o managerOptions) metricsserver.Options {
+	opts := metricsserver.Options{BindAddress: o.metricsAddr, SecureServing: o.metricsSecure, CertDir: o.metricsCertDir}
+	if !o.metricsSecure {
+		return opts
+	}
+	opts.FilterProvider = filters.WithAuthenticationAndAuthorization
+	if !o.enableHTTP2 {
+		opts.TLSOpts = append(opts.TLSOpts, func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} })
+	}
+	return opts
 }
 
 // cacheSynced is ready once the informers the reconcilers read from hold a

@@ -71,8 +71,11 @@ type Env struct {
 	Client   client.Client
 	Manager  *Process
 	ProbeURL string
-	Sidecars []*Sidecar
-	Workers  []*Worker
+	// MetricsURL is the manager's metrics endpoint: HTTPS with a
+	// self-signed certificate, for a bearer token allowed to get /metrics.
+	MetricsURL string
+	Sidecars   []*Sidecar
+	Workers    []*Worker
 }
 
 // Routers of config/samples and the workers devenv gives them. One llama
@@ -226,6 +229,7 @@ func (e *Env) StartManager(ctx context.Context) error {
 			return err
 		}
 		e.ProbeURL = "http://127.0.0.1:" + strconv.Itoa(probe)
+		e.MetricsURL = "https://127.0.0.1:" + strconv.Itoa(metrics) + "/metrics"
 		e.Manager = NewProcess("manager", e.Opts.Bin, []string{"manager",
 			"--kubeconfig", e.CP.Kubeconfig, "--namespace", e.Opts.Namespace,
 			"--metrics-bind-address", "127.0.0.1:" + strconv.Itoa(metrics),

@@ -50,6 +50,11 @@ type Router struct {
 	// Notes say why the existing ConfigMap was not trusted for last good
 	// entries, if it was not; for the log.
 	Notes []string
+	// Conflict, when not empty, says that a ConfigMap of the router's
+	// ConfigMap name exists that the manager did not create (see
+	// CreatedByManager): ConfigMap must not be written, and every role of
+	// the router is Programmed False with reason ConfigMapConflict.
+	Conflict string
 }
 
 // RouterRoleResult is the outcome for one RouterRole.
@@ -180,6 +185,10 @@ type placement struct {
 func compileRouter(cat *hints.Catalog, name string, results []*roleResult, cm *corev1.ConfigMap, pods []corev1.Pod) (*Router, []*placement) {
 	r := &Router{Name: name}
 	var prev *running
+	if cm != nil && !CreatedByManager(cm) {
+		r.Conflict = conflictMessage(cm)
+		cm = nil
+	}
 	if cm != nil {
 		var err error
 		if prev, err = readRunning(cm); err != nil {

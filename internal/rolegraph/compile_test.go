@@ -35,6 +35,7 @@ type goldenRouter struct {
 	Name      string   `json:"name"`
 	Hash      string   `json:"hash"`
 	Notes     []string `json:"notes,omitempty"`
+	Conflict  string   `json:"conflict,omitempty"`
 	ConfigMap any      `json:"configMap"`
 }
 
@@ -109,7 +110,7 @@ func checkConfigsParse(t *testing.T, cat *hints.Catalog, out *Output) {
 func render(out *Output) golden {
 	var g golden
 	for _, r := range out.Routers {
-		g.Routers = append(g.Routers, goldenRouter{Name: r.Name, Hash: r.Hash, Notes: r.Notes, ConfigMap: r.ConfigMap})
+		g.Routers = append(g.Routers, goldenRouter{Name: r.Name, Hash: r.Hash, Notes: r.Notes, Conflict: r.Conflict, ConfigMap: r.ConfigMap})
 	}
 	for _, r := range out.RouterRoles {
 		g.RouterRoles = append(g.RouterRoles, goldenObject{Name: r.Name, Findings: strs(r.Findings), Status: r.Status})

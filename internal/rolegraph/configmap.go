@@ -2,11 +2,13 @@ package rolegraph
 
 import (
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
 )
@@ -55,4 +57,31 @@ func configMap(router string, results []*roleResult, doc []byte, hash string, so
 		},
 		Data: map[string]string{v1alpha1.HintsConfigKey: string(doc)},
 	}
+}
+
+// CreatedByManager reports whether a ConfigMap named "<router>-hints" is
+// one the manager wrote: it carries the managed-by label the manager sets,
+// or an owner reference to a RouterRole. Either mark alone is enough, so a
+// compiled ConfigMap whose labels were edited away is still repaired. A
+// ConfigMap with neither is someone else's that happens to have the name;
+// the manager never writes to it, reads last good entries from it, or
+// deletes it.
+func CreatedByManager(cm *corev1.ConfigMap) bool {
+	if cm.Labels[v1alpha1.ManagedByLabel] == v1alpha1.ManagedBy {
+		return true
+	}
+	for _, o := range cm.OwnerReferences {
+		gv, err := schema.ParseGroupVersion(o.APIVersion)
+		if err == nil && gv.Group == v1alpha1.GroupVersion.Group && o.Kind == "RouterRole" {
+			return true
+		}
+	}
+	return false
+}
+
+// conflictMessage says why a router's config is not written.
+func conflictMessage(cm *corev1.ConfigMap) string {
+	return fmt.Sprintf("ConfigMap %s exists and was not created by kvhint manager (no label %s=%s, no RouterRole owner): "+
+		"the manager leaves it as it is; rename or delete it, or give the router another name",
+		cm.Name, v1alpha1.ManagedByLabel, v1alpha1.ManagedBy)
 }

@@ -97,6 +97,10 @@ func programmedCondition(rr *v1alpha1.RouterRole, p *placement) metav1.Condition
 			"nothing of the role runs: no generation of it has been accepted")
 	}
 
+	if p.router != nil && p.router.Conflict != "" {
+		return condition(v1alpha1.ConditionProgrammed, false, v1alpha1.ReasonConfigMapConflict, gen, p.router.Conflict)
+	}
+
 	var suffix string
 	if p.generation != gen {
 		suffix = fmt.Sprintf(" (generation %d, the last accepted; generation %d is not accepted)", p.generation, gen)

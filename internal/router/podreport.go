@@ -9,10 +9,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
 )
 
-// FieldManager is the sidecar's field manager on its Pod.
-const FieldManager = "kvhint-sidecar"
+// FieldManager is the sidecar's field manager on its Pod. The manager
+// counts the applied-hash annotation only while this manager owns it.
+const FieldManager = v1alpha1.SidecarFieldManager
 
 // Backoff bounds of a failed annotation patch.
 const (

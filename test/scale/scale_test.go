@@ -220,7 +220,9 @@ func startManager(ctx context.Context, t *testing.T, bin, kubeconfig, dir string
 	}
 	mgr := devenv.NewProcess("manager", bin, []string{"manager",
 		"--kubeconfig", kubeconfig, "--namespace", namespace,
-		"--metrics-bind-address", "127.0.0.1:" + strconv.Itoa(metrics),
+		// Plain HTTP on loopback, for the figures: the one case the
+		// flag is for.
+		"--metrics-bind-address", "127.0.0.1:" + strconv.Itoa(metrics), "--metrics-secure=false",
 		"--health-probe-bind-address", "127.0.0.1:" + strconv.Itoa(probe)}, nil, dir)
 	if err := mgr.Start(); err != nil {
 		t.Fatal(err)
@@ -556,7 +558,7 @@ func startWatchers(ctx context.Context, t *testing.T, cfg *rest.Config, c client
 				hashMu.Unlock()
 				patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, v1alpha1.AppliedHashAnnotation, hash)
 				pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: router + "-router-0"}}
-				if err := c.Patch(ctx, pod, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
+				if err := c.Patch(ctx, pod, client.RawPatch(types.MergePatchType, []byte(patch)), client.FieldOwner(v1alpha1.SidecarFieldManager)); err != nil {
 					if ctx.Err() == nil {
 						t.Logf("sidecar stand-in: patching %s: %v; retrying", pod.Name, err)
 						queue.Done(router)
