@@ -2,7 +2,11 @@ module github.com/kvrouter/kv-hint-operator
 
 go 1.26.0
 
-require sigs.k8s.io/yaml v1.6.0
+require (
+	github.com/yuin/gopher-lua v1.1.2
+	sigs.k8s.io/cli-utils v0.37.2
+	sigs.k8s.io/yaml v1.6.0
+)
 
 require (
 	cel.dev/expr v0.25.1 // indirect
