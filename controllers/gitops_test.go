@@ -207,7 +207,9 @@ func TestGitopsStatus(t *testing.T) {
 		kstatus: status.CurrentStatus, argo: "Healthy", message: "1/1 router pods run"}
 	policy := &gitopsCase{name: "hintpolicy-accepted", kind: "HintPolicy", object: "retain",
 		kstatus: status.CurrentStatus, argo: "Healthy"}
-	cases = append(cases, noPods, pending, ready, policy)
+	unknownType := &gitopsCase{name: "hintpolicy-unknown-type", kind: "HintPolicy", object: "teleport",
+		kstatus: status.FailedStatus, argo: "Degraded", reason: string(v1alpha1.ReasonUnknownHintType), message: `"kv-teleport" is not linked`}
+	cases = append(cases, noPods, pending, ready, policy, unknownType)
 
 	// Everything is created while the manager is stopped, so that the
 	// first read is certainly before the manager processed anything.
@@ -250,6 +252,8 @@ func TestGitopsStatus(t *testing.T) {
 			rr.Spec.Hints = []v1alpha1.HintItem{inline("kv-fetch", nil), ref("retain")}
 			create(t, rr, newPolicy(c.ns, "retain", "kv-retain", map[string]any{"ttl_seconds": 60}))
 			policy.ns = c.ns
+		case unknownType:
+			create(t, newPolicy(c.ns, c.object, "kv-teleport", nil))
 		}
 	}
 	for _, c := range cases {
@@ -291,6 +295,13 @@ func TestGitopsStatus(t *testing.T) {
 	if c := conditionOf(t, ready.ns, ready.object, v1alpha1.ConditionReady); c.Status != metav1.ConditionTrue {
 		t.Fatalf("Ready of generation 1 is %s; the test needs the stale True in place", c.Status)
 	}
+	hp := get(t, policy.ns, policy.object, &v1alpha1.HintPolicy{})
+	update(t, hp, func(hp *v1alpha1.HintPolicy) { hp.Spec.Parameters = jsonParams(map[string]any{"ttl_seconds": 120}) })
+	got = readGitops(t, policy.ns, policy.object, "HintPolicy")
+	expectGitops(t, "a HintPolicy change, not yet processed", got, status.InProgressStatus, "Progressing", "", "")
+	if got.kstatusReason != "LatestGenerationNotObserved" || !strings.Contains(got.argoMessage, "generation 2") {
+		t.Errorf("a HintPolicy change, not yet processed: got %s; want both to name generation 2 as not yet processed", got)
+	}
 	if stopManager, err = startManager(); err != nil {
 		t.Fatalf("restarting the manager: %v", err)
 	}
@@ -305,6 +316,7 @@ func TestGitopsStatus(t *testing.T) {
 	})
 	reportHash(t, get(t, ready.ns, "r-0", &corev1.Pod{}), cm.Annotations[v1alpha1.HashAnnotation])
 	waitGitops(t, ready.ns, ready.object, "RouterRole", status.CurrentStatus, "Healthy", "", "1/1 router pods run")
+	waitGitops(t, policy.ns, policy.object, "HintPolicy", status.CurrentStatus, "Healthy", "", "")
 
 	// An invalid change: two KV-copy senders. It fails at once, with the
 	// reason, while the router keeps running generation 3's predecessor.
@@ -330,7 +342,7 @@ func conditionOf(t *testing.T, ns, name string, typ v1alpha1.ConditionType) meta
 
 // TestArgoCDConfigMapSnippet keeps config/argocd/argocd-cm.yaml, the
 // snippet the README tells Argo CD users to install, equal to the scripts
-// the tests run.
+// the tests run, and installs it the way the README says.
 func TestArgoCDConfigMapSnippet(t *testing.T) {
 	data, err := os.ReadFile(filepath.Join("..", "config", "argocd", "argocd-cm.yaml"))
 	if err != nil {
@@ -351,5 +363,26 @@ func TestArgoCDConfigMapSnippet(t *testing.T) {
 		if cm.Data[key] != string(script) {
 			t.Errorf("argocd-cm.yaml key %s differs from %s; regenerate the snippet from the script", key, file)
 		}
+	}
+
+	// The install command of the README merges the keys into an existing
+	// argocd-cm and keeps what it held.
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "argocd"}}
+	if err := k8s.Create(context.Background(), ns); err != nil {
+		t.Fatal(err)
+	}
+	existing := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "argocd", Name: "argocd-cm"}, Data: map[string]string{"url": "https://argocd.example.com"}}
+	create(t, existing)
+	if out, err := kubectl(t, "-n", "argocd", "patch", "configmap", "argocd-cm", "--patch-file", filepath.Join("..", "config", "argocd", "argocd-cm.yaml")); err != nil {
+		t.Fatalf("kubectl patch: %v\n%s", err, out)
+	}
+	patched := get(t, "argocd", "argocd-cm", &corev1.ConfigMap{})
+	for key, want := range cm.Data {
+		if patched.Data[key] != want {
+			t.Errorf("after kubectl patch, argocd-cm key %s is %q", key, patched.Data[key])
+		}
+	}
+	if patched.Data["url"] != "https://argocd.example.com" {
+		t.Errorf("kubectl patch lost the existing data: %v", patched.Data)
 	}
 }
