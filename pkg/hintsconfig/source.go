@@ -105,8 +105,17 @@ func readSource(data []byte) ([]byte, *source, Problems) {
 
 	var probs Problems
 	var edits []edit
+	edited := map[*yamlv3.Node]bool{}
 	var walk func(n *yamlv3.Node, path []string)
 	walk = func(n *yamlv3.Node, path []string) {
+		if n.Kind == yamlv3.AliasNode && n.Alias != nil {
+			// An alias reads as its anchor's value: its place is checked
+			// like the anchor's, and the anchor's text is edited once.
+			if n.Alias.Kind != yamlv3.ScalarNode {
+				return // a mapping or list behind an alias: its paths are the anchor's
+			}
+			n = n.Alias
+		}
 		switch n.Kind {
 		case yamlv3.DocumentNode:
 			for _, c := range n.Content {
@@ -153,8 +162,13 @@ func readSource(data []byte) ([]byte, *source, Problems) {
 			if f < 0 {
 				repl = "-" + standIn
 			}
+			if edited[n] {
+				src.nonFinite = append(src.nonFinite, nf)
+				return
+			}
 			if off, ok := offsetOf(data, n.Line, n.Column, n.Value); ok {
 				edits = append(edits, edit{off: off, n: len(n.Value), with: repl})
+				edited[n] = true
 				src.nonFinite = append(src.nonFinite, nf)
 				return
 			}
@@ -251,6 +265,19 @@ func offsetOf(data []byte, line, column int, value string) (int, bool) {
 		}
 		_, size := utf8.DecodeRune(data[off:])
 		off += size
+	}
+	// The position of a node with an anchor or a tag is that of "&x" or
+	// "!!float"; the value follows it.
+	for range 2 {
+		if off >= len(data) || (data[off] != '&' && data[off] != '!') {
+			break
+		}
+		for off < len(data) && data[off] != ' ' && data[off] != '\t' && data[off] != '\n' {
+			off++
+		}
+		for off < len(data) && (data[off] == ' ' || data[off] == '\t') {
+			off++
+		}
 	}
 	return off, bytes.HasPrefix(data[off:], []byte(value))
 }

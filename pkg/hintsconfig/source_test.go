@@ -186,3 +186,18 @@ func TestParseConfigKeepsWhatIsWritten(t *testing.T) {
 		t.Errorf("roles %v; want the quoted key kept as yes", cfg.WorkerSelection)
 	}
 }
+
+// TestNonFiniteThroughAnAlias: an alias reads as its anchor, so a .nan
+// reached through one is refused at the alias's parameter too.
+func TestNonFiniteThroughAnAlias(t *testing.T) {
+	doc := "worker_selection:\n  a:\n    type: kvcr\n    parameters: {shared_cache_multiplier: &x .nan}\n" +
+		"  b:\n    type: kvcr\n    parameters: {overlap_score_weight: *x}\n"
+	got := locate(parseAndCompile(t, doc))
+	want := []located{
+		{hintsconfig.ReasonInvalidParameters, "a", hintsconfig.NoHint, "kvcr", "shared_cache_multiplier", 4},
+		{hintsconfig.ReasonInvalidParameters, "b", hintsconfig.NoHint, "kvcr", "overlap_score_weight", 4},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("problems (-want +got):\n%s", diff)
+	}
+}
