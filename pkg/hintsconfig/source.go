@@ -31,7 +31,7 @@ type source struct {
 	lines map[string]int
 	// nonFinite are the .nan and .inf values found, by path, each replaced
 	// in the text by a finite stand-in before the YAML 1.1 read (JSON, and
-	// so the providers, cannot hold them); see finiteStandIn.
+	// so the providers, cannot hold them); see standIn.
 	nonFinite []nonFinite
 }
 
@@ -43,10 +43,12 @@ type nonFinite struct {
 	line int
 }
 
-// finiteStandIn replaces .nan and +.inf in the text the providers read:
-// the largest float64, which any range check refuses and every message
-// prints as standIn, which is then rewritten back to the value as written.
-// -.inf gets its negation.
+// standIn replaces .nan and +.inf in the text the providers read: the
+// largest float64, which a range check with an upper bound refuses in its
+// own words ("... is out of range 0..100"); the stand-in in those words is
+// then rewritten back to the value as written. -.inf gets its negation. A
+// parameter with no upper bound accepts it, and Compile refuses the value
+// itself (source.checkNonFinite).
 var standIn = strconv.FormatFloat(math.MaxFloat64, 'g', -1, 64)
 
 var (
