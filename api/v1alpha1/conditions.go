@@ -24,6 +24,21 @@ const (
 	// every router pod. When False its reason is that of the first of the
 	// three that is not True.
 	ConditionReady ConditionType = "Ready"
+
+	// ConditionStalled is True, and present only then, while the current
+	// generation is rejected for a reason that waiting cannot fix: Accepted
+	// or ResolvedRefs is False. Its reason is that of Ready (the first
+	// failing condition's) and its message names every failing condition.
+	// It follows kstatus's "abnormal-true" convention, under which Flux
+	// and kpt read the object as Failed and stop waiting.
+	ConditionStalled ConditionType = "Stalled"
+
+	// ConditionReconciling is True, and present only then, while the
+	// current generation is accepted but does not run on every router pod
+	// yet (Programmed False, or Programmed for an older generation). Its
+	// reason is Programmed's (Pending, NoRouterPods). kstatus reads it as
+	// InProgress.
+	ConditionReconciling ConditionType = "Reconciling"
 )
 
 // ConditionReason is the machine-readable reason of a condition.

@@ -27,9 +27,18 @@ type HintPolicySpec struct {
 
 // HintPolicyStatus is what the manager observed for a HintPolicy.
 type HintPolicyStatus struct {
+	// observedGeneration is the metadata.generation the manager last
+	// processed, written with every status write; while it is behind
+	// metadata.generation, kstatus (Flux, kpt) reads the policy as
+	// InProgress. 0 until the manager first writes status.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
 	// conditions describe the policy: Accepted says whether its type is
 	// linked and its parameters are valid, on their own, before any role
-	// lists it.
+	// lists it. Stalled, present only while True, repeats a rejection for
+	// kstatus (Flux, kpt) and Argo CD.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -64,8 +73,10 @@ type HintPolicy struct {
 	// +required
 	Spec HintPolicySpec `json:"spec"`
 
-	// status is what the manager observed.
+	// status is what the manager observed; observedGeneration reads 0
+	// until the manager first writes it.
 	// +optional
+	// +kubebuilder:default={observedGeneration: 0}
 	Status HintPolicyStatus `json:"status,omitempty"`
 }
 

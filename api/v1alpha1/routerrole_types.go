@@ -164,13 +164,26 @@ type HintPolicyReference struct {
 
 // RouterRoleStatus is what the manager observed and did for a RouterRole.
 type RouterRoleStatus struct {
+	// observedGeneration is the metadata.generation the manager last
+	// processed, written with every status write. While it is behind
+	// metadata.generation the manager has not looked at the newest spec
+	// yet: kstatus (Flux, kpt) reads the object as InProgress, and the
+	// conditions are those of an older generation. 0 until the manager
+	// first writes status.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
 	// conditions describe the role: Accepted (the spec passes the catalog
 	// rules), ResolvedRefs (every policyRef names a valid HintPolicy),
 	// Programmed (the compiled config holding the role is written and every
-	// router pod runs it) and Ready (all three, for kubectl wait). Every
-	// condition carries the generation it describes: Programmed keeps the
-	// generation that runs, which stays behind metadata.generation while a
-	// newer spec is not accepted.
+	// router pod runs it) and Ready (all three, for kubectl wait). Two
+	// more, for kstatus (Flux, kpt) and Argo CD, are present only while
+	// True: Stalled (the spec is rejected, and waiting cannot fix it) and
+	// Reconciling (the spec is accepted but does not run on every router
+	// pod yet). Every condition carries the generation it describes:
+	// Programmed keeps the generation that runs, which stays behind
+	// metadata.generation while a newer spec is not accepted.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -263,8 +276,11 @@ type RouterRole struct {
 	// +required
 	Spec RouterRoleSpec `json:"spec"`
 
-	// status is what the manager observed.
+	// status is what the manager observed. Until the manager first writes
+	// it, the API server shows observedGeneration 0, so that GitOps tools
+	// read a new object as not yet processed rather than as healthy.
 	// +optional
+	// +kubebuilder:default={observedGeneration: 0}
 	Status RouterRoleStatus `json:"status,omitempty"`
 }
 

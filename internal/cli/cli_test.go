@@ -96,7 +96,7 @@ func TestExitCodes(t *testing.T) {
 		{"valid", []string{"validate", "-f", "testdata/golden/design-sample.in.yaml"}, ExitOK, "1 file(s) valid", ""},
 		{"valid with warnings", []string{"validate", "-f", "testdata/golden/kvcr-defaults.in.yaml"}, ExitOK, "KVCopySenderUnused (warning)", ""},
 		{"invalid", []string{"validate", "-f", "testdata/golden/every-rule.in.yaml"}, ExitInvalid, "role twice (kvcr): KVCopySenderDuplicate", ""},
-		{"one invalid among valid files", []string{"validate", "-f", "testdata/golden/design-sample.in.yaml", "-f", "testdata/golden/unknown-keys.in.yaml"}, ExitInvalid, "unknown-keys.in.yaml: role decode: InvalidConfig", ""},
+		{"one invalid among valid files", []string{"validate", "-f", "testdata/golden/design-sample.in.yaml", "-f", "testdata/golden/unknown-keys.in.yaml"}, ExitInvalid, "unknown-keys.in.yaml:4: role decode: InvalidConfig", ""},
 		{"missing file", []string{"validate", "-f", filepath.Join(dir, "nope.yaml")}, ExitUsage, "", "no such file"},
 		{"oversize file", []string{"validate", "-f", big}, ExitUsage, "", "larger than the 1048576-byte limit"},
 		{"no -f", []string{"validate"}, ExitUsage, "", "give one or more -f FILE"},

@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -12,6 +13,7 @@ import (
 
 func newCompileCommand(cat *hints.Catalog) *cobra.Command {
 	var files []string
+	var router string
 	cmd := &cobra.Command{
 		Use:   "compile -f FILE...",
 		Short: "Print the compiled hints YAML: defaults expanded, parameters effective",
@@ -21,27 +23,32 @@ for the same input. Problems go to standard error; any error exits 1.
 
 A file may also be a Kubernetes manifest of RouterRoles and HintPolicies (see
 kvhint validate --help); all manifest files are compiled together, and the
-config of each router is printed, as the manager would write it into the
-ConfigMap "<router>-hints".`,
+config of each router is printed exactly as the manager writes it into the
+key hints.yaml of the ConfigMap "<router>-hints": no header, the same bytes,
+so that its hash is the ConfigMap's hints.kvrouter.io/hash. Several configs
+are separated by "---" lines; which router (or file) each one is, and its
+hash, is written to standard error. --router NAME prints one router's alone.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if len(files) == 0 {
 				return fmt.Errorf("no input: give one or more -f FILE")
 			}
-			return compileFiles(cat, files, cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
+			return compileFiles(cat, files, router, cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	cmd.Flags().StringArrayVarP(&files, "filename", "f", nil, "hints YAML or manifest file to compile (repeatable; - for stdin)")
+	cmd.Flags().StringVar(&router, "router", "", "print only the config of this router (manifests)")
 	return cmd
 }
 
-func compileFiles(cat *hints.Catalog, files []string, stdin io.Reader, stdout, stderr io.Writer) error {
+func compileFiles(cat *hints.Catalog, files []string, router string, stdin io.Reader, stdout, stderr io.Writer) error {
 	files, err := expandInputs(files)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return exitError{code: ExitUsage}
 	}
 	var docs [][]byte
+	var notes []string
 	manifests := newManifestSet()
 	for _, name := range files {
 		data, err := readInput(name, stdin)
@@ -51,6 +58,9 @@ func compileFiles(cat *hints.Catalog, files []string, stdin io.Reader, stdout, s
 		}
 		if rolegraph.IsManifest(data) {
 			manifests.add(name, data)
+			continue
+		}
+		if router != "" {
 			continue
 		}
 		g, probs := compileHintsYAML(cat, data)
@@ -63,7 +73,8 @@ func compileFiles(cat *hints.Catalog, files []string, stdin io.Reader, stdout, s
 			fmt.Fprintf(stderr, "%s: %v\n", name, err)
 			return exitError{code: ExitInvalid}
 		}
-		docs = append(docs, append([]byte(fmt.Sprintf("# source: %s\n# hash: %s\n", name, hash)), doc...))
+		docs = append(docs, doc)
+		notes = append(notes, fmt.Sprintf("# %s: hash %s", name, hash))
 	}
 	if len(manifests.files) > 0 {
 		routers := manifests.compile(cat)
@@ -71,15 +82,35 @@ func compileFiles(cat *hints.Catalog, files []string, stdin io.Reader, stdout, s
 		if manifests.failed {
 			return exitError{code: ExitInvalid}
 		}
+		var names []string
 		for _, r := range routers {
-			docs = append(docs, append([]byte(r.header()), r.router.Config...))
+			names = append(names, r.router.Name)
+			if router != "" && r.router.Name != router {
+				continue
+			}
+			docs = append(docs, r.router.Config)
+			notes = append(notes, r.note())
+		}
+		if router != "" && len(docs) == 0 {
+			fmt.Fprintf(stderr, "no router %q in the manifests; routers: %s\n", router, strings.Join(names, ", "))
+			return exitError{code: ExitUsage}
 		}
 	}
+	if router != "" && len(manifests.files) == 0 {
+		fmt.Fprintln(stderr, "--router selects among the routers of manifests, and no file is a manifest")
+		return exitError{code: ExitUsage}
+	}
 	for i, d := range docs {
+		if len(docs) > 1 {
+			notes[i] = fmt.Sprintf("# document %d: %s", i+1, strings.TrimPrefix(notes[i], "# "))
+		}
 		if i > 0 {
 			fmt.Fprintln(stdout, "---")
 		}
 		stdout.Write(d)
+	}
+	for _, n := range notes {
+		fmt.Fprintln(stderr, n)
 	}
 	return nil
 }

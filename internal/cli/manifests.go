@@ -27,29 +27,35 @@ type manifestSet struct {
 	byNamespace map[string]*rolegraph.Input
 	// origin maps "Kind namespace/name" to the file it came from.
 	origin map[string]string
-	// lines are the problems to print, per file, in the order found.
-	lines map[string][]string
+	// problems are the problems found, per file, in the order found.
+	problems map[string][]problem
+	// positions locate objects and documents, per file.
+	positions map[string]*manifestPositions
 	// failed is set when any object or document breaks a rule.
 	failed bool
 }
 
 func newManifestSet() *manifestSet {
-	return &manifestSet{byNamespace: map[string]*rolegraph.Input{}, origin: map[string]string{}, lines: map[string][]string{}}
+	return &manifestSet{byNamespace: map[string]*rolegraph.Input{}, origin: map[string]string{},
+		problems: map[string][]problem{}, positions: map[string]*manifestPositions{}}
 }
 
 // add reads one manifest file. Documents that cannot be read are problems
 // of the file; the rest are kept.
 func (s *manifestSet) add(file string, data []byte) {
 	s.files = append(s.files, file)
+	pos := newManifestPositions(data)
+	s.positions[file] = pos
 	var in rolegraph.Input
 	if err := rolegraph.ReadManifests(data, &in); err != nil {
 		for _, e := range unjoin(err) {
-			loc := "manifest"
+			p := problem{File: file, Object: "manifest", Reason: string(hintsconfig.ReasonInvalidConfig), Severity: severityError}
 			var de *rolegraph.DocumentError
 			if errors.As(e, &de) {
-				loc, e = fmt.Sprintf("document %d", de.Document), de.Err
+				p.Object, p.Line, e = fmt.Sprintf("document %d", de.Document), pos.document(de.Document), de.Err
 			}
-			s.problem(file, fmt.Sprintf("%s: %s: %v", loc, hintsconfig.ReasonInvalidConfig, e))
+			p.Message, p.where = e.Error(), p.Object
+			s.add1(p)
 		}
 	}
 	for _, rr := range in.RouterRoles {
@@ -68,12 +74,18 @@ func (s *manifestSet) add(file string, data []byte) {
 // its first definition, as the second apply would overwrite it.
 func (s *manifestSet) claim(file, kind string, m metav1.ObjectMeta) bool {
 	key := objectName(kind, m.Namespace, m.Name)
+	p := problem{File: file, Object: key, where: key, Line: s.positions[file].field(key, ""), Reason: string(hintsconfig.ReasonInvalidConfig), Severity: severityError}
 	if m.Name == "" {
-		s.problem(file, fmt.Sprintf("%s: %s: metadata.name is required", kind, hintsconfig.ReasonInvalidConfig))
+		p.Object, p.where, p.Location, p.Message = kind, kind, "metadata.name", "metadata.name is required"
+		s.add1(p)
 		return false
 	}
 	if first, dup := s.origin[key]; dup {
-		s.problem(file, fmt.Sprintf("%s: %s: also defined in %s; keeping that one", key, hintsconfig.ReasonInvalidConfig, first))
+		p.Message = fmt.Sprintf("also defined in %s; keeping that one", first)
+		if first == file {
+			p.Message = "defined twice in the file; keeping the first"
+		}
+		s.add1(p)
 		return false
 	}
 	s.origin[key] = file
@@ -89,13 +101,11 @@ func (s *manifestSet) input(ns string) *rolegraph.Input {
 	return in
 }
 
-func (s *manifestSet) problem(file, line string) {
-	s.lines[file] = append(s.lines[file], line)
-	s.failed = true
-}
-
-func (s *manifestSet) warning(file, line string) {
-	s.lines[file] = append(s.lines[file], line)
+func (s *manifestSet) add1(p problem) {
+	s.problems[p.File] = append(s.problems[p.File], p)
+	if p.Severity == severityError {
+		s.failed = true
+	}
 }
 
 // compiledRouter is one router's compiled config and where it came from.
@@ -138,30 +148,44 @@ func (s *manifestSet) compile(cat *hints.Catalog) []compiledRouter {
 	return routers
 }
 
-// report renders findings as FILE: LOCATION: Reason: message lines.
+// report records findings against the file and line of their object.
 func (s *manifestSet) report(kind, ns, name string, findings rolegraph.Findings) {
 	key := objectName(kind, ns, name)
 	file := s.origin[key]
 	for _, f := range findings {
-		loc := key
+		where := key
 		if l := f.Location(); l != "" {
-			loc += " " + l
+			where += " " + l
 		}
-		if f.Severity == hintsconfig.SeverityWarning {
-			s.warning(file, fmt.Sprintf("%s: %s (warning): %s", loc, f.Reason, f.Message))
-			continue
-		}
-		s.problem(file, fmt.Sprintf("%s: %s: %s", loc, f.Reason, f.Message))
+		s.add1(problem{
+			File: file, Line: s.positions[file].field(key, f.Field), Object: key, Location: f.Field, Type: f.Detail,
+			Reason: string(f.Reason), Message: f.Message, Severity: f.Severity.String(), where: where,
+		})
 	}
 }
 
-// print writes every recorded line, prefixed with its file, files in the
-// order given.
-func (s *manifestSet) print(w io.Writer) {
+// objects counts the RouterRoles and HintPolicies read.
+func (s *manifestSet) objects() int {
+	n := 0
+	for _, in := range s.byNamespace {
+		n += len(in.RouterRoles) + len(in.HintPolicies)
+	}
+	return n
+}
+
+// all returns every problem, files in the order given.
+func (s *manifestSet) all() []problem {
+	var out []problem
 	for _, file := range s.files {
-		for _, line := range s.lines[file] {
-			fmt.Fprintf(w, "%s: %s\n", file, line)
-		}
+		out = append(out, s.problems[file]...)
+	}
+	return out
+}
+
+// print writes every problem as a line of text.
+func (s *manifestSet) print(w io.Writer) {
+	for _, p := range s.all() {
+		fmt.Fprintln(w, p.text())
 	}
 }
 
@@ -172,15 +196,15 @@ func objectName(kind, ns, name string) string {
 	return kind + " " + ns + "/" + name
 }
 
-// header is the comment block that precedes a compiled router's config.
-func (c compiledRouter) header() string {
+// note says, for standard error, which router a compiled config is for.
+func (c compiledRouter) note() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "# source: %s\n", strings.Join(c.files, ", "))
+	fmt.Fprintf(&b, "# router %s", c.router.Name)
 	if c.namespace != "" {
-		fmt.Fprintf(&b, "# namespace: %s\n", c.namespace)
+		fmt.Fprintf(&b, " in namespace %s", c.namespace)
 	}
-	fmt.Fprintf(&b, "# router: %s (ConfigMap %s, key %s)\n", c.router.Name, v1alpha1.HintsConfigMapName(c.router.Name), v1alpha1.HintsConfigKey)
-	fmt.Fprintf(&b, "# hash: %s\n", c.router.Hash)
+	fmt.Fprintf(&b, ": ConfigMap %s, key %s, hash %s, from %s",
+		v1alpha1.HintsConfigMapName(c.router.Name), v1alpha1.HintsConfigKey, c.router.Hash, strings.Join(c.files, ", "))
 	return b.String()
 }
 

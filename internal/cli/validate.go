@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
 
@@ -14,6 +15,7 @@ import (
 
 func newValidateCommand(cat *hints.Catalog) *cobra.Command {
 	var files []string
+	var output string
 	cmd := &cobra.Command{
 		Use:   "validate -f FILE...",
 		Short: "Check hints YAML files or RouterRole/HintPolicy manifests with the router's start-up rules",
@@ -28,34 +30,62 @@ applied: a policyRef resolves to a HintPolicy in any of the files. The API
 server's own schema checks (enums, name patterns, CEL rules) are not run;
 their rules are checked again as the compile step knows them.
 
-Every problem is printed as FILE: LOCATION: Reason: message; the Reason is the
-one the object's Accepted or ResolvedRefs condition would carry. Exit status: 0
-when valid (warnings are printed), 1 when any file breaks a rule, 2 on a usage
-or read error. "-" reads standard input.`,
+Any other file is a hints YAML: exactly one YAML document with
+worker_selection (an empty mapping, {}, for a router with no role, which is
+reported as a warning); a second document, a role key that YAML 1.1 reads as
+something else than written (yes, no, on, off: quote them), .nan or .inf are
+errors.
+
+Every problem is printed as FILE:LINE: LOCATION: Reason: message (":LINE" left
+out where the place has no line); the Reason is the one the object's Accepted
+or ResolvedRefs condition would carry. --output json prints one JSON document
+instead: {"valid", "files", "problems": [{"file", "line", "object",
+"location", "type", "key", "reason", "message", "severity"}]}.
+
+Exit status: 0 when valid (warnings are printed), 1 when any file breaks a
+rule, 2 on a usage or read error. "-" reads standard input.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if len(files) == 0 {
 				return fmt.Errorf("no input: give one or more -f FILE")
 			}
-			return validateFiles(cat, files, cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
+			if output != "text" && output != "json" {
+				return fmt.Errorf("--output %q: use text or json", output)
+			}
+			return validateFiles(cat, files, output, cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	cmd.Flags().StringArrayVarP(&files, "filename", "f", nil, "hints YAML or manifest file to check (repeatable; - for stdin)")
+	cmd.Flags().StringVarP(&output, "output", "o", "text", "text, or json for pipeline tools")
 	return cmd
 }
 
-func validateFiles(cat *hints.Catalog, files []string, stdin io.Reader, stdout, stderr io.Writer) error {
+// Reasons of the warnings only validate reports.
+const (
+	// reasonNoRoles: a hints YAML with worker_selection: {}.
+	reasonNoRoles = "NoRoles"
+	// reasonNoObjects: manifests with no RouterRole or HintPolicy.
+	reasonNoObjects = "NoObjects"
+	// reasonReadError: a file that could not be read (exit 2).
+	reasonReadError = "ReadError"
+)
+
+func validateFiles(cat *hints.Catalog, files []string, output string, stdin io.Reader, stdout, stderr io.Writer) error {
 	files, err := expandInputs(files)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return exitError{code: ExitUsage}
 	}
 	code := ExitOK
+	var probs []problem
 	manifests := newManifestSet()
 	for _, name := range files {
 		data, err := readInput(name, stdin)
 		if err != nil {
-			fmt.Fprintf(stderr, "%s: %v\n", name, err)
+			if output == "text" {
+				fmt.Fprintf(stderr, "%s: %v\n", name, err)
+			}
+			probs = append(probs, problem{File: name, Reason: reasonReadError, Message: err.Error(), Severity: severityError})
 			code = max(code, ExitUsage)
 			continue
 		}
@@ -63,24 +93,47 @@ func validateFiles(cat *hints.Catalog, files []string, stdin io.Reader, stdout, 
 			manifests.add(name, data)
 			continue
 		}
-		_, probs := compileHintsYAML(cat, data)
-		printProblems(stdout, name, probs)
-		if probs.HasErrors() {
+		g, ps := compileHintsYAML(cat, data)
+		for _, p := range ps {
+			probs = append(probs, hintsProblem(name, p))
+		}
+		if ps.HasErrors() {
 			code = max(code, ExitInvalid)
+		} else if len(g.Roles) == 0 {
+			probs = append(probs, problem{File: name, Reason: reasonNoRoles, Severity: severityWarning, where: "config",
+				Message: "worker_selection is empty: a router running this config books with no role, so it runs no hints"})
 		}
 	}
 	if len(manifests.files) > 0 {
 		manifests.compile(cat)
-		manifests.print(stdout)
+		probs = append(probs, manifests.all()...)
 		if manifests.failed {
 			code = max(code, ExitInvalid)
 		}
+		if manifests.objects() == 0 {
+			probs = append(probs, problem{File: strings.Join(manifests.files, ", "), Reason: reasonNoObjects, Severity: severityWarning,
+				Message: "the manifests hold no RouterRole and no HintPolicy; nothing was checked"})
+		}
 	}
-	if code == ExitOK {
-		fmt.Fprintf(stdout, "%d file(s) valid\n", len(files))
-		return nil
+	if output == "json" {
+		if err := writeReport(stdout, report{Valid: code == ExitOK, Files: files, Problems: probs}); err != nil {
+			fmt.Fprintln(stderr, err)
+			return exitError{code: ExitUsage}
+		}
+	} else {
+		for _, p := range probs {
+			if p.Reason != reasonReadError {
+				fmt.Fprintln(stdout, p.text())
+			}
+		}
+		if code == ExitOK {
+			fmt.Fprintf(stdout, "%d file(s) valid\n", len(files))
+		}
 	}
-	return exitError{code: code}
+	if code != ExitOK {
+		return exitError{code: code}
+	}
+	return nil
 }
 
 // compileHintsYAML parses and compiles one hints YAML document.
@@ -97,10 +150,6 @@ func compileHintsYAML(cat *hints.Catalog, data []byte) (*hintsconfig.Graph, hint
 
 func printProblems(w io.Writer, file string, probs hintsconfig.Problems) {
 	for _, p := range probs {
-		if p.Severity == hintsconfig.SeverityWarning {
-			fmt.Fprintf(w, "%s: %s: %s (warning): %s\n", file, p.Location(), p.Reason, p.Message)
-			continue
-		}
-		fmt.Fprintf(w, "%s: %s\n", file, p.Error())
+		fmt.Fprintln(w, hintsProblem(file, p).text())
 	}
 }

@@ -23,6 +23,9 @@ func roleStatus(rr *v1alpha1.RouterRole, p *placement, now metav1.Time) v1alpha1
 		c.LastTransitionTime = now
 		meta.SetStatusCondition(&st.Conditions, c)
 	}
+	setAbnormal(&st.Conditions, v1alpha1.ConditionStalled, stalledCondition(rr.Generation, ready, accepted, resolved), now)
+	setAbnormal(&st.Conditions, v1alpha1.ConditionReconciling, reconcilingCondition(rr.Generation, ready, accepted, resolved), now)
+	st.ObservedGeneration = rr.Generation
 
 	st.EffectiveHints = nil
 	if p.runs != nil {
@@ -138,6 +141,54 @@ func readyCondition(rr *v1alpha1.RouterRole, conds ...metav1.Condition) metav1.C
 	return condition(v1alpha1.ConditionReady, true, v1alpha1.ReasonReady, gen, "the role runs as specified: "+programmed.Message)
 }
 
+// stalledCondition is kstatus's Stalled, for a spec that waiting cannot
+// fix: True when any of the spec conditions is False, with Ready's reason
+// (the first failing condition's) and a message that names every failing
+// condition, since a GitOps tool shows only this one. It is nil, and so
+// absent, otherwise.
+func stalledCondition(gen int64, ready metav1.Condition, spec ...metav1.Condition) *metav1.Condition {
+	var msgs []string
+	for _, c := range spec {
+		if c.Status != metav1.ConditionTrue {
+			msgs = append(msgs, fmt.Sprintf("%s=False (%s): %s", c.Type, c.Reason, c.Message))
+		}
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	c := condition(v1alpha1.ConditionStalled, true, v1alpha1.ConditionReason(ready.Reason), gen, strings.Join(msgs, "; "))
+	return &c
+}
+
+// reconcilingCondition is kstatus's Reconciling: True while the spec is
+// accepted and resolved but not Ready, that is while it does not run on
+// every router pod yet, with Ready's reason and message. It is nil, and
+// so absent, otherwise.
+func reconcilingCondition(gen int64, ready metav1.Condition, spec ...metav1.Condition) *metav1.Condition {
+	if ready.Status == metav1.ConditionTrue {
+		return nil
+	}
+	for _, c := range spec {
+		if c.Status != metav1.ConditionTrue {
+			return nil
+		}
+	}
+	c := condition(v1alpha1.ConditionReconciling, true, v1alpha1.ConditionReason(ready.Reason), gen, ready.Message)
+	return &c
+}
+
+// setAbnormal sets an "abnormal-true" condition of type t, or removes it
+// when c is nil: kstatus reads an absent Stalled or Reconciling as False,
+// and Flux's own objects carry them only while True.
+func setAbnormal(conds *[]metav1.Condition, t v1alpha1.ConditionType, c *metav1.Condition, now metav1.Time) {
+	if c == nil {
+		meta.RemoveStatusCondition(conds, string(t))
+		return
+	}
+	c.LastTransitionTime = now
+	meta.SetStatusCondition(conds, *c)
+}
+
 // policyStatus computes a HintPolicy's status.
 func policyStatus(hp *v1alpha1.HintPolicy, findings Findings, usedBy []string, now metav1.Time) v1alpha1.HintPolicyStatus {
 	st := *hp.Status.DeepCopy()
@@ -153,7 +204,9 @@ func policyStatus(hp *v1alpha1.HintPolicy, findings Findings, usedBy []string, n
 	}
 	c.LastTransitionTime = now
 	meta.SetStatusCondition(&st.Conditions, c)
+	setAbnormal(&st.Conditions, v1alpha1.ConditionStalled, stalledCondition(hp.Generation, c, c), now)
 	st.UsedBy = usedBy
+	st.ObservedGeneration = hp.Generation
 	return st
 }
 

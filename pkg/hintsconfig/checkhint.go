@@ -9,7 +9,7 @@ import "github.com/kvrouter/kv-hint-operator/pkg/hints"
 // Problems carry no role and the hint index NoHint.
 func CheckHint(cat *hints.Catalog, spec HintSpec) (*Hint, Problems) {
 	c := roleCompiler{cat: cat}
-	h := c.hint(NoHint, spec, map[string]int{})
+	h := c.hint(NoHint, spec, map[string]seenHint{})
 	if c.probs.HasErrors() {
 		return nil, c.probs
 	}

@@ -30,12 +30,18 @@ func Compile(cat *hints.Catalog, cfg *Config) (*Graph, Problems) {
 	}
 	roles := make([]*Role, 0, len(cfg.WorkerSelection))
 	for _, name := range slices.Sorted(maps.Keys(cfg.WorkerSelection)) {
-		role, ps := CompileRole(cat, name, cfg.WorkerSelection[name], mode)
+		entry := cfg.WorkerSelection[name]
+		role, ps := CompileRole(cat, name, entry, mode)
+		if nf := cfg.source.checkNonFinite(name, entryTypes(entry), ps); len(nf) > 0 {
+			ps, role = append(ps, nf...), nil
+		}
 		probs = append(probs, ps...)
 		if role != nil {
 			roles = append(roles, role)
 		}
 	}
+	cfg.source.restoreNonFinite(probs)
+	cfg.source.locate(probs)
 	if !mode.Valid() {
 		// Every role that inherited the invalid mode was refused above; the
 		// kept ones carry their own mode, so the graph renders as kv.
@@ -118,7 +124,7 @@ func (c *roleCompiler) compile(e *RoleEntry, defaultMode RouterMode) *Role {
 		c.fail(ReasonTooManyHints, NoHint, "", "", "the role lists %d hints, over the limit of %d", len(specs), MaxHintsPerRole)
 	}
 
-	seen := map[string]int{}
+	seen := map[string]seenHint{}
 	senders := []string{}
 	for i, spec := range specs {
 		idx := i
@@ -161,7 +167,32 @@ func (c *roleCompiler) selection(e *RoleEntry) (*Selection, bool) {
 	return &Selection{Type: e.Type, Params: canonicalParams(policy, e.Parameters), Policy: policy}, true
 }
 
-func (c *roleCompiler) hint(idx int, spec HintSpec, seen map[string]int) *Hint {
+// seenHint is a hint item already listed, by the ID it is known by.
+type seenHint struct {
+	idx  int
+	spec HintSpec
+}
+
+// duplicateMessage says which two items share an ID, and how each is known:
+// an item is known by its name, else by its type, so a name may be any
+// valid name, its own type included, that no other item of the role is
+// known by.
+func duplicateMessage(idx int, spec HintSpec, prev seenHint) string {
+	const rule = "an item is known by its name, else by its type, and no two items of a role may be known by the same; a name may equal its own type, but not another item's name or the type of an unnamed item"
+	known := func(h HintSpec) string {
+		if h.Name == "" {
+			return fmt.Sprintf("an unnamed %s, known by its type", h.Type)
+		}
+		return fmt.Sprintf("a %s named %s", h.Type, h.Name)
+	}
+	if spec.Name == "" && prev.spec.Name == "" {
+		return fmt.Sprintf("type %s is already listed as hint %d; give each instance of a repeated type a distinct name", spec.Type, prev.idx)
+	}
+	return fmt.Sprintf("hint %d (%s) and hint %d (%s) are both known as %q; give one of them a distinct name (%s)",
+		prev.idx, known(prev.spec), idx, known(spec), spec.ID(), rule)
+}
+
+func (c *roleCompiler) hint(idx int, spec HintSpec, seen map[string]seenHint) *Hint {
 	ok := true
 	if spec.Name != "" {
 		if err := hints.CheckName(spec.Name); err != nil {
@@ -171,14 +202,10 @@ func (c *roleCompiler) hint(idx int, spec HintSpec, seen map[string]int) *Hint {
 	}
 	id := spec.ID()
 	if prev, dup := seen[id]; dup {
-		if spec.Name == "" {
-			c.fail(ReasonDuplicateHintName, idx, spec.Type, "", "type %s is already listed as hint %d; give each instance of a repeated type a distinct name", spec.Type, prev)
-		} else {
-			c.fail(ReasonDuplicateHintName, idx, spec.Type, "", "name %q is already used by hint %d; names must be unique within a role", id, prev)
-		}
+		c.fail(ReasonDuplicateHintName, idx, spec.Type, "", "%s", duplicateMessage(idx, spec, prev))
 		ok = false
 	} else if id != "" {
-		seen[id] = idx
+		seen[id] = seenHint{idx: idx, spec: spec}
 	}
 	p, known := c.cat.Hint(spec.Type)
 	if !known {
@@ -233,4 +260,20 @@ func safeParse[T any](parse func() (T, error)) (v T, err error) {
 		}
 	}()
 	return parse()
+}
+
+// entryTypes returns the type of a role's hint item, or of its worker
+// selection for NoHint, for problems found outside the compile step.
+func entryTypes(e *RoleEntry) func(hint int) string {
+	return func(hint int) string {
+		switch {
+		case e == nil:
+			return ""
+		case hint == NoHint:
+			return e.Type
+		case e.Hints != nil && hint < len(*e.Hints):
+			return (*e.Hints)[hint].Type
+		}
+		return ""
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 	"sigs.k8s.io/yaml"
@@ -29,6 +30,10 @@ type Config struct {
 	RouterMode RouterMode `json:"router_mode,omitempty"`
 	// WorkerSelection maps role names to their entries.
 	WorkerSelection map[string]*RoleEntry `json:"worker_selection"`
+
+	// source locates problems in the YAML text the config was parsed
+	// from; nil for a config built in code.
+	source *source
 }
 
 // RoleEntry is one role's worker-selection policy and the hints it runs.
@@ -64,15 +69,39 @@ func (h HintSpec) ID() string {
 // ParseConfig reads a hints YAML document strictly: unknown keys at any
 // level, duplicate keys and wrong types are errors. Structural errors of
 // several roles are all returned, as Problems with ReasonInvalidConfig.
+//
+// The text must hold exactly one YAML document (a second would be one
+// router config silently ignored), its mapping keys must read as the
+// strings written (YAML 1.1 turns a plain yes: into true:), and it must
+// have worker_selection. Problems carry the line they point at; so do
+// those Compile finds in the config returned.
 func ParseConfig(data []byte) (*Config, error) {
 	if len(data) > MaxConfigBytes {
 		return nil, Problems{configProblem("", fmt.Sprintf("file is %d bytes, over the %d-byte limit", len(data), MaxConfigBytes))}
 	}
-	js, err := yaml.YAMLToJSONStrict(data)
-	if err != nil {
-		return nil, Problems{configProblem("", "not valid YAML: "+err.Error())}
+	text, src, probs := readSource(data)
+	if len(probs) > 0 {
+		return nil, probs
 	}
-	return ParseConfigJSON(js)
+	js, err := yaml.YAMLToJSONStrict(text)
+	if err != nil {
+		p := configProblem("", "not valid YAML: "+err.Error())
+		if m := lineRe.FindStringSubmatch(err.Error()); m != nil {
+			p.Line, _ = strconv.Atoi(m[1])
+		}
+		return nil, Problems{p}
+	}
+	cfg, err := ParseConfigJSON(js)
+	if probs, ok := err.(Problems); ok {
+		src.restoreNonFinite(probs)
+		src.locate(probs)
+		return nil, probs
+	}
+	if err != nil {
+		return nil, err
+	}
+	cfg.source = src
+	return cfg, nil
 }
 
 // ParseConfigJSON is ParseConfig for a document already in JSON.
@@ -83,6 +112,9 @@ func ParseConfigJSON(js []byte) (*Config, error) {
 	}
 	cfg := &Config{WorkerSelection: map[string]*RoleEntry{}}
 	var probs Problems
+	if _, ok := top["worker_selection"]; !ok {
+		probs = append(probs, configProblem("", "worker_selection is required: the roles the router books workers for, each with its worker-selection policy (write worker_selection: {} for a router that runs no role)"))
+	}
 	for _, key := range slices.Sorted(maps.Keys(top)) {
 		switch key {
 		case "router_mode":
@@ -93,6 +125,10 @@ func ParseConfigJSON(js []byte) (*Config, error) {
 			var roles map[string]json.RawMessage
 			if err := json.Unmarshal(top[key], &roles); err != nil {
 				probs = append(probs, configProblem("", "worker_selection must be a mapping of role names to entries"))
+				continue
+			}
+			if roles == nil {
+				probs = append(probs, configProblem("", "worker_selection has no value: list the roles, or write worker_selection: {} for a router that runs no role"))
 				continue
 			}
 			for _, role := range slices.Sorted(maps.Keys(roles)) {
@@ -154,6 +190,11 @@ func parseRoleEntry(raw json.RawMessage) (*RoleEntry, error) {
 }
 
 func parseHintList(raw json.RawMessage) (*[]HintSpec, error) {
+	if bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
+		// "hints:" with nothing after it reads as null, which Kubernetes
+		// treats as absent (the defaults) and a person may mean as none.
+		return nil, &fieldError{"has no value: leave the key out to run the defaults of the worker selection, or write hints: [] to run none"}
+	}
 	var items []json.RawMessage
 	if err := json.Unmarshal(raw, &items); err != nil || items == nil {
 		return nil, &fieldError{fmt.Sprintf("got %s, want a list of hint policies", shorten(raw))}

@@ -65,6 +65,10 @@ type Problem struct {
 	Type string
 	// Key is the parameter key concerned, if any.
 	Key string
+	// Line is the 1-based line of the YAML text the problem points at, when
+	// the config was parsed from YAML text (ParseConfig) and the place is
+	// known; 0 otherwise.
+	Line int
 	// Message says what is wrong and what to do, for a person.
 	Message string
 }

@@ -1,0 +1,203 @@
+package hintsconfig_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
+	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
+)
+
+// parseAndCompile runs what the sidecar and `kvhint validate` run on a
+// hints YAML file: ParseConfig, then Compile.
+func parseAndCompile(t *testing.T, doc string) hintsconfig.Problems {
+	t.Helper()
+	cfg, err := hintsconfig.ParseConfig([]byte(doc))
+	if err != nil {
+		probs, ok := err.(hintsconfig.Problems)
+		if !ok {
+			t.Fatalf("error %T %v; want hintsconfig.Problems", err, err)
+		}
+		return probs
+	}
+	_, probs := hintsconfig.Compile(builtin.NewCatalog(), cfg)
+	return probs
+}
+
+// located is a problem as a CI annotation needs it.
+type located struct {
+	Reason hintsconfig.Reason
+	Role   string
+	Hint   int
+	Type   string
+	Key    string
+	Line   int
+}
+
+func locate(ps hintsconfig.Problems) []located {
+	out := []located{}
+	for _, p := range ps.Errors() {
+		out = append(out, located{p.Reason, p.Role, p.Hint, p.Type, p.Key, p.Line})
+	}
+	return out
+}
+
+// TestParseConfigFoundAsANewUserWould holds the cases a new user ran into:
+// each used to pass, or fail without saying where, and now fails with the
+// role, item, type, key and line.
+func TestParseConfigFoundAsANewUserWould(t *testing.T) {
+	const noHint = hintsconfig.NoHint
+	tests := []struct {
+		name  string
+		doc   string
+		want  []located
+		words []string
+	}{{
+		name: "a second YAML document",
+		doc: "worker_selection:\n  prefill: dynamo-default-cost-fn\n" +
+			"---\nworker_selection:\n  decode: dynamo-default-cost-fn\n",
+		want:  []located{{hintsconfig.ReasonInvalidConfig, "", noHint, "", "", 4}},
+		words: []string{"2 YAML documents", "one document"},
+	}, {
+		name: ".nan for a bounded float",
+		doc:  "worker_selection:\n  decode:\n    type: kvcr\n    parameters:\n      shared_cache_multiplier: .nan\n",
+		want: []located{{hintsconfig.ReasonInvalidParameters, "decode", noHint, "kvcr", "shared_cache_multiplier", 5}},
+		// The provider's own words, with the value as written.
+		words: []string{`worker-selection kvcr: parameter "shared_cache_multiplier": .nan is out of range 0..`},
+	}, {
+		name:  ".inf for a bounded float",
+		doc:   "worker_selection:\n  decode: {type: kvcr, parameters: {shared_cache_multiplier: .inf}}\n",
+		want:  []located{{hintsconfig.ReasonInvalidParameters, "decode", noHint, "kvcr", "shared_cache_multiplier", 2}},
+		words: []string{`parameter "shared_cache_multiplier": .inf is out of range 0..`},
+	}, {
+		name:  "-.inf for an integer of a hint",
+		doc:   "worker_selection:\n  decode:\n    type: dynamo-default-cost-fn\n    hints:\n    - type: kv-retain\n      parameters:\n        ttl_seconds: -.inf\n",
+		want:  []located{{hintsconfig.ReasonInvalidParameters, "decode", 0, "kv-retain", "ttl_seconds", 7}},
+		words: []string{`parameter "ttl_seconds": -.inf is not an integer`},
+	}, {
+		name:  ".nan for an unbounded float",
+		doc:   "worker_selection:\n  decode:\n    type: kvcr\n    parameters:\n      overlap_score_weight: .NaN\n",
+		want:  []located{{hintsconfig.ReasonInvalidParameters, "decode", noHint, "kvcr", "overlap_score_weight", 5}},
+		words: []string{"overlap_score_weight", ".NaN"},
+	}, {
+		name: "a kv-retain named kv-evict next to an unnamed kv-evict",
+		doc:  "worker_selection:\n  decode:\n    type: dynamo-default-cost-fn\n    hints:\n    - type: kv-retain\n      name: kv-evict\n    - type: kv-evict\n",
+		want: []located{{hintsconfig.ReasonDuplicateHintName, "decode", 1, "kv-evict", "", 7}},
+		words: []string{
+			`hint 0 (a kv-retain named kv-evict) and hint 1 (an unnamed kv-evict, known by its type) are both known as "kv-evict"`,
+			"a name may equal its own type, but not another item's name or the type of an unnamed item",
+		},
+	}, {
+		name:  "two items with one name",
+		doc:   "worker_selection:\n  decode:\n    type: dynamo-default-cost-fn\n    hints:\n    - {type: kv-retain, name: keep}\n    - {type: kv-evict, name: keep}\n",
+		want:  []located{{hintsconfig.ReasonDuplicateHintName, "decode", 1, "kv-evict", "", 6}},
+		words: []string{`hint 0 (a kv-retain named keep) and hint 1 (a kv-evict named keep) are both known as "keep"`},
+	}, {
+		name:  "yes as a role key",
+		doc:   "worker_selection:\n  yes: dynamo-default-cost-fn\n",
+		want:  []located{{hintsconfig.ReasonInvalidConfig, "yes", noHint, "", "", 2}},
+		words: []string{`role key yes is read as "true" by YAML 1.1`, `write "yes":`},
+	}, {
+		name: "no and off as role keys",
+		doc:  "worker_selection:\n  no: dynamo-default-cost-fn\n  off: round-robin\n",
+		want: []located{
+			{hintsconfig.ReasonInvalidConfig, "no", noHint, "", "", 2},
+			{hintsconfig.ReasonInvalidConfig, "off", noHint, "", "", 3},
+		},
+		words: []string{`role key no is read as "false"`},
+	}, {
+		name:  "on as a parameter key",
+		doc:   "worker_selection:\n  decode:\n    type: kvcr\n    parameters: {on: 1}\n",
+		want:  []located{{hintsconfig.ReasonInvalidConfig, "decode", noHint, "", "", 4}},
+		words: []string{`key on is read as "true"`},
+	}, {
+		name:  "no worker_selection",
+		doc:   "router_mode: kv\n",
+		want:  []located{{hintsconfig.ReasonInvalidConfig, "", noHint, "", "", 0}},
+		words: []string{"worker_selection is required", "worker_selection: {}"},
+	}, {
+		name:  "worker_selection with no value",
+		doc:   "router_mode: kv\nworker_selection:\n",
+		want:  []located{{hintsconfig.ReasonInvalidConfig, "", noHint, "", "", 2}},
+		words: []string{"worker_selection has no value"},
+	}, {
+		name:  "hints with no value",
+		doc:   "worker_selection:\n  decode:\n    type: kvcr\n    hints:\n",
+		want:  []located{{hintsconfig.ReasonInvalidConfig, "decode", noHint, "", "", 4}},
+		words: []string{"hints: has no value", "leave the key out", "hints: []"},
+	}, {
+		name: "lines of compile-time problems",
+		doc: "worker_selection:\n  decode:\n    type: kvcr\n    hints:\n    - type: kv-fetch\n    - type: kv-teleport\n" +
+			"  prefill:\n    type: kv-oracle\n",
+		want: []located{
+			{hintsconfig.ReasonUnknownHintType, "decode", 1, "kv-teleport", "", 6},
+			{hintsconfig.ReasonUnknownWorkerSelection, "prefill", noHint, "kv-oracle", "", 8},
+		},
+	}, {
+		name:  "KV-copy senders point at the hint list",
+		doc:   "worker_selection:\n  decode:\n    type: kvcr\n    hints:\n    - type: kv-evict\n",
+		want:  []located{{hintsconfig.ReasonKVCopySenderMissing, "decode", noHint, "kvcr", "", 4}},
+		words: []string{"no hint policy sends them"},
+	}, {
+		name:  "invalid YAML",
+		doc:   "worker_selection:\n  decode: {type: kvcr\n  prefill: x\n",
+		want:  []located{{hintsconfig.ReasonInvalidConfig, "", noHint, "", "", 2}},
+		words: []string{"not valid YAML", "line 2"},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			probs := parseAndCompile(t, tt.doc)
+			if diff := cmp.Diff(tt.want, locate(probs)); diff != "" {
+				t.Fatalf("problems (-want +got):\n%s\nall: %v", diff, probs)
+			}
+			for _, w := range tt.words {
+				if !strings.Contains(probs.Errors()[0].Message, w) {
+					t.Errorf("message %q does not say %q", probs.Errors()[0].Message, w)
+				}
+			}
+		})
+	}
+}
+
+// TestParseConfigKeepsWhatIsWritten: quoted keys stay as written, an
+// explicit empty worker_selection is a router with no role (what the
+// operator writes when no role of a router is accepted), a trailing
+// document separator is not a second document, and parameters with no
+// value are the defaults.
+func TestParseConfigKeepsWhatIsWritten(t *testing.T) {
+	for _, doc := range []string{
+		"worker_selection:\n  \"yes\": dynamo-default-cost-fn\n  'on': round-robin\n",
+		"router_mode: kv\nworker_selection: {}\n",
+		"---\nworker_selection:\n  decode: kvcr\n---\n# nothing more\n",
+		"worker_selection:\n  decode:\n    type: kvcr\n    parameters:\n",
+		"worker_selection:\n  decode:\n    type: kvcr\n    parameters: {shared_cache_multiplier: 1e-3}\n",
+	} {
+		if probs := parseAndCompile(t, doc); probs.HasErrors() {
+			t.Errorf("%q: %v", doc, probs)
+		}
+	}
+	cfg, err := hintsconfig.ParseConfig([]byte("worker_selection:\n  \"yes\": dynamo-default-cost-fn\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := cfg.WorkerSelection["yes"]; !ok {
+		t.Errorf("roles %v; want the quoted key kept as yes", cfg.WorkerSelection)
+	}
+}
+
+// TestNonFiniteThroughAnAlias: an alias reads as its anchor, so a .nan
+// reached through one is refused at the alias's parameter too.
+func TestNonFiniteThroughAnAlias(t *testing.T) {
+	doc := "worker_selection:\n  a:\n    type: kvcr\n    parameters: {shared_cache_multiplier: &x .nan}\n" +
+		"  b:\n    type: kvcr\n    parameters: {overlap_score_weight: *x}\n"
+	got := locate(parseAndCompile(t, doc))
+	want := []located{
+		{hintsconfig.ReasonInvalidParameters, "a", hintsconfig.NoHint, "kvcr", "shared_cache_multiplier", 4},
+		{hintsconfig.ReasonInvalidParameters, "b", hintsconfig.NoHint, "kvcr", "overlap_score_weight", 4},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("problems (-want +got):\n%s", diff)
+	}
+}
