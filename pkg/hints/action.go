@@ -18,14 +18,18 @@ const (
 // version is dotted digits such as 1.0; the payload is a JSON object within
 // MaxPayloadBytes. Payloads written with an ObjectWriter are well-formed by
 // construction; others are scanned.
-func CheckAction(a *Action) error {
+func CheckAction(a *Action) error { return CheckActionWithin(a, MaxPayloadBytes) }
+
+// CheckActionWithin is CheckAction with a payload cap of maxPayloadBytes
+// instead of MaxPayloadBytes.
+func CheckActionWithin(a *Action, maxPayloadBytes int) error {
 	if err := checkActionType(a.Type); err != nil {
 		return err
 	}
 	if err := checkActionVersion(a.Version); err != nil {
 		return fmt.Errorf("action %s: %w", a.Type, err)
 	}
-	if err := a.Payload.Validate(); err != nil {
+	if err := a.Payload.ValidateWithin(maxPayloadBytes); err != nil {
 		return fmt.Errorf("action %s@%s: %w", a.Type, a.Version, err)
 	}
 	return nil

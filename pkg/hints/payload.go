@@ -10,7 +10,12 @@ import (
 	"unicode/utf8"
 )
 
-// MaxPayloadBytes caps one action's payload. A larger payload is malformed.
+// MaxPayloadBytes is the default cap on one action's payload, the one
+// Validate and CheckAction apply: a larger payload is malformed. A
+// dispatcher may allow more with ValidateWithin and CheckActionWithin, so
+// that a payload built from a booking it accepted always fits (pkg/router
+// derives its cap from its booking limit: a kv.fetch of a long prompt's
+// copy is as large as the copy).
 const MaxPayloadBytes = 64 << 10
 
 // Payload is an action's engine-format JSON object.
@@ -31,10 +36,15 @@ func RawPayload(b []byte) Payload { return Payload{raw: b} }
 // Bytes returns the JSON text. The caller must not modify it.
 func (p Payload) Bytes() []byte { return p.raw }
 
-// Validate reports why p cannot be sent, or nil.
-func (p Payload) Validate() error {
-	if len(p.raw) > MaxPayloadBytes {
-		return fmt.Errorf("payload is %d bytes, over the %d-byte limit", len(p.raw), MaxPayloadBytes)
+// Validate reports why p cannot be sent under the default MaxPayloadBytes
+// cap, or nil.
+func (p Payload) Validate() error { return p.ValidateWithin(MaxPayloadBytes) }
+
+// ValidateWithin reports why p cannot be sent under a cap of limit bytes,
+// or nil.
+func (p Payload) ValidateWithin(limit int) error {
+	if len(p.raw) > limit {
+		return fmt.Errorf("payload is %d bytes, over the %d-byte limit", len(p.raw), limit)
 	}
 	if p.wellFormed {
 		return nil

@@ -40,7 +40,9 @@ func newChanWorker(size int) *chanWorker {
 	return w
 }
 
-func (w *chanWorker) HintCapable() bool { return true }
+func (w *chanWorker) HintCapable() bool                 { return true }
+func (w *chanWorker) InPool(string) bool                { return true }
+func (w *chanWorker) SourceEndpoint(int) (string, bool) { return "", false }
 
 func (w *chanWorker) Deliver(msg []byte, _ time.Time) bool {
 	select {
