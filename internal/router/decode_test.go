@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -309,5 +310,78 @@ func TestParseEightDigits(t *testing.T) {
 		if checkFastDecode(t, body) != fits {
 			t.Errorf("hash %s: fast path took it: %v, want %v", s, !fits, fits)
 		}
+	}
+}
+
+// longBookingBody is a booking body with a copy of n random 64-bit hashes,
+// as routers send it.
+func longBookingBody(n int) []byte {
+	rng := rand.New(rand.NewPCG(uint64(n), 11))
+	b := []byte(`{"request_id":"req-7f3a9c2e-5b1d-4e8a-9c6f-0d2b3a4e5f60","role":"prefill","worker":"prefill-7","prompt_tokens":` +
+		strconv.Itoa(16*n) + `,"block_size":16,"session":{"id":"sess-42","turn":3,"final":false},` +
+		`"committed_kv_copy":{"source_worker":"prefill-3","source_endpoint":"tcp://10.0.0.7:23280","block_hashes":[`)
+	for i := range n {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendUint(b, rng.Uint64(), 10)
+	}
+	return append(b, "]}}"...)
+}
+
+// parseFloor is the irreducible part of decoding a booking body: finding
+// the hash list and parsing each hash with strconv.ParseUint into a slice
+// allocated once.
+func parseFloor(body []byte, dst []uint64) ([]uint64, error) {
+	i := bytes.Index(body, []byte(`"block_hashes":[`)) + len(`"block_hashes":[`)
+	dst = dst[:0]
+	for {
+		j := i
+		for body[j] != ',' && body[j] != ']' {
+			j++
+		}
+		v, err := strconv.ParseUint(unsafeString(body[i:j]), 10, 64)
+		if err != nil {
+			return nil, err
+		}
+		dst = append(dst, v)
+		if body[j] == ']' {
+			return dst, nil
+		}
+		i = j + 1
+	}
+}
+
+// BenchmarkDecodeLong is the booking body decode (the hand-written
+// decoder, as the booking API runs it) at 64 to 32,768 hashes, each next to
+// its floor, strconv.ParseUint over the same hashes, in turn within every
+// iteration: book-ns/op, floor-ns/op and decode/floor are the figures.
+func BenchmarkDecodeLong(b *testing.B) {
+	for _, n := range []int{64, 1024, 8192, 32768} {
+		body := longBookingBody(n)
+		dst := make([]uint64, 0, n)
+		b.Run(fmt.Sprintf("blocks=%d", n), func(b *testing.B) {
+			var dec, floor time.Duration
+			b.ReportAllocs()
+			b.SetBytes(int64(len(body)))
+			for b.Loop() {
+				t0 := time.Now()
+				var req bookingRequest
+				var st fastBookingState
+				if !fastDecodeBooking(body, &req, &st) || len(req.CommittedKVCopy.BlockHashes) != n {
+					b.Fatal("not decoded")
+				}
+				t1 := time.Now()
+				var err error
+				if dst, err = parseFloor(body, dst); err != nil || len(dst) != n {
+					b.Fatal(err)
+				}
+				floor += time.Since(t1)
+				dec += t1.Sub(t0)
+			}
+			b.ReportMetric(float64(dec.Nanoseconds())/float64(b.N), "decode-ns/op")
+			b.ReportMetric(float64(floor.Nanoseconds())/float64(b.N), "floor-ns/op")
+			b.ReportMetric(float64(dec)/float64(floor), "decode/floor")
+		})
 	}
 }

@@ -155,14 +155,7 @@ func (w *ObjectWriter) Uint64s(k string, v []uint64) {
 	if w.err != nil {
 		return
 	}
-	w.buf = append(w.buf, '[')
-	for i, h := range v {
-		if i > 0 {
-			w.buf = append(w.buf, ',')
-		}
-		w.buf = appendUint64(w.buf, h)
-	}
-	w.buf = append(w.buf, ']')
+	w.buf = append(appendUint64List(append(w.buf, '['), v), ']')
 }
 
 // Payload closes the object and returns it, or the first error.
