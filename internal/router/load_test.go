@@ -85,6 +85,8 @@ worker_selection:
 	slow := counter(t, m, "failures", "custom", "test-slow", "test-slow", "deadline")
 	evictDeadline := counter(t, m, "failures", "prefill", "kv-evict", "kv-evict", "deadline")
 	report += fmt.Sprintf("kv-evict deadline failures %v; test-slow (sleeps 2 ms) deadline failures %v\n", evictDeadline, slow)
+	report += fmt.Sprintf("overruns excused (thread preempted, never blocked): kv-fetch %v+%v, kv-evict %v, test-slow %v\n",
+		excused(t, m, "prefill", "kv-fetch"), excused(t, m, "custom", "kv-fetch"), excused(t, m, "prefill", "kv-evict"), excused(t, m, "custom", "test-slow"))
 	report += fmt.Sprintf("hints sent %v, dropped %v (queue full) %v (stale)\n",
 		gathered(t, m.Registry, "kvhint_router_hints_sent_total", map[string]string{}),
 		counter(t, m, "hints_dropped", "queue_full"), counter(t, m, "hints_dropped", "stale"))
@@ -114,6 +116,10 @@ worker_selection:
 	if hinted := counter(t, m, "bookings", "custom", "hinted"); slow == 0 || slow < hinted {
 		t.Errorf("the sleeping policy lost %v runs to the deadline, want all %v", slow, hinted)
 	}
+}
+
+func excused(t testing.TB, m *Metrics, role, policy string) float64 {
+	return gathered(t, m.Registry, "kvhint_router_policy_deadline_excused_total", map[string]string{"role": role, "policy": policy, "policy_type": policy})
 }
 
 func loadavg() string {

@@ -63,6 +63,7 @@ type Metrics struct {
 	failures      *prometheus.CounterVec
 	dropped       *prometheus.CounterVec
 	copiesDropped *prometheus.CounterVec
+	excused       *prometheus.CounterVec
 
 	configInfo        *prometheus.GaugeVec
 	reloads           *prometheus.CounterVec
@@ -112,6 +113,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Help: "Committed KV copies dropped before the policies ran (only the kv.fetch is lost), by role and reason (unknown_source, unknown_source_rank).",
 	}, []string{"role", "reason"})
 
+	m.excused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: MetricsNamespace, Name: "policy_deadline_excused_total",
+		Help: "Policy runs over their deadline whose actions were kept because the OS preempted the booking's thread and the policy never blocked (checked on copies of 1,024 blocks or more), by role, policy and policy type.",
+	}, []string{"role", "policy", "policy_type"})
+
 	m.configInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: MetricsNamespace, Name: "config_info",
 		Help: "1 for the hash of the hints config in force.",
@@ -133,7 +139,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Help: "Unix time of the last failed config load.",
 	})
 	if reg != nil {
-		reg.MustRegister(m.bookings, m.bookingErrors, m.buildSeconds, m.actions, m.failures, m.dropped, m.copiesDropped,
+		reg.MustRegister(m.bookings, m.bookingErrors, m.buildSeconds, m.actions, m.failures, m.dropped, m.copiesDropped, m.excused,
 			m.configInfo, m.reloads, m.lastReloadOK, m.lastReloadSuccess, m.lastReloadFailure)
 	}
 	m.errUnknownRole = m.bookingErrors.WithLabelValues(bookingErrUnknownRole)
@@ -168,12 +174,13 @@ func (m *Metrics) forRole(role string) roleMetrics {
 // hintMetrics are one policy instance's pre-resolved series.
 type hintMetrics struct {
 	actions  prometheus.Counter
+	excused  prometheus.Counter
 	failures [numDropReasons]prometheus.Counter
 	dropped  [numDropReasons]prometheus.Counter
 }
 
 func (m *Metrics) forHint(role, policy, policyType string) hintMetrics {
-	hm := hintMetrics{actions: m.actions.WithLabelValues(role, policy, policyType)}
+	hm := hintMetrics{actions: m.actions.WithLabelValues(role, policy, policyType), excused: m.excused.WithLabelValues(role, policy, policyType)}
 	for r := DropReason(0); r < numDropReasons; r++ {
 		// A run that errs or panics returns no actions to count; an action
 		// dropped past the limit is no failure of its policy.
