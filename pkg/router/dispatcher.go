@@ -336,10 +336,13 @@ const preemptWatchBlocks = 1024
 // may take the CPU from a policy that only computes, for longer than the
 // deadline, and dropping its actions then punishes the policy for the
 // machine. The booking's goroutine is locked to its thread while its
-// policies run; an overrun during which the thread was preempted
-// (involuntary context switches) and never blocked (no voluntary one) is
-// the machine's, and the actions are kept. A policy that sleeps or waits
-// blocks its thread, so it is never excused.
+// policies run; an overrun of a policy that declares it never blocks
+// (hints.HintProvider.NeverBlocks, as the built-ins do), during which the
+// thread was preempted (involuntary context switches) and did not block
+// (no voluntary one), is the machine's, and the actions are kept. Only
+// such policies: a thread preempted on its way to sleep may wake without
+// a voluntary switch (Go's wake-up can come before the futex wait), so
+// the counts alone cannot clear a policy that sleeps.
 type switchWatch struct{ voluntary, involuntary int64 }
 
 // start locks the goroutine to its thread and takes the baseline; false
@@ -423,7 +426,7 @@ func (d *Dispatcher) runPolicies(ctx context.Context, rr *roleRun, hc *hints.Hin
 			d.fail(hr, DropError, 0, t1, err)
 			continue
 		case elapsed > d.deadline && elapsed > d.deadlineOf(hr, copyBudget):
-			if sw != nil && sw.preempted() {
+			if sw != nil && hr.hint.NeverBlocks && sw.preempted() {
 				hr.metrics.excused.Inc()
 				break
 			}
