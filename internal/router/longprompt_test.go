@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -398,5 +399,36 @@ worker_selection:
 	wk, _ := s.Workers.Get("p0")
 	if diff := cmp.Diff([]string{"prefill"}, wk.InPools); diff != "" {
 		t.Errorf("p0 pools (-want +got):\n%s", diff)
+	}
+}
+
+// TestPoolsFromMountedConfigMap: a mounted ConfigMap's
+// worker-selectors.yaml makes the pools, as the watched ConfigMap's does.
+func TestPoolsFromMountedConfigMap(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, ConfigMapKey), `
+router_mode: kv
+worker_selection:
+  decode: {type: dynamo-default-cost-fn, hints: [{type: kv-evict}]}
+`)
+	writeFile(t, filepath.Join(dir, WorkerSelectorsKey), "decode:\n  matchLabels: {component: decode}\n")
+	s := startSidecar(t, testCatalog(t), "", func(o *Options) { o.ConfigFile, o.ConfigDir = "", dir })
+	for _, w := range []struct{ id, component string }{{"d0", "decode"}, {"p0", "prefill"}} {
+		if err := s.Workers.Set(SourceAPI, WorkerSpec{ID: w.id, Capabilities: []string{CapabilityRouterHint}, Labels: map[string]string{"component": w.component}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 5*time.Second, func() error {
+		if wk, _ := s.Workers.Get("d0"); !cmp.Equal(wk.InPools, []string{"decode"}) {
+			return fmt.Errorf("d0 pools %v", wk.InPools)
+		}
+		return nil
+	})
+	final := `"session":{"id":"s","turn":1,"final":true}`
+	if got := post(t, s, "/v1/bookings", bookingJSON("r1", "decode", "p0", final)).header.Get(HeaderOutcome); got != "not_in_pool" {
+		t.Errorf("decode on p0: %q, want not_in_pool", got)
+	}
+	if got := post(t, s, "/v1/bookings", bookingJSON("r2", "decode", "d0", final)).header.Get(HeaderOutcome); got != "hinted" {
+		t.Errorf("decode on d0: %q, want hinted", got)
 	}
 }

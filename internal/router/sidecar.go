@@ -189,7 +189,9 @@ func (s *Sidecar) Start(ctx context.Context) error {
 		case o.ConfigFile != "":
 			FileSource{Path: o.ConfigFile, Poll: o.Poll}.Run(ctx, s.Dispatcher, log.WithName("config"))
 		case o.ConfigDir != "":
-			DirSource(o.ConfigDir, o.Poll).Run(ctx, s.Dispatcher, log.WithName("config"))
+			src := DirSource(o.ConfigDir, o.Poll)
+			src.OnWorkerSelectors = s.applyPools
+			src.Run(ctx, s.Dispatcher, log.WithName("config"))
 		default:
 			ConfigMapSource{Client: o.Kube, Namespace: o.Namespace, Name: o.ConfigMap, OnWorkerSelectors: s.applyPools}.Run(ctx, s.Dispatcher, log.WithName("config"))
 		}
