@@ -204,3 +204,51 @@ func TestLabelsEditedAway(t *testing.T) {
 		return nil
 	})
 }
+
+// TestWorkerSelectorsCompiled: each role's workerSelector reaches the
+// ConfigMap in worker-selectors.yaml, next to an unchanged hints.yaml;
+// a changed selector is rewritten, and the key goes away with the last
+// selector.
+func TestWorkerSelectorsCompiled(t *testing.T) {
+	ns := newNamespace(t)
+	prefill := newRole(ns, "pools-prefill", "pools", "prefill", "kvcr")
+	prefill.Spec.WorkerSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"app.kubernetes.io/component": "prefill"}}
+	decode := newRole(ns, "pools-decode", "pools", "decode", "dynamo-default-cost-fn")
+	create(t, prefill, decode)
+
+	const want = "prefill:\n  matchLabels:\n    app.kubernetes.io/component: prefill\n"
+	cm := waitConfigMap(t, ns, "pools", func(cm *corev1.ConfigMap) error {
+		if got := cm.Data[v1alpha1.WorkerSelectorsKey]; got != want {
+			return fmt.Errorf("%s is %q, want %q", v1alpha1.WorkerSelectorsKey, got, want)
+		}
+		return nil
+	})
+	doc := cm.Data[v1alpha1.HintsConfigKey]
+	if got, want := cm.Annotations[v1alpha1.HashAnnotation], hintsconfig.ContentHash([]byte(doc)); got != want {
+		t.Errorf("hash annotation %q; hints.yaml hashes to %q", got, want)
+	}
+
+	get(t, ns, prefill.Name, prefill)
+	prefill.Spec.WorkerSelector.MatchLabels["app.kubernetes.io/component"] = "prefill-v2"
+	if err := k8s.Update(context.Background(), prefill); err != nil {
+		t.Fatal(err)
+	}
+	waitConfigMap(t, ns, "pools", func(cm *corev1.ConfigMap) error {
+		if got := cm.Data[v1alpha1.WorkerSelectorsKey]; got != "prefill:\n  matchLabels:\n    app.kubernetes.io/component: prefill-v2\n" {
+			return fmt.Errorf("%s is %q", v1alpha1.WorkerSelectorsKey, got)
+		}
+		return nil
+	})
+
+	get(t, ns, prefill.Name, prefill)
+	prefill.Spec.WorkerSelector = nil
+	if err := k8s.Update(context.Background(), prefill); err != nil {
+		t.Fatal(err)
+	}
+	waitConfigMap(t, ns, "pools", func(cm *corev1.ConfigMap) error {
+		if got, ok := cm.Data[v1alpha1.WorkerSelectorsKey]; ok {
+			return fmt.Errorf("%s is still %q", v1alpha1.WorkerSelectorsKey, got)
+		}
+		return nil
+	})
+}
