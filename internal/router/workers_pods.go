@@ -46,9 +46,10 @@ type PodWorkers struct {
 	// pools, so that a resync from the store never undoes a newer event.
 	mu    sync.Mutex
 	store cache.Store
-	// open is set when a pod outside every pool is still a worker: some
-	// role has no pool, or no pools are known.
-	open bool
+	// poolsOnly is set when only pods a pool picks are workers: every role
+	// of the config has a pool. Unset (some role has none, or no pools are
+	// known yet, or ever: a config file), every watched pod is one.
+	poolsOnly bool
 	// pools are the selectors a pod must match one of when not open.
 	pools map[string]labels.Selector
 }
@@ -70,7 +71,7 @@ func (p *PodWorkers) SetPools(pools map[string]labels.Selector, open bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.Registry.SetPools(pools)
-	p.pools, p.open = pools, open
+	p.pools, p.poolsOnly = pools, !open
 	if p.store == nil {
 		return
 	}
@@ -90,7 +91,7 @@ func (p *PodWorkers) SetPools(pools map[string]labels.Selector, open bool) {
 
 // wanted reports whether a pod is a worker under the pools in force.
 func (p *PodWorkers) wanted(pod *corev1.Pod) bool {
-	if p.open || p.Selector != nil {
+	if !p.poolsOnly || p.Selector != nil {
 		return true
 	}
 	set := labels.Set(pod.Labels)
