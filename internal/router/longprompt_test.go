@@ -329,6 +329,20 @@ func TestWorkerTypeValidated(t *testing.T) {
 	if _, err := ParseWorkersFile([]byte("workers:\n- {id: w1, worker_type: banana}\n")); err == nil || !strings.Contains(err.Error(), `workers[0]: worker w1: worker_type "banana"`) {
 		t.Errorf("workers file with banana: %v", err)
 	}
+
+	// A workers file with a banana is refused whole, logged and counted.
+	path := filepath.Join(t.TempDir(), "workers.yaml")
+	writeFile(t, path, "workers:\n- {id: w1, worker_type: banana}\n- {id: w2, worker_type: decode}\n")
+	f := startSidecarWithConfig(t, testCatalog(t), longConfig, func(o *Options) { o.WorkersFile = path })
+	eventually(t, 5*time.Second, func() error {
+		if n := gathered(t, f.Metrics.Registry, "kvhint_router_workers_refused_total", map[string]string{"source": "file"}); n != 1 {
+			return fmt.Errorf("refused file registrations = %v, want 1", n)
+		}
+		return nil
+	})
+	if n, _ := f.Workers.Stats(); n != 0 {
+		t.Errorf("%d workers registered from a file with an invalid worker", n)
+	}
 }
 
 // TestPoolsStandalone: with pools set, a role's bookings reach only its
