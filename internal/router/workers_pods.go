@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -27,8 +28,10 @@ import (
 // Which pods: the union of the roles' worker selectors (the compiled
 // ConfigMap's worker-selectors.yaml, set with SetPools), or every pod of
 // the namespace while some role of the config has no selector or no
-// selectors are known. A Selector, when set (the deprecated
-// --worker-selector flag), limits the watch itself to the pods it picks.
+// selectors are known. The watch asks the API server for the pods that
+// match what all the pools require alike (their common requirements), and
+// keeps those that match one pool. A Selector, when set (the deprecated
+// --worker-selector flag), is the watch's selector instead.
 type PodWorkers struct {
 	Client    kubernetes.Interface
 	Namespace string
@@ -39,8 +42,14 @@ type PodWorkers struct {
 	// Log receives refusals of invalid pods; set by Run.
 	log logr.Logger
 
-	// synced is the informer's HasSynced, set once Run has built it.
-	synced atomic.Pointer[func() bool]
+	// listed is set once the first watch has listed the pods.
+	listed atomic.Bool
+	// restart asks Run for a watch with the selector of new pools.
+	restart chan struct{}
+	// watching is the selector of the running watch, and storeListed
+	// whether it has listed the pods into store; guarded by mu.
+	watching    string
+	storeListed bool
 
 	// mu serialises the informer's events and resyncs after a change of
 	// pools, so that a resync from the store never undoes a newer event.
@@ -57,7 +66,7 @@ type PodWorkers struct {
 // Synced reports whether the initial list has been registered; /readyz
 // waits for it so that early bookings are not all unknown_worker.
 func (p *PodWorkers) Synced() error {
-	if f := p.synced.Load(); f == nil || !(*f)() {
+	if !p.listed.Load() {
 		return fmt.Errorf("worker pods in %s not listed yet", p.Namespace)
 	}
 	return nil
@@ -72,20 +81,12 @@ func (p *PodWorkers) SetPools(pools map[string]labels.Selector, open bool) {
 	defer p.mu.Unlock()
 	p.Registry.SetPools(pools)
 	p.pools, p.poolsOnly = pools, !open
-	if p.store == nil {
-		return
-	}
-	var specs []WorkerSpec
-	for _, obj := range p.store.List() {
-		if pod, ok := obj.(*corev1.Pod); ok {
-			if spec, ok := p.specOf(pod); ok {
-				specs = append(specs, spec)
-			}
+	p.resyncLocked()
+	if p.restart != nil && p.watchSelector().String() != p.watching {
+		select {
+		case p.restart <- struct{}{}:
+		default:
 		}
-	}
-	if err := p.Registry.Replace(SourcePods, specs); err != nil {
-		// specOf validated each; only a duplicate name could fail.
-		p.log.Error(err, "Cannot re-register worker pods after a change of worker pools")
 	}
 }
 
@@ -121,13 +122,71 @@ func (p *PodWorkers) specOf(pod *corev1.Pod) (WorkerSpec, bool) {
 	return spec, ok
 }
 
-// Run watches the pods until ctx is done.
-func (p *PodWorkers) Run(ctx context.Context, log logr.Logger) {
-	sel := p.Selector
-	if sel == nil {
-		sel = labels.Everything()
+// watchSelector is the label selector of the pod watch: the Selector when
+// set; else, when only pooled pods are workers, the requirements every
+// pool shares (app.kubernetes.io/name=llama for pools that differ only in
+// their component), so that the API server sends only pods of the union's
+// neighbourhood; else every pod of the namespace. Guarded by mu.
+func (p *PodWorkers) watchSelector() labels.Selector {
+	if p.Selector != nil {
+		return p.Selector
 	}
-	p.log = log.WithValues("namespace", p.Namespace, "selector", sel.String())
+	if !p.poolsOnly || len(p.pools) == 0 {
+		return labels.Everything()
+	}
+	roles := make([]string, 0, len(p.pools))
+	for r := range p.pools {
+		roles = append(roles, r)
+	}
+	slices.Sort(roles)
+	var common []labels.Requirement
+	for i, r := range roles {
+		reqs, selectable := p.pools[r].Requirements()
+		if !selectable {
+			return labels.Everything()
+		}
+		if i == 0 {
+			common = slices.Clone(reqs) // Requirements shares the selector's own slice
+			continue
+		}
+		common = slices.DeleteFunc(common, func(c labels.Requirement) bool {
+			return !slices.ContainsFunc(reqs, func(q labels.Requirement) bool { return q.String() == c.String() })
+		})
+	}
+	return labels.NewSelector().Add(common...)
+}
+
+// resyncLocked registers the pods of the store that are workers now and
+// removes the others. Guarded by mu.
+func (p *PodWorkers) resyncLocked() {
+	if p.store == nil || !p.storeListed {
+		// The watch's own listing resyncs when it completes.
+		return
+	}
+	var specs []WorkerSpec
+	for _, obj := range p.store.List() {
+		if pod, ok := obj.(*corev1.Pod); ok {
+			if spec, ok := p.specOf(pod); ok {
+				specs = append(specs, spec)
+			}
+		}
+	}
+	if err := p.Registry.Replace(SourcePods, specs); err != nil {
+		// specOf validated each; only a duplicate name could fail.
+		p.log.Error(err, "Cannot re-register worker pods")
+	}
+}
+
+// Run watches the pods until ctx is done. When a change of pools changes
+// the watch's selector, the watch restarts with the new one; the pods it
+// no longer sees leave the registry once it has listed.
+func (p *PodWorkers) Run(ctx context.Context, log logr.Logger) {
+	p.mu.Lock()
+	p.log = log.WithValues("namespace", p.Namespace)
+	if p.restart == nil {
+		p.restart = make(chan struct{}, 1)
+	}
+	p.mu.Unlock()
 	upsert := func(obj any) {
 		pod, ok := obj.(*corev1.Pod)
 		if !ok {
@@ -155,27 +214,53 @@ func (p *PodWorkers) Run(ctx context.Context, log logr.Logger) {
 			p.Registry.Delete(pod.Name)
 		}
 	}
-	lw := cache.NewFilteredListWatchFromClient(p.Client.CoreV1().RESTClient(), "pods", p.Namespace,
-		func(o *metav1.ListOptions) { o.LabelSelector = sel.String() })
-	store, ctrl := cache.NewInformerWithOptions(cache.InformerOptions{
-		ListerWatcher: lw,
-		ObjectType:    &corev1.Pod{},
-		Handler: cache.ResourceEventHandlerFuncs{
-			AddFunc:    upsert,
-			UpdateFunc: func(_, obj any) { upsert(obj) },
-			DeleteFunc: remove,
-		},
-		// Without a selector the watch holds every pod of the namespace:
-		// keep only what a worker is read from.
-		Transform: slimPod,
-	})
-	p.mu.Lock()
-	p.store = store
-	p.mu.Unlock()
-	hasSynced := ctrl.HasSynced
-	p.synced.Store(&hasSynced)
-	p.log.Info("Watching worker pods")
-	ctrl.RunWithContext(ctx)
+	for {
+		p.mu.Lock()
+		sel := p.watchSelector()
+		p.watching = sel.String()
+		p.mu.Unlock()
+		lw := cache.NewFilteredListWatchFromClient(p.Client.CoreV1().RESTClient(), "pods", p.Namespace,
+			func(o *metav1.ListOptions) { o.LabelSelector = sel.String() })
+		store, ctrl := cache.NewInformerWithOptions(cache.InformerOptions{
+			ListerWatcher: lw,
+			ObjectType:    &corev1.Pod{},
+			Handler: cache.ResourceEventHandlerFuncs{
+				AddFunc:    upsert,
+				UpdateFunc: func(_, obj any) { upsert(obj) },
+				DeleteFunc: remove,
+			},
+			// The watch may hold every pod of the namespace: keep only
+			// what a worker is read from.
+			Transform: slimPod,
+		})
+		p.mu.Lock()
+		p.store, p.storeListed = store, false
+		p.mu.Unlock()
+		wctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); ctrl.RunWithContext(wctx) }()
+		go func() {
+			if cache.WaitForCacheSync(wctx.Done(), ctrl.HasSynced) {
+				p.mu.Lock()
+				if p.store == store {
+					p.storeListed = true
+					p.resyncLocked()
+				}
+				p.mu.Unlock()
+				p.listed.Store(true)
+			}
+		}()
+		p.log.Info("Watching worker pods", "selector", sel.String())
+		select {
+		case <-ctx.Done():
+			cancel()
+			<-done
+			return
+		case <-p.restart:
+			cancel()
+			<-done
+		}
+	}
 }
 
 // slimPod keeps the parts of a pod PodWorkerSpec and the pools read.
