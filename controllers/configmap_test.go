@@ -228,11 +228,9 @@ func TestWorkerSelectorsCompiled(t *testing.T) {
 		t.Errorf("hash annotation %q; hints.yaml hashes to %q", got, want)
 	}
 
-	get(t, ns, prefill.Name, prefill)
-	prefill.Spec.WorkerSelector.MatchLabels["app.kubernetes.io/component"] = "prefill-v2"
-	if err := k8s.Update(context.Background(), prefill); err != nil {
-		t.Fatal(err)
-	}
+	updateRole(t, ns, prefill.Name, func(rr *v1alpha1.RouterRole) {
+		rr.Spec.WorkerSelector.MatchLabels["app.kubernetes.io/component"] = "prefill-v2"
+	})
 	waitConfigMap(t, ns, "pools", func(cm *corev1.ConfigMap) error {
 		if got := cm.Data[v1alpha1.WorkerSelectorsKey]; got != "prefill:\n  matchLabels:\n    app.kubernetes.io/component: prefill-v2\n" {
 			return fmt.Errorf("%s is %q", v1alpha1.WorkerSelectorsKey, got)
@@ -240,15 +238,25 @@ func TestWorkerSelectorsCompiled(t *testing.T) {
 		return nil
 	})
 
-	get(t, ns, prefill.Name, prefill)
-	prefill.Spec.WorkerSelector = nil
-	if err := k8s.Update(context.Background(), prefill); err != nil {
-		t.Fatal(err)
-	}
+	updateRole(t, ns, prefill.Name, func(rr *v1alpha1.RouterRole) { rr.Spec.WorkerSelector = nil })
 	waitConfigMap(t, ns, "pools", func(cm *corev1.ConfigMap) error {
 		if got, ok := cm.Data[v1alpha1.WorkerSelectorsKey]; ok {
 			return fmt.Errorf("%s is still %q", v1alpha1.WorkerSelectorsKey, got)
 		}
 		return nil
+	})
+}
+
+// updateRole changes a RouterRole's spec, again on a conflict with the
+// manager's status writes.
+func updateRole(t *testing.T, ns, name string, change func(*v1alpha1.RouterRole)) {
+	t.Helper()
+	eventually(t, "RouterRole "+name+" updated", func(ctx context.Context) error {
+		rr := &v1alpha1.RouterRole{}
+		if err := k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, rr); err != nil {
+			return err
+		}
+		change(rr)
+		return k8s.Update(ctx, rr)
 	})
 }
