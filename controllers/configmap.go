@@ -53,8 +53,13 @@ func holds(cm, want *corev1.ConfigMap) bool {
 	return contains(cm.Labels, want.Labels) &&
 		contains(cm.Annotations, want.Annotations) &&
 		contains(cm.Data, want.Data) &&
+		// The worker selectors key goes away with the last selector; an
+		// apply without it removes it, since the manager owns it.
+		(hasKey(want.Data, v1alpha1.WorkerSelectorsKey) || !hasKey(cm.Data, v1alpha1.WorkerSelectorsKey)) &&
 		maps.Equal(roleOwners(cm.OwnerReferences), roleOwners(want.OwnerReferences))
 }
+
+func hasKey(m map[string]string, k string) bool { _, ok := m[k]; return ok }
 
 func contains(have, want map[string]string) bool {
 	for k, v := range want {

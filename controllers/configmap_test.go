@@ -204,3 +204,59 @@ func TestLabelsEditedAway(t *testing.T) {
 		return nil
 	})
 }
+
+// TestWorkerSelectorsCompiled: each role's workerSelector reaches the
+// ConfigMap in worker-selectors.yaml, next to an unchanged hints.yaml;
+// a changed selector is rewritten, and the key goes away with the last
+// selector.
+func TestWorkerSelectorsCompiled(t *testing.T) {
+	ns := newNamespace(t)
+	prefill := newRole(ns, "pools-prefill", "pools", "prefill", "kvcr")
+	prefill.Spec.WorkerSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"app.kubernetes.io/component": "prefill"}}
+	decode := newRole(ns, "pools-decode", "pools", "decode", "dynamo-default-cost-fn")
+	create(t, prefill, decode)
+
+	const want = "prefill:\n  matchLabels:\n    app.kubernetes.io/component: prefill\n"
+	cm := waitConfigMap(t, ns, "pools", func(cm *corev1.ConfigMap) error {
+		if got := cm.Data[v1alpha1.WorkerSelectorsKey]; got != want {
+			return fmt.Errorf("%s is %q, want %q", v1alpha1.WorkerSelectorsKey, got, want)
+		}
+		return nil
+	})
+	doc := cm.Data[v1alpha1.HintsConfigKey]
+	if got, want := cm.Annotations[v1alpha1.HashAnnotation], hintsconfig.ContentHash([]byte(doc)); got != want {
+		t.Errorf("hash annotation %q; hints.yaml hashes to %q", got, want)
+	}
+
+	updateRole(t, ns, prefill.Name, func(rr *v1alpha1.RouterRole) {
+		rr.Spec.WorkerSelector.MatchLabels["app.kubernetes.io/component"] = "prefill-v2"
+	})
+	waitConfigMap(t, ns, "pools", func(cm *corev1.ConfigMap) error {
+		if got := cm.Data[v1alpha1.WorkerSelectorsKey]; got != "prefill:\n  matchLabels:\n    app.kubernetes.io/component: prefill-v2\n" {
+			return fmt.Errorf("%s is %q", v1alpha1.WorkerSelectorsKey, got)
+		}
+		return nil
+	})
+
+	updateRole(t, ns, prefill.Name, func(rr *v1alpha1.RouterRole) { rr.Spec.WorkerSelector = nil })
+	waitConfigMap(t, ns, "pools", func(cm *corev1.ConfigMap) error {
+		if got, ok := cm.Data[v1alpha1.WorkerSelectorsKey]; ok {
+			return fmt.Errorf("%s is still %q", v1alpha1.WorkerSelectorsKey, got)
+		}
+		return nil
+	})
+}
+
+// updateRole changes a RouterRole's spec, again on a conflict with the
+// manager's status writes.
+func updateRole(t *testing.T, ns, name string, change func(*v1alpha1.RouterRole)) {
+	t.Helper()
+	eventually(t, "RouterRole "+name+" updated", func(ctx context.Context) error {
+		rr := &v1alpha1.RouterRole{}
+		if err := k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, rr); err != nil {
+			return err
+		}
+		change(rr)
+		return k8s.Update(ctx, rr)
+	})
+}

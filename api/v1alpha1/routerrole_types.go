@@ -77,9 +77,12 @@ type RouterRoleSpec struct {
 	Hints []HintItem `json:"hints,omitzero"` // omitzero, not omitempty: absent (defaults) and [] (none) differ and must survive a round trip.
 
 	// workerSelector selects the worker pods this role books, by label, in
-	// this namespace. The manager checks that it is a valid selector; the
-	// router sidecar uses it to find the role's workers. Leave it out when
-	// the router discovers its workers some other way.
+	// this namespace: the role's worker pool. The manager checks that it is
+	// a valid selector and compiles it into the router's ConfigMap (key
+	// worker-selectors.yaml); the router sidecar watches the pods it picks
+	// and sends this role's hints only to them, answering a booking for
+	// any other worker with 204 and outcome not_in_pool. Leave it out and
+	// the role's hints go to any registered worker.
 	// +optional
 	WorkerSelector *metav1.LabelSelector `json:"workerSelector,omitempty"`
 }

@@ -28,6 +28,23 @@ const (
 	// YAML, the format hintsconfig.ParseConfig reads.
 	HintsConfigKey = "hints.yaml"
 
+	// WorkerSelectorsKey is the ConfigMap data key, next to HintsConfigKey,
+	// that holds each role's spec.workerSelector: a YAML map from role to
+	// its metav1.LabelSelector, for the roles that have one. The sidecar
+	// keeps a worker pool per role from it and sends a role's hints only
+	// to its pool; a role absent admits every registered worker. It is a
+	// key of its own so that HintsConfigKey stays the router's format; it
+	// is not part of HashAnnotation.
+	WorkerSelectorsKey = "worker-selectors.yaml"
+
+	// SourceControlEndpointsAnnotation on a worker pod is its
+	// router_hint_source_control_endpoints: a JSON object from
+	// data-parallel rank to KV control endpoint, such as
+	// {"0": "tcp://10.0.0.7:23280"}. An endpoint written "tcp://:PORT"
+	// is on the pod's own IP. Bookings may then name only the source
+	// worker (and rank) of a committed copy.
+	SourceControlEndpointsAnnotation = "hints.kvrouter.io/source-control-endpoints"
+
 	// ManagedByLabel is the standard label the manager sets to ManagedBy on
 	// the ConfigMaps it writes; it watches only ConfigMaps that carry both
 	// it and RouterLabel.

@@ -43,10 +43,17 @@ Config sources (exactly one):
   --configmap NAME     watch ConfigMap NAME in --namespace through the API
   --router NAME        the same as --configmap NAME-hints
 
-Workers: --workers-file and PUT /v1/workers/{id} (standalone), or
---worker-pods with --worker-selector (Kubernetes: capabilities and hint
-endpoint from the pod annotations hints.kvrouter.io/capabilities and
-hints.kvrouter.io/hint-endpoint).
+Workers: --workers-file and PUT /v1/workers/{id} (standalone), or worker
+pods (Kubernetes, on by default with --router or --configmap): the pods each
+RouterRole's workerSelector picks, from the ConfigMap's worker-selectors.yaml,
+make that role's worker pool, and a role's hints go only to its pool (a role
+without a selector takes any registered worker). Capabilities, hint endpoint,
+worker type and source endpoints come from the pod annotations
+hints.kvrouter.io/capabilities, hint-endpoint, worker-type and
+source-control-endpoints.
+
+Bookings over --max-booking-bytes are refused with 413; the payload limit
+follows it, so a committed copy the API accepts is always sent whole.
 
 In a pod, give POD_NAME and POD_NAMESPACE through the downward API: the
 sidecar then writes hints.kvrouter.io/applied-hash on its own Pod after
@@ -60,6 +67,13 @@ every config it applies. Metrics, /healthz and /readyz are on
 					return errors.New("give --router or --configmap, not both")
 				}
 				o.ConfigMap = router.ConfigMapName(routerName)
+			}
+			if !cmd.Flags().Changed("worker-pods") && o.ConfigMap != "" {
+				// In Kubernetes the roles' pools come with the ConfigMap.
+				o.WorkerPods = true
+			}
+			if o.MaxBookingBytes < 1024 {
+				return fmt.Errorf("--max-booking-bytes is %d; it must be at least 1024", o.MaxBookingBytes)
 			}
 			if selector != "" {
 				sel, err := labels.Parse(selector)
@@ -95,14 +109,17 @@ every config it applies. Metrics, /healthz and /readyz are on
 	f.StringVar(&o.Namespace, "namespace", os.Getenv("POD_NAMESPACE"), "namespace of the ConfigMap and the worker pods (default $POD_NAMESPACE)")
 	f.DurationVar(&o.Poll, "poll-interval", router.DefaultPollInterval, "reread interval of --config-file, --config-dir and --workers-file, whatever file events say")
 	f.StringVar(&o.WorkersFile, "workers-file", "", "YAML list of standalone workers (id, capabilities, hint_endpoint, worker_type)")
-	f.BoolVar(&o.WorkerPods, "worker-pods", false, "register the pods --worker-selector picks in --namespace as workers")
-	f.StringVar(&selector, "worker-selector", "", "label selector of the worker pods (default: every pod of the namespace)")
+	f.BoolVar(&o.WorkerPods, "worker-pods", false, "register worker pods of --namespace: those the RouterRoles' workerSelectors pick (default true with --router or --configmap)")
+	f.StringVar(&selector, "worker-selector", "", "deprecated, not needed: limit the worker pod watch to this label selector; the RouterRoles' workerSelectors make the pools")
+	_ = f.MarkDeprecated("worker-selector", "each RouterRole's spec.workerSelector, compiled into the ConfigMap, makes its role's worker pool")
 	f.StringVar(&o.PodName, "pod-name", os.Getenv("POD_NAME"), "the sidecar's own pod, to write the applied hash on (default $POD_NAME; empty disables)")
 	f.StringVar(&o.PodNamespace, "pod-namespace", os.Getenv("POD_NAMESPACE"), "the sidecar's own namespace (default $POD_NAMESPACE)")
 	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, then $KUBECONFIG and ~/.kube/config)")
 	f.StringVar(&o.Listen, "listen", router.DefaultListen, "booking API address; keep it on loopback")
 	f.StringVar(&o.OpsListen, "metrics-listen", router.DefaultOpsListen, "address of /metrics, /healthz and /readyz")
 	f.DurationVar(&o.PolicyDeadline, "policy-deadline", core.DefaultPolicyDeadline, "how long one hint policy may run on a booking; checked when it returns")
+	f.DurationVar(&o.PolicyDeadlinePerBlock, "policy-deadline-per-block", core.DefaultPolicyDeadlinePerBlock, "added to the deadline of a policy that reads the committed copy (kv-fetch), per block of the copy")
+	f.IntVar(&o.MaxBookingBytes, "max-booking-bytes", core.DefaultMaxBookingBytes, "largest booking body accepted (413 above); the payload limit follows it (1 MiB holds about 49,000 block hashes)")
 	f.IntVar(&o.QueueSize, "queue-size", router.DefaultQueueSize, "hints queued per worker; when full the newest is dropped")
 	f.DurationVar(&o.DeliveryTimeout, "delivery-timeout", router.DefaultDeliveryTimeout, "timeout of one hint post, connection included")
 	f.DurationVar(&o.HintTTL, "hint-ttl", router.DefaultHintTTL, "a hint queued longer is dropped unsent")

@@ -28,6 +28,9 @@ type Role struct {
 	// copy from another worker of the role; 0 for roles whose selection
 	// never commits copies.
 	CopyRate float64
+	// CopyBlocks is the number of block hashes of every copy; 0 takes the
+	// prompt's blocks, up to 256.
+	CopyBlocks int
 }
 
 // Options shape a run.
@@ -115,6 +118,9 @@ func (o *Options) Validate() error {
 		}
 		if r.CopyRate < 0 || r.CopyRate > 1 {
 			return fmt.Errorf("role %s: copy rate %g is outside 0..1", r.Name, r.CopyRate)
+		}
+		if r.CopyBlocks < 0 || r.CopyBlocks > 1<<20 {
+			return fmt.Errorf("role %s: copy blocks %d is outside 0..%d", r.Name, r.CopyBlocks, 1<<20)
 		}
 	}
 	return nil
@@ -399,7 +405,7 @@ func (s *stream) bodies(n int) [][]byte {
 			if len(out) == n {
 				break
 			}
-			out = append(out, s.appendBooking(make([]byte, 0, 512), reqID, role, ses))
+			out = append(out, s.appendBooking(make([]byte, 0, 512+21*role.CopyBlocks), reqID, role, ses))
 		}
 	}
 	return out
@@ -479,6 +485,9 @@ func (s *stream) appendBooking(b []byte, reqID string, role Role, ses *session) 
 			src = role.Workers[s.rng.IntN(len(role.Workers))]
 		}
 		blocks := min(ses.prompt/s.o.BlockSize, 256)
+		if role.CopyBlocks > 0 {
+			blocks = role.CopyBlocks
+		}
 		b = append(b, `,"committed_kv_copy":{"source_worker":"`...)
 		b = append(b, src...)
 		b = append(b, `","source_endpoint":"tcp://`...)

@@ -204,6 +204,7 @@ func compileRouter(cat *hints.Catalog, name string, results []*roleResult, cm *c
 	}
 	cfg := &hintsconfig.Config{RouterMode: hintsconfig.ModeKV, WorkerSelection: map[string]*hintsconfig.RoleEntry{}}
 	sources := map[string]Source{}
+	selectors := map[string]*metav1.LabelSelector{}
 	var placements []*placement
 	for _, role := range sortedKeys(claims) {
 		claimants := claims[role]
@@ -222,8 +223,15 @@ func compileRouter(cat *hints.Catalog, name string, results []*roleResult, cm *c
 				continue
 			}
 			p.runs, p.generation = res.compiled, res.rr.Generation
+			sel := res.rr.Spec.WorkerSelector
 			if p.runs == nil {
+				// The pool goes with the entry: an invalid change keeps
+				// both as they were.
 				p.runs, p.generation = prev.lastGood(cat, res.rr)
+				sel = prev.selector(role)
+			}
+			if p.runs != nil && sel != nil {
+				selectors[role] = sel
 			}
 			if p.runs != nil {
 				cfg.WorkerSelection[role] = p.runs.Entry(hintsconfig.ModeKV)
@@ -256,9 +264,10 @@ func compileRouter(cat *hints.Catalog, name string, results []*roleResult, cm *c
 	for role := range sources {
 		if _, ok := graph.Role(role); !ok {
 			delete(sources, role)
+			delete(selectors, role)
 		}
 	}
-	r.ConfigMap = configMap(name, results, doc, hash, sources)
+	r.ConfigMap = configMap(name, results, doc, hash, sources, selectors)
 	return r, placements
 }
 

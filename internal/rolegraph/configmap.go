@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/yaml"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
 )
@@ -19,7 +20,11 @@ import (
 // runs, so that garbage collection removes the ConfigMap with the last of
 // them and not before. None is its controller: several objects own it
 // alike, and a controller reference admits only one.
-func configMap(router string, results []*roleResult, doc []byte, hash string, sources map[string]Source) *corev1.ConfigMap {
+//
+// Each role's worker selector goes in a key of its own next to the hints
+// YAML, which stays the router's format; the sidecar keeps one worker pool
+// per role from it. The key is absent when no role has a selector.
+func configMap(router string, results []*roleResult, doc []byte, hash string, sources map[string]Source, selectors map[string]*metav1.LabelSelector) *corev1.ConfigMap {
 	owners := make([]metav1.OwnerReference, 0, len(results))
 	for _, res := range results {
 		owners = append(owners, metav1.OwnerReference{
@@ -40,6 +45,14 @@ func configMap(router string, results []*roleResult, doc []byte, hash string, so
 	if len(results) > 0 {
 		ns = results[0].rr.Namespace
 	}
+	data := map[string]string{v1alpha1.HintsConfigKey: string(doc)}
+	if len(selectors) > 0 {
+		// sigs.k8s.io/yaml writes map keys sorted: the same selectors
+		// give the same bytes.
+		if sel, err := yaml.Marshal(selectors); err == nil {
+			data[v1alpha1.WorkerSelectorsKey] = string(sel)
+		}
+	}
 	return &corev1.ConfigMap{
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
 		ObjectMeta: metav1.ObjectMeta{
@@ -55,7 +68,7 @@ func configMap(router string, results []*roleResult, doc []byte, hash string, so
 			},
 			OwnerReferences: owners,
 		},
-		Data: map[string]string{v1alpha1.HintsConfigKey: string(doc)},
+		Data: data,
 	}
 }
 

@@ -7,7 +7,9 @@ import (
 	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/yaml"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
@@ -35,6 +37,18 @@ type Source struct {
 type running struct {
 	cfg     *hintsconfig.Config
 	sources map[string]Source
+	// selectors are the roles' worker selectors the router runs with
+	// (v1alpha1.WorkerSelectorsKey); nil when the key is absent or does
+	// not parse.
+	selectors map[string]*metav1.LabelSelector
+}
+
+// selector returns the worker selector the router runs a role with.
+func (r *running) selector(role string) *metav1.LabelSelector {
+	if r == nil {
+		return nil
+	}
+	return r.selectors[role]
 }
 
 // readRunning reads a compiled ConfigMap back. It trusts the content only
@@ -57,7 +71,12 @@ func readRunning(cm *corev1.ConfigMap) (*running, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ConfigMap %s: %w", cm.Name, err)
 	}
-	return &running{cfg: cfg, sources: sources}, nil
+	run := &running{cfg: cfg, sources: sources}
+	if raw, ok := cm.Data[v1alpha1.WorkerSelectorsKey]; ok {
+		// Best effort: without it a role keeps its hints but not its pool.
+		_ = yaml.UnmarshalStrict([]byte(raw), &run.selectors)
+	}
+	return run, nil
 }
 
 // lastGood returns the entry the router runs now for a RouterRole, checked

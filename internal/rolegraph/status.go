@@ -23,8 +23,14 @@ func roleStatus(rr *v1alpha1.RouterRole, p *placement, now metav1.Time) v1alpha1
 		c.LastTransitionTime = now
 		meta.SetStatusCondition(&st.Conditions, c)
 	}
-	setAbnormal(&st.Conditions, v1alpha1.ConditionStalled, stalledCondition(rr.Generation, ready, accepted, resolved), now)
-	setAbnormal(&st.Conditions, v1alpha1.ConditionReconciling, reconcilingCondition(rr.Generation, ready, accepted, resolved), now)
+	// What waiting cannot fix: a rejected spec, an unresolved reference,
+	// and a ConfigMap of someone else's in the compiled config's place.
+	blocking := []metav1.Condition{accepted, resolved}
+	if programmed.Reason == string(v1alpha1.ReasonConfigMapConflict) {
+		blocking = append(blocking, programmed)
+	}
+	setAbnormal(&st.Conditions, v1alpha1.ConditionStalled, stalledCondition(rr.Generation, ready, blocking...), now)
+	setAbnormal(&st.Conditions, v1alpha1.ConditionReconciling, reconcilingCondition(rr.Generation, ready, blocking...), now)
 	st.ObservedGeneration = rr.Generation
 
 	st.EffectiveHints = nil

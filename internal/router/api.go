@@ -16,9 +16,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// MaxBookingBytes caps a booking request body: room for tens of thousands
-// of block hashes, far more than a prompt has.
-const MaxBookingBytes = 1 << 20
+// MaxBookingBytes is the default cap on a booking request body
+// (--max-booking-bytes): room for about 49,000 random 64-bit block hashes,
+// a 1M-token prompt at block size 32 being 32,768. The dispatcher's
+// payload cap follows the same limit, so a booking the API accepts always
+// gets its kv.fetch whole.
+const MaxBookingBytes = core.DefaultMaxBookingBytes
+
+// MaxBookingBytesFlag is the flag that sets the booking limit, named in the
+// 413 answer.
+const MaxBookingBytesFlag = "--max-booking-bytes"
 
 // maxWorkerBytes caps a worker registration body.
 const maxWorkerBytes = 64 << 10
@@ -26,13 +33,16 @@ const maxWorkerBytes = 64 << 10
 // Response headers of POST /v1/bookings.
 const (
 	// HeaderOutcome is the booking's Outcome: hinted, no_actions,
-	// not_hint_capable or unknown_worker.
+	// not_hint_capable, unknown_worker or not_in_pool.
 	HeaderOutcome = "Kvhint-Outcome"
 	// HeaderQueued is "true" when delivery took the hint, "false" when its
 	// worker's queue was full or it has no endpoint.
 	HeaderQueued = "Kvhint-Queued"
 	// HeaderConfigHash is the hash of the config the booking ran on.
 	HeaderConfigHash = "Kvhint-Config-Hash"
+	// HeaderCopyDropped says why the booking's committed copy was dropped
+	// (unknown_source, unknown_source_rank); absent when it was not.
+	HeaderCopyDropped = "Kvhint-Copy-Dropped"
 )
 
 // API serves the booking and worker endpoints (the loopback listener) and
@@ -45,6 +55,9 @@ type API struct {
 	// Ready, when set, must also hold for /readyz (the pod informer has
 	// synced, say); the dispatcher must always have a config.
 	Ready func() error
+	// MaxBookingBytes caps a booking body; 0 means MaxBookingBytes. It
+	// should be the dispatcher's own limit.
+	MaxBookingBytes int
 
 	// lastHash is the Kvhint-Config-Hash value of the last booking.
 	lastHash atomic.Pointer[[]string]
@@ -101,9 +114,17 @@ func (a *API) readyz(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (a *API) book(w http.ResponseWriter, r *http.Request) {
+	limit := int64(a.MaxBookingBytes)
+	if limit <= 0 {
+		limit = MaxBookingBytes
+	}
 	var req bookingRequest
-	if status, err := decodeBooking(w, r, &req); err != nil {
-		a.Dispatcher.RecordInvalidBooking()
+	if status, err := decodeBooking(w, r, limit, &req); err != nil {
+		if status == http.StatusRequestEntityTooLarge {
+			a.Dispatcher.RecordTooLargeBooking()
+		} else {
+			a.Dispatcher.RecordInvalidBooking()
+		}
 		writeError(w, status, err)
 		return
 	}
@@ -122,6 +143,9 @@ func (a *API) book(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, core.ErrUnknownRole):
 		writeError(w, http.StatusUnprocessableEntity, err)
 		return
+	case errors.Is(err, core.ErrBookingTooLarge):
+		writeError(w, http.StatusRequestEntityTooLarge, err)
+		return
 	case err != nil:
 		writeError(w, http.StatusBadRequest, err)
 		return
@@ -131,6 +155,9 @@ func (a *API) book(w http.ResponseWriter, r *http.Request) {
 	hdr := w.Header()
 	hdr[HeaderOutcome] = outcomeValues(h.Outcome)
 	hdr[HeaderConfigHash] = a.hashValue(h.ConfigHash)
+	if h.CopyDrop != core.CopyKept {
+		hdr[HeaderCopyDropped] = copyDropValues[h.CopyDrop]
+	}
 	if h.Outcome != core.OutcomeHinted {
 		w.WriteHeader(http.StatusNoContent)
 		return
@@ -150,12 +177,16 @@ var (
 	valuesTrue    = []string{"true"}
 	valuesFalse   = []string{"false"}
 	valuesJSON    = []string{"application/json"}
-	valuesOutcome = func() (v [core.OutcomeUnknownWorker + 1][]string) {
+	valuesOutcome = func() (v [core.OutcomeNotInPool + 1][]string) {
 		for o := range v {
 			v[o] = []string{core.Outcome(o).String()}
 		}
 		return v
 	}()
+	copyDropValues = map[core.CopyDrop][]string{
+		core.CopyDropUnknownSource:     {core.CopyDropUnknownSource.String()},
+		core.CopyDropUnknownSourceRank: {core.CopyDropUnknownSourceRank.String()},
+	}
 )
 
 func outcomeValues(o core.Outcome) []string {

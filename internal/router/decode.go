@@ -45,8 +45,12 @@ type sessionJSON struct {
 }
 
 type kvCopyJSON struct {
-	SourceWorker   string `json:"source_worker"`
+	SourceWorker string `json:"source_worker"`
+	// SourceEndpoint may be left out when SourceWorker advertises its
+	// endpoints: the dispatcher fills it from the registry.
 	SourceEndpoint string `json:"source_endpoint"`
+	// SourceRank is the source's data-parallel rank, 0 when left out.
+	SourceRank int `json:"source_rank"`
 	// BlockHashes decode straight into uint64 (encoding/json parses the
 	// literal as an unsigned integer), so no hash goes through a float64.
 	BlockHashes []uint64 `json:"block_hashes"`
@@ -84,7 +88,7 @@ func (r *bookingRequest) booking() (*core.Booking, error) {
 		if len(c.BlockHashes) == 0 {
 			return nil, fmt.Errorf("%w: committed_kv_copy.block_hashes is empty; omit committed_kv_copy when nothing is copied", core.ErrInvalidBooking)
 		}
-		b.KVCopy = &hints.CommittedCopy{SourceWorker: c.SourceWorker, SourceEndpoint: c.SourceEndpoint, BlockHashes: c.BlockHashes}
+		b.KVCopy = &hints.CommittedCopy{SourceWorker: c.SourceWorker, SourceEndpoint: c.SourceEndpoint, SourceRank: c.SourceRank, BlockHashes: c.BlockHashes}
 	}
 	return b, nil
 }
@@ -125,10 +129,17 @@ func decodeBytes(body []byte, dst any) (int, error) {
 // certainty goes to decodeJSON's encoding/json path, so every error message
 // (and every quirk: case-insensitive keys, duplicate keys, nulls, escapes)
 // is encoding/json's own.
-func decodeBooking(w http.ResponseWriter, r *http.Request, req *bookingRequest) (int, error) {
+func decodeBooking(w http.ResponseWriter, r *http.Request, limit int64, req *bookingRequest) (int, error) {
+	if r.ContentLength > limit {
+		// Refused up front, before a byte of the body is read.
+		return http.StatusRequestEntityTooLarge, bookingTooLarge(limit)
+	}
 	bp := bodyBufs.Get().(*[]byte)
 	defer putBodyBuf(bp)
-	body, status, err := readBody(w, r, MaxBookingBytes, (*bp)[:0])
+	body, status, err := readBody(w, r, limit, (*bp)[:0])
+	if status == http.StatusRequestEntityTooLarge {
+		err = bookingTooLarge(limit)
+	}
 	*bp = body
 	if err != nil {
 		return status, err
@@ -139,6 +150,13 @@ func decodeBooking(w http.ResponseWriter, r *http.Request, req *bookingRequest) 
 	}
 	*req = bookingRequest{}
 	return decodeBytes(body, req)
+}
+
+// bookingTooLarge is the 413 answer's error: the limit, what fits in it
+// and the flag that sets it.
+func bookingTooLarge(limit int64) error {
+	return fmt.Errorf("booking body is over the %d-byte limit, which holds a committed_kv_copy of about %d block hashes; "+
+		"the sidecar's %s sets it", limit, limit/21, MaxBookingBytesFlag)
 }
 
 // bodyBufs holds request body buffers; ones grown past maxPooledBody are
@@ -271,6 +289,8 @@ func fastDecodeBooking(body []byte, req *bookingRequest, st *fastBookingState) b
 					b = 4
 					hashes, ok = d.uints()
 					hashesSet = ok
+				case "source_rank":
+					b, ok = 8, d.integer(&st.kvCopy.SourceRank)
 				}
 				if !ok || inner&b != 0 {
 					return false

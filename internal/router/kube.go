@@ -22,8 +22,15 @@ const (
 	// http(s) URL, or ":PORT/PATH" on the pod's own IP.
 	AnnotationHintEndpoint = "hints.kvrouter.io/hint-endpoint"
 	// AnnotationWorkerType is a worker pod's router_hint_worker_type
-	// (aggregated, prefill or decode); informational.
+	// (aggregated, prefill or decode); a pod with another value is not
+	// registered (logged and counted in workers_refused_total).
 	AnnotationWorkerType = "hints.kvrouter.io/worker-type"
+	// AnnotationSourceControlEndpoints is a worker pod's
+	// router_hint_source_control_endpoints (rank to endpoint, JSON).
+	AnnotationSourceControlEndpoints = v1alpha1.SourceControlEndpointsAnnotation
+	// WorkerSelectorsKey is the ConfigMap data key of the roles' worker
+	// selectors.
+	WorkerSelectorsKey = v1alpha1.WorkerSelectorsKey
 )
 
 // ConfigMapName is the name of router's compiled-config ConfigMap.

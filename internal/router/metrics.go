@@ -35,6 +35,7 @@ type Metrics struct {
 	hintsDropped    *prometheus.CounterVec
 	deliveryErrors  *prometheus.CounterVec
 	deliverySeconds prometheus.Histogram
+	workersRefused  *prometheus.CounterVec
 
 	dropFull     prometheus.Counter
 	dropStale    prometheus.Counter
@@ -71,8 +72,13 @@ func NewMetrics() *Metrics {
 		Buckets: prometheus.ExponentialBuckets(50e-6, 2, 14),
 	})
 
+	m.workersRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metricsNamespace, Name: "workers_refused_total",
+		Help: "Worker registrations refused as invalid (a worker type other than aggregated, prefill or decode, bad source endpoints, a bad hint endpoint), by source (api, file, pods).",
+	}, []string{"source"})
+
 	for _, c := range []prometheus.Collector{
-		m.hintsSent, m.hintsDropped, m.deliveryErrors, m.deliverySeconds,
+		m.hintsSent, m.hintsDropped, m.deliveryErrors, m.deliverySeconds, m.workersRefused,
 	} {
 		f(c)
 	}
@@ -89,6 +95,7 @@ func NewMetrics() *Metrics {
 
 // observeRegistry adds the gauges read from the registry at scrape time.
 func (m *Metrics) observeRegistry(r *Registry) {
+	r.refused = m.workersRefused
 	m.Registry.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: metricsNamespace, Name: "workers",

@@ -2,12 +2,19 @@ package router
 
 import (
 	"fmt"
+	"maps"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	core "github.com/kvrouter/kv-hint-operator/pkg/router"
 )
@@ -33,9 +40,83 @@ type WorkerSpec struct {
 	Capabilities []string `json:"capabilities,omitempty"`
 	// HintEndpoint is the absolute http(s) URL hints are posted to.
 	HintEndpoint string `json:"hint_endpoint,omitempty"`
-	// WorkerType is the worker's router_hint_worker_type (aggregated,
-	// prefill or decode); informational.
+	// WorkerType is the worker's router_hint_worker_type: aggregated,
+	// prefill or decode, or empty when it advertises none. Any other value
+	// is refused.
 	WorkerType string `json:"worker_type,omitempty"`
+	// SourceControlEndpoints are the worker's
+	// router_hint_source_control_endpoints: its KV control endpoint per
+	// data-parallel rank ("0", "1", ...). A booking whose committed copy
+	// names this worker as its source, without an endpoint, gets the one
+	// of its rank.
+	SourceControlEndpoints map[string]string `json:"source_control_endpoints,omitempty"`
+	// Labels are the worker's labels (a pod's own), which the roles'
+	// worker selectors match to build their pools.
+	Labels map[string]string `json:"labels,omitempty"`
+}
+
+// Limits on what a worker advertises.
+const (
+	// MaxSourceRanks caps the data-parallel ranks a worker advertises
+	// endpoints for; ranks run from 0 to MaxSourceRanks-1.
+	MaxSourceRanks = 1024
+)
+
+// validateWorkerType checks a router_hint_worker_type.
+func validateWorkerType(t string) error {
+	switch t {
+	case "", core.WorkerTypeAggregated, core.WorkerTypePrefill, core.WorkerTypeDecode:
+		return nil
+	}
+	return fmt.Errorf("worker_type %q is not a router_hint_worker_type: want %s, %s or %s",
+		t, core.WorkerTypeAggregated, core.WorkerTypePrefill, core.WorkerTypeDecode)
+}
+
+// sourceEndpoints checks the advertised endpoints and returns them indexed
+// by rank ("" where a rank has none).
+func sourceEndpoints(m map[string]string) ([]string, error) {
+	if len(m) == 0 {
+		return nil, nil
+	}
+	if len(m) > MaxSourceRanks {
+		return nil, fmt.Errorf("source_control_endpoints lists %d ranks, over the %d allowed", len(m), MaxSourceRanks)
+	}
+	top := -1
+	ranks := make(map[int]string, len(m))
+	for k, ep := range m {
+		r, err := strconv.Atoi(k)
+		if err != nil || r < 0 || r >= MaxSourceRanks || strconv.Itoa(r) != k {
+			return nil, fmt.Errorf("source_control_endpoints: rank %q must be a data-parallel rank from 0 to %d", k, MaxSourceRanks-1)
+		}
+		switch {
+		case ep == "":
+			return nil, fmt.Errorf("source_control_endpoints: rank %d has an empty endpoint", r)
+		case len(ep) > core.MaxSourceEndpointBytes:
+			return nil, fmt.Errorf("source_control_endpoints: rank %d's endpoint is %d bytes, over the %d allowed", r, len(ep), core.MaxSourceEndpointBytes)
+		case strings.ContainsFunc(ep, func(c rune) bool { return c < 0x20 || c == 0x7f || c == utf8.RuneError }):
+			return nil, fmt.Errorf("source_control_endpoints: rank %d's endpoint %q has control characters or invalid UTF-8", r, ep)
+		}
+		ranks[r] = ep
+		top = max(top, r)
+	}
+	out := make([]string, top+1)
+	for r, ep := range ranks {
+		out[r] = ep
+	}
+	return out, nil
+}
+
+// validateLabels checks labels as the API server checks a pod's.
+func validateLabels(m map[string]string) error {
+	for k, v := range m {
+		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
+			return fmt.Errorf("label key %q: %s", k, strings.Join(errs, "; "))
+		}
+		if errs := validation.IsValidLabelValue(v); len(errs) > 0 {
+			return fmt.Errorf("label %s value %q: %s", k, v, strings.Join(errs, "; "))
+		}
+	}
+	return nil
 }
 
 // Validate reports why the spec cannot be registered, or nil.
@@ -51,6 +132,15 @@ func (s *WorkerSpec) Validate() error {
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return fmt.Errorf("worker %s: hint_endpoint %q must be an absolute http or https URL", s.ID, s.HintEndpoint)
 		}
+	}
+	if err := validateWorkerType(s.WorkerType); err != nil {
+		return fmt.Errorf("worker %s: %w", s.ID, err)
+	}
+	if _, err := sourceEndpoints(s.SourceControlEndpoints); err != nil {
+		return fmt.Errorf("worker %s: %w", s.ID, err)
+	}
+	if err := validateLabels(s.Labels); err != nil {
+		return fmt.Errorf("worker %s: %w", s.ID, err)
 	}
 	return nil
 }
@@ -68,6 +158,8 @@ type Worker struct {
 	Capable bool `json:"hint_capable"`
 	// Source is the source that registered it: api, file or pods.
 	Source string `json:"source"`
+	// InPools lists the roles whose worker pools the worker is in.
+	InPools []string `json:"pools,omitempty"`
 
 	// q is the worker's delivery queue: nil when it is not hint-capable,
 	// has no endpoint, or the registry has no Delivery.
@@ -75,10 +167,43 @@ type Worker struct {
 	// delivery counts what is dropped for want of an endpoint; nil when
 	// the registry has no Delivery.
 	delivery *Delivery
+	// sources are the source control endpoints by rank.
+	sources []string
+	// pools holds an entry for every role with a worker pool: whether the
+	// worker is in it. A role without one admits every worker.
+	pools map[string]bool
 }
 
 // HintCapable reports whether the worker advertises router_hint.
 func (w *Worker) HintCapable() bool { return w.Capable }
+
+// InPool reports whether the worker is in role's pool; a role without a
+// pool admits every worker.
+func (w *Worker) InPool(role string) bool {
+	in, pooled := w.pools[role]
+	return in || !pooled
+}
+
+// Pools lists the roles whose pools the worker is in, sorted.
+func (w *Worker) Pools() []string {
+	var out []string
+	for role, in := range w.pools {
+		if in {
+			out = append(out, role)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// SourceEndpoint returns the control endpoint the worker advertises for a
+// data-parallel rank.
+func (w *Worker) SourceEndpoint(rank int) (string, bool) {
+	if rank < 0 || rank >= len(w.sources) || w.sources[rank] == "" {
+		return "", false
+	}
+	return w.sources[rank], true
+}
 
 // Deliver hands a message to the worker's queue; false if it was dropped.
 func (w *Worker) Deliver(msg []byte, built time.Time) bool {
@@ -98,6 +223,12 @@ type Registry struct {
 	delivery *Delivery
 	mu       sync.Mutex // serialises writers
 	workers  atomic.Pointer[map[string]*Worker]
+	// pools are the roles' worker selectors; a role absent has no pool.
+	// Guarded by mu.
+	pools map[string]labels.Selector
+	// refused counts registrations refused as invalid, by source; nil
+	// counts nothing.
+	refused *prometheus.CounterVec
 }
 
 // NewRegistry returns an empty registry whose hint-capable workers get a
@@ -142,6 +273,7 @@ func (r *Registry) List() []Worker {
 // Set registers or replaces one worker for a source.
 func (r *Registry) Set(source string, spec WorkerSpec) error {
 	if err := spec.Validate(); err != nil {
+		r.countRefused(source)
 		return err
 	}
 	r.mu.Lock()
@@ -175,6 +307,7 @@ func (r *Registry) Replace(source string, specs []WorkerSpec) error {
 	seen := make(map[string]bool, len(specs))
 	for i := range specs {
 		if err := specs[i].Validate(); err != nil {
+			r.countRefused(source)
 			return err
 		}
 		if seen[specs[i].ID] {
@@ -204,7 +337,12 @@ func (r *Registry) Replace(source string, specs []WorkerSpec) error {
 // endpoint did not change: its hints and its connection stay valid.
 func (r *Registry) put(next map[string]*Worker, source string, spec WorkerSpec) {
 	spec.Capabilities = slices.Clone(spec.Capabilities)
+	spec.Labels = maps.Clone(spec.Labels)
+	spec.SourceControlEndpoints = maps.Clone(spec.SourceControlEndpoints)
 	w := &Worker{WorkerSpec: spec, Capable: spec.HintCapable(), Source: source, delivery: r.delivery}
+	w.sources, _ = sourceEndpoints(spec.SourceControlEndpoints) // validated by the caller
+	w.pools = r.membership(spec.Labels)
+	w.InPools = w.Pools()
 	old := next[spec.ID]
 	wantQueue := w.Capable && spec.HintEndpoint != "" && r.delivery != nil
 	switch {
@@ -217,6 +355,51 @@ func (r *Registry) put(next map[string]*Worker, source string, spec WorkerSpec) 
 		old.q.close()
 	}
 	next[spec.ID] = w
+}
+
+// countRefused counts a registration refused as invalid.
+func (r *Registry) countRefused(source string) {
+	if r.refused != nil {
+		r.refused.WithLabelValues(source).Inc()
+	}
+}
+
+// membership is which pools a worker with these labels is in, under the
+// pools in force. Guarded by mu.
+func (r *Registry) membership(l map[string]string) map[string]bool {
+	if len(r.pools) == 0 {
+		return nil
+	}
+	m := make(map[string]bool, len(r.pools))
+	for role, sel := range r.pools {
+		m[role] = sel.Matches(labels.Set(l))
+	}
+	return m
+}
+
+// SetPools makes pools the roles' worker pools: role to the selector of
+// its workers. A role absent has no pool and admits every worker. Every
+// registered worker's membership is recomputed at once.
+func (r *Registry) SetPools(pools map[string]labels.Selector) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.pools = maps.Clone(pools)
+	cur := *r.workers.Load()
+	next := make(map[string]*Worker, len(cur))
+	for id, w := range cur {
+		c := *w
+		c.pools = r.membership(w.Labels)
+		c.InPools = c.Pools()
+		next[id] = &c
+	}
+	r.workers.Store(&next)
+}
+
+// Pools returns the roles' worker selectors in force.
+func (r *Registry) Pools() map[string]labels.Selector {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return maps.Clone(r.pools)
 }
 
 func (r *Registry) copyMap() map[string]*Worker {

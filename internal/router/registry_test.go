@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 )
 
 func TestPodWorkerSpec(t *testing.T) {
@@ -44,7 +45,10 @@ func TestPodWorkerSpec(t *testing.T) {
 		{"finished", pod(corev1.PodSucceeded, "10.0.0.5", full), WorkerSpec{}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, ok := PodWorkerSpec(tc.pod)
+			got, ok, err := PodWorkerSpec(tc.pod)
+			if err != nil {
+				t.Fatal(err)
+			}
 			if ok != tc.ok {
 				t.Fatalf("ok = %v, want %v", ok, tc.ok)
 			}
@@ -144,5 +148,47 @@ func TestWorkersFile(t *testing.T) {
 	}
 	if _, err := ParseWorkersFile([]byte("workers:\n  - {hint_endpoint: 'http://x/'}\n")); err == nil {
 		t.Error("a worker without id was accepted")
+	}
+}
+
+// TestPodWatchSelector: the pod watch asks for what every pool requires,
+// never narrower than one of them, and never mutates the pools.
+func TestPodWatchSelector(t *testing.T) {
+	sel := func(s string) labels.Selector {
+		t.Helper()
+		l, err := labels.Parse(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	for _, tc := range []struct {
+		name      string
+		pools     map[string]string
+		poolsOnly bool
+		want      string
+	}{
+		{"no pools known", nil, false, ""},
+		{"a role without a pool", map[string]string{"prefill": "app=llama,component=prefill"}, false, ""},
+		{"shared requirement", map[string]string{"prefill": "app=llama,component=prefill", "decode": "app=llama,component=decode"}, true, "app=llama"},
+		{"one pool", map[string]string{"decode": "app=llama,component in (decode,aggregated)"}, true, "app=llama,component in (aggregated,decode)"},
+		{"nothing shared", map[string]string{"prefill": "app=a", "decode": "app=b"}, true, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := &PodWorkers{poolsOnly: tc.poolsOnly, pools: map[string]labels.Selector{}}
+			before := map[string]string{}
+			for role, s := range tc.pools {
+				p.pools[role] = sel(s)
+				before[role] = p.pools[role].String()
+			}
+			if got := p.watchSelector().String(); got != tc.want {
+				t.Errorf("watch selector %q, want %q", got, tc.want)
+			}
+			for role, s := range p.pools {
+				if s.String() != before[role] {
+					t.Errorf("pool %s changed from %q to %q", role, before[role], s.String())
+				}
+			}
+		})
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -44,8 +45,12 @@ type Options struct {
 
 	// WorkersFile lists standalone workers.
 	WorkersFile string
-	// WorkerPods registers the pods WorkerSelector picks in Namespace.
-	WorkerPods     bool
+	// WorkerPods registers worker pods of Namespace: those the roles'
+	// worker selectors pick (from the ConfigMap), or every pod while a
+	// role has none.
+	WorkerPods bool
+	// WorkerSelector, when set, limits the pod watch to the pods it picks
+	// (the deprecated --worker-selector); the roles' pools still apply.
 	WorkerSelector labels.Selector
 
 	// PodName and PodNamespace identify the sidecar's own pod, to write
@@ -58,7 +63,14 @@ type Options struct {
 	// health. Port 0 picks a free port (see Sidecar.Addr).
 	Listen, OpsListen string
 
-	PolicyDeadline  time.Duration
+	PolicyDeadline time.Duration
+	// PolicyDeadlinePerBlock is the deadline a policy that reads the
+	// committed copy gets per block of it (router.Options).
+	PolicyDeadlinePerBlock time.Duration
+	// MaxBookingBytes caps a booking request body and the copy the
+	// dispatcher accepts (router.Options.MaxBookingBytes); 0 means
+	// core.DefaultMaxBookingBytes.
+	MaxBookingBytes int
 	QueueSize       int
 	DeliveryTimeout time.Duration
 	HintTTL         time.Duration
@@ -131,7 +143,11 @@ func New(o Options) (*Sidecar, error) {
 	del := NewDelivery(DeliveryOptions{QueueSize: o.QueueSize, Timeout: o.DeliveryTimeout, HintTTL: o.HintTTL, Metrics: m, Log: o.Log.WithName("delivery")})
 	reg := NewRegistry(del)
 	m.observeRegistry(reg)
-	d := core.NewDispatcher(core.Options{Catalog: o.Catalog, Workers: reg, Metrics: m.Dispatch, PolicyDeadline: o.PolicyDeadline, Log: o.Log.WithName("dispatcher")})
+	if o.MaxBookingBytes <= 0 {
+		o.MaxBookingBytes = core.DefaultMaxBookingBytes
+	}
+	d := core.NewDispatcher(core.Options{Catalog: o.Catalog, Workers: reg, Metrics: m.Dispatch, PolicyDeadline: o.PolicyDeadline,
+		PolicyDeadlinePerBlock: o.PolicyDeadlinePerBlock, MaxBookingBytes: o.MaxBookingBytes, Log: o.Log.WithName("dispatcher")})
 	s := &Sidecar{opts: o, Metrics: m, Dispatcher: d, Workers: reg, Delivery: del}
 	if o.WorkerPods {
 		s.pods = &PodWorkers{Client: o.Kube, Namespace: o.Namespace, Selector: o.WorkerSelector, Registry: reg}
@@ -163,7 +179,7 @@ func (s *Sidecar) Start(ctx context.Context) error {
 	}
 	ctx, s.cancel = context.WithCancel(ctx)
 	log := s.opts.Log
-	api := &API{Dispatcher: s.Dispatcher, Workers: s.Workers, Metrics: s.Metrics, Log: log.WithName("api")}
+	api := &API{Dispatcher: s.Dispatcher, Workers: s.Workers, Metrics: s.Metrics, Log: log.WithName("api"), MaxBookingBytes: s.opts.MaxBookingBytes}
 	if s.pods != nil {
 		api.Ready = s.pods.Synced
 	}
@@ -173,9 +189,11 @@ func (s *Sidecar) Start(ctx context.Context) error {
 		case o.ConfigFile != "":
 			FileSource{Path: o.ConfigFile, Poll: o.Poll}.Run(ctx, s.Dispatcher, log.WithName("config"))
 		case o.ConfigDir != "":
-			DirSource(o.ConfigDir, o.Poll).Run(ctx, s.Dispatcher, log.WithName("config"))
+			src := DirSource(o.ConfigDir, o.Poll)
+			src.OnWorkerSelectors = s.applyPools
+			src.Run(ctx, s.Dispatcher, log.WithName("config"))
 		default:
-			ConfigMapSource{Client: o.Kube, Namespace: o.Namespace, Name: o.ConfigMap}.Run(ctx, s.Dispatcher, log.WithName("config"))
+			ConfigMapSource{Client: o.Kube, Namespace: o.Namespace, Name: o.ConfigMap, OnWorkerSelectors: s.applyPools}.Run(ctx, s.Dispatcher, log.WithName("config"))
 		}
 	})
 	if s.opts.WorkersFile != "" {
@@ -204,6 +222,34 @@ func (s *Sidecar) Start(ctx context.Context) error {
 	}
 	log.Info("Sidecar started", "bookings", s.BookingAddr(), "ops", s.OpsAddr())
 	return nil
+}
+
+// applyPools makes the roles' worker selectors of the config source the
+// registry's worker pools. Pods outside every pool stop being workers
+// unless some role of the config in force has no selector (or none are
+// known), which admits every worker as before pools existed.
+func (s *Sidecar) applyPools(pools map[string]labels.Selector) {
+	open := pools == nil
+	roles := s.Dispatcher.Roles()
+	if len(roles) == 0 {
+		open = true
+	}
+	for _, r := range roles {
+		if _, ok := pools[r]; !ok {
+			open = true
+		}
+	}
+	if s.pods != nil {
+		s.pods.SetPools(pools, open)
+	} else {
+		s.Workers.SetPools(pools)
+	}
+	names := make([]string, 0, len(pools))
+	for role, sel := range pools {
+		names = append(names, role+": "+sel.String())
+	}
+	slices.Sort(names)
+	s.opts.Log.V(1).Info("Applied worker pools", "pools", names, "othersAdmitted", open)
 }
 
 func (s *Sidecar) goRun(f func()) {

@@ -10,8 +10,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/yaml"
 )
 
 // ConfigMapSource loads the hints config from a ConfigMap through a watch
@@ -26,6 +28,11 @@ type ConfigMapSource struct {
 	Name string
 	// Key is the data key; empty means ConfigMapKey.
 	Key string
+	// OnWorkerSelectors, when set, receives the roles' worker selectors
+	// (key WorkerSelectorsKey) after every load of the config: nil when
+	// the ConfigMap has no such key. A key that does not parse is logged
+	// and skipped, leaving the pools in force.
+	OnWorkerSelectors func(map[string]labels.Selector)
 }
 
 // Run loads the ConfigMap into d on every change until ctx is done. A
@@ -48,6 +55,20 @@ func (s ConfigMapSource) Run(ctx context.Context, d *core.Dispatcher, log logr.L
 			return
 		}
 		_ = d.Load([]byte(data), origin)
+		if s.OnWorkerSelectors == nil {
+			return
+		}
+		raw, ok := cm.Data[WorkerSelectorsKey]
+		if !ok {
+			s.OnWorkerSelectors(nil)
+			return
+		}
+		pools, err := ParseWorkerSelectors([]byte(raw))
+		if err != nil {
+			log.Error(err, "Cannot read the roles' worker selectors; keeping the worker pools in force", "key", WorkerSelectorsKey)
+			return
+		}
+		s.OnWorkerSelectors(pools)
 	}
 	lw := cache.NewFilteredListWatchFromClient(s.Client.CoreV1().RESTClient(), "configmaps", s.Namespace,
 		func(o *metav1.ListOptions) {
@@ -66,4 +87,25 @@ func (s ConfigMapSource) Run(ctx context.Context, d *core.Dispatcher, log logr.L
 	})
 	log.Info("Watching hints ConfigMap", "key", key)
 	ctrl.RunWithContext(ctx)
+}
+
+// ParseWorkerSelectors reads the WorkerSelectorsKey of a compiled
+// ConfigMap: a YAML map from role to its label selector.
+func ParseWorkerSelectors(data []byte) (map[string]labels.Selector, error) {
+	var m map[string]*metav1.LabelSelector
+	if err := yaml.UnmarshalStrict(data, &m); err != nil {
+		return nil, fmt.Errorf("%s: %w", WorkerSelectorsKey, err)
+	}
+	out := make(map[string]labels.Selector, len(m))
+	for role, ls := range m {
+		if ls == nil {
+			continue
+		}
+		sel, err := metav1.LabelSelectorAsSelector(ls)
+		if err != nil {
+			return nil, fmt.Errorf("%s: role %s: %w", WorkerSelectorsKey, role, err)
+		}
+		out[role] = sel
+	}
+	return out, nil
 }

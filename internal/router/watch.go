@@ -2,8 +2,10 @@ package router
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
@@ -13,6 +15,7 @@ import (
 	"github.com/fsnotify/fsnotify"
 	"github.com/go-logr/logr"
 	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
+	"k8s.io/apimachinery/pkg/labels"
 )
 
 // DefaultPollInterval is how often a watched file is reread whatever the
@@ -123,12 +126,17 @@ type FileSource struct {
 	Path string
 	// Poll is the fallback reread interval; 0 means DefaultPollInterval.
 	Poll time.Duration
+	// SelectorsPath, with OnWorkerSelectors, is the roles' worker
+	// selectors file (a mounted ConfigMap's worker-selectors.yaml), read
+	// after every load of the config: nil when it does not exist.
+	SelectorsPath     string
+	OnWorkerSelectors func(map[string]labels.Selector)
 }
 
 // DirSource is the FileSource for a mounted ConfigMap: key hints.yaml of
-// directory dir.
+// directory dir, and the roles' worker selectors beside it.
 func DirSource(dir string, poll time.Duration) FileSource {
-	return FileSource{Path: filepath.Join(dir, ConfigMapKey), Poll: poll}
+	return FileSource{Path: filepath.Join(dir, ConfigMapKey), Poll: poll, SelectorsPath: filepath.Join(dir, WorkerSelectorsKey)}
 }
 
 // Run loads the file into d, then reloads it on every change until ctx is
@@ -143,5 +151,22 @@ func (s FileSource) Run(ctx context.Context, d *core.Dispatcher, log logr.Logger
 			return
 		}
 		_ = d.Load(data, path) // Load logs and counts its own errors
+		if s.OnWorkerSelectors == nil || s.SelectorsPath == "" {
+			return
+		}
+		raw, err := readLimited(s.SelectorsPath, hintsconfig.MaxConfigBytes)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			s.OnWorkerSelectors(nil)
+		case err != nil:
+			log.Error(err, "Cannot read the roles' worker selectors; keeping the worker pools in force")
+		default:
+			pools, err := ParseWorkerSelectors(raw)
+			if err != nil {
+				log.Error(err, "Cannot read the roles' worker selectors; keeping the worker pools in force")
+				return
+			}
+			s.OnWorkerSelectors(pools)
+		}
 	})
 }

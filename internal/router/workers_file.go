@@ -68,7 +68,12 @@ func (s WorkersFileSource) Run(ctx context.Context, reg *Registry, log logr.Logg
 		}
 		var specs []WorkerSpec
 		if err == nil {
-			specs, err = ParseWorkersFile(data)
+			if specs, err = ParseWorkersFile(data); err != nil && err.Error() != lastErr {
+				// An invalid worker (a worker_type other than aggregated,
+				// prefill or decode, say) refuses the whole file: counted
+				// once per distinct error, like the log below.
+				reg.countRefused(SourceFile)
+			}
 		}
 		if err == nil {
 			err = reg.Replace(SourceFile, specs)

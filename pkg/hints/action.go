@@ -23,14 +23,19 @@ const (
 // [0, 2^64) and, if any, a non-empty source_control_endpoint string.
 // Payloads written with an ObjectWriter are checked from what the writer
 // recorded; others are scanned.
-func CheckAction(a *Action) error {
+func CheckAction(a *Action) error { return CheckActionWithin(a, MaxPayloadBytes) }
+
+// CheckActionWithin is CheckAction with a payload cap of maxPayloadBytes
+// instead of MaxPayloadBytes: a dispatcher that accepts larger bookings
+// (a copy of tens of thousands of blocks) accepts their payloads.
+func CheckActionWithin(a *Action, maxPayloadBytes int) error {
 	if err := checkActionType(a.Type); err != nil {
 		return err
 	}
 	if err := checkActionVersion(a.Version); err != nil {
 		return fmt.Errorf("action %s: %w", a.Type, err)
 	}
-	facts, err := a.Payload.check()
+	facts, err := a.Payload.checkWithin(maxPayloadBytes)
 	if err == nil {
 		err = checkConsumerRules(a.Type, facts)
 	}

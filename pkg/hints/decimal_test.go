@@ -34,6 +34,26 @@ func TestAppendUint64MatchesStrconv(t *testing.T) {
 	}
 }
 
+// TestAppendUint64List: the list writer equals strconv, joined by commas,
+// at every length and after any prefix.
+func TestAppendUint64List(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for n := range 300 {
+		v := make([]uint64, n)
+		want := []byte("pre")
+		for i := range v {
+			v[i] = rng.Uint64() >> rng.UintN(64)
+			if i > 0 {
+				want = append(want, ',')
+			}
+			want = strconv.AppendUint(want, v[i], 10)
+		}
+		if got := appendUint64List([]byte("pre"), v); string(got) != string(want) {
+			t.Fatalf("%d values: %s, want %s", n, got, want)
+		}
+	}
+}
+
 func FuzzAppendUint64(f *testing.F) {
 	f.Add(uint64(0))
 	f.Add(uint64(math.MaxUint64))
@@ -58,6 +78,12 @@ func BenchmarkAppendUint64(b *testing.B) {
 			for _, h := range hashes {
 				buf = appendUint64(buf, h)
 			}
+		}
+	})
+	b.Run("list", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			buf = appendUint64List(buf[:0], hashes)
 		}
 	})
 	b.Run("strconv", func(b *testing.B) {

@@ -8,7 +8,12 @@ import (
 	"unicode/utf8"
 )
 
-// MaxPayloadBytes caps one action's payload. A larger payload is malformed.
+// MaxPayloadBytes is the default cap on one action's payload, the one
+// Validate and CheckAction apply: a larger payload is malformed. A
+// dispatcher may allow more with ValidateWithin and CheckActionWithin, so
+// that a payload built from a booking it accepted always fits (pkg/router
+// derives its cap from its booking limit: a kv.fetch of a long prompt's
+// copy is as large as the copy).
 const MaxPayloadBytes = 64 << 10
 
 // Payload is an action's engine-format JSON object.
@@ -30,19 +35,23 @@ func RawPayload(b []byte) Payload { return Payload{raw: b} }
 // Bytes returns the JSON text. The caller must not modify it.
 func (p Payload) Bytes() []byte { return p.raw }
 
-// Validate reports why p cannot be sent as any action's payload, or nil: it
-// must be one JSON object within MaxPayloadBytes whose keys ascend, with no
-// key repeated, in every object. CheckAction adds the rules of the action's
-// type.
-func (p Payload) Validate() error {
-	_, err := p.check()
+// Validate reports why p cannot be sent as any action's payload under the
+// default MaxPayloadBytes cap, or nil: it must be one JSON object whose keys
+// ascend, with no key repeated, in every object. CheckAction adds the rules
+// of the action's type.
+func (p Payload) Validate() error { return p.ValidateWithin(MaxPayloadBytes) }
+
+// ValidateWithin is Validate under a cap of limit bytes.
+func (p Payload) ValidateWithin(limit int) error {
+	_, err := p.checkWithin(limit)
 	return err
 }
 
-// check validates p and returns its consumer facts.
-func (p Payload) check() (payloadFacts, error) {
-	if len(p.raw) > MaxPayloadBytes {
-		return 0, fmt.Errorf("payload is %d bytes, over the %d-byte limit", len(p.raw), MaxPayloadBytes)
+// checkWithin validates p under a cap of limit bytes and returns its
+// consumer facts.
+func (p Payload) checkWithin(limit int) (payloadFacts, error) {
+	if len(p.raw) > limit {
+		return 0, fmt.Errorf("payload is %d bytes, over the %d-byte limit", len(p.raw), limit)
 	}
 	if p.wellFormed {
 		return p.facts, nil
@@ -149,14 +158,7 @@ func (w *ObjectWriter) Uint64s(k string, v []uint64) {
 		return
 	}
 	w.facts.noteHashes(k, len(v))
-	w.buf = append(w.buf, '[')
-	for i, h := range v {
-		if i > 0 {
-			w.buf = append(w.buf, ',')
-		}
-		w.buf = appendUint64(w.buf, h)
-	}
-	w.buf = append(w.buf, ']')
+	w.buf = append(appendUint64List(append(w.buf, '['), v), ']')
 }
 
 // Payload closes the object and returns it, or the first error.

@@ -62,8 +62,13 @@ type Session struct {
 type CommittedCopy struct {
 	// SourceWorker is the ID of the worker that holds the blocks.
 	SourceWorker string
-	// SourceEndpoint is the source's KV control endpoint, e.g. tcp://10.0.0.7:23280.
+	// SourceEndpoint is the source's KV control endpoint, e.g.
+	// tcp://10.0.0.7:23280: the booking's, or the one the source worker
+	// advertises for SourceRank (router_hint_source_control_endpoints).
 	SourceEndpoint string
+	// SourceRank is the source's data-parallel rank whose blocks are
+	// copied; 0 unless the router says otherwise.
+	SourceRank int
 	// BlockHashes are the hashes of the blocks to copy, in prompt order.
 	BlockHashes []uint64
 }

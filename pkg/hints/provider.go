@@ -25,6 +25,14 @@ type HintProvider struct {
 	Parse func(params Params) (HintPolicy, error)
 	// Description is one line for `kvhint catalog` and error messages.
 	Description string
+	// NeverBlocks declares that BuildHints only computes: it never sleeps,
+	// waits or does I/O. The policy deadline is wall-clock time, so that a
+	// policy that blocks loses its actions; for a policy that declares
+	// NeverBlocks, a dispatcher may keep the actions of a run that overran
+	// only because the OS took the CPU from it (pkg/router does, on long
+	// copies). A policy that declares it and blocks may keep actions it
+	// should have lost.
+	NeverBlocks bool
 }
 
 // HintHost says which worker-selection policies a hint runs under by default.

@@ -217,7 +217,7 @@ func (c *roleCompiler) hint(idx int, spec HintSpec, seen map[string]seenHint) *H
 		c.fail(ReasonInvalidParameters, idx, spec.Type, paramKey(err), "%v", err)
 		ok = false
 	}
-	h := &Hint{Type: spec.Type, Name: spec.Name, Commitments: p.Commitments, Policy: policy}
+	h := &Hint{Type: spec.Type, Name: spec.Name, Commitments: p.Commitments, NeverBlocks: p.NeverBlocks, Policy: policy}
 	if policy != nil {
 		h.Params = canonicalParams(policy, spec.Parameters)
 	}

@@ -54,6 +54,8 @@ type Hint struct {
 	// Params are the effective parameters, canonical JSON (keys sorted).
 	Params      hints.Params
 	Commitments hints.Commitments
+	// NeverBlocks is the provider's HintProvider.NeverBlocks.
+	NeverBlocks bool
 	Policy      hints.HintPolicy
 }
 

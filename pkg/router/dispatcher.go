@@ -3,6 +3,7 @@ package router
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,8 +16,18 @@ import (
 	"github.com/kvrouter/kv-hint-operator/pkg/internal/hostbridge"
 )
 
-// DefaultPolicyDeadline is how long one hint policy may run on a booking.
+// DefaultPolicyDeadline is how long one hint policy may run on a booking
+// before the budget it gets per block of a committed copy.
 const DefaultPolicyDeadline = time.Millisecond
+
+// DefaultPolicyDeadlinePerBlock is the time a policy that reads the
+// committed copy (it declares KVCopy) gets on top of its deadline for each
+// block of the copy: its work grows with the copy (kv-fetch writes every
+// hash, about 20-25 ns each on the development machine), and a fixed
+// deadline would drop the long prompts' fetches, which matter most. 1 µs a
+// block is some 40 times kv-fetch's cost, room for a busy machine's
+// preemptions: 9.2 ms for a copy of 8,192 blocks.
+const DefaultPolicyDeadlinePerBlock = time.Microsecond
 
 // failureLogInterval is the least time between two logs of one policy's
 // failures; every failure is counted regardless.
@@ -35,6 +46,16 @@ type Options struct {
 	// PolicyDeadline is how long one policy may run on one booking before
 	// its actions are dropped; 0 means DefaultPolicyDeadline.
 	PolicyDeadline time.Duration
+	// PolicyDeadlinePerBlock is added to the deadline of a policy that
+	// declares KVCopy for each block of the booking's committed copy; 0
+	// means DefaultPolicyDeadlinePerBlock, a negative value none.
+	PolicyDeadlinePerBlock time.Duration
+	// MaxBookingBytes is the most bytes a committed copy's block hashes
+	// may take in decimal; Book refuses a larger copy up front with
+	// ErrBookingTooLarge. The payload cap follows it, so that a copy Book
+	// accepts is always sent whole. 0 means DefaultMaxBookingBytes. The
+	// sidecar sets it, and its request body limit, from --max-booking-bytes.
+	MaxBookingBytes int
 	// Log receives config and policy-failure logs; the zero Logger discards
 	// them.
 	Log logr.Logger
@@ -43,11 +64,14 @@ type Options struct {
 // Dispatcher turns bookings into hints. It is safe for concurrent use; one
 // Dispatcher serves every booking of a sidecar.
 type Dispatcher struct {
-	cat      *hints.Catalog
-	workers  Workers
-	metrics  *Metrics
-	deadline time.Duration
-	log      logr.Logger
+	cat        *hints.Catalog
+	workers    Workers
+	metrics    *Metrics
+	deadline   time.Duration
+	perBlock   time.Duration
+	maxBooking int
+	maxPayload int
+	log        logr.Logger
 
 	snap    atomic.Pointer[snapshot]
 	scratch sync.Pool
@@ -71,17 +95,54 @@ func NewDispatcher(o Options) *Dispatcher {
 	if o.PolicyDeadline <= 0 {
 		o.PolicyDeadline = DefaultPolicyDeadline
 	}
+	switch {
+	case o.PolicyDeadlinePerBlock == 0:
+		o.PolicyDeadlinePerBlock = DefaultPolicyDeadlinePerBlock
+	case o.PolicyDeadlinePerBlock < 0:
+		o.PolicyDeadlinePerBlock = 0
+	}
+	if o.MaxBookingBytes <= 0 {
+		o.MaxBookingBytes = DefaultMaxBookingBytes
+	}
 	if o.Workers == nil {
 		o.Workers = StaticWorkers(nil)
 	}
-	d := &Dispatcher{cat: o.Catalog, workers: o.Workers, metrics: o.Metrics, deadline: o.PolicyDeadline, log: o.Log}
+	d := &Dispatcher{cat: o.Catalog, workers: o.Workers, metrics: o.Metrics, deadline: o.PolicyDeadline,
+		perBlock: o.PolicyDeadlinePerBlock, maxBooking: o.MaxBookingBytes, log: o.Log}
+	// A kv.fetch holds the copy's hashes (at most MaxBookingBytes), an
+	// endpoint and its keys; the slack leaves room for both.
+	d.maxPayload = max(hints.MaxPayloadBytes, o.MaxBookingBytes+payloadSlackBytes)
 	d.scratch.New = func() any { return &scratch{arena: make([]byte, 0, payloadArenaBytes)} }
 	return d
 }
 
+// MaxPayloadBytes is the payload cap the dispatcher enforces: the larger
+// of hints.MaxPayloadBytes and its booking limit plus room for a payload's
+// keys and endpoint.
+func (d *Dispatcher) MaxPayloadBytes() int { return d.maxPayload }
+
+// MaxBookingBytes is the dispatcher's booking limit (Options.MaxBookingBytes).
+func (d *Dispatcher) MaxBookingBytes() int { return d.maxBooking }
+
+// payloadSlackBytes is what a payload may hold beyond a copy's hashes: the
+// keys, brackets and a source endpoint of up to MaxSourceEndpointBytes.
+const payloadSlackBytes = 4 << 10
+
 // payloadArenaBytes is the payload memory a booking's scratch lends its
-// policies: a kv.fetch of 256 blocks fits. Larger payloads allocate.
+// policies beyond what its committed copy needs: a kv.fetch of 256 blocks,
+// or the small payloads of the other built-ins, fit. A booking with a
+// larger copy grows its scratch's arena to fit the copy's kv.fetch, so
+// that the payload is written once, in memory the pool reuses.
 const payloadArenaBytes = 8 << 10
+
+// arenaFor returns the arena capacity a booking needs: the base plus 21
+// bytes (20 digits and a comma) per hash of the copy, and its endpoint.
+func arenaFor(c *hints.CommittedCopy) int {
+	if c == nil {
+		return payloadArenaBytes
+	}
+	return payloadArenaBytes + 21*len(c.BlockHashes) + len(c.SourceEndpoint)
+}
 
 // scratch is the per-booking working memory, pooled so that a booking
 // allocates nothing for its context or its bookkeeping.
@@ -90,6 +151,11 @@ type scratch struct {
 	// arena is lent to the policies for their payloads (kv-fetch's block
 	// hashes), which the envelope copies before the scratch is reused.
 	arena []byte
+	// kvCopy is the booking's copy with the endpoint filled in from the
+	// source worker's advertisement, when the booking names none.
+	kvCopy hints.CommittedCopy
+	// watch is the booking's context-switch baseline, on long copies.
+	watch switchWatch
 	// kept points at the actions kept, in the slices the policies
 	// returned: read, never written, and encoded once all have run.
 	kept [MaxActions]*hints.Action
@@ -112,6 +178,15 @@ func (d *Dispatcher) Config() (doc []byte, hash string) {
 		return s.doc, s.hash
 	}
 	return nil, ""
+}
+
+// Roles lists the roles of the config in force, sorted; nil before the
+// first.
+func (d *Dispatcher) Roles() []string {
+	if s := d.snap.Load(); s != nil {
+		return s.roleNames()
+	}
+	return nil
 }
 
 // OnApply registers f to run, in the loading goroutine, after every config
@@ -153,6 +228,10 @@ func (d *Dispatcher) build(ctx context.Context, b *Booking) (Hint, Worker, time.
 		d.metrics.errInvalid.Inc()
 		return Hint{}, nil, time.Time{}, err
 	}
+	if err := b.copyFits(d.maxBooking); err != nil {
+		d.metrics.errTooLarge.Inc()
+		return Hint{}, nil, time.Time{}, err
+	}
 	rr, ok := s.roles[b.Role]
 	if !ok {
 		d.metrics.errUnknownRole.Inc()
@@ -166,6 +245,10 @@ func (d *Dispatcher) build(ctx context.Context, b *Booking) (Hint, Worker, time.
 		rr.metrics.unknownWorker.Inc()
 		h.Outcome = OutcomeUnknownWorker
 		return h, nil, time.Time{}, nil
+	case !w.InPool(b.Role):
+		rr.metrics.notInPool.Inc()
+		h.Outcome = OutcomeNotInPool
+		return h, w, time.Time{}, nil
 	case !w.HintCapable():
 		rr.metrics.notCapable.Inc()
 		h.Outcome = OutcomeNotHintCapable
@@ -177,6 +260,16 @@ func (d *Dispatcher) build(ctx context.Context, b *Booking) (Hint, Worker, time.
 	}
 
 	sc := d.scratch.Get().(*scratch)
+	kv := b.KVCopy
+	if kv != nil && rr.readsCopy && kv.SourceEndpoint == "" && kv.SourceWorker != "" {
+		kv, h.CopyDrop = d.resolveSource(kv, &sc.kvCopy)
+		if h.CopyDrop != CopyKept {
+			rr.metrics.copyDropped[h.CopyDrop].Inc()
+		}
+	}
+	if need := arenaFor(kv); cap(sc.arena) < need {
+		sc.arena = make([]byte, 0, need)
+	}
 	sc.hc = hints.HintContext{
 		RequestID:    b.RequestID,
 		Role:         b.Role,
@@ -186,9 +279,25 @@ func (d *Dispatcher) build(ctx context.Context, b *Booking) (Hint, Worker, time.
 		Session:      b.Session,
 	}
 	host := hostbridge.Of[hints.HintContext, hints.CommittedCopy](&sc.hc)
-	host.KVCopy = b.KVCopy
+	host.KVCopy = kv
 	host.Arena = sc.arena[:0]
-	n, end := d.runPolicies(ctx, rr, &sc.hc, host, &sc.kept)
+	// A policy that reads the copy gets time for each of its blocks.
+	var copyBudget time.Duration
+	if kv != nil {
+		copyBudget = d.perBlock * time.Duration(len(kv.BlockHashes))
+	}
+	// On a long copy, the thread's context switches tell an overrun the
+	// machine caused (the thread was preempted) from one the policy did.
+	var sw *switchWatch
+	if kv != nil && len(kv.BlockHashes) >= preemptWatchBlocks {
+		sw = &sc.watch
+		if !sw.start() {
+			sw = nil
+		} else {
+			defer runtime.UnlockOSThread()
+		}
+	}
+	n, end := d.runPolicies(ctx, rr, &sc.hc, host, &sc.kept, copyBudget, sw)
 	if n > 0 {
 		// The message outlives the booking, on its way to the worker and
 		// back to the caller: it is the one buffer a booking allocates,
@@ -196,8 +305,14 @@ func (d *Dispatcher) build(ctx context.Context, b *Booking) (Hint, Worker, time.
 		h.Message = encodeMessage(b.RequestID, sc.kept[:n])
 		h.Actions = n
 	}
-	sc.hc = hints.HintContext{} // drop references to the caller's booking
-	clear(sc.kept[:n])          // and to the policies' actions
+	sc.hc = hints.HintContext{}       // drop references to the caller's booking
+	sc.kvCopy = hints.CommittedCopy{} // and its hashes
+	clear(sc.kept[:n])                // and to the policies' actions
+	if cap(sc.arena) > payloadArenaBytes+21*maxPooledArenaBlocks+MaxSourceEndpointBytes {
+		// An arena grown for a very long copy is not kept: the pool would
+		// pin it for bookings that rarely need it.
+		sc.arena = make([]byte, 0, payloadArenaBytes)
+	}
 	d.scratch.Put(sc)
 
 	if n == 0 {
@@ -210,6 +325,74 @@ func (d *Dispatcher) build(ctx context.Context, b *Booking) (Hint, Worker, time.
 	return h, w, end, nil
 }
 
+// preemptWatchBlocks is the least copy, in blocks, on which an overrun is
+// checked against the thread's context switches (a getrusage call per
+// booking, about 0.3 µs: under 2% of the work of 1,024 hashes).
+const preemptWatchBlocks = 1024
+
+// switchWatch tells a deadline overrun that the machine caused from one a
+// policy caused. The policy deadline is wall-clock time, so that a policy
+// that sleeps or blocks loses its actions; but on a busy machine the OS
+// may take the CPU from a policy that only computes, for longer than the
+// deadline, and dropping its actions then punishes the policy for the
+// machine. The booking's goroutine is locked to its thread while its
+// policies run; an overrun of a policy that declares it never blocks
+// (hints.HintProvider.NeverBlocks, as the built-ins do), during which the
+// thread was preempted (involuntary context switches) and did not block
+// (no voluntary one), is the machine's, and the actions are kept. Only
+// such policies: a thread preempted on its way to sleep may wake without
+// a voluntary switch (Go's wake-up can come before the futex wait), so
+// the counts alone cannot clear a policy that sleeps.
+type switchWatch struct{ voluntary, involuntary int64 }
+
+// start locks the goroutine to its thread and takes the baseline; false
+// when the platform cannot count switches (then nothing is locked).
+func (w *switchWatch) start() bool {
+	runtime.LockOSThread()
+	v, i, ok := threadSwitches()
+	if !ok {
+		runtime.UnlockOSThread()
+		return false
+	}
+	w.voluntary, w.involuntary = v, i
+	return true
+}
+
+// preempted reports whether, since the baseline, the thread was preempted
+// and never blocked; the baseline moves to now.
+func (w *switchWatch) preempted() bool {
+	v, i, ok := threadSwitches()
+	if !ok {
+		return false
+	}
+	excused := v == w.voluntary && i > w.involuntary
+	w.voluntary, w.involuntary = v, i
+	return excused
+}
+
+// maxPooledArenaBlocks is the largest copy, in blocks, whose arena the
+// scratch pool keeps: 32,768 blocks, a 1M-token prompt at block size 32
+// (about 700 KB). Longer copies allocate their arena per booking.
+const maxPooledArenaBlocks = 32 << 10
+
+// resolveSource fills in the endpoint of a copy that names its source
+// worker but no endpoint, from what the source advertises for the copy's
+// rank, into dst. It returns the copy to use, nil when it is dropped, and
+// why.
+func (d *Dispatcher) resolveSource(kv, dst *hints.CommittedCopy) (*hints.CommittedCopy, CopyDrop) {
+	src := d.workers.Lookup(kv.SourceWorker)
+	if src == nil {
+		return nil, CopyDropUnknownSource
+	}
+	ep, ok := src.SourceEndpoint(kv.SourceRank)
+	if !ok || ep == "" {
+		return nil, CopyDropUnknownSourceRank
+	}
+	*dst = *kv
+	dst.SourceEndpoint = ep
+	return dst, CopyKept
+}
+
 // runPolicies runs the role's policies in order and records the actions
 // they keep in kept. It returns the number kept and the time the last
 // policy returned.
@@ -218,7 +401,9 @@ func (d *Dispatcher) build(ctx context.Context, b *Booking) (Hint, Worker, time.
 // Go cannot preempt a goroutine, so a policy that blocks holds its booking
 // until it returns, and is then dropped and counted. Each policy's end time
 // is the next one's start, so the clock is read once per policy plus once.
-func (d *Dispatcher) runPolicies(ctx context.Context, rr *roleRun, hc *hints.HintContext, host *hostbridge.State[hints.CommittedCopy], kept *[MaxActions]*hints.Action) (int, time.Time) {
+// A policy that declares KVCopy has copyBudget on top of the deadline. With
+// sw, an overrun during which the thread was only preempted is excused.
+func (d *Dispatcher) runPolicies(ctx context.Context, rr *roleRun, hc *hints.HintContext, host *hostbridge.State[hints.CommittedCopy], kept *[MaxActions]*hints.Action, copyBudget time.Duration, sw *switchWatch) (int, time.Time) {
 	n := 0
 	fetchKept := false // the engine runs only a hint's first kv.fetch
 	start := time.Now()
@@ -241,13 +426,17 @@ func (d *Dispatcher) runPolicies(ctx context.Context, rr *roleRun, hc *hints.Hin
 			}
 			d.fail(hr, DropError, 0, t1, err)
 			continue
-		case elapsed > d.deadline:
-			d.fail(hr, DropDeadline, len(actions), t1, fmt.Errorf("ran %v, over its %v deadline", elapsed, d.deadline))
+		case elapsed > d.deadline && elapsed > d.deadlineOf(hr, copyBudget):
+			if sw != nil && hr.hint.NeverBlocks && sw.preempted() {
+				hr.metrics.excused.Inc()
+				break
+			}
+			d.fail(hr, DropDeadline, len(actions), t1, fmt.Errorf("ran %v, over its %v deadline", elapsed, d.deadlineOf(hr, copyBudget)))
 			continue
 		case len(actions) == 0:
 			continue
 		}
-		hasFetch, bad := checkActions(actions, fetchKept)
+		hasFetch, bad := checkActions(actions, fetchKept, d.maxPayload)
 		if bad != nil {
 			d.fail(hr, DropMalformed, len(actions), t1, bad)
 			continue
@@ -291,14 +480,23 @@ type policyPanic struct{ value any }
 
 func (p *policyPanic) Error() string { return fmt.Sprintf("panic: %v", p.value) }
 
-// checkActions holds one policy's actions to hints.CheckAction and to the
-// rule that a hint carries at most one kv.fetch: an engine runs only the
-// first, so a later one would be sent and silently ignored. It reports
+// deadlineOf is a policy's deadline on a booking whose copy (if the policy
+// reads it) earns copyBudget.
+func (d *Dispatcher) deadlineOf(hr *hintRun, copyBudget time.Duration) time.Duration {
+	if hr.hint.Commitments.Has(hints.KVCopy) {
+		return d.deadline + copyBudget
+	}
+	return d.deadline
+}
+
+// checkActions holds one policy's actions to hints.CheckActionWithin and to
+// the rule that a hint carries at most one kv.fetch: an engine runs only
+// the first, so a later one would be sent and silently ignored. It reports
 // whether the actions carry a kv.fetch.
-func checkActions(actions []hints.Action, fetchKept bool) (hasFetch bool, err error) {
+func checkActions(actions []hints.Action, fetchKept bool, maxPayload int) (hasFetch bool, err error) {
 	for i := range actions {
 		a := &actions[i]
-		if err := hints.CheckAction(a); err != nil {
+		if err := hints.CheckActionWithin(a, maxPayload); err != nil {
 			return false, fmt.Errorf("action %d of %d: %w", i+1, len(actions), err)
 		}
 		if a.Type == hints.ActionKVFetch {

@@ -11,6 +11,7 @@ const (
 	outcomeNoActions     = "no_actions"       // the policies kept no action: no message
 	outcomeNotCapable    = "not_hint_capable" // the worker does not advertise router_hint
 	outcomeUnknownWorker = "unknown_worker"   // the worker is not in the registry
+	outcomeNotInPool     = "not_in_pool"      // the worker is outside the role's worker pool
 )
 
 // Booking errors, the reason label of booking_errors_total.
@@ -18,6 +19,7 @@ const (
 	bookingErrUnknownRole = "unknown_role"
 	bookingErrInvalid     = "invalid"
 	bookingErrNotReady    = "not_ready"
+	bookingErrTooLarge    = "too_large"
 )
 
 // DropReason says why a policy's actions were not sent. The values are the
@@ -60,6 +62,8 @@ type Metrics struct {
 	actions       *prometheus.CounterVec
 	failures      *prometheus.CounterVec
 	dropped       *prometheus.CounterVec
+	copiesDropped *prometheus.CounterVec
+	excused       *prometheus.CounterVec
 
 	configInfo        *prometheus.GaugeVec
 	reloads           *prometheus.CounterVec
@@ -70,6 +74,7 @@ type Metrics struct {
 	errUnknownRole prometheus.Counter
 	errInvalid     prometheus.Counter
 	errNotReady    prometheus.Counter
+	errTooLarge    prometheus.Counter
 }
 
 // NewMetrics creates the dispatcher's metrics and registers them with reg;
@@ -78,11 +83,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{}
 	m.bookings = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: MetricsNamespace, Name: "bookings_total",
-		Help: "Bookings handled, by role and outcome (hinted, no_actions, not_hint_capable, unknown_worker).",
+		Help: "Bookings handled, by role and outcome (hinted, no_actions, not_hint_capable, unknown_worker, not_in_pool).",
 	}, []string{"role", "outcome"})
 	m.bookingErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: MetricsNamespace, Name: "booking_errors_total",
-		Help: "Bookings refused, by reason (unknown_role, invalid, not_ready).",
+		Help: "Bookings refused, by reason (unknown_role, invalid, not_ready, too_large).",
 	}, []string{"reason"})
 	m.buildSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace: MetricsNamespace, Name: "hint_build_duration_seconds",
@@ -102,6 +107,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Namespace: MetricsNamespace, Name: "actions_dropped_total",
 		Help: "Actions dropped, by role, policy, policy type and reason (deadline, malformed, over_limit; error and panic runs return none).",
 	}, []string{"role", "policy", "policy_type", "reason"})
+
+	m.copiesDropped = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: MetricsNamespace, Name: "kv_copies_dropped_total",
+		Help: "Committed KV copies dropped before the policies ran (only the kv.fetch is lost), by role and reason (unknown_source, unknown_source_rank).",
+	}, []string{"role", "reason"})
+
+	m.excused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: MetricsNamespace, Name: "policy_deadline_excused_total",
+		Help: "Policy runs over their deadline whose actions were kept because the OS preempted the booking's thread and the policy never blocked (checked on copies of 1,024 blocks or more), by role, policy and policy type.",
+	}, []string{"role", "policy", "policy_type"})
 
 	m.configInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: MetricsNamespace, Name: "config_info",
@@ -124,40 +139,48 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Help: "Unix time of the last failed config load.",
 	})
 	if reg != nil {
-		reg.MustRegister(m.bookings, m.bookingErrors, m.buildSeconds, m.actions, m.failures, m.dropped,
+		reg.MustRegister(m.bookings, m.bookingErrors, m.buildSeconds, m.actions, m.failures, m.dropped, m.copiesDropped, m.excused,
 			m.configInfo, m.reloads, m.lastReloadOK, m.lastReloadSuccess, m.lastReloadFailure)
 	}
 	m.errUnknownRole = m.bookingErrors.WithLabelValues(bookingErrUnknownRole)
 	m.errInvalid = m.bookingErrors.WithLabelValues(bookingErrInvalid)
 	m.errNotReady = m.bookingErrors.WithLabelValues(bookingErrNotReady)
+	m.errTooLarge = m.bookingErrors.WithLabelValues(bookingErrTooLarge)
 	return m
 }
 
 // roleMetrics are one role's pre-resolved series.
 type roleMetrics struct {
-	hinted, noActions, notCapable, unknownWorker prometheus.Counter
-	build                                        prometheus.Observer
+	hinted, noActions, notCapable, unknownWorker, notInPool prometheus.Counter
+	build                                                   prometheus.Observer
+	copyDropped                                             [numCopyDrops]prometheus.Counter
 }
 
 func (m *Metrics) forRole(role string) roleMetrics {
-	return roleMetrics{
+	rm := roleMetrics{
 		hinted:        m.bookings.WithLabelValues(role, outcomeHinted),
 		noActions:     m.bookings.WithLabelValues(role, outcomeNoActions),
 		notCapable:    m.bookings.WithLabelValues(role, outcomeNotCapable),
 		unknownWorker: m.bookings.WithLabelValues(role, outcomeUnknownWorker),
+		notInPool:     m.bookings.WithLabelValues(role, outcomeNotInPool),
 		build:         m.buildSeconds.WithLabelValues(role),
 	}
+	for r := CopyKept + 1; r < numCopyDrops; r++ {
+		rm.copyDropped[r] = m.copiesDropped.WithLabelValues(role, r.String())
+	}
+	return rm
 }
 
 // hintMetrics are one policy instance's pre-resolved series.
 type hintMetrics struct {
 	actions  prometheus.Counter
+	excused  prometheus.Counter
 	failures [numDropReasons]prometheus.Counter
 	dropped  [numDropReasons]prometheus.Counter
 }
 
 func (m *Metrics) forHint(role, policy, policyType string) hintMetrics {
-	hm := hintMetrics{actions: m.actions.WithLabelValues(role, policy, policyType)}
+	hm := hintMetrics{actions: m.actions.WithLabelValues(role, policy, policyType), excused: m.excused.WithLabelValues(role, policy, policyType)}
 	for r := DropReason(0); r < numDropReasons; r++ {
 		// A run that errs or panics returns no actions to count; an action
 		// dropped past the limit is no failure of its policy.

@@ -4,6 +4,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
 )
 
@@ -24,6 +25,9 @@ type roleRun struct {
 	name    string
 	hints   []hintRun
 	metrics roleMetrics
+	// readsCopy is set when a policy of the role declares KVCopy: only
+	// then is a copy's source resolved, and its drop counted.
+	readsCopy bool
 }
 
 // hintRun is one policy instance of a role.
@@ -42,6 +46,7 @@ func newSnapshot(g *hintsconfig.Graph, doc []byte, hash string, m *Metrics, now 
 		rr := &roleRun{name: r.Name, hints: make([]hintRun, len(r.Hints)), metrics: m.forRole(r.Name)}
 		for i, h := range r.Hints {
 			rr.hints[i] = hintRun{hint: h, id: h.ID(), metrics: m.forHint(r.Name, h.ID(), h.Type), lastLog: new(atomic.Int64)}
+			rr.readsCopy = rr.readsCopy || h.Commitments.Has(hints.KVCopy)
 		}
 		s.roles[r.Name] = rr
 	}

@@ -11,11 +11,23 @@ type Workers interface {
 	Lookup(id string) Worker
 }
 
-// Worker is one registered worker.
+// Worker is one registered worker. Its methods are on the booking path:
+// they must not block and should not allocate.
 type Worker interface {
 	// HintCapable reports whether the worker advertises router_hint; the
 	// dispatcher runs no policy for a worker that does not.
 	HintCapable() bool
+	// InPool reports whether the worker is in role's worker pool (the
+	// workers a RouterRole's workerSelector picks). A role without a pool
+	// admits every worker. The dispatcher runs no policy of a role for a
+	// worker outside its pool: a prefill hint never reaches a decode
+	// worker.
+	InPool(role string) bool
+	// SourceEndpoint returns the KV control endpoint the worker advertises
+	// for a data-parallel rank (router_hint_source_control_endpoints), for
+	// bookings whose committed copy names this worker as its source
+	// without an endpoint. ok is false when it advertises none for rank.
+	SourceEndpoint(rank int) (endpoint string, ok bool)
 	// Deliver hands an encoded hint to the worker's delivery, without
 	// waiting for it to be sent, and reports whether it was accepted. built
 	// is when the hint was built, for delivery to drop stale hints. Book
@@ -26,9 +38,17 @@ type Worker interface {
 // CapabilityRouterHint is the capability a worker advertises to receive hints.
 const CapabilityRouterHint = "router_hint"
 
+// Worker types a worker advertises as router_hint_worker_type.
+const (
+	WorkerTypeAggregated = "aggregated"
+	WorkerTypePrefill    = "prefill"
+	WorkerTypeDecode     = "decode"
+)
+
 // StaticWorkers is a fixed set of workers for routers that know their
 // workers themselves and send hints in-band (see Dispatcher.Build): each ID
-// maps to whether the worker advertises router_hint. Deliver accepts
+// maps to whether the worker advertises router_hint. Every worker is in
+// every role's pool and advertises no source endpoint; Deliver accepts
 // nothing. It is safe for concurrent reads; replace it whole to change it.
 type StaticWorkers map[string]bool
 
@@ -46,5 +66,7 @@ func (s StaticWorkers) Lookup(id string) Worker {
 
 type staticWorker bool
 
-func (w staticWorker) HintCapable() bool            { return bool(w) }
-func (staticWorker) Deliver([]byte, time.Time) bool { return false }
+func (w staticWorker) HintCapable() bool               { return bool(w) }
+func (staticWorker) InPool(string) bool                { return true }
+func (staticWorker) SourceEndpoint(int) (string, bool) { return "", false }
+func (staticWorker) Deliver([]byte, time.Time) bool    { return false }

@@ -18,6 +18,7 @@ func kvEvictProvider() hints.HintProvider {
 		Type:         TypeKVEvict,
 		DefaultHosts: []hints.HintHost{hints.AnyWorkerSelection},
 		Description:  "kv.evict@1.0: free a session's blocks when its final turn completes",
+		NeverBlocks:  true,
 		Parse: func(raw hints.Params) (hints.HintPolicy, error) {
 			if err := hints.DecodeParams(raw, &kvEvictParams{}); err != nil {
 				return nil, err

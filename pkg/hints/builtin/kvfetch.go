@@ -23,6 +23,7 @@ func kvFetchProvider() hints.HintProvider {
 		Commitments:  hints.KVCopy,
 		DefaultHosts: []hints.HintHost{hints.WorkerSelection(TypeKVCR)},
 		Description:  "kv.fetch@1.0: pull the committed KV copy's blocks from the source worker",
+		NeverBlocks:  true,
 		Parse: func(raw hints.Params) (hints.HintPolicy, error) {
 			p := kvFetchParams{MinBlocks: 1}
 			if err := hints.DecodeParams(raw, &p); err != nil {

@@ -21,6 +21,7 @@ func kvRetainProvider() hints.HintProvider {
 	return hints.HintProvider{
 		Type:        TypeKVRetain,
 		Description: "kv.retain@1.0: keep a session's blocks after a non-final turn, for the next turn",
+		NeverBlocks: true,
 		Parse: func(raw hints.Params) (hints.HintPolicy, error) {
 			p := kvRetainParams{TTLSeconds: 300, Priority: 50}
 			if err := hints.DecodeParams(raw, &p); err != nil {
