@@ -73,7 +73,8 @@ func DefaultBookings() []Booking {
 //     infinities are refused with a *hints.ParamError naming the key, and
 //     every Suite.BadParams entry is refused;
 //   - every action passes hints.CheckAction: a valid type and version, a
-//     well-formed payload within hints.MaxPayloadBytes, and the engine
+//     well-formed payload within hints.MaxPayloadBytes (plus room for the
+//     booking's block hashes, which a kv.fetch carries whole), and the engine
 //     consumer rules of its type (a kv.fetch with a non-empty list of
 //     block hashes, say);
 //   - the same booking gives the same actions, byte for byte, whatever ran
@@ -266,7 +267,7 @@ func runOne(ctx context.Context, p hints.HintProvider, policy hints.HintPolicy, 
 	}
 	for i := range actions {
 		a := &actions[i]
-		if err := hints.CheckAction(a); err != nil {
+		if err := hints.CheckActionWithin(a, payloadLimit(b)); err != nil {
 			problems = append(problems, fmt.Errorf("action %d: %w", i+1, err))
 		}
 		out.actions = append(out.actions, a.Type+"@"+a.Version+" "+string(a.Payload.Bytes()))
@@ -295,6 +296,17 @@ func runOne(ctx context.Context, p hints.HintProvider, policy hints.HintPolicy, 
 		poison[i] = 0xff
 	}
 	return out, problems
+}
+
+// payloadLimit is the payload cap a dispatcher applies at the least to
+// booking b: hints.MaxPayloadBytes, plus room for the booking's block
+// hashes in decimal (at most 20 digits and a comma each), since a copy the
+// dispatcher accepts is sent whole.
+func payloadLimit(b Booking) int {
+	if b.KVCopy == nil {
+		return hints.MaxPayloadBytes
+	}
+	return hints.MaxPayloadBytes + 21*len(b.KVCopy.BlockHashes)
 }
 
 func cloneBooking(b Booking) Booking {
