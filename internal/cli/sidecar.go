@@ -46,7 +46,8 @@ Config sources (exactly one):
 Workers: --workers-file and PUT /v1/workers/{id} (standalone), or
 --worker-pods with --worker-selector (Kubernetes: capabilities and hint
 endpoint from the pod annotations hints.kvrouter.io/capabilities and
-hints.kvrouter.io/hint-endpoint).
+hints.kvrouter.io/hint-endpoint; the endpoint is ":PORT/PATH" on the pod's
+own IP, absolute URLs only with --allow-absolute-hint-endpoints).
 
 In a pod, give POD_NAME and POD_NAMESPACE through the downward API: the
 sidecar then writes hints.kvrouter.io/applied-hash on its own Pod after
@@ -96,6 +97,7 @@ every config it applies. Metrics, /healthz and /readyz are on
 	f.DurationVar(&o.Poll, "poll-interval", router.DefaultPollInterval, "reread interval of --config-file, --config-dir and --workers-file, whatever file events say")
 	f.StringVar(&o.WorkersFile, "workers-file", "", "YAML list of standalone workers (id, capabilities, hint_endpoint, worker_type)")
 	f.BoolVar(&o.WorkerPods, "worker-pods", false, "register the pods --worker-selector picks in --namespace as workers")
+	f.BoolVar(&o.AllowAbsoluteHintEndpoints, "allow-absolute-hint-endpoints", false, "take absolute URLs from worker pods' hint-endpoint annotations (default: only \":PORT/PATH\" on the pod's own IP)")
 	f.StringVar(&selector, "worker-selector", "", "label selector of the worker pods (default: every pod of the namespace)")
 	f.StringVar(&o.PodName, "pod-name", os.Getenv("POD_NAME"), "the sidecar's own pod, to write the applied hash on (default $POD_NAME; empty disables)")
 	f.StringVar(&o.PodNamespace, "pod-namespace", os.Getenv("POD_NAMESPACE"), "the sidecar's own namespace (default $POD_NAMESPACE)")

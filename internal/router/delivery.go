@@ -107,7 +107,7 @@ func NewDelivery(o DeliveryOptions) *Delivery {
 func NewHintClient(timeout time.Duration) *http.Client {
 	t := &http.Transport{
 		Proxy:                 nil,
-		DialContext:           (&net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}).DialContext,
+		DialContext:           (&net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second, Control: checkDialAddress}).DialContext,
 		MaxIdleConns:          4096,
 		MaxIdleConnsPerHost:   4,
 		IdleConnTimeout:       90 * time.Second,
@@ -436,7 +436,7 @@ func (p *h1Poster) closedByPeer() bool {
 func (p *h1Poster) dial(base context.Context, deadline time.Time) error {
 	ctx, cancel := context.WithDeadline(base, deadline)
 	defer cancel()
-	d := net.Dialer{KeepAlive: 30 * time.Second}
+	d := net.Dialer{KeepAlive: 30 * time.Second, Control: checkDialAddress}
 	nc, err := d.DialContext(ctx, "tcp", p.addr)
 	if err != nil {
 		return err

@@ -2,7 +2,6 @@ package router
 
 import (
 	"fmt"
-	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -31,7 +30,8 @@ type WorkerSpec struct {
 	ID string `json:"id"`
 	// Capabilities the worker advertises; router_hint to receive hints.
 	Capabilities []string `json:"capabilities,omitempty"`
-	// HintEndpoint is the absolute http(s) URL hints are posted to.
+	// HintEndpoint is the absolute http(s) URL hints are posted to: no
+	// credentials, no query, never a link-local or metadata address.
 	HintEndpoint string `json:"hint_endpoint,omitempty"`
 	// WorkerType is the worker's router_hint_worker_type (aggregated,
 	// prefill or decode); informational.
@@ -47,9 +47,8 @@ func (s *WorkerSpec) Validate() error {
 		return fmt.Errorf("worker id is %d characters, over the %d allowed", len(s.ID), MaxWorkerIDLength)
 	}
 	if s.HintEndpoint != "" {
-		u, err := url.Parse(s.HintEndpoint)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return fmt.Errorf("worker %s: hint_endpoint %q must be an absolute http or https URL", s.ID, s.HintEndpoint)
+		if err := validateHintEndpoint(s.HintEndpoint); err != nil {
+			return fmt.Errorf("worker %s: %w", s.ID, err)
 		}
 	}
 	return nil

@@ -47,6 +47,10 @@ type Options struct {
 	// WorkerPods registers the pods WorkerSelector picks in Namespace.
 	WorkerPods     bool
 	WorkerSelector labels.Selector
+	// AllowAbsoluteHintEndpoints takes absolute URLs from worker pods'
+	// hint-endpoint annotations. Off, a pod gives only a port and a path
+	// on its own IP.
+	AllowAbsoluteHintEndpoints bool
 
 	// PodName and PodNamespace identify the sidecar's own pod, to write
 	// the applied hash on; empty disables it.
@@ -134,7 +138,7 @@ func New(o Options) (*Sidecar, error) {
 	d := core.NewDispatcher(core.Options{Catalog: o.Catalog, Workers: reg, Metrics: m.Dispatch, PolicyDeadline: o.PolicyDeadline, Log: o.Log.WithName("dispatcher")})
 	s := &Sidecar{opts: o, Metrics: m, Dispatcher: d, Workers: reg, Delivery: del}
 	if o.WorkerPods {
-		s.pods = &PodWorkers{Client: o.Kube, Namespace: o.Namespace, Selector: o.WorkerSelector, Registry: reg}
+		s.pods = &PodWorkers{Client: o.Kube, Namespace: o.Namespace, Selector: o.WorkerSelector, Registry: reg, AllowAbsoluteEndpoints: o.AllowAbsoluteHintEndpoints}
 	}
 	if o.PodName != "" {
 		s.reporter = NewPodReporter(o.Kube, o.PodNamespace, o.PodName)

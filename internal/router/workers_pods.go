@@ -3,7 +3,6 @@ package router
 import (
 	"context"
 	"fmt"
-	"net"
 	"strings"
 	"sync/atomic"
 
@@ -31,6 +30,9 @@ type PodWorkers struct {
 	// namespace (only those that advertise router_hint get hints).
 	Selector labels.Selector
 	Registry *Registry
+	// AllowAbsoluteEndpoints takes absolute hint endpoint URLs from pod
+	// annotations; by default only ":PORT/PATH" on the pod's IP is.
+	AllowAbsoluteEndpoints bool
 
 	// synced is the informer's HasSynced, set once Run has built it.
 	synced atomic.Pointer[func() bool]
@@ -57,7 +59,12 @@ func (p *PodWorkers) Run(ctx context.Context, log logr.Logger) {
 		if !ok {
 			return
 		}
-		spec, ok := PodWorkerSpec(pod)
+		spec, ok, err := PodWorkerSpec(pod, p.AllowAbsoluteEndpoints)
+		if err != nil {
+			log.Error(err, "Ignoring worker pod", "pod", pod.Name)
+			p.Registry.Delete(pod.Name)
+			return
+		}
 		if !ok {
 			p.Registry.Delete(pod.Name)
 			return
@@ -94,10 +101,13 @@ func (p *PodWorkers) Run(ctx context.Context, log logr.Logger) {
 
 // PodWorkerSpec reads a worker from a pod. It reports false for a pod that
 // cannot take hints now and should not be registered: one being deleted,
-// finished, or with a relative endpoint and no IP yet.
-func PodWorkerSpec(pod *corev1.Pod) (WorkerSpec, bool) {
+// finished, or with no IP yet. The hint endpoint annotation is a port and
+// a path on the pod's own IP (":8081/v1/hints"); an absolute URL is an
+// error unless allowAbsolute, so that no annotation can make the sidecar
+// post to another host, its own loopback included.
+func PodWorkerSpec(pod *corev1.Pod, allowAbsolute bool) (WorkerSpec, bool, error) {
 	if pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
-		return WorkerSpec{}, false
+		return WorkerSpec{}, false, nil
 	}
 	spec := WorkerSpec{ID: pod.Name, WorkerType: pod.Annotations[AnnotationWorkerType]}
 	for _, c := range strings.Split(pod.Annotations[AnnotationCapabilities], ",") {
@@ -105,15 +115,16 @@ func PodWorkerSpec(pod *corev1.Pod) (WorkerSpec, bool) {
 			spec.Capabilities = append(spec.Capabilities, c)
 		}
 	}
-	ep := strings.TrimSpace(pod.Annotations[AnnotationHintEndpoint])
-	if strings.HasPrefix(ep, ":") {
-		// ":8081/v1/hints": the pod template cannot know its pod's IP.
-		if pod.Status.PodIP == "" {
-			return WorkerSpec{}, false
+	if ep := strings.TrimSpace(pod.Annotations[AnnotationHintEndpoint]); ep != "" {
+		if strings.HasPrefix(ep, ":") && pod.Status.PodIP == "" {
+			// The pod template cannot know its pod's IP: wait for it.
+			return WorkerSpec{}, false, nil
 		}
-		port, path, _ := strings.Cut(ep[1:], "/")
-		ep = "http://" + net.JoinHostPort(pod.Status.PodIP, port) + "/" + path
+		url, err := podHintEndpoint(pod.Status.PodIP, ep, allowAbsolute)
+		if err != nil {
+			return WorkerSpec{}, false, fmt.Errorf("worker pod %s: %w", pod.Name, err)
+		}
+		spec.HintEndpoint = url
 	}
-	spec.HintEndpoint = ep
-	return spec, true
+	return spec, true, nil
 }
