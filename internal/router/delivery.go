@@ -101,15 +101,24 @@ func NewDelivery(o DeliveryOptions) *Delivery {
 // NewHintClient returns an HTTP client for hint posts: plain HTTP/1.1
 // keep-alive (a small post over an open connection beats h2 framing on
 // loopback and pod networks), no proxy (hint endpoints are in-cluster), no
-// compression (payloads are a few KiB), and dial and header timeouts within
-// the post timeout. Connections per worker stay few because each worker has
-// one sender.
+// compression (payloads are a few KiB), and dial, TLS handshake and header
+// timeouts within the post timeout.
+//
+// The Transport finishes a dial it started even after the post that asked
+// for it has given up, and a TLS handshake has no timeout of its own: a
+// worker that accepts TCP and never answers the ClientHello would hold a
+// descriptor and two goroutines per timed-out post, forever. So the
+// handshake is bounded by the post timeout, and a worker gets at most
+// MaxConnsPerWorker connections, dials included: a post that finds them
+// all busy waits for one within its own timeout instead of dialling more.
 func NewHintClient(timeout time.Duration) *http.Client {
 	t := &http.Transport{
 		Proxy:                 nil,
 		DialContext:           (&net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second, Control: checkDialAddress}).DialContext,
+		TLSHandshakeTimeout:   timeout,
+		MaxConnsPerHost:       MaxConnsPerWorker,
 		MaxIdleConns:          4096,
-		MaxIdleConnsPerHost:   4,
+		MaxIdleConnsPerHost:   MaxConnsPerWorker,
 		IdleConnTimeout:       90 * time.Second,
 		ResponseHeaderTimeout: timeout,
 		DisableCompression:    true,
@@ -117,6 +126,13 @@ func NewHintClient(timeout time.Duration) *http.Client {
 	}
 	return &http.Client{Transport: t}
 }
+
+// MaxConnsPerWorker caps the connections, dials and handshakes included,
+// that the https:// client opens to one worker. Each worker has one
+// sender, so one is in use at a time; the second covers a connection the
+// worker is closing while the next post dials. The http:// poster keeps at
+// most one.
+const MaxConnsPerWorker = 2
 
 // queued is one hint waiting for its post.
 type queued struct {
