@@ -35,6 +35,7 @@ type Metrics struct {
 	hintsDropped    *prometheus.CounterVec
 	deliveryErrors  *prometheus.CounterVec
 	deliverySeconds prometheus.Histogram
+	connsRefused    *prometheus.CounterVec
 
 	dropFull     prometheus.Counter
 	dropStale    prometheus.Counter
@@ -71,8 +72,13 @@ func NewMetrics() *Metrics {
 		Buckets: prometheus.ExponentialBuckets(50e-6, 2, 14),
 	})
 
+	m.connsRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metricsNamespace, Name: "connections_refused_total",
+		Help: "Connections answered 503 and closed because their listener (booking, ops, pprof) had its cap open.",
+	}, []string{"listener"})
+
 	for _, c := range []prometheus.Collector{
-		m.hintsSent, m.hintsDropped, m.deliveryErrors, m.deliverySeconds,
+		m.hintsSent, m.hintsDropped, m.deliveryErrors, m.deliverySeconds, m.connsRefused,
 	} {
 		f(c)
 	}
@@ -103,4 +109,14 @@ func (m *Metrics) observeRegistry(r *Registry) {
 			Help: "Hints waiting in the workers' delivery queues.",
 		}, func() float64 { return float64(r.QueuedHints()) }),
 	)
+}
+
+// observeListener adds the open-connections gauge of a capped listener and
+// creates its refusal series, so that both read 0 before any traffic.
+func (m *Metrics) observeListener(name string, l *capListener) {
+	m.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: metricsNamespace, Name: "open_connections",
+		Help:        "Connections open on a listener (booking, ops, pprof); capped by --max-booking-connections and --max-ops-connections.",
+		ConstLabels: prometheus.Labels{"listener": name},
+	}, func() float64 { return float64(l.Open()) }))
 }

@@ -19,12 +19,22 @@ import (
 )
 
 // Listener defaults. The booking API is on loopback: only the router in
-// the same pod should book.
+// the same pod should book. The ops listener (metrics, probes) is on
+// loopback too unless given the pod IP (OpsListenFor), which is where
+// kubelet probes and scrapers reach it; never every interface by default.
+// pprof is on loopback only.
 const (
 	DefaultListen       = "127.0.0.1:8790"
-	DefaultOpsListen    = ":8791"
+	DefaultOpsListen    = "127.0.0.1:" + defaultOpsPort
+	DefaultPprofListen  = "127.0.0.1:8792"
 	DefaultShutdownWait = 5 * time.Second
+
+	defaultOpsPort = "8791"
 )
+
+// OpsListenFor is the ops address on a pod's IP: where kubelet's probes
+// and Prometheus reach it, and nowhere else.
+func OpsListenFor(podIP string) string { return net.JoinHostPort(podIP, defaultOpsPort) }
 
 // Options configure a Sidecar. Exactly one config source is set: ConfigFile,
 // ConfigDir or ConfigMap.
@@ -68,8 +78,17 @@ type Options struct {
 	HintTTL         time.Duration
 	// ShutdownWait bounds the drain of queued hints on shutdown.
 	ShutdownWait time.Duration
-	// Pprof serves net/http/pprof under /debug/pprof/ on OpsListen.
+	// Pprof serves net/http/pprof under /debug/pprof/ on PprofListen.
 	Pprof bool
+	// PprofListen is the pprof address; it must be on loopback.
+	PprofListen string
+
+	// ReadTimeout bounds reading one request, body included; WriteTimeout
+	// writing its answer; IdleTimeout a keep-alive connection between
+	// requests. MaxBookingConns and MaxOpsConns cap the open connections
+	// of each listener: one more is answered 503 and closed, and counted.
+	ReadTimeout, WriteTimeout, IdleTimeout time.Duration
+	MaxBookingConns, MaxOpsConns           int
 
 	Log logr.Logger
 }
@@ -97,6 +116,16 @@ func (o *Options) check() error {
 	if o.PodName != "" && o.PodNamespace == "" {
 		return errors.New("the pod name needs the pod namespace")
 	}
+	if o.Pprof {
+		addr := o.PprofListen
+		if addr == "" {
+			addr = DefaultPprofListen
+		}
+		host, _, err := net.SplitHostPort(addr)
+		if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
+			return fmt.Errorf("pprof listen address %q must be a loopback IP and port: profiles show the process's memory", addr)
+		}
+	}
 	return nil
 }
 
@@ -111,10 +140,10 @@ type Sidecar struct {
 	pods       *PodWorkers
 	reporter   *PodReporter
 
-	bookingLn, opsLn net.Listener
-	servers          []*http.Server
-	cancel           context.CancelFunc
-	wg               sync.WaitGroup
+	bookingLn, opsLn, pprofLn net.Listener
+	servers                   []*http.Server
+	cancel                    context.CancelFunc
+	wg                        sync.WaitGroup
 }
 
 // New assembles a sidecar; Start runs it.
@@ -130,6 +159,23 @@ func New(o Options) (*Sidecar, error) {
 	}
 	if o.ShutdownWait <= 0 {
 		o.ShutdownWait = DefaultShutdownWait
+	}
+	if o.PprofListen == "" {
+		o.PprofListen = DefaultPprofListen
+	}
+	for _, d := range []struct {
+		v   *time.Duration
+		def time.Duration
+	}{{&o.ReadTimeout, DefaultReadTimeout}, {&o.WriteTimeout, DefaultWriteTimeout}, {&o.IdleTimeout, DefaultIdleTimeout}} {
+		if *d.v <= 0 {
+			*d.v = d.def
+		}
+	}
+	if o.MaxBookingConns <= 0 {
+		o.MaxBookingConns = DefaultMaxBookingConns
+	}
+	if o.MaxOpsConns <= 0 {
+		o.MaxOpsConns = DefaultMaxOpsConns
 	}
 	m := NewMetrics()
 	del := NewDelivery(DeliveryOptions{QueueSize: o.QueueSize, Timeout: o.DeliveryTimeout, HintTTL: o.HintTTL, Metrics: m, Log: o.Log.WithName("delivery")})
@@ -153,6 +199,14 @@ func (s *Sidecar) BookingAddr() string { return s.bookingLn.Addr().String() }
 // OpsAddr is the metrics and health address, once started.
 func (s *Sidecar) OpsAddr() string { return s.opsLn.Addr().String() }
 
+// PprofAddr is the pprof address once started, or "" without pprof.
+func (s *Sidecar) PprofAddr() string {
+	if s.pprofLn == nil {
+		return ""
+	}
+	return s.pprofLn.Addr().String()
+}
+
 // Start opens the listeners and starts every part; it returns once the
 // listeners accept connections. The config loads in the background: /readyz
 // says when it has.
@@ -164,6 +218,13 @@ func (s *Sidecar) Start(ctx context.Context) error {
 	if s.opsLn, err = net.Listen("tcp", s.opts.OpsListen); err != nil {
 		s.bookingLn.Close()
 		return fmt.Errorf("metrics and health: %w", err)
+	}
+	if s.opts.Pprof {
+		if s.pprofLn, err = net.Listen("tcp", s.opts.PprofListen); err != nil {
+			s.bookingLn.Close()
+			s.opsLn.Close()
+			return fmt.Errorf("pprof: %w", err)
+		}
 	}
 	ctx, s.cancel = context.WithCancel(ctx)
 	log := s.opts.Log
@@ -193,20 +254,37 @@ func (s *Sidecar) Start(ctx context.Context) error {
 	if s.reporter != nil {
 		s.goRun(func() { s.reporter.Run(ctx, log.WithName("pod-report")) })
 	}
-	for _, srv := range []struct {
-		ln net.Listener
-		h  http.Handler
-	}{{s.bookingLn, api.BookingHandler()}, {s.opsLn, api.OpsHandler(s.opts.Pprof)}} {
-		hs := &http.Server{Handler: srv.h, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute}
+	lim := serverLimits{read: s.opts.ReadTimeout, write: s.opts.WriteTimeout, idle: s.opts.IdleTimeout}
+	pprofLim := lim
+	pprofLim.write = max(lim.write, pprofWriteTimeout)
+	type server struct {
+		name string
+		ln   net.Listener
+		max  int
+		h    http.Handler
+		lim  serverLimits
+	}
+	servers := []server{
+		{"booking", s.bookingLn, s.opts.MaxBookingConns, api.BookingHandler(), lim},
+		{"ops", s.opsLn, s.opts.MaxOpsConns, api.OpsHandler(), lim},
+	}
+	if s.pprofLn != nil {
+		servers = append(servers, server{"pprof", s.pprofLn, maxPprofConns, PprofHandler(), pprofLim})
+	}
+	for _, srv := range servers {
+		cl := newCapListener(srv.ln, srv.max, s.Metrics.connsRefused.WithLabelValues(srv.name))
+		s.Metrics.observeListener(srv.name, cl)
+		hs := newServer(srv.h, srv.lim)
 		s.servers = append(s.servers, hs)
-		ln := srv.ln
 		s.goRun(func() {
-			if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				log.Error(err, "HTTP server stopped", "addr", ln.Addr().String())
+			if err := hs.Serve(cl); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error(err, "HTTP server stopped", "listener", srv.name, "addr", cl.Addr().String())
 			}
 		})
 	}
-	log.Info("Sidecar started", "bookings", s.BookingAddr(), "ops", s.OpsAddr())
+	log.Info("Sidecar started", "bookings", s.BookingAddr(), "ops", s.OpsAddr(), "pprof", s.PprofAddr(),
+		"readTimeout", lim.read, "writeTimeout", lim.write, "idleTimeout", lim.idle,
+		"maxBookingConnections", s.opts.MaxBookingConns, "maxOpsConnections", s.opts.MaxOpsConns)
 	return nil
 }
 
