@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	core "github.com/kvrouter/kv-hint-operator/pkg/router"
@@ -295,13 +296,36 @@ func (s *Sidecar) goRun(f func()) {
 
 // Shutdown stops taking bookings, drains queued hints for up to
 // Options.ShutdownWait (or until ctx is done), and stops every part.
+//
+// The listeners close first. Bookings in flight get a short grace
+// (shutdownGrace) to finish and queue their hints; connections still open
+// then are clients stalled mid-request, and are closed rather than waited
+// for: they must not spend the budget the hints need. The rest of the
+// budget drains the queues.
 func (s *Sidecar) Shutdown(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.ShutdownWait)
 	defer cancel()
-	var errs []error
+	gctx, gcancel := context.WithTimeout(ctx, shutdownGrace(s.opts.ShutdownWait))
+	var (
+		wg     sync.WaitGroup
+		forced atomic.Int64
+	)
 	for _, hs := range s.servers {
-		errs = append(errs, hs.Shutdown(ctx))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := hs.Shutdown(gctx); err != nil {
+				forced.Add(1)
+				hs.Close()
+			}
+		}()
 	}
+	wg.Wait()
+	gcancel()
+	if n := forced.Load(); n > 0 {
+		s.opts.Log.Info("Closed client connections still open after the shutdown grace", "servers", n, "grace", shutdownGrace(s.opts.ShutdownWait))
+	}
+	var errs []error
 	if err := s.Delivery.Close(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("draining hints: %w", err))
 	}
@@ -309,6 +333,11 @@ func (s *Sidecar) Shutdown(ctx context.Context) error {
 	s.wg.Wait()
 	return errors.Join(errs...)
 }
+
+// shutdownGrace is how long bookings in flight may take to finish at
+// shutdown: a fifth of the budget, at most a second. A booking is answered
+// in microseconds; what takes longer is a stalled client.
+func shutdownGrace(budget time.Duration) time.Duration { return min(budget/5, time.Second) }
 
 // Run starts the sidecar and shuts it down when ctx is done.
 func (s *Sidecar) Run(ctx context.Context) error {
