@@ -107,6 +107,7 @@ pod IP only, where probes and scrapers reach them; pprof is on loopback.`,
 	f.StringVar(&o.OpsListen, "metrics-listen", defaultOpsListen(), "address of /metrics, /healthz and /readyz (default $POD_IP:8791 where POD_IP is set, for kubelet probes and scrapers; else loopback)")
 	f.DurationVar(&o.PolicyDeadline, "policy-deadline", core.DefaultPolicyDeadline, "how long one hint policy may run on a booking; checked when it returns")
 	f.IntVar(&o.QueueSize, "queue-size", router.DefaultQueueSize, "hints queued per worker; when full the newest is dropped")
+	f.Int64Var(&o.MaxQueuedBytes, "max-queued-hint-bytes", router.DefaultMaxQueuedBytes, "bytes of hints queued across all workers; a hint past it is dropped and counted (memory_budget)")
 	f.DurationVar(&o.DeliveryTimeout, "delivery-timeout", router.DefaultDeliveryTimeout, "timeout of one hint post, connection included")
 	f.DurationVar(&o.HintTTL, "hint-ttl", router.DefaultHintTTL, "a hint queued longer is dropped unsent")
 	f.DurationVar(&o.ShutdownWait, "shutdown-timeout", router.DefaultShutdownWait, "how long shutdown drains queued hints")

@@ -26,6 +26,10 @@ const (
 	DefaultQueueSize       = 256
 	DefaultDeliveryTimeout = 250 * time.Millisecond
 	DefaultHintTTL         = 2 * time.Second
+	// DefaultMaxQueuedBytes bounds the hints queued across all workers: at
+	// the 4 KiB of a large hint, 16,384 of them, and a small part of the
+	// 256 MiB config/router gives the sidecar.
+	DefaultMaxQueuedBytes = 64 << 20
 )
 
 // DeliveryOptions configure a Delivery.
@@ -46,6 +50,10 @@ type DeliveryOptions struct {
 	// goroutines of its own), and hints to https:// endpoints through
 	// NewHintClient.
 	Client *http.Client
+	// MaxQueuedBytes bounds the bytes of the hints waiting in all the
+	// queues together; a hint that would pass it is dropped and counted.
+	// 0 means DefaultMaxQueuedBytes.
+	MaxQueuedBytes int64
 	// Metrics receives delivery metrics; nil creates a private set.
 	Metrics *Metrics
 	// Log receives delivery errors, rate-limited per worker.
@@ -68,6 +76,9 @@ type Delivery struct {
 	closing    chan struct{}
 	closed     atomic.Bool
 	wg         sync.WaitGroup
+	// queuedBytes are the bytes of the hints queued or in flight, across
+	// every queue; MaxQueuedBytes bounds it.
+	queuedBytes atomic.Int64
 
 	// send posts one hint; tests and the benchmark replace it to take the
 	// network out of the measurement.
@@ -84,6 +95,9 @@ func NewDelivery(o DeliveryOptions) *Delivery {
 	}
 	if o.HintTTL <= 0 {
 		o.HintTTL = DefaultHintTTL
+	}
+	if o.MaxQueuedBytes <= 0 {
+		o.MaxQueuedBytes = DefaultMaxQueuedBytes
 	}
 	if o.Metrics == nil {
 		o.Metrics = NewMetrics()
@@ -147,7 +161,10 @@ type queue struct {
 	endpoint string
 	ch       chan queued
 	stop     chan struct{}
+	stopped  atomic.Bool
 	lastLog  atomic.Int64
+	// drops are the worker's series of worker_hints_dropped_total.
+	drops workerDrops
 	// h1 posts to an http:// endpoint when no Client was given; nil means
 	// d.client posts.
 	h1 *h1Poster
@@ -156,6 +173,7 @@ type queue struct {
 // newQueue starts a sender for a worker's endpoint.
 func (d *Delivery) newQueue(worker, endpoint string) *queue {
 	q := &queue{d: d, worker: worker, endpoint: endpoint, ch: make(chan queued, d.opts.QueueSize), stop: make(chan struct{})}
+	q.drops = d.metrics.forWorker(worker)
 	if d.opts.Client == nil && !(len(endpoint) >= len("https://") && strings.EqualFold(endpoint[:len("https://")], "https://")) {
 		q.h1 = newH1Poster(endpoint, d.opts.Timeout)
 	}
@@ -164,28 +182,60 @@ func (d *Delivery) newQueue(worker, endpoint string) *queue {
 	return q
 }
 
+// drop counts a hint dropped for reason, in total and for the worker.
+func (q *queue) drop(r dropReason) {
+	q.d.metrics.drops[r].Inc()
+	if c := q.drops[r]; c != nil {
+		c.Inc()
+	}
+}
+
 // enqueue hands a hint to the sender without waiting. When the queue is
 // full the newest hint, this one, is dropped: the queued ones are older and
-// closer to their requests.
+// closer to their requests. So is a hint that would take the bytes queued
+// across all workers past the budget: a few stalled workers must not fill
+// the sidecar's memory with hints nobody will read in time.
 func (q *queue) enqueue(msg []byte, now time.Time) bool {
 	if q.d.closed.Load() {
-		q.d.metrics.dropShut.Inc()
+		q.drop(dropReasonShutdown)
+		return false
+	}
+	if q.stopped.Load() {
+		q.drop(dropReasonStale)
+		return false
+	}
+	n := int64(len(msg))
+	if q.d.queuedBytes.Add(n) > q.d.opts.MaxQueuedBytes {
+		q.d.queuedBytes.Add(-n)
+		q.drop(dropReasonBudget)
 		return false
 	}
 	select {
 	case q.ch <- queued{msg: msg, at: now}:
+		if q.stopped.Load() {
+			// The sender stopped meanwhile and may have emptied the queue
+			// already: nobody else would release these bytes.
+			q.discard(dropReasonStale)
+			return false
+		}
 		return true
 	default:
-		q.d.metrics.dropFull.Inc()
+		q.d.queuedBytes.Add(-n)
+		q.drop(dropReasonFull)
 		return false
 	}
 }
 
+// done gives a hint's bytes back to the budget, once it is sent or dropped.
+func (q *queue) done(it queued) { q.d.queuedBytes.Add(-int64(len(it.msg))) }
+
 // close stops the sender of a worker that left the registry; the hints
-// still queued for it are dropped and counted as stale. A booking that
-// looked the worker up just before may still enqueue one more: it stays
-// unsent, which is what a hint for a departed worker deserves.
-func (q *queue) close() { close(q.stop) }
+// still queued for it are dropped and counted as stale, and so is one a
+// booking that looked the worker up just before enqueues afterwards.
+func (q *queue) close() {
+	q.stopped.Store(true)
+	close(q.stop)
+}
 
 func (q *queue) run() {
 	defer q.d.wg.Done()
@@ -196,8 +246,9 @@ func (q *queue) run() {
 		select {
 		case it := <-q.ch:
 			q.d.send(q, it)
+			q.done(it)
 		case <-q.stop:
-			q.discard(q.d.metrics.dropStale.Inc)
+			q.discard(dropReasonStale)
 			return
 		case <-q.d.closing:
 			q.drain()
@@ -213,21 +264,23 @@ func (q *queue) drain() {
 		select {
 		case it := <-q.ch:
 			if q.d.base.Err() != nil {
-				q.d.metrics.dropShut.Inc()
-				continue
+				q.drop(dropReasonShutdown)
+			} else {
+				q.d.send(q, it)
 			}
-			q.d.send(q, it)
+			q.done(it)
 		default:
 			return
 		}
 	}
 }
 
-func (q *queue) discard(count func()) {
+func (q *queue) discard(r dropReason) {
 	for {
 		select {
-		case <-q.ch:
-			count()
+		case it := <-q.ch:
+			q.drop(r)
+			q.done(it)
 		default:
 			return
 		}
@@ -238,7 +291,7 @@ func (q *queue) discard(count func()) {
 func (q *queue) post(it queued) {
 	m := q.d.metrics
 	if time.Since(it.at) > q.d.opts.HintTTL {
-		m.dropStale.Inc()
+		q.drop(dropReasonStale)
 		return
 	}
 	if q.h1 != nil {
@@ -260,7 +313,7 @@ func (q *queue) post(it queued) {
 		switch {
 		case q.d.base.Err() != nil:
 			// Cut short by a drain past its deadline, not the worker's fault.
-			m.dropShut.Inc()
+			q.drop(dropReasonShutdown)
 			return
 		case errors.Is(err, context.DeadlineExceeded) || isTimeout(err):
 			m.errTimeout.Inc()
@@ -293,7 +346,7 @@ func (q *queue) postH1(it queued) {
 		switch {
 		case q.d.base.Err() != nil:
 			// Cut short by a drain past its deadline, not the worker's fault.
-			m.dropShut.Inc()
+			q.drop(dropReasonShutdown)
 			return
 		case isTimeout(err):
 			m.errTimeout.Inc()

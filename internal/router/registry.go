@@ -165,6 +165,7 @@ func (r *Registry) Delete(id string) bool {
 	if old.q != nil {
 		old.q.close()
 	}
+	r.forget(id)
 	return true
 }
 
@@ -190,6 +191,7 @@ func (r *Registry) Replace(source string, specs []WorkerSpec) error {
 			if w.q != nil {
 				w.q.close()
 			}
+			r.forget(id)
 		}
 	}
 	for _, s := range specs {
@@ -216,6 +218,13 @@ func (r *Registry) put(next map[string]*Worker, source string, spec WorkerSpec) 
 		old.q.close()
 	}
 	next[spec.ID] = w
+}
+
+// forget drops the per-worker series of a worker that left.
+func (r *Registry) forget(id string) {
+	if r.delivery != nil {
+		r.delivery.metrics.forgetWorker(id)
+	}
 }
 
 func (r *Registry) copyMap() map[string]*Worker {

@@ -77,6 +77,8 @@ type Options struct {
 	QueueSize       int
 	DeliveryTimeout time.Duration
 	HintTTL         time.Duration
+	// MaxQueuedBytes bounds the bytes of hints queued across all workers.
+	MaxQueuedBytes int64
 	// ShutdownWait bounds the drain of queued hints on shutdown.
 	ShutdownWait time.Duration
 	// Pprof serves net/http/pprof under /debug/pprof/ on PprofListen.
@@ -179,7 +181,7 @@ func New(o Options) (*Sidecar, error) {
 		o.MaxOpsConns = DefaultMaxOpsConns
 	}
 	m := NewMetrics()
-	del := NewDelivery(DeliveryOptions{QueueSize: o.QueueSize, Timeout: o.DeliveryTimeout, HintTTL: o.HintTTL, Metrics: m, Log: o.Log.WithName("delivery")})
+	del := NewDelivery(DeliveryOptions{QueueSize: o.QueueSize, Timeout: o.DeliveryTimeout, HintTTL: o.HintTTL, MaxQueuedBytes: o.MaxQueuedBytes, Metrics: m, Log: o.Log.WithName("delivery")})
 	reg := NewRegistry(del)
 	m.observeRegistry(reg)
 	d := core.NewDispatcher(core.Options{Catalog: o.Catalog, Workers: reg, Metrics: m.Dispatch, PolicyDeadline: o.PolicyDeadline, Log: o.Log.WithName("dispatcher")})
