@@ -77,8 +77,10 @@ type Delivery struct {
 	closed     atomic.Bool
 	wg         sync.WaitGroup
 	// queuedBytes are the bytes of the hints queued or in flight, across
-	// every queue; MaxQueuedBytes bounds it.
+	// every queue; MaxQueuedBytes bounds it. queues counts the running
+	// senders, among which the budget is shared.
 	queuedBytes atomic.Int64
+	queues      atomic.Int64
 
 	// send posts one hint; tests and the benchmark replace it to take the
 	// network out of the measurement.
@@ -163,6 +165,8 @@ type queue struct {
 	stop     chan struct{}
 	stopped  atomic.Bool
 	lastLog  atomic.Int64
+	// bytes are this worker's part of Delivery.queuedBytes.
+	bytes atomic.Int64
 	// drops are the worker's series of worker_hints_dropped_total.
 	drops workerDrops
 	// h1 posts to an http:// endpoint when no Client was given; nil means
@@ -178,6 +182,7 @@ func (d *Delivery) newQueue(worker, endpoint string) *queue {
 		q.h1 = newH1Poster(endpoint, d.opts.Timeout)
 	}
 	d.wg.Add(1)
+	d.queues.Add(1)
 	go q.run()
 	return q
 }
@@ -193,8 +198,10 @@ func (q *queue) drop(r dropReason) {
 // enqueue hands a hint to the sender without waiting. When the queue is
 // full the newest hint, this one, is dropped: the queued ones are older and
 // closer to their requests. So is a hint that would take the bytes queued
-// across all workers past the budget: a few stalled workers must not fill
-// the sidecar's memory with hints nobody will read in time.
+// across all workers past the budget, or this worker's past its fair share
+// of it (the budget over the number of queues): a few stalled workers must
+// not fill the sidecar's memory with hints nobody will read in time, nor
+// take the room of the workers that answer.
 func (q *queue) enqueue(msg []byte, now time.Time) bool {
 	if q.d.closed.Load() {
 		q.drop(dropReasonShutdown)
@@ -205,8 +212,18 @@ func (q *queue) enqueue(msg []byte, now time.Time) bool {
 		return false
 	}
 	n := int64(len(msg))
+	// A worker's fair share of the budget: stalled workers must not take
+	// it all and starve the healthy ones. A worker holding nothing may
+	// always queue one hint.
+	share := q.d.opts.MaxQueuedBytes / max(1, q.d.queues.Load())
+	if mine := q.bytes.Add(n); mine > share && mine != n {
+		q.bytes.Add(-n)
+		q.drop(dropReasonBudget)
+		return false
+	}
 	if q.d.queuedBytes.Add(n) > q.d.opts.MaxQueuedBytes {
 		q.d.queuedBytes.Add(-n)
+		q.bytes.Add(-n)
 		q.drop(dropReasonBudget)
 		return false
 	}
@@ -221,13 +238,18 @@ func (q *queue) enqueue(msg []byte, now time.Time) bool {
 		return true
 	default:
 		q.d.queuedBytes.Add(-n)
+		q.bytes.Add(-n)
 		q.drop(dropReasonFull)
 		return false
 	}
 }
 
 // done gives a hint's bytes back to the budget, once it is sent or dropped.
-func (q *queue) done(it queued) { q.d.queuedBytes.Add(-int64(len(it.msg))) }
+func (q *queue) done(it queued) {
+	n := int64(len(it.msg))
+	q.bytes.Add(-n)
+	q.d.queuedBytes.Add(-n)
+}
 
 // close stops the sender of a worker that left the registry; the hints
 // still queued for it are dropped and counted as stale, and so is one a
@@ -239,6 +261,7 @@ func (q *queue) close() {
 
 func (q *queue) run() {
 	defer q.d.wg.Done()
+	defer q.d.queues.Add(-1)
 	if q.h1 != nil {
 		defer q.h1.close()
 	}
