@@ -48,5 +48,6 @@ func run(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "building kvhint: %v\n%s", err, out)
 		return 1
 	}
+	defer stopEnv()
 	return m.Run()
 }
