@@ -54,7 +54,7 @@ func (s ConfigMapSource) Run(ctx context.Context, d *core.Dispatcher, log logr.L
 			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", s.Name).String()
 		})
 	_, ctrl := cache.NewInformerWithOptions(cache.InformerOptions{
-		ListerWatcher: lw,
+		ListerWatcher: patient(ctx, lw),
 		ObjectType:    &corev1.ConfigMap{},
 		Handler: cache.ResourceEventHandlerFuncs{
 			AddFunc:    apply,

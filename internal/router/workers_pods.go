@@ -85,7 +85,7 @@ func (p *PodWorkers) Run(ctx context.Context, log logr.Logger) {
 	lw := cache.NewFilteredListWatchFromClient(p.Client.CoreV1().RESTClient(), "pods", p.Namespace,
 		func(o *metav1.ListOptions) { o.LabelSelector = sel.String() })
 	_, ctrl := cache.NewInformerWithOptions(cache.InformerOptions{
-		ListerWatcher: lw,
+		ListerWatcher: patient(ctx, lw),
 		ObjectType:    &corev1.Pod{},
 		Handler: cache.ResourceEventHandlerFuncs{
 			AddFunc:    upsert,
