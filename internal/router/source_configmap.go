@@ -12,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/kvrouter/kv-hint-operator/internal/apiwatch"
 )
 
 // ConfigMapSource loads the hints config from a ConfigMap through a watch
@@ -54,7 +56,7 @@ func (s ConfigMapSource) Run(ctx context.Context, d *core.Dispatcher, log logr.L
 			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", s.Name).String()
 		})
 	_, ctrl := cache.NewInformerWithOptions(cache.InformerOptions{
-		ListerWatcher: patient(ctx, lw),
+		ListerWatcher: apiwatch.Patient(ctx, lw),
 		ObjectType:    &corev1.ConfigMap{},
 		Handler: cache.ResourceEventHandlerFuncs{
 			AddFunc:    apply,

@@ -12,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/kvrouter/kv-hint-operator/internal/apiwatch"
 )
 
 // PodWorkers keeps the registry's pod workers in step with the pods a label
@@ -85,7 +87,7 @@ func (p *PodWorkers) Run(ctx context.Context, log logr.Logger) {
 	lw := cache.NewFilteredListWatchFromClient(p.Client.CoreV1().RESTClient(), "pods", p.Namespace,
 		func(o *metav1.ListOptions) { o.LabelSelector = sel.String() })
 	_, ctrl := cache.NewInformerWithOptions(cache.InformerOptions{
-		ListerWatcher: patient(ctx, lw),
+		ListerWatcher: apiwatch.Patient(ctx, lw),
 		ObjectType:    &corev1.Pod{},
 		Handler: cache.ResourceEventHandlerFuncs{
 			AddFunc:    upsert,

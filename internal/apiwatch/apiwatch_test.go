@@ -1,4 +1,4 @@
-package router
+package apiwatch
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 
 // TestPatientListWatch: while the API server cannot answer, a list or a
 // watch is tried again inside the same call; an API error is returned at
-// once, and so is the last error when the sidecar stops.
+// once, and so is the last error when the context ends.
 func TestPatientListWatch(t *testing.T) {
 	down := errors.New("dial tcp 127.0.0.1:6443: connect: connection refused")
 	var lists, watches atomic.Int64
@@ -45,12 +45,12 @@ func TestPatientListWatch(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	p := patient(ctx, lw)
+	p := Patient(ctx, lw).(*patientListWatch)
 	p.every = time.Millisecond
-	if _, err := p.List(metav1.ListOptions{}); err != nil || lists.Load() != 3 {
+	if _, err := p.ListWithContext(ctx, metav1.ListOptions{}); err != nil || lists.Load() != 3 {
 		t.Errorf("list: %v after %d tries, want success on the third", err, lists.Load())
 	}
-	if w, err := p.Watch(metav1.ListOptions{}); err != nil || watches.Load() != 3 {
+	if w, err := p.WatchWithContext(ctx, metav1.ListOptions{}); err != nil || watches.Load() != 3 {
 		t.Errorf("watch: %v after %d tries, want success on the third", err, watches.Load())
 	} else {
 		w.Stop()
@@ -59,12 +59,12 @@ func TestPatientListWatch(t *testing.T) {
 	gone := error(apierrors.NewResourceExpired("too old resource version"))
 	watchErr.Store(&gone)
 	before := watches.Load()
-	if _, err := p.Watch(metav1.ListOptions{}); !apierrors.IsResourceExpired(err) || watches.Load() != before+1 {
+	if _, err := p.WatchWithContext(ctx, metav1.ListOptions{}); !apierrors.IsResourceExpired(err) || watches.Load() != before+1 {
 		t.Errorf("410 Gone: %v after %d tries, want it returned at once", err, watches.Load()-before)
 	}
 	forbidden := error(apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "", errors.New("no")))
 	listErr.Store(&forbidden)
-	if _, err := p.List(metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+	if _, err := p.ListWithContext(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
 		t.Errorf("403: %v, want it returned at once", err)
 	}
 
@@ -72,15 +72,15 @@ func TestPatientListWatch(t *testing.T) {
 	unavailable := error(apierrors.NewServiceUnavailable("starting"))
 	listErr.Store(&unavailable)
 	done := make(chan error)
-	go func() { _, err := p.List(metav1.ListOptions{}); done <- err }()
+	go func() { _, err := p.ListWithContext(ctx, metav1.ListOptions{}); done <- err }()
 	time.Sleep(20 * time.Millisecond)
 	cancel()
 	select {
 	case err := <-done:
 		if !apierrors.IsServiceUnavailable(err) {
-			t.Errorf("after stop: %v, want the last error", err)
+			t.Errorf("after the end: %v, want the last error", err)
 		}
 	case <-time.After(5 * time.Second):
-		t.Fatal("a list kept retrying after the sidecar stopped")
+		t.Fatal("a list kept retrying after its context ended")
 	}
 }

@@ -1,4 +1,8 @@
-package router
+// Package apiwatch makes client-go list-and-watch calls wait out an API
+// server outage: the sidecar's informers and the manager's cache use it, so
+// that both see the API server again within seconds of its return instead
+// of after client-go's backoff.
+package apiwatch
 
 import (
 	"context"
@@ -12,29 +16,38 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
-// listRetryInterval is how often a watch that lost its API server lists
-// again until it answers.
-const listRetryInterval = 2 * time.Second
+// RetryInterval is how often a list or watch that cannot reach the API
+// server is tried again.
+const RetryInterval = 2 * time.Second
 
-// patientListWatch lists, or starts a watch, again every
-// listRetryInterval, inside one call, while the API server cannot be
+// patientListWatch lists, or starts a watch, again every RetryInterval, inside one call, while the API server cannot be
 // reached (or answers 5xx or 429), until it answers or ctx ends. client-go's
 // reflector backs off between failed list-and-watch attempts up to 30 s,
 // with as much jitter again: after a 30 s API server outage the sidecar's
-// ConfigMap watch came back 30 s after the API server did (test/fault
-// TestAPIServerOutage). Here the attempt fails only for good (an API
+// ConfigMap watch came back 30 s after the API server did, and the
+// manager's 20 to 39 s after (test/fault TestAPIServerOutage). Here the attempt fails only for good (an API
 // error such as 410 Gone or 403, which the reflector must see) or when the
 // sidecar stops, so its backoff never climbs. Both paths are patient: the
 // reflector starts with a watch-list stream by default and lists only as a
 // fallback.
 type patientListWatch struct {
-	lw    *cache.ListWatch
+	lw    cache.ListerWatcherWithContext
 	ctx   context.Context
 	every time.Duration
 }
 
-func patient(ctx context.Context, lw *cache.ListWatch) *patientListWatch {
-	return &patientListWatch{lw: lw, ctx: ctx, every: listRetryInterval}
+// ListerWatcher lists and watches with and without a context, as client-go's
+// informers take either.
+type ListerWatcher interface {
+	cache.ListerWatcher
+	cache.ListerWatcherWithContext
+}
+
+// Patient wraps lw so that its lists and watches wait out an API server
+// outage, trying again every RetryInterval until ctx (or the call's own
+// context) ends. ctx bounds the calls made without a context.
+func Patient(ctx context.Context, lw cache.ListerWatcher) ListerWatcher {
+	return &patientListWatch{lw: cache.ToListerWatcherWithContext(lw), ctx: ctx, every: RetryInterval}
 }
 
 // retry reports whether err means the API server could not answer now.
