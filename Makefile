@@ -32,6 +32,10 @@ test: ## Run every test against a real kube-apiserver and etcd (built on first u
 	KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh)" go test $(GO_TEST_FLAGS) ./...
 	@for m in $(dir $(EXAMPLES)); do echo "go test $$m"; (cd $$m && go test $(GO_TEST_FLAGS) ./...) || exit 1; done
 
+.PHONY: soak
+soak: ## Run the 10-minute soak of the sidecar binary (steady bookings, config flips); figures in docs/benchmarks.md.
+	KVHINT_SOAK=1 KVHINT_SOAK_REPORT=$${KVHINT_SOAK_REPORT:-$(CURDIR)/bin/soak-report.md} go test $(GO_TEST_FLAGS) ./test/fault/ -run '^TestSoak$$' -v -timeout 20m
+
 .PHONY: fmt
 fmt: ## gofmt the tree.
 	gofmt -w $$(git ls-files -co --exclude-standard '*.go')

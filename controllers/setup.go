@@ -5,17 +5,20 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/selection"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+	"github.com/kvrouter/kv-hint-operator/internal/apiwatch"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 )
 
@@ -43,6 +46,13 @@ func CacheOptions(namespaces []string) cache.Options {
 		ByObject: map[client.Object]cache.ByObject{
 			&corev1.ConfigMap{}: {Label: labels.NewSelector().Add(*hasRouter, *managed)},
 			&corev1.Pod{}:       {Label: labels.NewSelector().Add(*hasRouter), Transform: trimPod},
+		},
+		// Watches that wait out an API server outage, trying again every
+		// 2 s: with client-go's own backoff (up to 30 s and as much jitter
+		// again) a change made after a 30 s outage waited 20 to 39 s more
+		// (test/fault TestAPIServerOutage).
+		NewInformer: func(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, idx toolscache.Indexers) toolscache.SharedIndexInformer {
+			return toolscache.NewSharedIndexInformer(apiwatch.Patient(context.Background(), lw), obj, resync, idx)
 		},
 	}
 	// Namespaced ByObject entries inherit these.

@@ -50,7 +50,8 @@ make that role's worker pool, and a role's hints go only to its pool (a role
 without a selector takes any registered worker). Capabilities, hint endpoint,
 worker type and source endpoints come from the pod annotations
 hints.kvrouter.io/capabilities, hint-endpoint, worker-type and
-source-control-endpoints.
+source-control-endpoints; the hint endpoint is ":PORT/PATH" on the pod's own
+IP, absolute URLs only with --allow-absolute-hint-endpoints.
 
 Bookings over --max-booking-bytes are refused with 413; the payload limit
 follows it, so a committed copy the API accepts is always sent whole.
@@ -58,7 +59,8 @@ follows it, so a committed copy the API accepts is always sent whole.
 In a pod, give POD_NAME and POD_NAMESPACE through the downward API: the
 sidecar then writes hints.kvrouter.io/applied-hash on its own Pod after
 every config it applies. Metrics, /healthz and /readyz are on
---metrics-listen.`,
+--metrics-listen: give POD_IP (status.podIP) too, and they listen on the
+pod IP only, where probes and scrapers reach them; pprof is on loopback.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.Log = newLogger(cmd.ErrOrStderr(), verbosity)
@@ -112,21 +114,38 @@ every config it applies. Metrics, /healthz and /readyz are on
 	f.BoolVar(&o.WorkerPods, "worker-pods", false, "register worker pods of --namespace: those the RouterRoles' workerSelectors pick (default true with --router or --configmap)")
 	f.StringVar(&selector, "worker-selector", "", "deprecated, not needed: limit the worker pod watch to this label selector; the RouterRoles' workerSelectors make the pools")
 	_ = f.MarkDeprecated("worker-selector", "each RouterRole's spec.workerSelector, compiled into the ConfigMap, makes its role's worker pool")
+	f.BoolVar(&o.AllowAbsoluteHintEndpoints, "allow-absolute-hint-endpoints", false, "take absolute URLs from worker pods' hint-endpoint annotations (default: only \":PORT/PATH\" on the pod's own IP)")
 	f.StringVar(&o.PodName, "pod-name", os.Getenv("POD_NAME"), "the sidecar's own pod, to write the applied hash on (default $POD_NAME; empty disables)")
 	f.StringVar(&o.PodNamespace, "pod-namespace", os.Getenv("POD_NAMESPACE"), "the sidecar's own namespace (default $POD_NAMESPACE)")
 	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, then $KUBECONFIG and ~/.kube/config)")
 	f.StringVar(&o.Listen, "listen", router.DefaultListen, "booking API address; keep it on loopback")
-	f.StringVar(&o.OpsListen, "metrics-listen", router.DefaultOpsListen, "address of /metrics, /healthz and /readyz")
+	f.StringVar(&o.OpsListen, "metrics-listen", defaultOpsListen(), "address of /metrics, /healthz and /readyz (default $POD_IP:8791 where POD_IP is set, for kubelet probes and scrapers; else loopback)")
 	f.DurationVar(&o.PolicyDeadline, "policy-deadline", core.DefaultPolicyDeadline, "how long one hint policy may run on a booking; checked when it returns")
 	f.DurationVar(&o.PolicyDeadlinePerBlock, "policy-deadline-per-block", core.DefaultPolicyDeadlinePerBlock, "added to the deadline of a policy that reads the committed copy (kv-fetch), per block of the copy")
 	f.IntVar(&o.MaxBookingBytes, "max-booking-bytes", core.DefaultMaxBookingBytes, "largest booking body accepted (413 above); the payload limit follows it (1 MiB holds about 49,000 block hashes)")
 	f.IntVar(&o.QueueSize, "queue-size", router.DefaultQueueSize, "hints queued per worker; when full the newest is dropped")
+	f.Int64Var(&o.MaxQueuedBytes, "max-queued-hint-bytes", router.DefaultMaxQueuedBytes, "bytes of hints queued across all workers; a hint past it is dropped and counted (memory_budget)")
 	f.DurationVar(&o.DeliveryTimeout, "delivery-timeout", router.DefaultDeliveryTimeout, "timeout of one hint post, connection included")
 	f.DurationVar(&o.HintTTL, "hint-ttl", router.DefaultHintTTL, "a hint queued longer is dropped unsent")
 	f.DurationVar(&o.ShutdownWait, "shutdown-timeout", router.DefaultShutdownWait, "how long shutdown drains queued hints")
-	f.BoolVar(&o.Pprof, "pprof", false, "serve net/http/pprof under /debug/pprof/ on --metrics-listen")
+	f.BoolVar(&o.Pprof, "pprof", false, "serve net/http/pprof under /debug/pprof/ on --pprof-listen")
+	f.StringVar(&o.PprofListen, "pprof-listen", router.DefaultPprofListen, "address of pprof; must be on loopback")
+	f.DurationVar(&o.ReadTimeout, "http-read-timeout", router.DefaultReadTimeout, "longest read of one request, body included, on the booking and ops listeners (request heads: at most 2s)")
+	f.DurationVar(&o.WriteTimeout, "http-write-timeout", router.DefaultWriteTimeout, "longest write of one answer on the booking and ops listeners")
+	f.DurationVar(&o.IdleTimeout, "http-idle-timeout", router.DefaultIdleTimeout, "how long a keep-alive connection may wait for its next request")
+	f.IntVar(&o.MaxBookingConns, "max-booking-connections", router.DefaultMaxBookingConns, "open connections the booking listener takes; one more is answered 503 and counted")
+	f.IntVar(&o.MaxOpsConns, "max-ops-connections", router.DefaultMaxOpsConns, "open connections the ops listener takes; one more is answered 503 and counted")
 	f.IntVarP(&verbosity, "verbosity", "v", 0, "log verbosity (0 info, 1 debug)")
 	return cmd
+}
+
+// defaultOpsListen is the pod IP's ops port when the downward API gives
+// POD_IP, so that kubelet and Prometheus reach it, and loopback otherwise.
+func defaultOpsListen() string {
+	if ip := os.Getenv("POD_IP"); ip != "" {
+		return router.OpsListenFor(ip)
+	}
+	return router.DefaultOpsListen
 }
 
 // newLogger logs JSON lines through log/slog; logr's V(n) is slog level -n.

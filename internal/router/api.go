@@ -82,20 +82,25 @@ func (a *API) BookingHandler() http.Handler {
 	return mux
 }
 
-// OpsHandler serves /metrics, /healthz and /readyz, and with pprof the
-// profiles of net/http/pprof under /debug/pprof/.
-func (a *API) OpsHandler(pprof bool) http.Handler {
+// OpsHandler serves /metrics, /healthz and /readyz.
+func (a *API) OpsHandler() http.Handler {
 	mux := http.NewServeMux()
-	if pprof {
-		mux.HandleFunc("/debug/pprof/", httppprof.Index)
-		mux.HandleFunc("/debug/pprof/cmdline", httppprof.Cmdline)
-		mux.HandleFunc("/debug/pprof/profile", httppprof.Profile)
-		mux.HandleFunc("/debug/pprof/symbol", httppprof.Symbol)
-		mux.HandleFunc("/debug/pprof/trace", httppprof.Trace)
-	}
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.Metrics.Registry, promhttp.HandlerOpts{Registry: a.Metrics.Registry}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", a.readyz)
+	return mux
+}
+
+// PprofHandler serves the profiles of net/http/pprof under /debug/pprof/,
+// for a listener of their own on loopback: a heap profile shows what the
+// process holds.
+func PprofHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", httppprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", httppprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", httppprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", httppprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", httppprof.Trace)
 	return mux
 }
 

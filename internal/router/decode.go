@@ -165,6 +165,10 @@ var bodyBufs = sync.Pool{New: func() any { b := make([]byte, 0, 8<<10); return &
 
 const maxPooledBody = 64 << 10
 
+// maxPreallocBody is the largest declared Content-Length readBody
+// allocates before the body arrives.
+const maxPreallocBody = 16 << 10
+
 func putBodyBuf(bp *[]byte) {
 	if cap(*bp) <= maxPooledBody {
 		*bp = (*bp)[:0]
@@ -176,8 +180,11 @@ func putBodyBuf(bp *[]byte) {
 // http.MaxBytesReader would, with the same errors and statuses.
 func readBody(w http.ResponseWriter, r *http.Request, limit int64, buf []byte) ([]byte, int, error) {
 	rd := http.MaxBytesReader(w, r.Body, limit)
-	if n := r.ContentLength; n > 0 && n <= limit && int64(cap(buf)) < n+1 {
-		// Room for the body and the read that sees its end.
+	if n := r.ContentLength; n > 0 && n < maxPreallocBody && int64(cap(buf)) < n+1 {
+		// Room for the body and the read that sees its end. Only a small
+		// declared length is trusted: a client that declares a megabyte
+		// and sends a byte must cost a byte, so larger bodies grow the
+		// buffer with what arrives.
 		buf = make([]byte, 0, n+1)
 	}
 	for {

@@ -26,6 +26,10 @@ const (
 	DefaultQueueSize       = 256
 	DefaultDeliveryTimeout = 250 * time.Millisecond
 	DefaultHintTTL         = 2 * time.Second
+	// DefaultMaxQueuedBytes bounds the hints queued across all workers: at
+	// the 4 KiB of a large hint, 16,384 of them, and a small part of the
+	// 256 MiB config/router gives the sidecar.
+	DefaultMaxQueuedBytes = 64 << 20
 )
 
 // DeliveryOptions configure a Delivery.
@@ -46,6 +50,10 @@ type DeliveryOptions struct {
 	// goroutines of its own), and hints to https:// endpoints through
 	// NewHintClient.
 	Client *http.Client
+	// MaxQueuedBytes bounds the bytes of the hints waiting in all the
+	// queues together; a hint that would pass it is dropped and counted.
+	// 0 means DefaultMaxQueuedBytes.
+	MaxQueuedBytes int64
 	// Metrics receives delivery metrics; nil creates a private set.
 	Metrics *Metrics
 	// Log receives delivery errors, rate-limited per worker.
@@ -68,6 +76,11 @@ type Delivery struct {
 	closing    chan struct{}
 	closed     atomic.Bool
 	wg         sync.WaitGroup
+	// queuedBytes are the bytes of the hints queued or in flight, across
+	// every queue; MaxQueuedBytes bounds it. queues counts the running
+	// senders, among which the budget is shared.
+	queuedBytes atomic.Int64
+	queues      atomic.Int64
 
 	// send posts one hint; tests and the benchmark replace it to take the
 	// network out of the measurement.
@@ -85,6 +98,9 @@ func NewDelivery(o DeliveryOptions) *Delivery {
 	if o.HintTTL <= 0 {
 		o.HintTTL = DefaultHintTTL
 	}
+	if o.MaxQueuedBytes <= 0 {
+		o.MaxQueuedBytes = DefaultMaxQueuedBytes
+	}
 	if o.Metrics == nil {
 		o.Metrics = NewMetrics()
 	}
@@ -101,15 +117,24 @@ func NewDelivery(o DeliveryOptions) *Delivery {
 // NewHintClient returns an HTTP client for hint posts: plain HTTP/1.1
 // keep-alive (a small post over an open connection beats h2 framing on
 // loopback and pod networks), no proxy (hint endpoints are in-cluster), no
-// compression (payloads are a few KiB), and dial and header timeouts within
-// the post timeout. Connections per worker stay few because each worker has
-// one sender.
+// compression (payloads are a few KiB), and dial, TLS handshake and header
+// timeouts within the post timeout.
+//
+// The Transport finishes a dial it started even after the post that asked
+// for it has given up, and a TLS handshake has no timeout of its own: a
+// worker that accepts TCP and never answers the ClientHello would hold a
+// descriptor and two goroutines per timed-out post, forever. So the
+// handshake is bounded by the post timeout, and a worker gets at most
+// MaxConnsPerWorker connections, dials included: a post that finds them
+// all busy waits for one within its own timeout instead of dialling more.
 func NewHintClient(timeout time.Duration) *http.Client {
 	t := &http.Transport{
 		Proxy:                 nil,
-		DialContext:           (&net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}).DialContext,
+		DialContext:           (&net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second, Control: checkDialAddress}).DialContext,
+		TLSHandshakeTimeout:   timeout,
+		MaxConnsPerHost:       MaxConnsPerWorker,
 		MaxIdleConns:          4096,
-		MaxIdleConnsPerHost:   4,
+		MaxIdleConnsPerHost:   MaxConnsPerWorker,
 		IdleConnTimeout:       90 * time.Second,
 		ResponseHeaderTimeout: timeout,
 		DisableCompression:    true,
@@ -117,6 +142,13 @@ func NewHintClient(timeout time.Duration) *http.Client {
 	}
 	return &http.Client{Transport: t}
 }
+
+// MaxConnsPerWorker caps the connections, dials and handshakes included,
+// that the https:// client opens to one worker. Each worker has one
+// sender, so one is in use at a time; the second covers a connection the
+// worker is closing while the next post dials. The http:// poster keeps at
+// most one.
+const MaxConnsPerWorker = 2
 
 // queued is one hint waiting for its post.
 type queued struct {
@@ -131,7 +163,12 @@ type queue struct {
 	endpoint string
 	ch       chan queued
 	stop     chan struct{}
+	stopped  atomic.Bool
 	lastLog  atomic.Int64
+	// bytes are this worker's part of Delivery.queuedBytes.
+	bytes atomic.Int64
+	// drops are the worker's series of worker_hints_dropped_total.
+	drops workerDrops
 	// h1 posts to an http:// endpoint when no Client was given; nil means
 	// d.client posts.
 	h1 *h1Poster
@@ -140,39 +177,91 @@ type queue struct {
 // newQueue starts a sender for a worker's endpoint.
 func (d *Delivery) newQueue(worker, endpoint string) *queue {
 	q := &queue{d: d, worker: worker, endpoint: endpoint, ch: make(chan queued, d.opts.QueueSize), stop: make(chan struct{})}
+	q.drops = d.metrics.forWorker(worker)
 	if d.opts.Client == nil && !(len(endpoint) >= len("https://") && strings.EqualFold(endpoint[:len("https://")], "https://")) {
 		q.h1 = newH1Poster(endpoint, d.opts.Timeout)
 	}
 	d.wg.Add(1)
+	d.queues.Add(1)
 	go q.run()
 	return q
 }
 
+// drop counts a hint dropped for reason, in total and for the worker.
+func (q *queue) drop(r dropReason) {
+	q.d.metrics.drops[r].Inc()
+	if c := q.drops[r]; c != nil {
+		c.Inc()
+	}
+}
+
 // enqueue hands a hint to the sender without waiting. When the queue is
 // full the newest hint, this one, is dropped: the queued ones are older and
-// closer to their requests.
+// closer to their requests. So is a hint that would take the bytes queued
+// across all workers past the budget, or this worker's past its fair share
+// of it (the budget over the number of queues): a few stalled workers must
+// not fill the sidecar's memory with hints nobody will read in time, nor
+// take the room of the workers that answer.
 func (q *queue) enqueue(msg []byte, now time.Time) bool {
 	if q.d.closed.Load() {
-		q.d.metrics.dropShut.Inc()
+		q.drop(dropReasonShutdown)
+		return false
+	}
+	if q.stopped.Load() {
+		q.drop(dropReasonStale)
+		return false
+	}
+	n := int64(len(msg))
+	// A worker's fair share of the budget: stalled workers must not take
+	// it all and starve the healthy ones. A worker holding nothing may
+	// always queue one hint.
+	share := q.d.opts.MaxQueuedBytes / max(1, q.d.queues.Load())
+	if mine := q.bytes.Add(n); mine > share && mine != n {
+		q.bytes.Add(-n)
+		q.drop(dropReasonBudget)
+		return false
+	}
+	if q.d.queuedBytes.Add(n) > q.d.opts.MaxQueuedBytes {
+		q.d.queuedBytes.Add(-n)
+		q.bytes.Add(-n)
+		q.drop(dropReasonBudget)
 		return false
 	}
 	select {
 	case q.ch <- queued{msg: msg, at: now}:
+		if q.stopped.Load() {
+			// The sender stopped meanwhile and may have emptied the queue
+			// already: nobody else would release these bytes.
+			q.discard(dropReasonStale)
+			return false
+		}
 		return true
 	default:
-		q.d.metrics.dropFull.Inc()
+		q.d.queuedBytes.Add(-n)
+		q.bytes.Add(-n)
+		q.drop(dropReasonFull)
 		return false
 	}
 }
 
+// done gives a hint's bytes back to the budget, once it is sent or dropped.
+func (q *queue) done(it queued) {
+	n := int64(len(it.msg))
+	q.bytes.Add(-n)
+	q.d.queuedBytes.Add(-n)
+}
+
 // close stops the sender of a worker that left the registry; the hints
-// still queued for it are dropped and counted as stale. A booking that
-// looked the worker up just before may still enqueue one more: it stays
-// unsent, which is what a hint for a departed worker deserves.
-func (q *queue) close() { close(q.stop) }
+// still queued for it are dropped and counted as stale, and so is one a
+// booking that looked the worker up just before enqueues afterwards.
+func (q *queue) close() {
+	q.stopped.Store(true)
+	close(q.stop)
+}
 
 func (q *queue) run() {
 	defer q.d.wg.Done()
+	defer q.d.queues.Add(-1)
 	if q.h1 != nil {
 		defer q.h1.close()
 	}
@@ -180,8 +269,9 @@ func (q *queue) run() {
 		select {
 		case it := <-q.ch:
 			q.d.send(q, it)
+			q.done(it)
 		case <-q.stop:
-			q.discard(q.d.metrics.dropStale.Inc)
+			q.discard(dropReasonStale)
 			return
 		case <-q.d.closing:
 			q.drain()
@@ -197,21 +287,23 @@ func (q *queue) drain() {
 		select {
 		case it := <-q.ch:
 			if q.d.base.Err() != nil {
-				q.d.metrics.dropShut.Inc()
-				continue
+				q.drop(dropReasonShutdown)
+			} else {
+				q.d.send(q, it)
 			}
-			q.d.send(q, it)
+			q.done(it)
 		default:
 			return
 		}
 	}
 }
 
-func (q *queue) discard(count func()) {
+func (q *queue) discard(r dropReason) {
 	for {
 		select {
-		case <-q.ch:
-			count()
+		case it := <-q.ch:
+			q.drop(r)
+			q.done(it)
 		default:
 			return
 		}
@@ -222,7 +314,7 @@ func (q *queue) discard(count func()) {
 func (q *queue) post(it queued) {
 	m := q.d.metrics
 	if time.Since(it.at) > q.d.opts.HintTTL {
-		m.dropStale.Inc()
+		q.drop(dropReasonStale)
 		return
 	}
 	if q.h1 != nil {
@@ -244,7 +336,7 @@ func (q *queue) post(it queued) {
 		switch {
 		case q.d.base.Err() != nil:
 			// Cut short by a drain past its deadline, not the worker's fault.
-			m.dropShut.Inc()
+			q.drop(dropReasonShutdown)
 			return
 		case errors.Is(err, context.DeadlineExceeded) || isTimeout(err):
 			m.errTimeout.Inc()
@@ -277,7 +369,7 @@ func (q *queue) postH1(it queued) {
 		switch {
 		case q.d.base.Err() != nil:
 			// Cut short by a drain past its deadline, not the worker's fault.
-			m.dropShut.Inc()
+			q.drop(dropReasonShutdown)
 			return
 		case isTimeout(err):
 			m.errTimeout.Inc()
@@ -436,7 +528,7 @@ func (p *h1Poster) closedByPeer() bool {
 func (p *h1Poster) dial(base context.Context, deadline time.Time) error {
 	ctx, cancel := context.WithDeadline(base, deadline)
 	defer cancel()
-	d := net.Dialer{KeepAlive: 30 * time.Second}
+	d := net.Dialer{KeepAlive: 30 * time.Second, Control: checkDialAddress}
 	nc, err := d.DialContext(ctx, "tcp", p.addr)
 	if err != nil {
 		return err

@@ -18,8 +18,9 @@ const (
 	// AnnotationCapabilities lists a worker pod's capabilities, comma
 	// separated; router_hint to receive hints.
 	AnnotationCapabilities = "hints.kvrouter.io/capabilities"
-	// AnnotationHintEndpoint is a worker pod's hint endpoint: an absolute
-	// http(s) URL, or ":PORT/PATH" on the pod's own IP.
+	// AnnotationHintEndpoint is a worker pod's hint endpoint: ":PORT/PATH"
+	// on the pod's own IP, or, only when the sidecar runs with
+	// --allow-absolute-hint-endpoints, an absolute http(s) URL.
 	AnnotationHintEndpoint = "hints.kvrouter.io/hint-endpoint"
 	// AnnotationWorkerType is a worker pod's router_hint_worker_type
 	// (aggregated, prefill or decode); a pod with another value is not

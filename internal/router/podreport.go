@@ -17,10 +17,14 @@ import (
 // counts the applied-hash annotation only while this manager owns it.
 const FieldManager = v1alpha1.SidecarFieldManager
 
-// Backoff bounds of a failed annotation patch.
+// Backoff bounds of a failed annotation patch. The ceiling is short: the
+// report is what turns a role Programmed, and after an API server outage
+// a 30 s ceiling left the applied hash unreported for 45 s after the API
+// server was back (test/fault TestAPIServerOutage). One small patch per
+// sidecar every 5 s is little load on an API server that is down.
 const (
 	reportBackoffMin = 200 * time.Millisecond
-	reportBackoffMax = 30 * time.Second
+	reportBackoffMax = 5 * time.Second
 )
 
 // PodReporter writes the hash of the config in force on the sidecar's own

@@ -3,7 +3,6 @@ package router
 import (
 	"fmt"
 	"maps"
-	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -38,7 +37,8 @@ type WorkerSpec struct {
 	ID string `json:"id"`
 	// Capabilities the worker advertises; router_hint to receive hints.
 	Capabilities []string `json:"capabilities,omitempty"`
-	// HintEndpoint is the absolute http(s) URL hints are posted to.
+	// HintEndpoint is the absolute http(s) URL hints are posted to: no
+	// credentials, no query, never a link-local or metadata address.
 	HintEndpoint string `json:"hint_endpoint,omitempty"`
 	// WorkerType is the worker's router_hint_worker_type: aggregated,
 	// prefill or decode, or empty when it advertises none. Any other value
@@ -128,9 +128,8 @@ func (s *WorkerSpec) Validate() error {
 		return fmt.Errorf("worker id is %d characters, over the %d allowed", len(s.ID), MaxWorkerIDLength)
 	}
 	if s.HintEndpoint != "" {
-		u, err := url.Parse(s.HintEndpoint)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return fmt.Errorf("worker %s: hint_endpoint %q must be an absolute http or https URL", s.ID, s.HintEndpoint)
+		if err := validateHintEndpoint(s.HintEndpoint); err != nil {
+			return fmt.Errorf("worker %s: %w", s.ID, err)
 		}
 	}
 	if err := validateWorkerType(s.WorkerType); err != nil {
@@ -298,6 +297,7 @@ func (r *Registry) Delete(id string) bool {
 	if old.q != nil {
 		old.q.close()
 	}
+	r.forget(id)
 	return true
 }
 
@@ -324,6 +324,7 @@ func (r *Registry) Replace(source string, specs []WorkerSpec) error {
 			if w.q != nil {
 				w.q.close()
 			}
+			r.forget(id)
 		}
 	}
 	for _, s := range specs {
@@ -400,6 +401,13 @@ func (r *Registry) Pools() map[string]labels.Selector {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return maps.Clone(r.pools)
+}
+
+// forget drops the per-worker series of a worker that left.
+func (r *Registry) forget(id string) {
+	if r.delivery != nil {
+		r.delivery.metrics.forgetWorker(id)
+	}
 }
 
 func (r *Registry) copyMap() map[string]*Worker {

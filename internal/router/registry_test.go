@@ -45,7 +45,7 @@ func TestPodWorkerSpec(t *testing.T) {
 		{"finished", pod(corev1.PodSucceeded, "10.0.0.5", full), WorkerSpec{}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, ok, err := PodWorkerSpec(tc.pod)
+			got, ok, err := PodWorkerSpec(tc.pod, true)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	core "github.com/kvrouter/kv-hint-operator/pkg/router"
@@ -20,12 +21,22 @@ import (
 )
 
 // Listener defaults. The booking API is on loopback: only the router in
-// the same pod should book.
+// the same pod should book. The ops listener (metrics, probes) is on
+// loopback too unless given the pod IP (OpsListenFor), which is where
+// kubelet probes and scrapers reach it; never every interface by default.
+// pprof is on loopback only.
 const (
 	DefaultListen       = "127.0.0.1:8790"
-	DefaultOpsListen    = ":8791"
+	DefaultOpsListen    = "127.0.0.1:" + defaultOpsPort
+	DefaultPprofListen  = "127.0.0.1:8792"
 	DefaultShutdownWait = 5 * time.Second
+
+	defaultOpsPort = "8791"
 )
+
+// OpsListenFor is the ops address on a pod's IP: where kubelet's probes
+// and Prometheus reach it, and nowhere else.
+func OpsListenFor(podIP string) string { return net.JoinHostPort(podIP, defaultOpsPort) }
 
 // Options configure a Sidecar. Exactly one config source is set: ConfigFile,
 // ConfigDir or ConfigMap.
@@ -52,6 +63,10 @@ type Options struct {
 	// WorkerSelector, when set, limits the pod watch to the pods it picks
 	// (the deprecated --worker-selector); the roles' pools still apply.
 	WorkerSelector labels.Selector
+	// AllowAbsoluteHintEndpoints takes absolute URLs from worker pods'
+	// hint-endpoint annotations. Off, a pod gives only a port and a path
+	// on its own IP.
+	AllowAbsoluteHintEndpoints bool
 
 	// PodName and PodNamespace identify the sidecar's own pod, to write
 	// the applied hash on; empty disables it.
@@ -74,10 +89,21 @@ type Options struct {
 	QueueSize       int
 	DeliveryTimeout time.Duration
 	HintTTL         time.Duration
+	// MaxQueuedBytes bounds the bytes of hints queued across all workers.
+	MaxQueuedBytes int64
 	// ShutdownWait bounds the drain of queued hints on shutdown.
 	ShutdownWait time.Duration
-	// Pprof serves net/http/pprof under /debug/pprof/ on OpsListen.
+	// Pprof serves net/http/pprof under /debug/pprof/ on PprofListen.
 	Pprof bool
+	// PprofListen is the pprof address; it must be on loopback.
+	PprofListen string
+
+	// ReadTimeout bounds reading one request, body included; WriteTimeout
+	// writing its answer; IdleTimeout a keep-alive connection between
+	// requests. MaxBookingConns and MaxOpsConns cap the open connections
+	// of each listener: one more is answered 503 and closed, and counted.
+	ReadTimeout, WriteTimeout, IdleTimeout time.Duration
+	MaxBookingConns, MaxOpsConns           int
 
 	Log logr.Logger
 }
@@ -105,6 +131,16 @@ func (o *Options) check() error {
 	if o.PodName != "" && o.PodNamespace == "" {
 		return errors.New("the pod name needs the pod namespace")
 	}
+	if o.Pprof {
+		addr := o.PprofListen
+		if addr == "" {
+			addr = DefaultPprofListen
+		}
+		host, _, err := net.SplitHostPort(addr)
+		if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
+			return fmt.Errorf("pprof listen address %q must be a loopback IP and port: profiles show the process's memory", addr)
+		}
+	}
 	return nil
 }
 
@@ -119,10 +155,10 @@ type Sidecar struct {
 	pods       *PodWorkers
 	reporter   *PodReporter
 
-	bookingLn, opsLn net.Listener
-	servers          []*http.Server
-	cancel           context.CancelFunc
-	wg               sync.WaitGroup
+	bookingLn, opsLn, pprofLn net.Listener
+	servers                   []*http.Server
+	cancel                    context.CancelFunc
+	wg                        sync.WaitGroup
 }
 
 // New assembles a sidecar; Start runs it.
@@ -139,8 +175,25 @@ func New(o Options) (*Sidecar, error) {
 	if o.ShutdownWait <= 0 {
 		o.ShutdownWait = DefaultShutdownWait
 	}
+	if o.PprofListen == "" {
+		o.PprofListen = DefaultPprofListen
+	}
+	for _, d := range []struct {
+		v   *time.Duration
+		def time.Duration
+	}{{&o.ReadTimeout, DefaultReadTimeout}, {&o.WriteTimeout, DefaultWriteTimeout}, {&o.IdleTimeout, DefaultIdleTimeout}} {
+		if *d.v <= 0 {
+			*d.v = d.def
+		}
+	}
+	if o.MaxBookingConns <= 0 {
+		o.MaxBookingConns = DefaultMaxBookingConns
+	}
+	if o.MaxOpsConns <= 0 {
+		o.MaxOpsConns = DefaultMaxOpsConns
+	}
 	m := NewMetrics()
-	del := NewDelivery(DeliveryOptions{QueueSize: o.QueueSize, Timeout: o.DeliveryTimeout, HintTTL: o.HintTTL, Metrics: m, Log: o.Log.WithName("delivery")})
+	del := NewDelivery(DeliveryOptions{QueueSize: o.QueueSize, Timeout: o.DeliveryTimeout, HintTTL: o.HintTTL, MaxQueuedBytes: o.MaxQueuedBytes, Metrics: m, Log: o.Log.WithName("delivery")})
 	reg := NewRegistry(del)
 	m.observeRegistry(reg)
 	if o.MaxBookingBytes <= 0 {
@@ -150,7 +203,7 @@ func New(o Options) (*Sidecar, error) {
 		PolicyDeadlinePerBlock: o.PolicyDeadlinePerBlock, MaxBookingBytes: o.MaxBookingBytes, Log: o.Log.WithName("dispatcher")})
 	s := &Sidecar{opts: o, Metrics: m, Dispatcher: d, Workers: reg, Delivery: del}
 	if o.WorkerPods {
-		s.pods = &PodWorkers{Client: o.Kube, Namespace: o.Namespace, Selector: o.WorkerSelector, Registry: reg}
+		s.pods = &PodWorkers{Client: o.Kube, Namespace: o.Namespace, Selector: o.WorkerSelector, Registry: reg, AllowAbsoluteEndpoints: o.AllowAbsoluteHintEndpoints}
 	}
 	if o.PodName != "" {
 		s.reporter = NewPodReporter(o.Kube, o.PodNamespace, o.PodName)
@@ -165,6 +218,14 @@ func (s *Sidecar) BookingAddr() string { return s.bookingLn.Addr().String() }
 // OpsAddr is the metrics and health address, once started.
 func (s *Sidecar) OpsAddr() string { return s.opsLn.Addr().String() }
 
+// PprofAddr is the pprof address once started, or "" without pprof.
+func (s *Sidecar) PprofAddr() string {
+	if s.pprofLn == nil {
+		return ""
+	}
+	return s.pprofLn.Addr().String()
+}
+
 // Start opens the listeners and starts every part; it returns once the
 // listeners accept connections. The config loads in the background: /readyz
 // says when it has.
@@ -176,6 +237,13 @@ func (s *Sidecar) Start(ctx context.Context) error {
 	if s.opsLn, err = net.Listen("tcp", s.opts.OpsListen); err != nil {
 		s.bookingLn.Close()
 		return fmt.Errorf("metrics and health: %w", err)
+	}
+	if s.opts.Pprof {
+		if s.pprofLn, err = net.Listen("tcp", s.opts.PprofListen); err != nil {
+			s.bookingLn.Close()
+			s.opsLn.Close()
+			return fmt.Errorf("pprof: %w", err)
+		}
 	}
 	ctx, s.cancel = context.WithCancel(ctx)
 	log := s.opts.Log
@@ -207,20 +275,37 @@ func (s *Sidecar) Start(ctx context.Context) error {
 	if s.reporter != nil {
 		s.goRun(func() { s.reporter.Run(ctx, log.WithName("pod-report")) })
 	}
-	for _, srv := range []struct {
-		ln net.Listener
-		h  http.Handler
-	}{{s.bookingLn, api.BookingHandler()}, {s.opsLn, api.OpsHandler(s.opts.Pprof)}} {
-		hs := &http.Server{Handler: srv.h, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute}
+	lim := serverLimits{read: s.opts.ReadTimeout, write: s.opts.WriteTimeout, idle: s.opts.IdleTimeout}
+	pprofLim := lim
+	pprofLim.write = max(lim.write, pprofWriteTimeout)
+	type server struct {
+		name string
+		ln   net.Listener
+		max  int
+		h    http.Handler
+		lim  serverLimits
+	}
+	servers := []server{
+		{"booking", s.bookingLn, s.opts.MaxBookingConns, api.BookingHandler(), lim},
+		{"ops", s.opsLn, s.opts.MaxOpsConns, api.OpsHandler(), lim},
+	}
+	if s.pprofLn != nil {
+		servers = append(servers, server{"pprof", s.pprofLn, maxPprofConns, PprofHandler(), pprofLim})
+	}
+	for _, srv := range servers {
+		cl := newCapListener(srv.ln, srv.max, s.Metrics.connsRefused.WithLabelValues(srv.name))
+		s.Metrics.observeListener(srv.name, cl)
+		hs := newServer(srv.h, srv.lim)
 		s.servers = append(s.servers, hs)
-		ln := srv.ln
 		s.goRun(func() {
-			if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				log.Error(err, "HTTP server stopped", "addr", ln.Addr().String())
+			if err := hs.Serve(cl); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error(err, "HTTP server stopped", "listener", srv.name, "addr", cl.Addr().String())
 			}
 		})
 	}
-	log.Info("Sidecar started", "bookings", s.BookingAddr(), "ops", s.OpsAddr())
+	log.Info("Sidecar started", "bookings", s.BookingAddr(), "ops", s.OpsAddr(), "pprof", s.PprofAddr(),
+		"readTimeout", lim.read, "writeTimeout", lim.write, "idleTimeout", lim.idle,
+		"maxBookingConnections", s.opts.MaxBookingConns, "maxOpsConnections", s.opts.MaxOpsConns)
 	return nil
 }
 
@@ -259,13 +344,36 @@ func (s *Sidecar) goRun(f func()) {
 
 // Shutdown stops taking bookings, drains queued hints for up to
 // Options.ShutdownWait (or until ctx is done), and stops every part.
+//
+// The listeners close first. Bookings in flight get a short grace
+// (shutdownGrace) to finish and queue their hints; connections still open
+// then are clients stalled mid-request, and are closed rather than waited
+// for: they must not spend the budget the hints need. The rest of the
+// budget drains the queues.
 func (s *Sidecar) Shutdown(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.ShutdownWait)
 	defer cancel()
-	var errs []error
+	gctx, gcancel := context.WithTimeout(ctx, shutdownGrace(s.opts.ShutdownWait))
+	var (
+		wg     sync.WaitGroup
+		forced atomic.Int64
+	)
 	for _, hs := range s.servers {
-		errs = append(errs, hs.Shutdown(ctx))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := hs.Shutdown(gctx); err != nil {
+				forced.Add(1)
+				hs.Close()
+			}
+		}()
 	}
+	wg.Wait()
+	gcancel()
+	if n := forced.Load(); n > 0 {
+		s.opts.Log.Info("Closed client connections still open after the shutdown grace", "servers", n, "grace", shutdownGrace(s.opts.ShutdownWait))
+	}
+	var errs []error
 	if err := s.Delivery.Close(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("draining hints: %w", err))
 	}
@@ -273,6 +381,11 @@ func (s *Sidecar) Shutdown(ctx context.Context) error {
 	s.wg.Wait()
 	return errors.Join(errs...)
 }
+
+// shutdownGrace is how long bookings in flight may take to finish at
+// shutdown: a fifth of the budget, at most a second. A booking is answered
+// in microseconds; what takes longer is a stalled client.
+func shutdownGrace(budget time.Duration) time.Duration { return min(budget/5, time.Second) }
 
 // Run starts the sidecar and shuts it down when ctx is done.
 func (s *Sidecar) Run(ctx context.Context) error {

@@ -14,6 +14,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/yaml"
+
+	"github.com/kvrouter/kv-hint-operator/internal/apiwatch"
 )
 
 // ConfigMapSource loads the hints config from a ConfigMap through a watch
@@ -75,7 +77,7 @@ func (s ConfigMapSource) Run(ctx context.Context, d *core.Dispatcher, log logr.L
 			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", s.Name).String()
 		})
 	_, ctrl := cache.NewInformerWithOptions(cache.InformerOptions{
-		ListerWatcher: lw,
+		ListerWatcher: apiwatch.Patient(ctx, lw),
 		ObjectType:    &corev1.ConfigMap{},
 		Handler: cache.ResourceEventHandlerFuncs{
 			AddFunc:    apply,

@@ -16,6 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/kvrouter/kv-hint-operator/internal/apiwatch"
 )
 
 // PodWorkers keeps the registry's pod workers in step with the worker pods
@@ -41,6 +43,9 @@ type PodWorkers struct {
 	Registry *Registry
 	// Log receives refusals of invalid pods; set by Run.
 	log logr.Logger
+	// AllowAbsoluteEndpoints takes absolute hint endpoint URLs from pod
+	// annotations; by default only ":PORT/PATH" on the pod's IP is.
+	AllowAbsoluteEndpoints bool
 
 	// listed is set once the first watch has listed the pods.
 	listed atomic.Bool
@@ -110,7 +115,7 @@ func (p *PodWorkers) specOf(pod *corev1.Pod) (WorkerSpec, bool) {
 	if !p.wanted(pod) {
 		return WorkerSpec{}, false
 	}
-	spec, ok, err := PodWorkerSpec(pod)
+	spec, ok, err := PodWorkerSpec(pod, p.AllowAbsoluteEndpoints)
 	if err == nil && ok {
 		err = spec.Validate()
 	}
@@ -219,10 +224,11 @@ func (p *PodWorkers) Run(ctx context.Context, log logr.Logger) {
 		sel := p.watchSelector()
 		p.watching = sel.String()
 		p.mu.Unlock()
+		wctx, cancel := context.WithCancel(ctx)
 		lw := cache.NewFilteredListWatchFromClient(p.Client.CoreV1().RESTClient(), "pods", p.Namespace,
 			func(o *metav1.ListOptions) { o.LabelSelector = sel.String() })
 		store, ctrl := cache.NewInformerWithOptions(cache.InformerOptions{
-			ListerWatcher: lw,
+			ListerWatcher: apiwatch.Patient(wctx, lw),
 			ObjectType:    &corev1.Pod{},
 			Handler: cache.ResourceEventHandlerFuncs{
 				AddFunc:    upsert,
@@ -236,7 +242,6 @@ func (p *PodWorkers) Run(ctx context.Context, log logr.Logger) {
 		p.mu.Lock()
 		p.store, p.storeListed = store, false
 		p.mu.Unlock()
-		wctx, cancel := context.WithCancel(ctx)
 		done := make(chan struct{})
 		go func() { defer close(done); ctrl.RunWithContext(wctx) }()
 		go func() {
@@ -281,8 +286,11 @@ func slimPod(obj any) (any, error) {
 // PodWorkerSpec reads a worker from a pod. It reports false for a pod that
 // cannot take hints now and should not be registered: one being deleted,
 // finished, or with a relative endpoint and no IP yet; and an error for
-// annotations that cannot be read.
-func PodWorkerSpec(pod *corev1.Pod) (WorkerSpec, bool, error) {
+// annotations that cannot be read. The hint endpoint annotation is a port
+// and a path on the pod's own IP (":8081/v1/hints"); an absolute URL is an
+// error unless allowAbsolute, so that no annotation can make the sidecar
+// post to another host, its own loopback included.
+func PodWorkerSpec(pod *corev1.Pod, allowAbsolute bool) (WorkerSpec, bool, error) {
 	if pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 		return WorkerSpec{}, false, nil
 	}
@@ -292,16 +300,17 @@ func PodWorkerSpec(pod *corev1.Pod) (WorkerSpec, bool, error) {
 			spec.Capabilities = append(spec.Capabilities, c)
 		}
 	}
-	ep := strings.TrimSpace(pod.Annotations[AnnotationHintEndpoint])
-	if strings.HasPrefix(ep, ":") {
-		// ":8081/v1/hints": the pod template cannot know its pod's IP.
-		if pod.Status.PodIP == "" {
+	if ep := strings.TrimSpace(pod.Annotations[AnnotationHintEndpoint]); ep != "" {
+		if strings.HasPrefix(ep, ":") && pod.Status.PodIP == "" {
+			// The pod template cannot know its pod's IP: wait for it.
 			return WorkerSpec{}, false, nil
 		}
-		port, path, _ := strings.Cut(ep[1:], "/")
-		ep = "http://" + net.JoinHostPort(pod.Status.PodIP, port) + "/" + path
+		url, err := podHintEndpoint(pod.Status.PodIP, ep, allowAbsolute)
+		if err != nil {
+			return WorkerSpec{}, false, fmt.Errorf("worker pod %s: %w", pod.Name, err)
+		}
+		spec.HintEndpoint = url
 	}
-	spec.HintEndpoint = ep
 	if raw := strings.TrimSpace(pod.Annotations[AnnotationSourceControlEndpoints]); raw != "" {
 		if err := json.Unmarshal([]byte(raw), &spec.SourceControlEndpoints); err != nil {
 			return WorkerSpec{}, false, fmt.Errorf("pod %s: annotation %s must be a JSON object from rank to endpoint, such as {\"0\": \"tcp://:23280\"}: %w",

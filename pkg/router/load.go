@@ -19,13 +19,25 @@ var ErrConfigRejected = errors.New("hints config rejected")
 // previous config stays in force; the error is logged and counted.
 //
 // Loading the document in force again is a no-op, so a poller may call Load
-// with whatever it reads. origin names the source in logs (a path, a
+// with whatever it reads; after a failure it counts as a successful load
+// (the source was reverted). origin names the source in logs (a path, a
 // ConfigMap).
 func (d *Dispatcher) Load(doc []byte, origin string) error {
 	hash := hintsconfig.ContentHash(doc)
 	d.loadMu.Lock()
 	defer d.loadMu.Unlock()
 	if cur := d.snap.Load(); cur != nil && cur.hash == hash {
+		if d.lastRejects != "" {
+			// The source is back to the config in force after a refused
+			// document or a source error (a revert): the last load
+			// succeeded, and that refused document, should it come back,
+			// is a new failure to count and log.
+			d.lastRejects = ""
+			d.metrics.reloads.WithLabelValues("success").Inc()
+			d.metrics.lastReloadOK.Set(1)
+			d.metrics.lastReloadSuccess.Set(float64(time.Now().UnixNano()) / 1e9)
+			d.log.Info("Hints config source is back to the config in force", "source", origin, "hash", hash)
+		}
 		return nil
 	}
 	g, warnings, err := compileDoc(d.cat, doc)

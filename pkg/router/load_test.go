@@ -1,0 +1,78 @@
+package router
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
+)
+
+// TestReloadStateAfterRevert: a bad document, then the document in force
+// again (an operator reverting), then the same bad document again. The
+// revert is a successful load: config_last_reload_successful goes back to
+// 1. The second bad document is a new failure: counted and logged again.
+// Before the fix a reload of the document in force returned early, so the
+// gauge stayed 0 and the dedupe key still held the bad hash.
+func TestReloadStateAfterRevert(t *testing.T) {
+	const good = "worker_selection:\n  decode:\n    type: dynamo-default-cost-fn\n    hints: []\n"
+	const bad = "worker_selection:\n  decode:\n    type: no-such-selection\n"
+	var errLogs int
+	log := funcr.New(func(prefix, args string) {}, funcr.Options{})
+	log = logr.New(&countErrors{LogSink: log.GetSink(), n: &errLogs})
+	m := NewMetrics(prometheus.NewRegistry())
+	d := NewDispatcher(Options{Catalog: builtin.NewCatalog(), Metrics: m, Log: log})
+
+	failures := func() float64 { return testutil.ToFloat64(m.reloads.WithLabelValues("failure")) }
+	ok := func() float64 { return testutil.ToFloat64(m.lastReloadOK) }
+
+	if err := d.Load([]byte(good), "test"); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Load([]byte(bad), "test"); !errors.Is(err, ErrConfigRejected) {
+		t.Fatalf("bad document: %v, want ErrConfigRejected", err)
+	}
+	if failures() != 1 || ok() != 0 || errLogs != 1 {
+		t.Fatalf("after the bad document: failures %v, last_reload_successful %v, error logs %d; want 1, 0, 1", failures(), ok(), errLogs)
+	}
+	// A poller rereading the same bad document is one failure, one log.
+	d.Load([]byte(bad), "test")
+	if failures() != 1 || errLogs != 1 {
+		t.Fatalf("the same bad document reread: failures %v, error logs %d; want 1, 1", failures(), errLogs)
+	}
+
+	if err := d.Load([]byte(good), "test"); err != nil {
+		t.Fatal(err)
+	}
+	if ok() != 1 {
+		t.Errorf("after a revert to the config in force: config_last_reload_successful = %v, want 1", ok())
+	}
+
+	d.Load([]byte(bad), "test")
+	if failures() != 2 || ok() != 0 || errLogs != 2 {
+		t.Errorf("the bad document again after the revert: failures %v, last_reload_successful %v, error logs %d; want 2, 0, 2", failures(), ok(), errLogs)
+	}
+
+	// A source error, then the document in force read again: the same.
+	d.Load([]byte(good), "test")
+	d.RecordSourceError("test", errors.New("file vanished"))
+	if ok() != 0 {
+		t.Fatalf("after a source error: config_last_reload_successful = %v, want 0", ok())
+	}
+	d.Load([]byte(good), "test")
+	if ok() != 1 {
+		t.Errorf("the document in force back after a source error: config_last_reload_successful = %v, want 1", ok())
+	}
+}
+
+// countErrors counts Error calls of a sink.
+type countErrors struct {
+	logr.LogSink
+	n *int
+}
+
+func (c *countErrors) Error(err error, msg string, kv ...any) { *c.n++ }
