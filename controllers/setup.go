@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/selection"
@@ -70,24 +71,35 @@ func CacheOptions(namespaces []string) cache.Options {
 // the manager needs none of it.
 //
 // It also drops an applied-hash annotation that the sidecar's field
-// manager does not own (see reportedBySidecar), so that Programmed counts
-// only what a sidecar reported.
+// manager does not own (see sidecarReport), so that Programmed counts
+// only what a sidecar reported. Of the managedFields it keeps the entry
+// that shows the sidecar's ownership, and nothing else: client-go may run
+// a transform again on an object it already transformed (a resync, a
+// relist after the API server came back), and without that entry the
+// second run would take the sidecar's own report for someone else's
+// (test/fault TestAPIServerOutage: a router whose config did not change
+// fell to 0/1 after an outage).
 func trimPod(obj any) (any, error) {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {
 		return obj, nil
 	}
 	trimmed := &corev1.Pod{TypeMeta: pod.TypeMeta, ObjectMeta: pod.ObjectMeta}
-	if _, ok := pod.Annotations[v1alpha1.AppliedHashAnnotation]; ok && !reportedBySidecar(pod) {
+	trimmed.ManagedFields = nil
+	for _, mf := range pod.ManagedFields {
+		if sidecarReport(mf) {
+			trimmed.ManagedFields = append(trimmed.ManagedFields, mf)
+		}
+	}
+	if _, ok := pod.Annotations[v1alpha1.AppliedHashAnnotation]; ok && len(trimmed.ManagedFields) == 0 {
 		trimmed.Annotations = maps.Clone(pod.Annotations)
 		delete(trimmed.Annotations, v1alpha1.AppliedHashAnnotation)
 	}
-	trimmed.ManagedFields = nil
 	trimmed.Status.Phase = pod.Status.Phase
 	return trimmed, nil
 }
 
-// reportedBySidecar reports whether the pod's managedFields show the
+// sidecarReport reports whether a managedFields entry shows the
 // applied-hash annotation owned by the sidecar's field manager
 // (v1alpha1.SidecarFieldManager). A value that kubectl annotate, another
 // controller or a pod template set is owned by them instead, and is not a
@@ -95,24 +107,20 @@ func trimPod(obj any) (any, error) {
 // client that names itself "kvhint-sidecar" passes it. What makes the
 // name trustworthy is the admission policy in config/admission, which
 // lets only a pod's own sidecar write the annotation at all.
-func reportedBySidecar(pod *corev1.Pod) bool {
-	for _, mf := range pod.ManagedFields {
-		if mf.Manager != v1alpha1.SidecarFieldManager || mf.Subresource != "" || mf.FieldsV1 == nil {
-			continue
-		}
-		var fields struct {
-			Metadata struct {
-				Annotations map[string]json.RawMessage `json:"f:annotations"`
-			} `json:"f:metadata"`
-		}
-		if err := json.Unmarshal(mf.FieldsV1.Raw, &fields); err != nil {
-			continue
-		}
-		if _, ok := fields.Metadata.Annotations["f:"+v1alpha1.AppliedHashAnnotation]; ok {
-			return true
-		}
+func sidecarReport(mf metav1.ManagedFieldsEntry) bool {
+	if mf.Manager != v1alpha1.SidecarFieldManager || mf.Subresource != "" || mf.FieldsV1 == nil {
+		return false
 	}
-	return false
+	var fields struct {
+		Metadata struct {
+			Annotations map[string]json.RawMessage `json:"f:annotations"`
+		} `json:"f:metadata"`
+	}
+	if err := json.Unmarshal(mf.FieldsV1.Raw, &fields); err != nil {
+		return false
+	}
+	_, ok := fields.Metadata.Annotations["f:"+v1alpha1.AppliedHashAnnotation]
+	return ok
 }
 
 // Setup registers the field indexes and both reconcilers with mgr, whose

@@ -1,61 +1,23 @@
 package v1alpha1
 
+import "github.com/kvrouter/kv-hint-operator/pkg/wellknown"
+
 // The names below are the contract between the manager, which writes the
 // compiled hints config, and the router sidecar, which runs it and reports
-// back. They never change within an API version.
+// back; pkg/wellknown documents each. They are repeated here for users of
+// the API types, and never change within an API version.
 const (
-	// RouterLabel marks the pods of a router, and the ConfigMap compiled for
-	// it, with the router's name (a RouterRole's spec.router). The manager
-	// counts the pods that carry it when it sets Programmed.
-	RouterLabel = "hints.kvrouter.io/router"
-
-	// AppliedHashAnnotation is set by the sidecar on its own Pod to the
-	// HashAnnotation value of the config it runs now.
-	AppliedHashAnnotation = "hints.kvrouter.io/applied-hash"
-
-	// SidecarFieldManager is the field manager the sidecar writes
-	// AppliedHashAnnotation under. The manager counts the annotation only
-	// while managedFields show that manager owns it, so a value written by
-	// any other tool (kubectl annotate, another controller) is ignored.
-	SidecarFieldManager = "kvhint-sidecar"
-
-	// HashAnnotation on a compiled ConfigMap is the content hash of its
-	// HintsConfigKey entry (hintsconfig.ContentHash: the first 16 hex digits of
-	// the SHA-256 of the bytes).
-	HashAnnotation = "hints.kvrouter.io/hash"
-
-	// HintsConfigKey is the ConfigMap data key that holds the compiled hints
-	// YAML, the format hintsconfig.ParseConfig reads.
-	HintsConfigKey = "hints.yaml"
-
-	// WorkerSelectorsKey is the ConfigMap data key, next to HintsConfigKey,
-	// that holds each role's spec.workerSelector: a YAML map from role to
-	// its metav1.LabelSelector, for the roles that have one. The sidecar
-	// keeps a worker pool per role from it and sends a role's hints only
-	// to its pool; a role absent admits every registered worker. It is a
-	// key of its own so that HintsConfigKey stays the router's format; it
-	// is not part of HashAnnotation.
-	WorkerSelectorsKey = "worker-selectors.yaml"
-
-	// SourceControlEndpointsAnnotation on a worker pod is its
-	// router_hint_source_control_endpoints: a JSON object from
-	// data-parallel rank to KV control endpoint, such as
-	// {"0": "tcp://10.0.0.7:23280"}. An endpoint written "tcp://:PORT"
-	// is on the pod's own IP. Bookings may then name only the source
-	// worker (and rank) of a committed copy.
-	SourceControlEndpointsAnnotation = "hints.kvrouter.io/source-control-endpoints"
-
-	// ManagedByLabel is the standard label the manager sets to ManagedBy on
-	// the ConfigMaps it writes; it watches only ConfigMaps that carry both
-	// it and RouterLabel.
-	ManagedByLabel = "app.kubernetes.io/managed-by"
-
-	// ManagedBy is the value of ManagedByLabel on compiled ConfigMaps.
-	ManagedBy = "kvhint-manager"
+	RouterLabel                      = wellknown.RouterLabel
+	AppliedHashAnnotation            = wellknown.AppliedHashAnnotation
+	SidecarFieldManager              = wellknown.SidecarFieldManager
+	HashAnnotation                   = wellknown.HashAnnotation
+	HintsConfigKey                   = wellknown.HintsConfigKey
+	WorkerSelectorsKey               = wellknown.WorkerSelectorsKey
+	SourceControlEndpointsAnnotation = wellknown.SourceControlEndpointsAnnotation
+	ManagedByLabel                   = wellknown.ManagedByLabel
+	ManagedBy                        = wellknown.ManagedBy
 )
 
 // HintsConfigMapName returns the name of the ConfigMap compiled for a
 // router: "<router>-hints", in the namespace of its RouterRoles.
-func HintsConfigMapName(router string) string {
-	return router + "-hints"
-}
+func HintsConfigMapName(router string) string { return wellknown.ConfigMapName(router) }

@@ -10,12 +10,12 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+	"github.com/kvrouter/kv-hint-operator/pkg/wellknown"
 )
 
 // FieldManager is the sidecar's field manager on its Pod. The manager
 // counts the applied-hash annotation only while this manager owns it.
-const FieldManager = v1alpha1.SidecarFieldManager
+const FieldManager = wellknown.SidecarFieldManager
 
 // Backoff bounds of a failed annotation patch. The ceiling is short: the
 // report is what turns a role Programmed, and after an API server outage

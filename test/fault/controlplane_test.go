@@ -333,7 +333,9 @@ func TestLeaderHandover(t *testing.T) {
 		p := devenv.NewProcess(fmt.Sprint("manager-", i), kvhint, []string{"manager",
 			"--kubeconfig", env.CP.Kubeconfig, "--namespace", namespace,
 			"--leader-elect", "--leader-election-namespace", namespace,
-			"--metrics-bind-address", "127.0.0.1:" + strconv.Itoa(mp),
+			// Plain HTTP on loopback, so that the test reads who leads
+			// from the metrics without a token.
+			"--metrics-bind-address", "127.0.0.1:" + strconv.Itoa(mp), "--metrics-secure=false",
 			"--health-probe-bind-address", "127.0.0.1:" + strconv.Itoa(pp)}, nil, t.TempDir())
 		if err := p.Start(); err != nil {
 			t.Fatal(err)
