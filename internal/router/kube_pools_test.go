@@ -80,7 +80,9 @@ func TestKubernetesRolePools(t *testing.T) {
 	// Only --router: no selector flag.
 	s, err := New(Options{
 		Catalog: testCatalog(t), ConfigMap: ConfigMapName("llama"), Namespace: ns, WorkerPods: true, Kube: kc,
-		Listen: "127.0.0.1:0", OpsListen: "127.0.0.1:0", Log: testLogger(t),
+		// The simulated workers listen on loopback, not on their pods' IPs.
+		AllowAbsoluteHintEndpoints: true,
+		Listen:                     "127.0.0.1:0", OpsListen: "127.0.0.1:0", Log: testLogger(t),
 	})
 	if err != nil {
 		t.Fatal(err)
