@@ -19,7 +19,7 @@ func newDevCommand() *cobra.Command {
 		assets, namespace string
 		rate              float64
 		interval, runFor  time.Duration
-		keep              bool
+		keep, socket      bool
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -48,7 +48,7 @@ kubeconfig, so kubectl get rr,hp works from another shell.`,
 				ctx, cancel = context.WithTimeout(ctx, runFor)
 				defer cancel()
 			}
-			return runDev(ctx, cmd, assets, namespace, rate, interval, keep, runFor > 0)
+			return runDev(ctx, cmd, devenv.Options{Assets: assets, Namespace: namespace, BookingSocket: socket}, rate, interval, keep, runFor > 0)
 		},
 	}
 	f := cmd.Flags()
@@ -58,10 +58,12 @@ kubeconfig, so kubectl get rr,hp works from another shell.`,
 	f.DurationVar(&interval, "interval", 5*time.Second, "how often to print the status")
 	f.DurationVar(&runFor, "duration", 0, "stop after this long and exit 1 unless every role is Ready and hints arrived (0: until Ctrl-C)")
 	f.BoolVar(&keep, "keep", false, "keep the kubeconfig and logs folder on exit")
+	f.BoolVar(&socket, "booking-socket", false, "run each sidecar's booking API on a Unix socket (--listen unix:///PATH) in the logs folder, and book over it, instead of on a loopback port")
 	return cmd
 }
 
-func runDev(ctx context.Context, cmd *cobra.Command, assets, namespace string, rate float64, interval time.Duration, keep, bounded bool) error {
+func runDev(ctx context.Context, cmd *cobra.Command, o devenv.Options, rate float64, interval time.Duration, keep, bounded bool) error {
+	namespace := o.Namespace
 	out := cmd.OutOrStdout()
 	dir, err := os.MkdirTemp("", "kvhint-dev-")
 	if err != nil {
@@ -75,7 +77,7 @@ func runDev(ctx context.Context, cmd *cobra.Command, assets, namespace string, r
 		os.RemoveAll(dir)
 	}()
 	fmt.Fprintln(out, "kvhint dev: finding kube-apiserver and etcd (the first run builds them: about ten minutes)")
-	assets, err = devenv.FindAssets(assets, os.Stderr)
+	o.Assets, err = devenv.FindAssets(o.Assets, os.Stderr)
 	if err != nil {
 		return err
 	}
@@ -83,7 +85,8 @@ func runDev(ctx context.Context, cmd *cobra.Command, assets, namespace string, r
 	if err != nil {
 		return err
 	}
-	env, err := devenv.Start(ctx, devenv.Options{Bin: bin, Assets: assets, Dir: dir, Namespace: namespace, Progress: out})
+	o.Bin, o.Dir, o.Progress = bin, dir, out
+	env, err := devenv.Start(ctx, o)
 	if err != nil {
 		return err
 	}

@@ -48,7 +48,7 @@ booking's scheduled time, so a stalled sidecar is not hidden.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.Target, "target", "http://127.0.0.1:9470", "the sidecar's booking API base URL")
+	f.StringVar(&o.Target, "target", "http://127.0.0.1:9470", "the sidecar's booking API: base URL http://HOST:PORT, or unix:///PATH of its socket")
 	f.Float64Var(&o.Rate, "rate", 1000, "bookings per second to offer")
 	f.DurationVar(&o.Duration, "duration", 10*time.Second, "how long to offer them")
 	f.IntVar(&o.Connections, "connections", 16, "keep-alive connections carrying the load")

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 
 	core "github.com/kvrouter/kv-hint-operator/pkg/router"
@@ -25,6 +27,7 @@ func newSidecarCommand(cat *hints.Catalog) *cobra.Command {
 	o := router.Options{Catalog: cat}
 	var (
 		routerName, selector, kubeconfig string
+		listenMode                       string
 		verbosity                        int
 	)
 	cmd := &cobra.Command{
@@ -32,7 +35,8 @@ func newSidecarCommand(cat *hints.Catalog) *cobra.Command {
 		Short: "Run the router sidecar: turn every booking into at most one hint for the booked worker",
 		Long: `Run the router sidecar. It loads a compiled hints config, reloads it on every
 change (keeping the last good one when a change is invalid), and serves the
-booking API on loopback: POST /v1/bookings with the booking, answered with
+booking API on loopback, or on a Unix socket with --listen unix:///PATH:
+POST /v1/bookings with the booking, answered with
 the hint it built (200) or nothing (204). Hints are posted to the booked
 worker's hint endpoint off the booking path.
 
@@ -77,6 +81,9 @@ pod IP only, where probes and scrapers reach them; pprof is on loopback.`,
 			if o.MaxBookingBytes < 1024 {
 				return fmt.Errorf("--max-booking-bytes is %d; it must be at least 1024", o.MaxBookingBytes)
 			}
+			if err := setListenMode(&o, listenMode, cmd.Flags().Changed("listen-mode")); err != nil {
+				return err
+			}
 			if selector != "" {
 				sel, err := labels.Parse(selector)
 				if err != nil {
@@ -118,7 +125,8 @@ pod IP only, where probes and scrapers reach them; pprof is on loopback.`,
 	f.StringVar(&o.PodName, "pod-name", os.Getenv("POD_NAME"), "the sidecar's own pod, to write the applied hash on (default $POD_NAME; empty disables)")
 	f.StringVar(&o.PodNamespace, "pod-namespace", os.Getenv("POD_NAMESPACE"), "the sidecar's own namespace (default $POD_NAMESPACE)")
 	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, then $KUBECONFIG and ~/.kube/config)")
-	f.StringVar(&o.Listen, "listen", router.DefaultListen, "booking API address; keep it on loopback")
+	f.StringVar(&o.Listen, "listen", router.DefaultListen, "booking API address: a loopback HOST:PORT, or unix:///PATH for a Unix socket in a volume the router's container shares")
+	f.StringVar(&listenMode, "listen-mode", fmt.Sprintf("%#o", router.DefaultListenMode), "file mode (octal) of the --listen unix:///PATH socket: connecting needs write permission, so it says which users and groups may book")
 	f.StringVar(&o.OpsListen, "metrics-listen", defaultOpsListen(), "address of /metrics, /healthz and /readyz (default $POD_IP:8791 where POD_IP is set, for kubelet probes and scrapers; else loopback)")
 	f.DurationVar(&o.PolicyDeadline, "policy-deadline", core.DefaultPolicyDeadline, "how long one hint policy may run on a booking; checked when it returns")
 	f.DurationVar(&o.PolicyDeadlinePerBlock, "policy-deadline-per-block", core.DefaultPolicyDeadlinePerBlock, "added to the deadline of a policy that reads the committed copy (kv-fetch), per block of the copy")
@@ -137,6 +145,24 @@ pod IP only, where probes and scrapers reach them; pprof is on loopback.`,
 	f.IntVar(&o.MaxOpsConns, "max-ops-connections", router.DefaultMaxOpsConns, "open connections the ops listener takes; one more is answered 503 and counted")
 	f.IntVarP(&verbosity, "verbosity", "v", 0, "log verbosity (0 info, 1 debug)")
 	return cmd
+}
+
+// setListenMode sets the booking socket's mode from --listen-mode, octal.
+// The flag is refused with a TCP --listen, where it would do nothing.
+func setListenMode(o *router.Options, mode string, changed bool) error {
+	_, isUnix, err := router.SocketPath(o.Listen)
+	if err != nil {
+		return fmt.Errorf("--listen: %w", err)
+	}
+	if changed && !isUnix {
+		return fmt.Errorf("--listen-mode sets the mode of a Unix socket; --listen %q is TCP", o.Listen)
+	}
+	m, err := strconv.ParseUint(mode, 8, 32)
+	if err != nil || m == 0 || m > 0o777 {
+		return fmt.Errorf("--listen-mode %q: want an octal mode from 0001 to 0777, such as 0660", mode)
+	}
+	o.ListenMode = fs.FileMode(m)
+	return nil
 }
 
 // defaultOpsListen is the pod IP's ops port when the downward API gives

@@ -129,3 +129,84 @@ func TestSidecarAndSimWorkerProcesses(t *testing.T) {
 		t.Error("the sidecar did not exit within 10s of SIGTERM")
 	}
 }
+
+// TestSidecarOnUnixSocket runs the real binary with --listen unix:///PATH
+// and --listen-mode: the socket has that mode, kvhint loadgen books over
+// it, and SIGTERM removes it.
+func TestSidecarOnUnixSocket(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the kvhint binary")
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "kvhint")
+	build := exec.Command("go", "build", "-o", bin, "github.com/kvrouter/kv-hint-operator/cmd/kvhint")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	config := filepath.Join(dir, "hints.yaml")
+	if err := os.WriteFile(config, []byte("worker_selection:\n  decode:\n    type: kvcr\n    hints: [{type: kv-fetch}, {type: kv-evict}]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sockDir, err := os.MkdirTemp("", "kvs-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(sockDir)
+	sock := filepath.Join(sockDir, "booking.sock")
+
+	sidecar := exec.Command(bin, "sidecar", "--config-file", config, "--listen", "unix://"+sock, "--listen-mode", "0640", "--metrics-listen", "127.0.0.1:0")
+	stderr, err := sidecar.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sidecar.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sidecar.Process.Kill() })
+	logs := bufio.NewScanner(stderr)
+	var bookings string
+	for bookings == "" && logs.Scan() {
+		var line struct{ Msg, Bookings string }
+		if json.Unmarshal(logs.Bytes(), &line) == nil && line.Msg == "Sidecar started" {
+			bookings = line.Bookings
+		}
+	}
+	if bookings != "unix://"+sock {
+		t.Fatalf("the sidecar says it listens on %q, want unix://%s (%v)", bookings, sock, logs.Err())
+	}
+	exited := make(chan error, 1)
+	go func() { _, _ = io.Copy(io.Discard, stderr); exited <- sidecar.Wait() }()
+	if fi, err := os.Lstat(sock); err != nil || fi.Mode().Type() != os.ModeSocket || fi.Mode().Perm() != 0o640 {
+		t.Fatalf("%s: %v %v, want a socket with mode 0640", sock, fi, err)
+	}
+
+	// The config loads in the background; the generator's bookings get
+	// 503 until it has. Workers are unknown: every answer is 204.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out, err := exec.Command(bin, "loadgen", "--target", "unix://"+sock, "--rate", "200", "--duration", "250ms",
+			"--connections", "2", "--role", "decode=d0").CombinedOutput()
+		if err == nil && strings.Contains(string(out), "completed 50 ") && strings.Contains(string(out), " 0 errors") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("kvhint loadgen over the socket: %v\n%s", err, out)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	if err := sidecar.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Errorf("sidecar exit after SIGTERM: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the sidecar did not exit within 10s of SIGTERM")
+	}
+	if _, err := os.Lstat(sock); !os.IsNotExist(err) {
+		t.Errorf("the socket is still there after SIGTERM: %v", err)
+	}
+}

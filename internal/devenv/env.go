@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"time"
@@ -41,6 +42,10 @@ type Options struct {
 	Namespace string
 	// Progress receives one line per step; nil discards them.
 	Progress io.Writer
+	// BookingSocket runs each sidecar's booking API on a Unix socket in
+	// Dir (--listen unix:///PATH) instead of a loopback port, and the
+	// bookings go over it.
+	BookingSocket bool
 }
 
 // Worker is a simulated worker process and the Pod object that advertises it.
@@ -58,7 +63,9 @@ type Worker struct {
 type Sidecar struct {
 	Router  string
 	PodName string
-	// BookingURL is the booking API base URL; OpsURL serves /metrics and /readyz.
+	// BookingURL is the booking API base URL (http://127.0.0.1:PORT), or
+	// unix:///PATH of its socket with Options.BookingSocket; OpsURL serves
+	// /metrics and /readyz.
 	BookingURL, OpsURL string
 	Proc               *Process
 }
@@ -252,7 +259,7 @@ func (e *Env) startSidecars(ctx context.Context) error {
 			map[string]string{v1alpha1.RouterLabel: t.router}, nil)); err != nil {
 			return err
 		}
-		listen, err := FreePort()
+		listen, err := e.bookingListen(t.router)
 		if err != nil {
 			return err
 		}
@@ -260,7 +267,10 @@ func (e *Env) startSidecars(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		s.BookingURL = "http://127.0.0.1:" + strconv.Itoa(listen)
+		s.BookingURL = listen
+		if !e.Opts.BookingSocket {
+			s.BookingURL = "http://" + listen
+		}
 		s.OpsURL = "http://127.0.0.1:" + strconv.Itoa(ops)
 		s.Proc = NewProcess("sidecar-"+t.router, e.Opts.Bin, []string{"sidecar",
 			"--router", t.router, "--namespace", e.Opts.Namespace, "--kubeconfig", e.CP.Kubeconfig,
@@ -268,7 +278,7 @@ func (e *Env) startSidecars(ctx context.Context) error {
 			// (no kubelet gives them one), so their pods advertise absolute URLs.
 			"--allow-absolute-hint-endpoints",
 			"--pod-name", s.PodName, "--pod-namespace", e.Opts.Namespace,
-			"--listen", "127.0.0.1:" + strconv.Itoa(listen), "--metrics-listen", "127.0.0.1:" + strconv.Itoa(ops)}, nil, e.Opts.Dir)
+			"--listen", listen, "--metrics-listen", "127.0.0.1:" + strconv.Itoa(ops)}, nil, e.Opts.Dir)
 		if err := s.Proc.Start(); err != nil {
 			return err
 		}
@@ -281,8 +291,25 @@ func (e *Env) startSidecars(ctx context.Context) error {
 			return err
 		}
 	}
-	e.say("%d sidecars up, one per router", len(e.Sidecars))
+	if e.Opts.BookingSocket {
+		e.say("%d sidecars up, one per router, booking on Unix sockets in %s", len(e.Sidecars), e.Opts.Dir)
+	} else {
+		e.say("%d sidecars up, one per router", len(e.Sidecars))
+	}
 	return nil
+}
+
+// bookingListen is a sidecar's --listen: a free loopback port, or a socket
+// in Dir (private to this user) with Options.BookingSocket.
+func (e *Env) bookingListen(router string) (string, error) {
+	if e.Opts.BookingSocket {
+		return "unix://" + filepath.Join(e.Opts.Dir, "booking-"+router+".sock"), nil
+	}
+	port, err := FreePort()
+	if err != nil {
+		return "", err
+	}
+	return "127.0.0.1:" + strconv.Itoa(port), nil
 }
 
 // WaitSidecarsReady waits until every sidecar has loaded a compiled config.

@@ -142,7 +142,8 @@ func appendRequest(dst, head, body []byte) []byte {
 	return append(dst, body...)
 }
 
-// dial opens a connection with Nagle's algorithm off (Go's default for TCP).
-func dial(addr string, d *net.Dialer) (net.Conn, error) {
-	return d.Dial("tcp", addr)
+// dial opens a connection to the target: on TCP with Nagle's algorithm
+// off (Go's default), or to a Unix socket.
+func dial(t target, d *net.Dialer) (net.Conn, error) {
+	return d.Dial(t.network, t.addr)
 }

@@ -8,7 +8,10 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -246,24 +249,67 @@ func TestRunServerDown(t *testing.T) {
 }
 
 func TestParseTarget(t *testing.T) {
-	for _, tc := range []struct{ in, addr, host, path, err string }{
-		{in: "http://127.0.0.1:9470", addr: "127.0.0.1:9470", host: "127.0.0.1:9470"},
-		{in: "http://localhost/", addr: "localhost:80", host: "localhost"},
-		{in: "http://[::1]:8/api/", addr: "[::1]:8", host: "[::1]:8", path: "/api"},
+	for _, tc := range []struct {
+		in   string
+		want target
+		err  string
+	}{
+		{in: "http://127.0.0.1:9470", want: target{network: "tcp", addr: "127.0.0.1:9470", host: "127.0.0.1:9470"}},
+		{in: "http://localhost/", want: target{network: "tcp", addr: "localhost:80", host: "localhost"}},
+		{in: "http://[::1]:8/api/", want: target{network: "tcp", addr: "[::1]:8", host: "[::1]:8", path: "/api"}},
+		{in: "unix:///run/kvhint/booking.sock", want: target{network: "unix", addr: "/run/kvhint/booking.sock", host: "localhost"}},
+		{in: "unix://run/kvhint/booking.sock", err: "ABSOLUTE"},
+		{in: "unix:///run/../booking.sock", err: "ABSOLUTE"},
 		{in: "https://127.0.0.1:9470", err: "plain http"},
 		{in: "127.0.0.1:9470", err: "target"},
 	} {
-		addr, host, path, err := parseTarget(tc.in)
+		got, err := parseTarget(tc.in)
 		if tc.err != "" {
 			if err == nil || !strings.Contains(err.Error(), tc.err) {
 				t.Errorf("%s: error %v, want %q", tc.in, err, tc.err)
 			}
 			continue
 		}
-		if err != nil || addr != tc.addr || host != tc.host || path != tc.path {
-			t.Errorf("%s: %q %q %q %v", tc.in, addr, host, path, err)
+		if err != nil || got != tc.want {
+			t.Errorf("%s: %+v %v, want %+v", tc.in, got, err, tc.want)
 		}
 	}
+}
+
+// TestRunOverUnixSocket: a unix:///PATH target dials the socket, and its
+// requests carry a valid Host header.
+func TestRunOverUnixSocket(t *testing.T) {
+	dir, err := os.MkdirTemp("", "lg-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	path := filepath.Join(dir, "booking.sock")
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hosts sync.Map
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hosts.Store(r.Host, true)
+		io.Copy(io.Discard, r.Body)
+		w.WriteHeader(http.StatusNoContent)
+	})}
+	go srv.Serve(ln)
+	defer srv.Close()
+	res, err := Run(t.Context(), decodeOptions("unix://"+path, 1000, 50*time.Millisecond, 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Completed != 50 || res.Errors != 0 {
+		t.Fatalf("completed %d errors %d (%s)", res.Completed, res.Errors, res.FirstError)
+	}
+	hosts.Range(func(k, _ any) bool {
+		if k != "localhost" {
+			t.Errorf("Host %q, want localhost", k)
+		}
+		return true
+	})
 }
 
 // TestRequestsMatchBodies: the pre-encoded requests carry the same

@@ -13,6 +13,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/url"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -35,7 +36,8 @@ type Role struct {
 
 // Options shape a run.
 type Options struct {
-	// Target is the sidecar's base URL, e.g. http://127.0.0.1:9470.
+	// Target is the sidecar's base URL, e.g. http://127.0.0.1:9470, or
+	// unix:///PATH of its socket.
 	Target string
 	// Rate is the bookings per second to offer; Duration how long to offer them.
 	Rate     float64
@@ -143,16 +145,16 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if o.Timeout <= 0 {
 		o.Timeout = 2 * time.Second
 	}
-	addr, host, path, err := parseTarget(o.Target)
+	tgt, err := parseTarget(o.Target)
 	if err != nil {
 		return nil, err
 	}
 	total := int(o.Rate * o.Duration.Seconds())
-	reqs := newStream(o).requests(total, requestHead(host, path+"/v1/bookings"))
+	reqs := newStream(o).requests(total, requestHead(tgt.host, tgt.path+"/v1/bookings"))
 
 	r := &runner{
 		o:      o,
-		addr:   addr,
+		tgt:    tgt,
 		dialer: &net.Dialer{Timeout: o.Timeout, KeepAlive: 30 * time.Second},
 		free:   make(chan *conn, o.Connections),
 		res:    &Result{Offered: len(reqs)},
@@ -162,7 +164,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		r.conns = append(r.conns, c)
 		// Connect before the clock starts; a failure here is retried, and
 		// counted, by the first booking that takes the connection.
-		if nc, err := dial(addr, r.dialer); err == nil {
+		if nc, err := dial(tgt, r.dialer); err == nil {
 			r.start(c, nc)
 		}
 		r.free <- c
@@ -219,28 +221,51 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	return res, nil
 }
 
-// parseTarget splits the base URL into the address to dial, the Host
-// header and the path prefix. The generator speaks plain HTTP/1.1 only,
-// which is what the sidecar's loopback booking API serves.
-func parseTarget(target string) (addr, host, path string, err error) {
-	u, err := url.Parse(target)
+// unixScheme starts a target that is a Unix socket, as the sidecar's
+// --listen takes it: unix:///run/kvhint/booking.sock.
+const unixScheme = "unix://"
+
+// unixHost is the Host header of requests over a Unix socket, which has
+// no host name; curl --unix-socket sends the same.
+const unixHost = "localhost"
+
+// target is where the bookings go.
+type target struct {
+	// network is "tcp" or "unix"; addr is what to dial on it.
+	network, addr string
+	// host is the Host header; path prefixes /v1/bookings.
+	host, path string
+}
+
+// parseTarget reads the base URL: http://HOST:PORT[/PATH], or
+// unix:///PATH for a sidecar listening on a Unix socket. The generator
+// speaks plain HTTP/1.1 only, which is what the sidecar's booking API
+// serves on either.
+func parseTarget(s string) (target, error) {
+	if path, ok := strings.CutPrefix(s, unixScheme); ok {
+		if !strings.HasPrefix(path, "/") || filepath.Clean(path) != path {
+			return target{}, fmt.Errorf("target %q: want unix:///ABSOLUTE/PATH of the socket", s)
+		}
+		return target{network: "unix", addr: path, host: unixHost}, nil
+	}
+	u, err := url.Parse(s)
 	if err != nil {
-		return "", "", "", fmt.Errorf("target %q: %w", target, err)
+		return target{}, fmt.Errorf("target %q: %w", s, err)
 	}
 	if u.Scheme != "http" || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
-		return "", "", "", fmt.Errorf("target %q: want a plain http://HOST:PORT[/PATH] base URL", target)
+		return target{}, fmt.Errorf("target %q: want a plain http://HOST:PORT[/PATH] base URL or unix:///PATH", s)
 	}
-	addr = u.Host
+	addr := u.Host
 	if u.Port() == "" {
 		addr = net.JoinHostPort(u.Hostname(), "80")
 	}
-	return addr, u.Host, strings.TrimSuffix(u.EscapedPath(), "/"), nil
+	return target{network: "tcp", addr: addr, host: u.Host, path: strings.TrimSuffix(u.EscapedPath(), "/")}, nil
 }
 
 // runner is one run's shared state.
 type runner struct {
 	o       Options
-	addr    string
+	tgt     target
 	dialer  *net.Dialer
 	conns   []*conn
 	free    chan *conn
@@ -283,7 +308,7 @@ func (r *runner) send(c *conn, req []byte, due time.Time) {
 	c.mu.Unlock()
 	if nc == nil {
 		var err error
-		if nc, err = dial(r.addr, r.dialer); err != nil {
+		if nc, err = dial(r.tgt, r.dialer); err != nil {
 			c.errors++
 			r.firstError(err.Error())
 			r.free <- c

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/http"
 	"slices"
@@ -20,8 +21,9 @@ import (
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 )
 
-// Listener defaults. The booking API is on loopback: only the router in
-// the same pod should book. The ops listener (metrics, probes) is on
+// Listener defaults. The booking API is on loopback, or on a Unix socket
+// (unix:///PATH) in a volume the pod's containers share: only the router
+// in the same pod should book. The ops listener (metrics, probes) is on
 // loopback too unless given the pod IP (OpsListenFor), which is where
 // kubelet probes and scrapers reach it; never every interface by default.
 // pprof is on loopback only.
@@ -74,9 +76,14 @@ type Options struct {
 	// Kube is the API client, needed by ConfigMap, WorkerPods and PodName.
 	Kube kubernetes.Interface
 
-	// Listen is the booking API address; OpsListen serves metrics and
-	// health. Port 0 picks a free port (see Sidecar.Addr).
+	// Listen is the booking API address: host:port on TCP, or
+	// unix:///PATH for a Unix socket (see SocketPath). OpsListen serves
+	// metrics and health. Port 0 picks a free port (see Sidecar.BookingAddr).
 	Listen, OpsListen string
+	// ListenMode is the file mode of a Listen socket; 0 means
+	// DefaultListenMode. Connecting needs write permission, so it says who
+	// may book. Unused on TCP.
+	ListenMode fs.FileMode
 
 	PolicyDeadline time.Duration
 	// PolicyDeadlinePerBlock is the deadline a policy that reads the
@@ -131,6 +138,12 @@ func (o *Options) check() error {
 	if o.PodName != "" && o.PodNamespace == "" {
 		return errors.New("the pod name needs the pod namespace")
 	}
+	if _, _, err := SocketPath(o.Listen); err != nil {
+		return err
+	}
+	if o.ListenMode&^fs.ModePerm != 0 {
+		return fmt.Errorf("listen mode %#o has bits other than permissions (at most 0777)", o.ListenMode)
+	}
 	if o.Pprof {
 		addr := o.PprofListen
 		if addr == "" {
@@ -172,6 +185,9 @@ func New(o Options) (*Sidecar, error) {
 	if o.OpsListen == "" {
 		o.OpsListen = DefaultOpsListen
 	}
+	if o.ListenMode == 0 {
+		o.ListenMode = DefaultListenMode
+	}
 	if o.ShutdownWait <= 0 {
 		o.ShutdownWait = DefaultShutdownWait
 	}
@@ -212,8 +228,13 @@ func New(o Options) (*Sidecar, error) {
 	return s, nil
 }
 
-// BookingAddr is the booking API's address, once started.
+// BookingAddr is the booking API's address, once started: host:port, or
+// the socket's path.
 func (s *Sidecar) BookingAddr() string { return s.bookingLn.Addr().String() }
+
+// BookingListen is the booking API's address as --listen takes it, once
+// started: host:port, or unix:///PATH.
+func (s *Sidecar) BookingListen() string { return listenString(s.bookingLn.Addr()) }
 
 // OpsAddr is the metrics and health address, once started.
 func (s *Sidecar) OpsAddr() string { return s.opsLn.Addr().String() }
@@ -231,7 +252,7 @@ func (s *Sidecar) PprofAddr() string {
 // says when it has.
 func (s *Sidecar) Start(ctx context.Context) error {
 	var err error
-	if s.bookingLn, err = net.Listen("tcp", s.opts.Listen); err != nil {
+	if s.bookingLn, err = listenAddr(s.opts.Listen, s.opts.ListenMode); err != nil {
 		return fmt.Errorf("booking API: %w", err)
 	}
 	if s.opsLn, err = net.Listen("tcp", s.opts.OpsListen); err != nil {
@@ -303,7 +324,7 @@ func (s *Sidecar) Start(ctx context.Context) error {
 			}
 		})
 	}
-	log.Info("Sidecar started", "bookings", s.BookingAddr(), "ops", s.OpsAddr(), "pprof", s.PprofAddr(),
+	log.Info("Sidecar started", "bookings", s.BookingListen(), "ops", s.OpsAddr(), "pprof", s.PprofAddr(),
 		"readTimeout", lim.read, "writeTimeout", lim.write, "idleTimeout", lim.idle,
 		"maxBookingConnections", s.opts.MaxBookingConns, "maxOpsConnections", s.opts.MaxOpsConns)
 	return nil

@@ -2,13 +2,17 @@ package e2e
 
 import (
 	"context"
+	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
 )
 
 // TestRouterDeploymentManifests checks that the example router Deployment
@@ -28,6 +32,84 @@ func TestRouterDeploymentManifests(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("kubectl output lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// TestRouterDeploymentUnixSocketManifests: config/router with its
+// Unix-socket patch enabled, as its kustomization.yaml says to, is
+// accepted as written too, and does what the patch says: the sidecar
+// listens on the socket in an emptyDir the router mounts as well.
+func TestRouterDeploymentUnixSocketManifests(t *testing.T) {
+	requireEnv(t)
+	dir := t.TempDir()
+	src := filepath.Join(repo, "config/router")
+	ents, err := os.ReadDir(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if e.IsDir() {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(src, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.Name() == "kustomization.yaml" {
+			enabled := strings.NewReplacer("# patches:\n", "patches:\n", "# - path: unix-socket-patch.yaml\n", "- path: unix-socket-patch.yaml\n").Replace(string(data))
+			if enabled == string(data) {
+				t.Fatal("config/router/kustomization.yaml has no commented unix-socket-patch.yaml entry to enable")
+			}
+			data = []byte(enabled)
+		}
+		if err := os.WriteFile(filepath.Join(dir, e.Name()), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := kubectl(t, "", "apply", "--dry-run=server", "-k", dir)
+	if want := "deployment.apps/llama-router created (server dry run)"; !strings.Contains(out, want) {
+		t.Errorf("kubectl output lacks %q:\n%s", want, out)
+	}
+	var dep appsv1.Deployment
+	if err := yaml.Unmarshal([]byte(kubectl(t, "", "apply", "--dry-run=server", "-k", dir, "-o", "jsonpath={.items[?(@.kind==\"Deployment\")]}")), &dep); err != nil {
+		t.Fatal(err)
+	}
+	spec := dep.Spec.Template.Spec
+	mounts := func(cs []corev1.Container, name string) []corev1.VolumeMount {
+		for _, c := range cs {
+			if c.Name == name {
+				return c.VolumeMounts
+			}
+		}
+		t.Fatalf("no container %s", name)
+		return nil
+	}
+	hasSocketDir := func(ms []corev1.VolumeMount) bool {
+		for _, m := range ms {
+			if m.Name == "kvhint-socket" && m.MountPath == "/run/kvhint" {
+				return true
+			}
+		}
+		return false
+	}
+	if !hasSocketDir(mounts(spec.InitContainers, "kvhint")) || !hasSocketDir(mounts(spec.Containers, "router")) {
+		t.Errorf("the sidecar and the router do not both mount kvhint-socket at /run/kvhint: %+v", spec)
+	}
+	var args []string
+	for _, c := range spec.InitContainers {
+		if c.Name == "kvhint" {
+			args = c.Args
+		}
+	}
+	if !slices.Contains(args, "--listen=unix:///run/kvhint/booking.sock") {
+		t.Errorf("sidecar args %q", args)
+	}
+	ok := false
+	for _, v := range spec.Volumes {
+		ok = ok || (v.Name == "kvhint-socket" && v.EmptyDir != nil)
+	}
+	if !ok || spec.SecurityContext == nil || spec.SecurityContext.FSGroup == nil {
+		t.Errorf("no kvhint-socket emptyDir, or no fsGroup: %+v", spec)
 	}
 }
 
