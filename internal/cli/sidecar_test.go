@@ -19,19 +19,7 @@ import (
 // booking over loopback HTTP, the hint read back from the worker, and a
 // clean exit on SIGTERM.
 func TestSidecarAndSimWorkerProcesses(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the kvhint binary")
-	}
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "kvhint")
-	build := exec.Command("go", "build", "-o", bin, "github.com/kvrouter/kv-hint-operator/cmd/kvhint")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	config := filepath.Join(dir, "hints.yaml")
-	if err := os.WriteFile(config, []byte("worker_selection:\n  decode:\n    type: kvcr\n    hints: [{type: kv-fetch}, {type: kv-evict}]\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	bin, config := buildForProcessTest(t)
 
 	sidecar := exec.Command(bin, "sidecar", "--config-file", config, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0")
 	stderr, err := sidecar.StderrPipe()
@@ -134,19 +122,7 @@ func TestSidecarAndSimWorkerProcesses(t *testing.T) {
 // and --listen-mode: the socket has that mode, kvhint loadgen books over
 // it, and SIGTERM removes it.
 func TestSidecarOnUnixSocket(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the kvhint binary")
-	}
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "kvhint")
-	build := exec.Command("go", "build", "-o", bin, "github.com/kvrouter/kv-hint-operator/cmd/kvhint")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	config := filepath.Join(dir, "hints.yaml")
-	if err := os.WriteFile(config, []byte("worker_selection:\n  decode:\n    type: kvcr\n    hints: [{type: kv-fetch}, {type: kv-evict}]\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	bin, config := buildForProcessTest(t)
 	sockDir, err := os.MkdirTemp("", "kvs-")
 	if err != nil {
 		t.Fatal(err)
@@ -209,4 +185,24 @@ func TestSidecarOnUnixSocket(t *testing.T) {
 	if _, err := os.Lstat(sock); !os.IsNotExist(err) {
 		t.Errorf("the socket is still there after SIGTERM: %v", err)
 	}
+}
+
+// buildForProcessTest builds the kvhint binary into a temporary folder and
+// writes a hints config of one decode role beside it; it skips in -short.
+func buildForProcessTest(t *testing.T) (bin, config string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds and runs the kvhint binary")
+	}
+	dir := t.TempDir()
+	bin = filepath.Join(dir, "kvhint")
+	build := exec.Command("go", "build", "-o", bin, "github.com/kvrouter/kv-hint-operator/cmd/kvhint")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	config = filepath.Join(dir, "hints.yaml")
+	if err := os.WriteFile(config, []byte("worker_selection:\n  decode:\n    type: kvcr\n    hints: [{type: kv-fetch}, {type: kv-evict}]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return bin, config
 }
