@@ -105,17 +105,7 @@ func TestSidecarAndSimWorkerProcesses(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 
-	if err := sidecar.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Errorf("sidecar exit after SIGTERM: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Error("the sidecar did not exit within 10s of SIGTERM")
-	}
+	stopBySIGTERM(t, sidecar, exited)
 }
 
 // TestSidecarOnUnixSocket runs the real binary with --listen unix:///PATH
@@ -171,17 +161,7 @@ func TestSidecarOnUnixSocket(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 
-	if err := sidecar.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Errorf("sidecar exit after SIGTERM: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the sidecar did not exit within 10s of SIGTERM")
-	}
+	stopBySIGTERM(t, sidecar, exited)
 	if _, err := os.Lstat(sock); !os.IsNotExist(err) {
 		t.Errorf("the socket is still there after SIGTERM: %v", err)
 	}
@@ -205,4 +185,21 @@ func buildForProcessTest(t *testing.T) (bin, config string) {
 		t.Fatal(err)
 	}
 	return bin, config
+}
+
+// stopBySIGTERM sends the sidecar SIGTERM and fails unless it exits
+// cleanly within 10 s; exited receives its Wait result.
+func stopBySIGTERM(t *testing.T, sidecar *exec.Cmd, exited <-chan error) {
+	t.Helper()
+	if err := sidecar.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Errorf("sidecar exit after SIGTERM: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the sidecar did not exit within 10s of SIGTERM")
+	}
 }

@@ -245,20 +245,28 @@ func (f *floorWriter) write() []byte {
 	return append(buf, f.suffix...)
 }
 
+// longBench sets up a long-copy benchmark: a dispatcher with a 1 s policy
+// deadline, a booking with a copy of n blocks, the hint it yields, and
+// the floor writer of the same bytes.
+func longBench(b *testing.B, n int) (*Dispatcher, *Booking, Hint, *floorWriter) {
+	b.Helper()
+	bk := longBooking(n)
+	d := newBenchDispatcherDeadline(b, time.Second)
+	h, err := d.Book(context.Background(), bk)
+	if err != nil || h.Actions != 2 {
+		b.Fatalf("Book: %v, %d actions, want 2", err, h.Actions)
+	}
+	return d, bk, h, newFloorWriter(b, h.Message, bk)
+}
+
 // BenchmarkBookLong is BenchmarkBook (fetch+evict) on copies of 64 to
 // 32,768 blocks, each next to its floor: the same message bytes written
 // with strconv.AppendUint into a preallocated buffer. The goal is at most
 // 1.25 times the floor, with at most 2 allocations, at every size.
 func BenchmarkBookLong(b *testing.B) {
 	for _, n := range longSizes {
-		bk := longBooking(n)
-		d := newBenchDispatcherDeadline(b, time.Second)
+		d, bk, h, f := longBench(b, n)
 		ctx := context.Background()
-		h, err := d.Book(ctx, bk)
-		if err != nil || h.Actions != 2 {
-			b.Fatalf("Book: %v, %d actions, want 2", err, h.Actions)
-		}
-		f := newFloorWriter(b, h.Message, bk)
 		b.Run(fmt.Sprintf("blocks=%d/book", n), func(b *testing.B) {
 			b.ReportAllocs()
 			b.SetBytes(int64(len(h.Message)))
@@ -286,14 +294,8 @@ func BenchmarkBookLong(b *testing.B) {
 // are the figures to read.
 func BenchmarkBookVsFloor(b *testing.B) {
 	for _, n := range longSizes {
-		bk := longBooking(n)
-		d := newBenchDispatcherDeadline(b, time.Second)
+		d, bk, _, f := longBench(b, n)
 		ctx := context.Background()
-		h, err := d.Book(ctx, bk)
-		if err != nil || h.Actions != 2 {
-			b.Fatalf("Book: %v, %d actions, want 2", err, h.Actions)
-		}
-		f := newFloorWriter(b, h.Message, bk)
 		b.Run(fmt.Sprintf("blocks=%d", n), func(b *testing.B) {
 			var book, floor time.Duration
 			b.ReportAllocs()
