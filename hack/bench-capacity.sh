@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# The sidecar's booking capacity as a ratio to a do-nothing server on the
+# same HTTP stack and the same socket type, measured in one run.
+#
+#   hack/bench-capacity.sh [RATES] [SECONDS] [TRIES] [TRANSPORTS]
+#       default "5000 10000 15000 20000 25000 30000 40000 50000" 10 2 "tcp unix"
+#
+# Capacity of a server = the highest rate offered in RATES at which, in at
+# least one of TRIES runs of SECONDS, the generator completed every booking
+# with no error and a p99 (from each booking's scheduled time) at or under
+# 2 ms; for the sidecar also with no hint dropped: every hint the bookings
+# built was posted and answered 2xx by its worker (hints_sent_total equals
+# the hints the generator saw), and no delivery error, no dropped hint and no
+# policy failure was counted. The sidecar and the floor are run alternately
+# at each rate, so both see the same machine; a server is no longer offered
+# higher rates after two rates in a row failed.
+#
+# Pinning: the load generator and the four sink workers on core 0, the
+# server under test on core 1 (taskset). docs/benchmarks.md has the figures.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+RATES=${1:-"5000 10000 15000 20000 25000 30000 40000 50000"}
+SECS=${2:-10}
+TRIES=${3:-2}
+TRANSPORTS=${4:-"tcp unix"}
+P99_MAX_US=2000
+W=$(mktemp -d /tmp/kvcap-XXXXXX)
+trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$W"' EXIT
+
+go build -o "$W/kvhint" ./cmd/kvhint
+go test -c -o "$W/router.test" ./internal/router
+
+cat >"$W/hints.yaml" <<'YAML'
+router_mode: kv
+worker_selection:
+  prefill: {type: kvcr, hints: [{type: kv-fetch, parameters: {min_blocks: 4}}]}
+  decode: {type: dynamo-default-cost-fn, hints: [{type: kv-retain}, {type: kv-evict}]}
+YAML
+cat >"$W/workers.yaml" <<'YAML'
+workers:
+- {id: p0, capabilities: [router_hint], hint_endpoint: "http://127.0.0.1:9601/v1/hints", worker_type: prefill}
+- {id: p1, capabilities: [router_hint], hint_endpoint: "http://127.0.0.1:9602/v1/hints", worker_type: prefill}
+- {id: d0, capabilities: [router_hint], hint_endpoint: "http://127.0.0.1:9603/v1/hints", worker_type: decode}
+- {id: d1, capabilities: [router_hint], hint_endpoint: "http://127.0.0.1:9604/v1/hints", worker_type: decode}
+YAML
+i=1
+for w in p0 p1 d0 d1; do
+	taskset -c 0 "$W/kvhint" sim-worker --id $w --listen 127.0.0.1:960$i --sink >"$W/worker-$w.log" 2>&1 &
+	i=$((i + 1))
+done
+
+wait_for() {
+	for _ in $(seq 100); do "$@" >/dev/null 2>&1 && return 0; sleep 0.1; done
+	echo "gave up waiting for: $*" >&2
+	return 1
+}
+
+# metric NAME: the sum of a sidecar metric's series (0 when absent).
+metric() {
+	curl -sf http://127.0.0.1:9471/metrics | awk -v n="$1" '$1 == n || index($1, n "{") == 1 {s += $2} END {printf "%d\n", s}'
+}
+
+# to_us DURATION: a Go duration as the generator prints it, in µs.
+to_us() {
+	awk -v d="$1" 'BEGIN {
+		if (d ~ /ms$/) { sub(/ms$/, "", d); print d * 1000; exit }
+		if (d ~ /µs$/) { sub(/µs$/, "", d); print d + 0; exit }
+		if (d ~ /ns$/) { sub(/ns$/, "", d); print d / 1000; exit }
+		if (d ~ /s$/) { sub(/s$/, "", d); print d * 1e6; exit }
+		print 1e12 }'
+}
+
+# run SERVER TRANSPORT RATE: one run; prints a result line and returns 0 if
+# it met the bar.
+run() {
+	local server=$1 transport=$2 rate=$3 listen target pid
+	if [ "$transport" = unix ]; then
+		listen="unix://$W/booking.sock" target="unix://$W/booking.sock"
+	else
+		listen=127.0.0.1:9470 target=http://127.0.0.1:9470
+	fi
+	if [ "$server" = sidecar ]; then
+		taskset -c 1 "$W/kvhint" sidecar --config-file "$W/hints.yaml" --workers-file "$W/workers.yaml" \
+			--listen "$listen" --metrics-listen 127.0.0.1:9471 >"$W/server.log" 2>&1 &
+		pid=$!
+		wait_for curl -sf http://127.0.0.1:9471/readyz
+	else
+		KVHINT_FLOOR_LISTEN=$listen taskset -c 1 "$W/router.test" -test.run '^TestFloorServer$' >"$W/server.log" 2>&1 &
+		pid=$!
+		if [ "$transport" = unix ]; then wait_for test -S "$W/booking.sock"; else wait_for bash -c 'echo >/dev/tcp/127.0.0.1/9470'; fi
+	fi
+	local out
+	# GOMAXPROCS=2 on one core: see hack/bench-listen.sh.
+	out=$(GOMAXPROCS=2 taskset -c 0 "$W/kvhint" loadgen --target "$target" --rate "$rate" --duration "${SECS}s" \
+		--connections 16 --role prefill=p0,p1:copy=0.5 --role decode=d0,d1 2>&1) || true
+	local offered completed errors p50 p99 hints sent=- dropped=- derr=- pfail=- busy= ok=1
+	offered=$(awk '/^offered/ {print $2}' <<<"$out")
+	completed=$(awk '/^completed/ {print $2}' <<<"$out")
+	errors=$(awk '/^completed/ {print $(NF-1)}' <<<"$out")
+	p50=$(awk '/^latency/ {print $3}' <<<"$out")
+	p99=$(awk '/^latency/ {print $7}' <<<"$out")
+	hints=$(awk '/^hints/ {print $2}' <<<"$out")
+	if [ "$server" = sidecar ]; then
+		# Hints still queued are posted within milliseconds; wait for
+		# them before reading the counters.
+		for _ in $(seq 50); do
+			sent=$(metric kvhint_router_hints_sent_total)
+			[ "$sent" -ge "${hints:-0}" ] && break
+			sleep 0.1
+		done
+		dropped=$(metric kvhint_router_hints_dropped_total)
+		derr=$(metric kvhint_router_delivery_errors_total)
+		pfail=$(metric kvhint_router_policy_failures_total)
+		# The senders' busy time: the posts' summed duration over the
+		# run, per worker (one sender and one connection each).
+		busy=$(curl -sf http://127.0.0.1:9471/metrics | awk -v secs="$SECS" \
+			'$1 == "kvhint_router_delivery_duration_seconds_sum" {s = $2} $1 == "kvhint_router_delivery_duration_seconds_count" {n = $2}
+			 END {if (n) printf "post %.0fus sender-busy %.0f%%", s / n * 1e6, s / secs / 4 * 100}')
+		if [ "$sent" != "$hints" ] || [ "$dropped" != 0 ] || [ "$derr" != 0 ] || [ "$pfail" != 0 ]; then ok=0; fi
+	fi
+	kill -TERM $pid
+	wait $pid 2>/dev/null || true
+	if [ -z "$completed" ] || [ "$completed" != "$offered" ] || [ "$errors" != 0 ] ||
+		awk -v p="$(to_us "$p99")" -v m=$P99_MAX_US 'BEGIN {exit !(p > m)}'; then
+		ok=0
+	fi
+	printf '%-8s %-5s %6d/s  completed %7s/%-7s errors %-3s p50 %-12s p99 %-12s hints %7s sent %7s dropped %s delivery-errors %s policy-failures %s %s  %s\n' \
+		"$server" "$transport" "$rate" "${completed:--}" "${offered:--}" "${errors:--}" "$p50" "$p99" "${hints:--}" "$sent" "$dropped" "$derr" "$pfail" "$busy" \
+		"$([ $ok = 1 ] && echo PASS || echo fail)"
+	[ $ok = 1 ]
+}
+
+declare -A best fails
+for transport in $TRANSPORTS; do
+	for server in sidecar floor; do
+		best[$server-$transport]=0 fails[$server-$transport]=0
+	done
+done
+for rate in $RATES; do
+	for transport in $TRANSPORTS; do
+		for server in sidecar floor; do
+			k=$server-$transport
+			[ "${fails[$k]}" -ge 2 ] && continue
+			passed=0
+			for _ in $(seq "$TRIES"); do
+				if run "$server" "$transport" "$rate"; then passed=1; break; fi
+			done
+			if [ $passed = 1 ]; then
+				best[$k]=$rate fails[$k]=0
+			else
+				fails[$k]=$((fails[$k] + 1))
+			fi
+		done
+	done
+done
+echo
+for transport in $TRANSPORTS; do
+	s=${best[sidecar-$transport]} f=${best[floor-$transport]}
+	awk -v t="$transport" -v s="$s" -v f="$f" \
+		'BEGIN {printf "capacity %-5s sidecar %6d/s  floor %6d/s  ratio %s\n", t, s, f, (f ? sprintf("%.2f", s / f) : "-")}'
+done
