@@ -8,9 +8,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-// The framing cases (lengths, chunks, errors) are tested through both
-// callers, internal/router's readAnswer and internal/loadgen's
-// readResponse; this pins down what the head alone reports.
+// The framing cases (lengths, chunks, errors) are tested through the
+// caller, internal/loadgen's readResponse; this pins down what the head
+// alone reports.
 func TestReadHead(t *testing.T) {
 	for _, tc := range []struct {
 		name        string

@@ -1,24 +1,19 @@
 package router
 
 import (
-	"bufio"
-	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"net/url"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
-
-	"github.com/kvrouter/kv-hint-operator/internal/h1"
+	"github.com/valyala/fasthttp"
 )
 
 // Delivery defaults.
@@ -37,19 +32,13 @@ type DeliveryOptions struct {
 	// QueueSize bounds each worker's queue; when it is full the newest hint
 	// is dropped and counted. 0 means DefaultQueueSize.
 	QueueSize int
-	// Timeout bounds one post, connection included. 0 means
-	// DefaultDeliveryTimeout.
+	// Timeout bounds one post, the dial and the TLS handshake of a new
+	// connection included. 0 means DefaultDeliveryTimeout.
 	Timeout time.Duration
 	// HintTTL is how long a hint may wait in its queue: an older one is
 	// dropped unsent, since its request has most likely started without it.
 	// 0 means DefaultHintTTL.
 	HintTTL time.Duration
-	// Client, when set, posts every hint. When nil, hints to http://
-	// endpoints go out over the built-in HTTP/1.1 poster (one keep-alive
-	// connection per worker, the request written in one piece, no
-	// goroutines of its own), and hints to https:// endpoints through
-	// NewHintClient.
-	Client *http.Client
 	// MaxQueuedBytes bounds the bytes of the hints waiting in all the
 	// queues together; a hint that would pass it is dropped and counted.
 	// 0 means DefaultMaxQueuedBytes.
@@ -62,11 +51,12 @@ type DeliveryOptions struct {
 
 // Delivery posts hints to workers: one bounded queue and one sender goroutine
 // per hint-capable worker, so a slow or dead worker fills only its own queue
-// and never holds a booking. Failed posts are counted, never retried: a hint
-// is only useful before its request runs.
+// and never holds a booking. The sender posts each hint itself, one at a
+// time, over its worker's keep-alive connection (see poster). Failed posts
+// are counted, never retried: a hint is only useful before its request
+// runs.
 type Delivery struct {
 	opts    DeliveryOptions
-	client  *http.Client
 	metrics *Metrics
 	log     logr.Logger
 
@@ -85,6 +75,9 @@ type Delivery struct {
 	// send posts one hint; tests and the benchmark replace it to take the
 	// network out of the measurement.
 	send func(q *queue, it queued)
+	// tlsRoots, when set, replace the system roots for https:// workers;
+	// tests set it before they add a queue.
+	tlsRoots *x509.CertPool
 }
 
 // NewDelivery returns a running Delivery; Close drains it.
@@ -104,50 +97,17 @@ func NewDelivery(o DeliveryOptions) *Delivery {
 	if o.Metrics == nil {
 		o.Metrics = NewMetrics()
 	}
-	client := o.Client
-	if client == nil {
-		client = NewHintClient(o.Timeout)
-	}
-	d := &Delivery{opts: o, client: client, metrics: o.Metrics, log: o.Log, closing: make(chan struct{})}
+	d := &Delivery{opts: o, metrics: o.Metrics, log: o.Log, closing: make(chan struct{})}
 	d.base, d.cancelBase = context.WithCancel(context.Background())
 	d.send = (*queue).post
 	return d
 }
 
-// NewHintClient returns an HTTP client for hint posts: plain HTTP/1.1
-// keep-alive (a small post over an open connection beats h2 framing on
-// loopback and pod networks), no proxy (hint endpoints are in-cluster), no
-// compression (payloads are a few KiB), and dial, TLS handshake and header
-// timeouts within the post timeout.
-//
-// The Transport finishes a dial it started even after the post that asked
-// for it has given up, and a TLS handshake has no timeout of its own: a
-// worker that accepts TCP and never answers the ClientHello would hold a
-// descriptor and two goroutines per timed-out post, forever. So the
-// handshake is bounded by the post timeout, and a worker gets at most
-// MaxConnsPerWorker connections, dials included: a post that finds them
-// all busy waits for one within its own timeout instead of dialling more.
-func NewHintClient(timeout time.Duration) *http.Client {
-	t := &http.Transport{
-		Proxy:                 nil,
-		DialContext:           (&net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second, Control: checkDialAddress}).DialContext,
-		TLSHandshakeTimeout:   timeout,
-		MaxConnsPerHost:       MaxConnsPerWorker,
-		MaxIdleConns:          4096,
-		MaxIdleConnsPerHost:   MaxConnsPerWorker,
-		IdleConnTimeout:       90 * time.Second,
-		ResponseHeaderTimeout: timeout,
-		DisableCompression:    true,
-		ForceAttemptHTTP2:     false,
-	}
-	return &http.Client{Transport: t}
-}
-
-// MaxConnsPerWorker caps the connections, dials and handshakes included,
-// that the https:// client opens to one worker. Each worker has one
-// sender, so one is in use at a time; the second covers a connection the
-// worker is closing while the next post dials. The http:// poster keeps at
-// most one.
+// MaxConnsPerWorker caps the connections open to one worker, dials and TLS
+// handshakes included. A worker has one sender, which posts one hint at a
+// time, so it has one connection in use; the cap holds whatever fasthttp
+// does while a connection closes. A post that finds it reached waits for a
+// connection within its own timeout instead of dialling more.
 const MaxConnsPerWorker = 2
 
 // queued is one hint waiting for its post.
@@ -169,18 +129,15 @@ type queue struct {
 	bytes atomic.Int64
 	// drops are the worker's series of worker_hints_dropped_total.
 	drops workerDrops
-	// h1 posts to an http:// endpoint when no Client was given; nil means
-	// d.client posts.
-	h1 *h1Poster
+	// p posts the hints; only the sender uses it.
+	p *poster
 }
 
 // newQueue starts a sender for a worker's endpoint.
 func (d *Delivery) newQueue(worker, endpoint string) *queue {
 	q := &queue{d: d, worker: worker, endpoint: endpoint, ch: make(chan queued, d.opts.QueueSize), stop: make(chan struct{})}
 	q.drops = d.metrics.forWorker(worker)
-	if d.opts.Client == nil && !(len(endpoint) >= len("https://") && strings.EqualFold(endpoint[:len("https://")], "https://")) {
-		q.h1 = newH1Poster(endpoint, d.opts.Timeout)
-	}
+	q.p = newPoster(d.base, endpoint, d.opts.Timeout, d.tlsRoots)
 	d.wg.Add(1)
 	d.queues.Add(1)
 	go q.run()
@@ -262,9 +219,7 @@ func (q *queue) close() {
 func (q *queue) run() {
 	defer q.d.wg.Done()
 	defer q.d.queues.Add(-1)
-	if q.h1 != nil {
-		defer q.h1.close()
-	}
+	defer q.p.close()
 	for {
 		select {
 		case it := <-q.ch:
@@ -317,54 +272,8 @@ func (q *queue) post(it queued) {
 		q.drop(dropReasonStale)
 		return
 	}
-	if q.h1 != nil {
-		q.postH1(it)
-		return
-	}
-	ctx, cancel := context.WithTimeout(q.d.base, q.d.opts.Timeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, q.endpoint, bytes.NewReader(it.msg))
-	if err != nil {
-		m.errTransport.Inc()
-		q.logError(err, "Cannot build hint post")
-		return
-	}
-	req.Header.Set("Content-Type", "application/json")
 	start := time.Now()
-	resp, err := q.d.client.Do(req)
-	if err != nil {
-		switch {
-		case q.d.base.Err() != nil:
-			// Cut short by a drain past its deadline, not the worker's fault.
-			q.drop(dropReasonShutdown)
-			return
-		case errors.Is(err, context.DeadlineExceeded) || isTimeout(err):
-			m.errTimeout.Inc()
-		default:
-			m.errTransport.Inc()
-		}
-		q.logError(err, "Hint post failed; not retried")
-		return
-	}
-	// Read the (small) answer to the end so the connection goes back to the
-	// pool; a worker that answers with megabytes gets its connection closed.
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-	resp.Body.Close()
-	m.deliverySeconds.Observe(time.Since(start).Seconds())
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		m.errStatus.Inc()
-		q.logError(errors.New(resp.Status), "Worker refused a hint; not retried")
-		return
-	}
-	m.hintsSent.Inc()
-}
-
-// postH1 is post over the queue's own HTTP/1.1 connection.
-func (q *queue) postH1(it queued) {
-	m := q.d.metrics
-	p := q.h1
-	start := time.Now()
-	status, err := p.post(q.d.base, it.msg, start)
+	code, err := q.p.post(it.msg)
 	if err != nil {
 		switch {
 		case q.d.base.Err() != nil:
@@ -380,260 +289,161 @@ func (q *queue) postH1(it queued) {
 		return
 	}
 	m.deliverySeconds.Observe(time.Since(start).Seconds())
-	if status.code < 200 || status.code > 299 {
+	if code < 200 || code > 299 {
 		m.errStatus.Inc()
-		q.logError(errors.New(status.text), "Worker refused a hint; not retried")
+		q.logError(fmt.Errorf("%d %s", code, fasthttp.StatusMessage(code)), "Worker refused a hint; not retried")
 		return
 	}
 	m.hintsSent.Inc()
 }
 
-// h1Poster posts one queue's hints to an http:// endpoint over one
-// keep-alive HTTP/1.1 connection: each post is one write of the whole
-// request and a read of the answer, by the queue's sender itself. With
-// net/http's Transport the same post crosses three goroutines (caller,
-// writeLoop, readLoop), and the request head and body go out in separate
-// writes when the body is large; at tens of thousands of hints a second
-// that was the largest cost of the sidecar after the booking itself.
+// poster posts one queue's hints to its worker through a fasthttp
+// HostClient. Only the queue's sender calls it, from its own goroutine, one
+// hint at a time: no goroutine of the client's stands between the sender
+// and the socket, and the worker sees one keep-alive connection. The
+// poster reuses one Request and one Response and sets the hint as the raw
+// body, so a post over an open connection allocates nothing.
 //
-// Behaviour is the Transport's as NewHintClient configures it: one post per
-// hint and never a retry; the timeout bounds the post, connection included;
-// the answer is read to its end (at most maxAnswerBytes, or the connection
-// is closed instead) so that the connection is kept; a connection the
-// worker marks "Connection: close", or an HTTP/1.0 one, is not reused; one
-// idle for maxIdle is closed, as IdleConnTimeout does. Where the
-// Transport's read loop sees at once that a worker closed an idle
-// connection (as servers do after their keep-alive timeout), the poster
-// checks before reusing a connection that sat idle for probeIdle: a post
-// written into a connection the worker has closed would be lost.
-type h1Poster struct {
-	// addr is dialled; head is the request up to the Content-Length value.
-	addr    string
-	head    []byte
+// A hint is posted once. fasthttp resends only idempotent requests, and a
+// POST is not; resendUnwritten makes the one exception, a request that
+// provably never left (see hintConn). The post timeout bounds the whole
+// post: the wait for a connection, the dial (dialHint), the TLS handshake
+// (HostClient.WriteTimeout, without which fasthttp leaves a handshake
+// unbounded), the request and the answer. The answer is read to its end,
+// at most maxAnswerBytes of it, so that the connection is kept; a larger
+// one, or one cut short after its head, closes the connection but counts
+// by its status. A connection the worker marks "Connection: close", or an
+// HTTP/1.0 one, is not reused; one idle for maxIdle is closed.
+type poster struct {
+	hc      *fasthttp.HostClient
+	req     *fasthttp.Request
+	resp    *fasthttp.Response
 	timeout time.Duration
-	err     error // a bad endpoint: every post fails with it
-
-	nc       net.Conn
-	br       *bufio.Reader
-	wbuf     []byte
-	lastUsed time.Time
-	// stop unregisters the hook that cuts the connection's I/O short when
-	// the delivery's base context is cancelled.
-	stop func() bool
+	// err is a bad endpoint's: every post fails with it.
+	err error
 }
 
 const (
 	// maxAnswerBytes is how much of a worker's answer is read to keep the
 	// connection; past it the connection is closed.
 	maxAnswerBytes = 64 << 10
-	// probeIdle is how long a connection may sit idle before it is
-	// checked for a close by the worker before reuse.
+	// probeIdle is how long a connection may sit idle before it is checked
+	// for a close by the worker before reuse.
 	probeIdle = 100 * time.Millisecond
 	// maxIdle is how long a connection may sit idle and still be reused.
 	maxIdle = 90 * time.Second
+	// userAgent names the sidecar to workers.
+	userAgent = "kvhint-sidecar"
 )
 
-func newH1Poster(endpoint string, timeout time.Duration) *h1Poster {
-	p := &h1Poster{timeout: timeout}
+// newPoster returns the poster of an endpoint. The scheme is read with
+// net/url, so HTTP:// and HTTPS:// work: fasthttp refuses a request whose
+// scheme, as it spells it, differs from its HostClient's. Connections are
+// tied to base, which cuts them short when it is cancelled. roots nil means
+// the system roots.
+func newPoster(base context.Context, endpoint string, timeout time.Duration, roots *x509.CertPool) *poster {
+	p := &poster{timeout: timeout}
 	u, err := url.Parse(endpoint)
 	switch {
 	case err != nil:
 		p.err = err
-	case u.Scheme != "http" || u.Host == "":
-		p.err = fmt.Errorf("hint endpoint %q is not an http:// URL", endpoint)
-	default:
-		p.addr = u.Host
-		if u.Port() == "" {
-			p.addr = net.JoinHostPort(u.Hostname(), "80")
-		}
-		p.head = []byte("POST " + u.RequestURI() + " HTTP/1.1\r\nHost: " + u.Host +
-			"\r\nUser-Agent: kvhint-sidecar\r\nContent-Type: application/json\r\nContent-Length: ")
+		return p
+	case (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
+		p.err = fmt.Errorf("hint endpoint %s is not an http:// or https:// URL", shownEndpoint(endpoint))
+		return p
 	}
+	isTLS := u.Scheme == "https"
+	port := u.Port()
+	if port == "" {
+		port = "80"
+		if isTLS {
+			port = "443"
+		}
+	}
+	p.hc = &fasthttp.HostClient{
+		Addr: net.JoinHostPort(u.Hostname(), port),
+		DialTimeout: func(addr string, timeout time.Duration) (net.Conn, error) {
+			// A post dials with what is left of its timeout. A dial for a
+			// post that waited for a connection comes with none, and may
+			// outlive that post: the post timeout bounds it.
+			if timeout <= 0 {
+				timeout = p.timeout
+			}
+			return dialHint(base, addr, timeout)
+		},
+		IsTLS:                     isTLS,
+		MaxConns:                  MaxConnsPerWorker,
+		MaxConnWaitTimeout:        timeout,
+		MaxIdleConnDuration:       maxIdle,
+		MaxIdemponentCallAttempts: 2,
+		RetryIfErr:                resendUnwritten,
+		WriteTimeout:              timeout,
+		MaxResponseBodySize:       maxAnswerBytes,
+		WriteBufferSize:           8 << 10, // a large hint (4 KiB) and its head in one write
+		NoDefaultUserAgentHeader:  true,
+		DisablePathNormalizing:    true,
+	}
+	if isTLS {
+		p.hc.TLSConfig = &tls.Config{ServerName: u.Hostname(), RootCAs: roots}
+	}
+	p.req = new(fasthttp.Request)
+	p.req.Header.SetMethod(fasthttp.MethodPost)
+	p.req.SetRequestURI(u.String())
+	p.req.Header.SetContentType("application/json")
+	p.req.Header.SetUserAgent(userAgent)
+	p.resp = new(fasthttp.Response)
 	return p
 }
 
-// answerStatus is an answer's status line.
-type answerStatus struct {
-	code int
-	text string // "503 Service Unavailable"
-}
-
-// post sends msg and reads the answer. It never sends twice: an error
-// after the request was (maybe) written is returned as is.
-func (p *h1Poster) post(base context.Context, msg []byte, start time.Time) (answerStatus, error) {
+// post sends msg and returns the worker's status. An answer whose head
+// arrived counts by its status even if its body did not (too large, cut
+// short): fasthttp has closed that connection already.
+func (p *poster) post(msg []byte) (int, error) {
 	if p.err != nil {
-		return answerStatus{}, p.err
+		return 0, p.err
 	}
-	deadline := start.Add(p.timeout)
-	if p.nc != nil {
-		if idle := start.Sub(p.lastUsed); idle > maxIdle || (idle > probeIdle && p.closedByPeer()) {
-			p.close()
-		}
+	p.req.SetBodyRaw(msg)
+	// Do may fail before it resets resp; an answer to the previous post
+	// must not pass for this one's.
+	p.resp.Reset()
+	err := p.hc.DoTimeout(p.req, p.resp, p.timeout)
+	p.req.ResetBody() // the hint is not the poster's to keep
+	if err != nil && !headRead(p.resp, err) {
+		return 0, err
 	}
-	if p.nc == nil {
-		if err := p.dial(base, deadline); err != nil {
-			return answerStatus{}, err
-		}
-	}
-	p.nc.SetDeadline(deadline)
-	// After the deadline is set, so that a cancellation's past deadline
-	// cannot be overwritten unseen.
-	if err := base.Err(); err != nil {
-		p.close()
-		return answerStatus{}, err
-	}
-	p.wbuf = append(p.wbuf[:0], p.head...)
-	p.wbuf = strconv.AppendInt(p.wbuf, int64(len(msg)), 10)
-	p.wbuf = append(p.wbuf, "\r\n\r\n"...)
-	p.wbuf = append(p.wbuf, msg...)
-	if _, err := p.nc.Write(p.wbuf); err != nil {
-		p.close()
-		return answerStatus{}, err
-	}
-	if cap(p.wbuf) > 256<<10 {
-		p.wbuf = nil // one huge hint should not pin its buffer
-	}
-	st, keep, err := readAnswer(p.br)
-	if be := (bodyError{}); errors.As(err, &be) {
-		// The status is in: as post reads net/http's answers, a body that
-		// ends short only costs the connection.
-		err, keep = nil, false
-	}
-	if err != nil || !keep {
-		p.close()
-	} else {
-		p.lastUsed = time.Now()
-	}
-	return st, err
+	return p.resp.StatusCode(), nil
 }
 
-// closedByPeer reports whether the idle connection has been closed (or
-// written to) by the worker. Bytes already buffered are unasked data. Then
-// the kernel is asked without waiting (peekClosed); where it cannot be, the
-// connection is read with a deadline just ahead: an open, silent
-// connection times out, a closed one reads EOF at once.
-func (p *h1Poster) closedByPeer() bool {
-	if p.br.Buffered() > 0 {
-		return true
-	}
-	if closed, ok := peekClosed(p.nc); ok {
-		return closed
-	}
-	p.nc.SetReadDeadline(time.Now().Add(50 * time.Microsecond))
-	_, err := p.br.Peek(1)
-	// Data the worker sent unasked is as fatal to the connection as a close.
-	return err == nil || !isTimeout(err)
+// headRead reports whether a failed post's answer had its head read, so
+// that its status stands. fasthttp resets the head when reading it fails,
+// leaving Content-Length 0, and reads a body only when the head announces
+// one: a length over 0, chunked (-1) or up to the close (-2, then the bytes
+// read; a close-delimited body that fails before its first byte is taken
+// for a failed head).
+func headRead(resp *fasthttp.Response, err error) bool {
+	return errors.Is(err, fasthttp.ErrBodyTooLarge) || resp.Header.ContentLength() != 0
 }
 
-func (p *h1Poster) dial(base context.Context, deadline time.Time) error {
-	ctx, cancel := context.WithDeadline(base, deadline)
-	defer cancel()
-	d := net.Dialer{KeepAlive: 30 * time.Second, Control: checkDialAddress}
-	nc, err := d.DialContext(ctx, "tcp", p.addr)
-	if err != nil {
-		return err
-	}
-	p.nc = nc
-	if p.br == nil {
-		p.br = bufio.NewReaderSize(nc, 4<<10)
-	} else {
-		p.br.Reset(nc)
-	}
-	p.stop = context.AfterFunc(base, func() { nc.SetDeadline(time.Unix(1, 0)) })
-	return nil
-}
-
-func (p *h1Poster) close() {
-	if p.nc == nil {
-		return
-	}
-	p.stop()
-	p.nc.Close()
-	p.nc, p.stop = nil, nil
-}
-
-// bodyError is a failure to read an answer's body, after its head.
-type bodyError struct{ err error }
-
-func (e bodyError) Error() string { return e.err.Error() }
-func (e bodyError) Unwrap() error { return e.err }
-
-// readAnswer reads one answer, skipping interim 1xx ones, and discards its
-// body. keep says whether the connection can carry another post.
-func readAnswer(br *bufio.Reader) (st answerStatus, keep bool, err error) {
-	for {
-		st, keep, err = readOneAnswer(br)
-		if err != nil || st.code >= 200 {
-			return st, keep, err
-		}
+// close closes the idle connections; the sender is done with the poster.
+func (p *poster) close() {
+	if p.hc != nil {
+		p.hc.CloseIdleConnections()
 	}
 }
 
-func readOneAnswer(br *bufio.Reader) (answerStatus, bool, error) {
-	h, err := h1.ReadHead(br, false)
-	st := answerStatus{code: h.Code, text: h.Text}
-	if err != nil {
-		return st, false, err
-	}
-	keep := !h.Close
-	switch {
-	case h.NoBody():
-		return st, keep, nil
-	case h.Chunked:
-		st, keep, err := discardChunked(br, st, keep)
-		if err != nil {
-			err = bodyError{err}
-		}
-		return st, keep, err
-	case h.ContentLength >= 0:
-		if h.ContentLength > maxAnswerBytes {
-			return st, false, nil
-		}
-		if _, err := br.Discard(int(h.ContentLength)); err != nil {
-			return st, false, bodyError{h1.UnexpectedEOF(err)}
-		}
-		return st, keep, nil
-	default:
-		// Delimited by the end of the connection.
-		n, err := io.CopyN(io.Discard, br, maxAnswerBytes)
-		if err == io.EOF || (err == nil && n == maxAnswerBytes) {
-			err = nil
-		}
-		if err != nil {
-			err = bodyError{err}
-		}
-		return st, false, err
-	}
+// resendUnwritten is the posters' retry rule: a request goes out again only
+// if the connection it was to go out on was found closed by the worker
+// before a byte was written (errIdleConnClosed), and only once. Any other
+// failure may have reached the worker, and a hint is posted at most once.
+func resendUnwritten(_ *fasthttp.Request, attempts int, err error) (resetTimeout, retry bool) {
+	return false, attempts == 1 && errors.Is(err, errIdleConnClosed)
 }
 
-func discardChunked(br *bufio.Reader, st answerStatus, keep bool) (answerStatus, bool, error) {
-	total := int64(0)
-	for {
-		size, err := h1.ChunkSize(br)
-		if err != nil {
-			return st, false, err
-		}
-		if size == 0 {
-			if err := h1.Trailers(br); err != nil {
-				return st, false, err
-			}
-			return st, keep, nil
-		}
-		if total += size; total > maxAnswerBytes {
-			return st, false, nil
-		}
-		if _, err := br.Discard(int(size)); err != nil {
-			return st, false, h1.UnexpectedEOF(err)
-		}
-		if err := h1.ChunkEnd(br); err != nil {
-			return st, false, err
-		}
-	}
-}
-
+// isTimeout reports whether err is a timeout: a network one, fasthttp's
+// ErrTimeout (no net.Error) or its TLS handshake timeout (no Timeout method).
 func isTimeout(err error) bool {
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
+	var t interface{ Timeout() bool }
+	return errors.Is(err, fasthttp.ErrTLSHandshakeTimeout) || (errors.As(err, &t) && t.Timeout())
 }
 
 // failureLogInterval is the least time between two logs of one worker's

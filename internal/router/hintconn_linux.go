@@ -10,7 +10,7 @@ import (
 // has been closed or written to by the peer: a non-blocking MSG_PEEK reads
 // EOF, data or an error at once, and EAGAIN when the connection is open and
 // silent. Unlike a read with a short deadline, it cannot be fooled by the
-// poster being descheduled past the deadline. ok is false where the
+// sender being descheduled past the deadline. ok is false where the
 // connection has no file descriptor to ask.
 func peekClosed(nc net.Conn) (closed, ok bool) {
 	sc, isSC := nc.(syscall.Conn)
