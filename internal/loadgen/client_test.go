@@ -2,7 +2,6 @@ package loadgen
 
 import (
 	"bufio"
-	"bytes"
 	"io"
 	"net"
 	"net/http"
@@ -14,8 +13,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/valyala/fasthttp"
 )
 
 func decodeOptions(url string, rate float64, d time.Duration, conns int) Options {
@@ -232,34 +229,87 @@ func TestRunOverUnixSocket(t *testing.T) {
 	})
 }
 
-// TestRequestsMatchBodies: what a sender writes for each booking is a
-// valid HTTP/1.1 request that carries the booking's body unchanged, to the
-// target's path and Host.
+// TestRequestsMatchBodies: the pre-encoded requests carry the same
+// bookings as bodies, each a valid HTTP/1.1 request.
 func TestRequestsMatchBodies(t *testing.T) {
 	o := Options{Roles: []Role{{Name: "prefill", Workers: []string{"p0", "p1"}, CopyRate: 0.5}, {Name: "decode", Workers: []string{"d0"}}},
 		MaxTurns: 4, BlockSize: 16, Seed: 3}
 	bodies := newStream(o).bodies(500)
-	again := newStream(o).bodies(500)
-	var req fasthttp.Request
-	setBookingRequest(&req, target{network: "tcp", addr: "h:1", host: "h:1", path: "/a%2Fb"})
-	var wire bytes.Buffer
+	reqs, err := newStream(o).requests(500, target{network: "tcp", addr: "h:1", host: "h:1", path: "/a%2Fb"})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for i := range bodies {
-		if !bytes.Equal(bodies[i], again[i]) {
-			t.Fatalf("body %d differs between two streams of one seed", i)
-		}
-		wire.Reset()
-		req.SetBodyRaw(bodies[i])
-		if _, err := req.WriteTo(&wire); err != nil {
-			t.Fatal(err)
-		}
-		got, err := http.ReadRequest(bufio.NewReader(&wire))
+		req, err := http.ReadRequest(bufio.NewReader(strings.NewReader(string(reqs[i]))))
 		if err != nil {
 			t.Fatalf("request %d: %v", i, err)
 		}
-		b, _ := io.ReadAll(got.Body)
-		if string(b) != string(bodies[i]) || got.Host != "h:1" || got.URL.RawPath != "/a%2Fb/v1/bookings" || got.Method != "POST" ||
-			got.Header.Get("Content-Type") != "application/json" || got.UserAgent() != userAgent {
-			t.Fatalf("request %d: %s %s host %s headers %v body %s, want body %s", i, got.Method, got.URL, got.Host, got.Header, b, bodies[i])
+		b, _ := io.ReadAll(req.Body)
+		if string(b) != string(bodies[i]) || req.Host != "h:1" || req.URL.RawPath != "/a%2Fb/v1/bookings" || req.Method != "POST" ||
+			req.Header.Get("Content-Type") != "application/json" || req.UserAgent() != userAgent {
+			t.Fatalf("request %d: %s %s host %s headers %v body %s, want body %s", i, req.Method, req.URL, req.Host, req.Header, b, bodies[i])
 		}
+	}
+}
+
+// TestRunAnswerFramings: answers framed every way HTTP/1.x allows are read
+// whole, and a connection its answer ends is redialled.
+func TestRunAnswerFramings(t *testing.T) {
+	for _, tc := range []struct {
+		name, answer string
+		closes       bool // the server closes the connection after the answer
+		errors       int
+		firstError   string
+	}{
+		{name: "content-length", answer: "HTTP/1.1 200 OK\r\nContent-Length: 20\r\n\r\n{\"action_id\":\"a1\"}\n\n"},
+		{name: "chunked with trailer", answer: "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{\"act\r\nD;ext=1\r\nion_id\":\"a1\"}\r\n0\r\nX-Checksum: 1\r\n\r\n"},
+		{name: "interim 100", answer: "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 201 Created\r\nContent-Length: 18\r\n\r\n{\"action_id\":\"a1\"}"},
+		{name: "no reason phrase", answer: "HTTP/1.1 200\r\nContent-Length: 18\r\n\r\n{\"action_id\":\"a1\"}"},
+		{name: "close-delimited", answer: "HTTP/1.1 200 OK\r\n\r\n{\"action_id\":\"a1\"}", closes: true},
+		{name: "http/1.0", answer: "HTTP/1.0 200 OK\r\nContent-Length: 18\r\n\r\n{\"action_id\":\"a1\"}", closes: true},
+		{name: "http/1.0 keep-alive", answer: "HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 18\r\n\r\n{\"action_id\":\"a1\"}"},
+		{name: "refused without reason", answer: "HTTP/1.1 429\r\nContent-Length: 10\r\n\r\nslow  down", errors: 20, firstError: "429: slow down"},
+		{name: "not HTTP", answer: "SSH-2.0-OpenSSH\r\n", closes: true, errors: 20},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			go func() {
+				for {
+					c, err := ln.Accept()
+					if err != nil {
+						return
+					}
+					go func() {
+						defer c.Close()
+						br := bufio.NewReader(c)
+						for {
+							req, err := http.ReadRequest(br)
+							if err != nil {
+								return
+							}
+							io.Copy(io.Discard, req.Body)
+							if _, err := io.WriteString(c, tc.answer); err != nil || tc.closes {
+								return
+							}
+						}
+					}()
+				}
+			}()
+			res, err := Run(t.Context(), decodeOptions("http://"+ln.Addr().String(), 1000, 20*time.Millisecond, 2))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := 20 - tc.errors
+			if res.Completed != want || res.Errors != tc.errors || res.Hints != want || res.Actions != want {
+				t.Errorf("completed %d errors %d hints %d actions %d (%s); want %d, %d, %d, %d", res.Completed, res.Errors, res.Hints, res.Actions, res.FirstError, want, tc.errors, want, want)
+			}
+			if tc.firstError != "" && res.FirstError != tc.firstError {
+				t.Errorf("first error %q, want %q", res.FirstError, tc.firstError)
+			}
+		})
 	}
 }

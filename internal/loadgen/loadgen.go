@@ -5,6 +5,7 @@
 package loadgen
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -18,6 +19,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/valyala/fasthttp"
 )
 
 // Role is one stage bookings go to, with the workers it books.
@@ -129,12 +132,13 @@ func (o *Options) Validate() error {
 
 // Run offers the load and waits for every answer.
 //
-// The bookings are generated and encoded before the clock starts, so that
-// encoding them does not compete with the calls it is timing. Then a
-// pacer, on its own OS thread with fine-grained sleeps (Go's own timers
-// may fire up to a millisecond late on an idle process, which would be
-// counted as the sidecar's latency), hands each booking when it is due to
-// a sender whose connection is free, and the sender makes the call. A
+// The bookings are generated and encoded as whole HTTP requests, by
+// fasthttp, before the clock starts, so that encoding them does not
+// compete with the sends it is timing. Then a pacer, on its own OS thread
+// with fine-grained sleeps (Go's own timers may fire up to a millisecond
+// late on an idle process, which would be counted as the sidecar's
+// latency), writes each request when it is due on a connection that is
+// free, and each connection's goroutine reads the answers with fasthttp. A
 // booking's latency runs from its scheduled time to the end of its answer,
 // so time spent waiting for a free connection is counted.
 func Run(ctx context.Context, o Options) (*Result, error) {
@@ -149,58 +153,70 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		return nil, err
 	}
 	total := int(o.Rate * o.Duration.Seconds())
-	bodies := newStream(o).bodies(total)
+	reqs, err := newStream(o).requests(total, tgt)
+	if err != nil {
+		return nil, err
+	}
 
 	r := &runner{
-		o:    o,
-		free: make(chan *sender, o.Connections),
-		res:  &Result{Offered: len(bodies)},
+		o:      o,
+		tgt:    tgt,
+		dialer: &net.Dialer{Timeout: o.Timeout, KeepAlive: 30 * time.Second},
+		free:   make(chan *conn, o.Connections),
+		res:    &Result{Offered: len(reqs)},
 	}
 	for range o.Connections {
-		s, err := newSender(tgt, o.Timeout, total/o.Connections+1)
-		if err != nil {
-			r.stop()
-			return nil, err
+		c := &conn{lat: make([]time.Duration, 0, total/o.Connections+1)}
+		r.conns = append(r.conns, c)
+		// Connect before the clock starts; a failure here is retried, and
+		// counted, by the first booking that takes the connection.
+		if nc, err := dial(tgt, r.dialer); err == nil {
+			r.start(c, nc)
 		}
-		s.dialEarly()
-		r.senders.Add(1)
-		go s.run(r)
-		r.all = append(r.all, s)
-		r.free <- s
+		r.free <- c
 	}
 
 	res := r.res
-	res.SendLags = make([]time.Duration, 0, len(bodies))
+	res.SendLags = make([]time.Duration, 0, len(reqs))
 	unpin := pinPacer()
 	interval := time.Duration(float64(time.Second) / o.Rate)
 	start := time.Now()
-	for i, body := range bodies {
+	for i, req := range reqs {
 		due := start.Add(time.Duration(i) * interval)
 		sleepUntil(due)
-		var s *sender
+		var c *conn
 		select {
-		case s = <-r.free:
+		case c = <-r.free:
 		case <-ctx.Done():
 		}
-		if s == nil {
+		if c == nil {
 			res.Offered = i
 			break
 		}
 		res.SendLags = append(res.SendLags, max(time.Since(due), 0))
-		s.hand(job{body: body, due: due})
+		r.send(c, req, due)
 	}
 	unpin()
-	// Every sender comes back once its last answer is in (or timed out).
+	// Every connection comes back once its last answer is in (or timed out).
 	for range o.Connections {
 		<-r.free
 	}
 	res.Elapsed = time.Since(start)
-	r.stop()
-	for _, s := range r.all {
-		res.Latencies = append(res.Latencies, s.lat...)
-		res.Errors += s.errors
-		res.Hints += s.hints
-		res.Actions += s.actions
+	for _, c := range r.conns {
+		c.mu.Lock()
+		nc := c.nc
+		c.nc = nil
+		c.mu.Unlock()
+		if nc != nil {
+			nc.Close()
+		}
+	}
+	r.readers.Wait()
+	for _, c := range r.conns {
+		res.Latencies = append(res.Latencies, c.lat...)
+		res.Errors += c.errors
+		res.Hints += c.hints
+		res.Actions += c.actions
 	}
 	slices.Sort(res.Latencies)
 	slices.Sort(res.SendLags)
@@ -255,24 +271,149 @@ func parseTarget(s string) (target, error) {
 // runner is one run's shared state.
 type runner struct {
 	o       Options
-	all     []*sender
-	free    chan *sender
-	senders sync.WaitGroup
+	tgt     target
+	dialer  *net.Dialer
+	conns   []*conn
+	free    chan *conn
+	readers sync.WaitGroup
 	res     *Result
 
 	errMu sync.Mutex
 }
 
-// stop ends the senders, which must all be free, and waits for them.
-func (r *runner) stop() {
-	for _, s := range r.all {
-		s.stop()
+// conn is one keep-alive connection and what it measured. It is in the
+// free channel, owned by the pacer, or carrying one booking, owned by its
+// reader goroutine, which puts it back in free when the answer is in.
+type conn struct {
+	mu sync.Mutex
+	nc net.Conn // nil when closed; the next booking redials
+	// inflight is set while a booking waits for its answer; from is when
+	// its latency starts; werr is the pacer's write error, if any.
+	inflight bool
+	from     time.Time
+	werr     error
+
+	// Written by whoever owns the connection (see above).
+	lat                    []time.Duration
+	errors, hints, actions int
+}
+
+// start runs the reader of a new connection.
+func (r *runner) start(c *conn, nc net.Conn) {
+	c.mu.Lock()
+	c.nc = nc
+	c.mu.Unlock()
+	r.readers.Add(1)
+	go r.read(c, nc)
+}
+
+// send writes one request on c, redialling it first if it is closed.
+func (r *runner) send(c *conn, req []byte, due time.Time) {
+	c.mu.Lock()
+	nc := c.nc
+	c.mu.Unlock()
+	if nc == nil {
+		var err error
+		if nc, err = dial(r.tgt, r.dialer); err != nil {
+			c.errors++
+			r.firstError(err.Error())
+			r.free <- c
+			return
+		}
+		r.start(c, nc)
 	}
-	r.senders.Wait()
+	// Latency runs from the scheduled time when the send is late (queueing
+	// is part of what a router would wait), from the send itself when it
+	// is early.
+	from := time.Now()
+	if due.Before(from) {
+		from = due
+	}
+	c.mu.Lock()
+	c.inflight, c.from, c.werr = true, from, nil
+	c.mu.Unlock()
+	nc.SetDeadline(time.Now().Add(r.o.Timeout))
+	if _, err := nc.Write(req); err != nil {
+		// The reader fails too, on the closed connection, and counts it.
+		c.mu.Lock()
+		if c.inflight && c.nc == nc {
+			c.werr = err
+		}
+		c.mu.Unlock()
+		nc.Close()
+	}
+}
+
+// read reads the answers on nc until it fails or is closed.
+func (r *runner) read(c *conn, nc net.Conn) {
+	defer r.readers.Done()
+	br := bufio.NewReaderSize(nc, 32<<10)
+	// The answer's body buffer stays with the connection.
+	resp := fasthttp.Response{KeepBodyBuffer: true}
+	for {
+		// fasthttp skips interim 1xx answers and reads a body delimited by
+		// Content-Length, chunks or the end of the connection.
+		err := resp.ReadLimitBody(br, maxResponseBody)
+		end := time.Now()
+		c.mu.Lock()
+		inflight, from, werr := c.inflight, c.from, c.werr
+		c.inflight, c.werr = false, nil
+		// ConnectionClose is also set for an answer delimited by the end
+		// of the connection and for HTTP/1.0 without keep-alive.
+		closing := err != nil || resp.ConnectionClose() || !inflight
+		if closing && c.nc == nc {
+			c.nc = nil
+		}
+		c.mu.Unlock()
+		if !inflight {
+			// The connection failed or was closed while idle, or the
+			// server answered nothing asked: the next booking redials.
+			nc.Close()
+			return
+		}
+		switch {
+		case err != nil:
+			if werr != nil {
+				err = werr
+			}
+			c.errors++
+			r.firstError(err.Error())
+		case resp.StatusCode()/100 != 2:
+			c.errors++
+			if r.wantFirstError() {
+				r.firstError(fmt.Sprintf("%s: %s", statusText(&resp), bytes.Join(bytes.Fields(resp.Body()), []byte(" "))))
+			}
+		default:
+			c.lat = append(c.lat, end.Sub(from))
+			if n := bytes.Count(resp.Body(), []byte(`"action_id"`)); n > 0 {
+				c.hints++
+				c.actions += n
+			}
+		}
+		if closing {
+			nc.Close()
+		} else {
+			nc.SetDeadline(time.Time{})
+		}
+		r.free <- c
+		if closing {
+			return
+		}
+	}
+}
+
+// statusText is the answer's status line after the protocol, "404 Not
+// Found".
+func statusText(resp *fasthttp.Response) string {
+	s := strconv.Itoa(resp.StatusCode())
+	if m := resp.Header.StatusMessage(); len(m) > 0 {
+		s += " " + string(m)
+	}
+	return s
 }
 
 // wantFirstError reports whether no failure has been noted yet, so that a
-// sender formats an error only when it will be kept.
+// reader formats an answer into an error only when it will be kept.
 func (r *runner) wantFirstError() bool {
 	r.errMu.Lock()
 	defer r.errMu.Unlock()
@@ -307,12 +448,29 @@ func newStream(o Options) *stream {
 	return &stream{o: o, rng: rand.New(rand.NewPCG(o.Seed, o.Seed^0x9e3779b97f4a7c15))}
 }
 
-// bodies returns n booking bodies: each request books every role in
-// order, within a session that grows by a turn per request. They are
-// packed into a few large blocks of memory, so that a long run holds a
-// handful of objects rather than one per booking.
+// bodies returns n booking bodies: each request books every role in order,
+// within a session that grows by a turn per request.
 func (s *stream) bodies(n int) [][]byte {
+	out := make([][]byte, 0, n)
+	for len(out) < n {
+		ses := s.pick()
+		s.nextReq++
+		reqID := s.o.IDPrefix + "req-" + strconv.Itoa(s.nextReq)
+		for _, role := range s.o.Roles {
+			if len(out) == n {
+				break
+			}
+			out = append(out, s.appendBooking(make([]byte, 0, 512+21*role.CopyBlocks), reqID, role, ses))
+		}
+	}
+	return out
+}
+
+// requests returns the same bookings as bodies, each encoded by fasthttp
+// as a whole HTTP request to tgt, packed into a few large blocks of memory.
+func (s *stream) requests(n int, tgt target) ([][]byte, error) {
 	const block = 16 << 20
+	enc := newRequestEncoder(tgt)
 	out := make([][]byte, 0, n)
 	var arena, body []byte
 	for len(out) < n {
@@ -324,15 +482,19 @@ func (s *stream) bodies(n int) [][]byte {
 				break
 			}
 			body = s.appendBooking(body[:0], reqID, role, ses)
-			if cap(arena)-len(arena) < len(body) {
-				arena = make([]byte, 0, max(block, len(body)))
+			req, err := enc.encode(body)
+			if err != nil {
+				return nil, fmt.Errorf("encoding booking %d: %w", len(out)+1, err)
+			}
+			if cap(arena)-len(arena) < len(req) {
+				arena = make([]byte, 0, max(block, len(req)))
 			}
 			from := len(arena)
-			arena = append(arena, body...)
+			arena = append(arena, req...)
 			out = append(out, arena[from:len(arena):len(arena)])
 		}
 	}
-	return out
+	return out, nil
 }
 
 // pick returns the session of the next request: a live one most of the
