@@ -28,8 +28,8 @@ DELETE /hints forgets them.
 
 With --sink it is a throughput sink for load runs: it reads and counts every
 hint (GET /hints reports the count as "accepted") but neither checks nor
-records them, and it is served by a lean HTTP/1.1 server instead of net/http,
-so that it competes as little as it can with the sidecar for the CPU. Without
+records them, and it is served by fasthttp instead of net/http, so that it
+competes as little as it can with the sidecar for the CPU. Without
 it, every hint is checked and recorded.
 
 With --register it registers itself with a standalone sidecar

@@ -2,8 +2,6 @@ package loadgen
 
 import (
 	"bufio"
-	"errors"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -16,87 +14,6 @@ import (
 	"testing"
 	"time"
 )
-
-func TestReadResponse(t *testing.T) {
-	for _, tc := range []struct {
-		name   string
-		in     string
-		status int
-		text   string
-		body   string
-		close  bool
-		err    string
-	}{
-		{name: "content-length", in: "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 5\r\n\r\nhello", status: 200, text: "200 OK", body: "hello"},
-		{name: "header case", in: "HTTP/1.1 200 OK\r\ncontent-length:  3 \r\n\r\nabc", status: 200, text: "200 OK", body: "abc"},
-		{name: "204 ignores length", in: "HTTP/1.1 204 No Content\r\nContent-Length: 7\r\n\r\n", status: 204, text: "204 No Content"},
-		{name: "304", in: "HTTP/1.1 304 Not Modified\r\n\r\n", status: 304, text: "304 Not Modified"},
-		{name: "no reason", in: "HTTP/1.1 200\r\nContent-Length: 0\r\n\r\n", status: 200, text: "200"},
-		{name: "chunked", in: "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n7;ext=1\r\n, world\r\n0\r\nTrailer: x\r\n\r\n", status: 200, text: "200 OK", body: "hello, world"},
-		{name: "chunked beats length", in: "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\nA\r\n0123456789\r\n0\r\n\r\n", status: 200, text: "200 OK", body: "0123456789"},
-		{name: "interim 100", in: "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 201 Created\r\nContent-Length: 2\r\n\r\nok", status: 201, text: "201 Created", body: "ok"},
-		{name: "connection close", in: "HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Length: 3\r\n\r\nbad", status: 400, text: "400 Bad Request", body: "bad", close: true},
-		{name: "close-delimited", in: "HTTP/1.1 200 OK\r\n\r\nuntil the end", status: 200, text: "200 OK", body: "until the end", close: true},
-		{name: "http/1.0", in: "HTTP/1.0 200 OK\r\nContent-Length: 1\r\n\r\nx", status: 200, text: "200 OK", body: "x", close: true},
-		{name: "http/1.0 keep-alive", in: "HTTP/1.0 200 OK\r\nConnection: Keep-Alive\r\nContent-Length: 1\r\n\r\nx", status: 200, text: "200 OK", body: "x"},
-		{name: "bare LF", in: "HTTP/1.1 200 OK\nContent-Length: 2\n\nok", status: 200, text: "200 OK", body: "ok"},
-		{name: "clean EOF", in: "", err: "EOF"},
-		{name: "short body", in: "HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nabc", err: "unexpected EOF"},
-		{name: "cut headers", in: "HTTP/1.1 200 OK\r\nContent-Len", err: "unexpected EOF"},
-		{name: "cut chunk", in: "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhel", err: "unexpected EOF"},
-		{name: "bad chunk size", in: "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", err: "chunk size"},
-		{name: "chunk without CRLF", in: "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nokX\r\n0\r\n\r\n", err: "CRLF"},
-		{name: "gzip coding", in: "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n", err: "Transfer-Encoding"},
-		{name: "bad status", in: "HTTP/1.1 2x0 OK\r\n\r\n", err: "status line"},
-		{name: "not HTTP", in: "SSH-2.0-OpenSSH\r\n", err: "status line"},
-		{name: "bad length", in: "HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n", err: "Content-Length"},
-		{name: "conflicting lengths", in: "HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nxx", err: "Content-Length"},
-		{name: "huge length", in: "HTTP/1.1 200 OK\r\nContent-Length: 999999999999\r\n\r\n", err: "limit"},
-		{name: "header without colon", in: "HTTP/1.1 200 OK\r\nnonsense\r\n\r\n", err: "header line"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			br := bufio.NewReaderSize(strings.NewReader(tc.in), 64)
-			r, _, err := readResponse(br, nil)
-			if tc.err != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.err) {
-					t.Fatalf("error %v, want one that says %q", err, tc.err)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if r.status != tc.status || r.statusText != tc.text || string(r.body) != tc.body || r.close != tc.close {
-				t.Errorf("got %d %q body %q close %v; want %d %q body %q close %v", r.status, r.statusText, r.body, r.close, tc.status, tc.text, tc.body, tc.close)
-			}
-		})
-	}
-}
-
-// TestReadResponsesInARow: answers on one connection are read one after the
-// other, whatever their framing.
-func TestReadResponsesInARow(t *testing.T) {
-	in := "HTTP/1.1 204 No Content\r\n\r\n" +
-		"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n" +
-		"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nde"
-	br := bufio.NewReaderSize(strings.NewReader(in), 48)
-	var buf []byte
-	var got []string
-	for {
-		r, b, err := readResponse(br, buf)
-		buf = b
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, fmt.Sprintf("%d:%s", r.status, r.body))
-	}
-	if fmt.Sprint(got) != "[204: 200:abc 200:de]" {
-		t.Errorf("got %v", got)
-	}
-}
 
 func decodeOptions(url string, rate float64, d time.Duration, conns int) Options {
 	return Options{Target: url, Rate: rate, Duration: d, Connections: conns,
@@ -318,45 +235,81 @@ func TestRequestsMatchBodies(t *testing.T) {
 	o := Options{Roles: []Role{{Name: "prefill", Workers: []string{"p0", "p1"}, CopyRate: 0.5}, {Name: "decode", Workers: []string{"d0"}}},
 		MaxTurns: 4, BlockSize: 16, Seed: 3}
 	bodies := newStream(o).bodies(500)
-	reqs := newStream(o).requests(500, requestHead("h:1", "/v1/bookings"))
+	reqs, err := newStream(o).requests(500, target{network: "tcp", addr: "h:1", host: "h:1", path: "/a%2Fb"})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for i := range bodies {
 		req, err := http.ReadRequest(bufio.NewReader(strings.NewReader(string(reqs[i]))))
 		if err != nil {
 			t.Fatalf("request %d: %v", i, err)
 		}
 		b, _ := io.ReadAll(req.Body)
-		if string(b) != string(bodies[i]) || req.Host != "h:1" || req.URL.Path != "/v1/bookings" || req.Method != "POST" {
-			t.Fatalf("request %d: %s %s host %s body %s, want body %s", i, req.Method, req.URL, req.Host, b, bodies[i])
+		if string(b) != string(bodies[i]) || req.Host != "h:1" || req.URL.RawPath != "/a%2Fb/v1/bookings" || req.Method != "POST" ||
+			req.Header.Get("Content-Type") != "application/json" || req.UserAgent() != userAgent {
+			t.Fatalf("request %d: %s %s host %s headers %v body %s, want body %s", i, req.Method, req.URL, req.Host, req.Header, b, bodies[i])
 		}
 	}
 }
 
-// FuzzReadResponse: no input panics the reader, and where net/http reads
-// the same bytes as one complete answer, both agree on status and body.
-func FuzzReadResponse(f *testing.F) {
-	f.Add("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello")
-	f.Add("HTTP/1.1 204 No Content\r\n\r\n")
-	f.Add("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n")
-	f.Add("HTTP/1.1 404 Not Found\r\nContent-Type: text/plain\r\nContent-Length: 13\r\n\r\nunknown role\n")
-	f.Add("HTTP/1.0 200 OK\r\n\r\nbody")
-	f.Fuzz(func(t *testing.T, in string) {
-		ours, _, err := readResponse(bufio.NewReaderSize(strings.NewReader(in), 4096), nil)
-		if err != nil {
-			return
-		}
-		resp, err := http.ReadResponse(bufio.NewReader(strings.NewReader(in)), nil)
-		if err != nil {
-			return
-		}
-		body, err := io.ReadAll(resp.Body)
-		if err != nil {
-			return
-		}
-		if resp.StatusCode != ours.status {
-			t.Fatalf("status %d, net/http %d", ours.status, resp.StatusCode)
-		}
-		if resp.StatusCode >= 200 && string(body) != string(ours.body) {
-			t.Fatalf("body %q, net/http %q", ours.body, body)
-		}
-	})
+// TestRunAnswerFramings: answers framed every way HTTP/1.x allows are read
+// whole, and a connection its answer ends is redialled.
+func TestRunAnswerFramings(t *testing.T) {
+	for _, tc := range []struct {
+		name, answer string
+		closes       bool // the server closes the connection after the answer
+		errors       int
+		firstError   string
+	}{
+		{name: "content-length", answer: "HTTP/1.1 200 OK\r\nContent-Length: 20\r\n\r\n{\"action_id\":\"a1\"}\n\n"},
+		{name: "chunked with trailer", answer: "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{\"act\r\nD;ext=1\r\nion_id\":\"a1\"}\r\n0\r\nX-Checksum: 1\r\n\r\n"},
+		{name: "interim 100", answer: "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 201 Created\r\nContent-Length: 18\r\n\r\n{\"action_id\":\"a1\"}"},
+		{name: "no reason phrase", answer: "HTTP/1.1 200\r\nContent-Length: 18\r\n\r\n{\"action_id\":\"a1\"}"},
+		{name: "close-delimited", answer: "HTTP/1.1 200 OK\r\n\r\n{\"action_id\":\"a1\"}", closes: true},
+		{name: "http/1.0", answer: "HTTP/1.0 200 OK\r\nContent-Length: 18\r\n\r\n{\"action_id\":\"a1\"}", closes: true},
+		{name: "http/1.0 keep-alive", answer: "HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 18\r\n\r\n{\"action_id\":\"a1\"}"},
+		{name: "refused without reason", answer: "HTTP/1.1 429\r\nContent-Length: 10\r\n\r\nslow  down", errors: 20, firstError: "429: slow down"},
+		{name: "not HTTP", answer: "SSH-2.0-OpenSSH\r\n", closes: true, errors: 20},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			go func() {
+				for {
+					c, err := ln.Accept()
+					if err != nil {
+						return
+					}
+					go func() {
+						defer c.Close()
+						br := bufio.NewReader(c)
+						for {
+							req, err := http.ReadRequest(br)
+							if err != nil {
+								return
+							}
+							io.Copy(io.Discard, req.Body)
+							if _, err := io.WriteString(c, tc.answer); err != nil || tc.closes {
+								return
+							}
+						}
+					}()
+				}
+			}()
+			res, err := Run(t.Context(), decodeOptions("http://"+ln.Addr().String(), 1000, 20*time.Millisecond, 2))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := 20 - tc.errors
+			if res.Completed != want || res.Errors != tc.errors || res.Hints != want || res.Actions != want {
+				t.Errorf("completed %d errors %d hints %d actions %d (%s); want %d, %d, %d, %d", res.Completed, res.Errors, res.Hints, res.Actions, res.FirstError, want, tc.errors, want, want)
+			}
+			if tc.firstError != "" && res.FirstError != tc.firstError {
+				t.Errorf("first error %q, want %q", res.FirstError, tc.firstError)
+			}
+		})
+	}
 }

@@ -19,6 +19,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/valyala/fasthttp"
 )
 
 // Role is one stage bookings go to, with the workers it books.
@@ -130,14 +132,15 @@ func (o *Options) Validate() error {
 
 // Run offers the load and waits for every answer.
 //
-// The bookings are generated and encoded as whole HTTP requests before the
-// clock starts, so that encoding them does not compete with the sends it is
-// timing. Then a pacer, on its own OS thread with fine-grained sleeps (Go's
-// own timers may fire up to a millisecond late on an idle process, which
-// would be counted as the sidecar's latency), writes each request when it
-// is due on a connection that is free, and each connection's goroutine reads
-// the answers. A booking's latency runs from its scheduled time to the end
-// of its answer, so time spent waiting for a free connection is counted.
+// The bookings are generated and encoded as whole HTTP requests, by
+// fasthttp, before the clock starts, so that encoding them does not
+// compete with the sends it is timing. Then a pacer, on its own OS thread
+// with fine-grained sleeps (Go's own timers may fire up to a millisecond
+// late on an idle process, which would be counted as the sidecar's
+// latency), writes each request when it is due on a connection that is
+// free, and each connection's goroutine reads the answers with fasthttp. A
+// booking's latency runs from its scheduled time to the end of its answer,
+// so time spent waiting for a free connection is counted.
 func Run(ctx context.Context, o Options) (*Result, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
@@ -150,7 +153,10 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		return nil, err
 	}
 	total := int(o.Rate * o.Duration.Seconds())
-	reqs := newStream(o).requests(total, requestHead(tgt.host, tgt.path+"/v1/bookings"))
+	reqs, err := newStream(o).requests(total, tgt)
+	if err != nil {
+		return nil, err
+	}
 
 	r := &runner{
 		o:      o,
@@ -342,15 +348,19 @@ func (r *runner) send(c *conn, req []byte, due time.Time) {
 func (r *runner) read(c *conn, nc net.Conn) {
 	defer r.readers.Done()
 	br := bufio.NewReaderSize(nc, 32<<10)
-	var buf []byte
+	// The answer's body buffer stays with the connection.
+	resp := fasthttp.Response{KeepBodyBuffer: true}
 	for {
-		resp, b, err := readResponse(br, buf)
-		buf = b
+		// fasthttp skips interim 1xx answers and reads a body delimited by
+		// Content-Length, chunks or the end of the connection.
+		err := resp.ReadLimitBody(br, maxResponseBody)
 		end := time.Now()
 		c.mu.Lock()
 		inflight, from, werr := c.inflight, c.from, c.werr
 		c.inflight, c.werr = false, nil
-		closing := err != nil || resp.close || !inflight
+		// ConnectionClose is also set for an answer delimited by the end
+		// of the connection and for HTTP/1.0 without keep-alive.
+		closing := err != nil || resp.ConnectionClose() || !inflight
 		if closing && c.nc == nc {
 			c.nc = nil
 		}
@@ -368,12 +378,14 @@ func (r *runner) read(c *conn, nc net.Conn) {
 			}
 			c.errors++
 			r.firstError(err.Error())
-		case resp.status/100 != 2:
+		case resp.StatusCode()/100 != 2:
 			c.errors++
-			r.firstError(fmt.Sprintf("%s: %s", resp.statusText, bytes.Join(bytes.Fields(resp.body), []byte(" "))))
+			if r.wantFirstError() {
+				r.firstError(fmt.Sprintf("%s: %s", statusText(&resp), bytes.Join(bytes.Fields(resp.Body()), []byte(" "))))
+			}
 		default:
 			c.lat = append(c.lat, end.Sub(from))
-			if n := bytes.Count(resp.body, []byte(`"action_id"`)); n > 0 {
+			if n := bytes.Count(resp.Body(), []byte(`"action_id"`)); n > 0 {
 				c.hints++
 				c.actions += n
 			}
@@ -388,6 +400,24 @@ func (r *runner) read(c *conn, nc net.Conn) {
 			return
 		}
 	}
+}
+
+// statusText is the answer's status line after the protocol, "404 Not
+// Found".
+func statusText(resp *fasthttp.Response) string {
+	s := strconv.Itoa(resp.StatusCode())
+	if m := resp.Header.StatusMessage(); len(m) > 0 {
+		s += " " + string(m)
+	}
+	return s
+}
+
+// wantFirstError reports whether no failure has been noted yet, so that a
+// reader formats an answer into an error only when it will be kept.
+func (r *runner) wantFirstError() bool {
+	r.errMu.Lock()
+	defer r.errMu.Unlock()
+	return r.res.FirstError == ""
 }
 
 func (r *runner) firstError(msg string) {
@@ -436,10 +466,11 @@ func (s *stream) bodies(n int) [][]byte {
 	return out
 }
 
-// requests returns the same bookings as bodies, each encoded as a whole
-// HTTP request after head, packed into a few large blocks of memory.
-func (s *stream) requests(n int, head []byte) [][]byte {
+// requests returns the same bookings as bodies, each encoded by fasthttp
+// as a whole HTTP request to tgt, packed into a few large blocks of memory.
+func (s *stream) requests(n int, tgt target) ([][]byte, error) {
 	const block = 16 << 20
+	enc := newRequestEncoder(tgt)
 	out := make([][]byte, 0, n)
 	var arena, body []byte
 	for len(out) < n {
@@ -451,16 +482,19 @@ func (s *stream) requests(n int, head []byte) [][]byte {
 				break
 			}
 			body = s.appendBooking(body[:0], reqID, role, ses)
-			need := len(head) + 24 + len(body)
-			if cap(arena)-len(arena) < need {
-				arena = make([]byte, 0, max(block, need))
+			req, err := enc.encode(body)
+			if err != nil {
+				return nil, fmt.Errorf("encoding booking %d: %w", len(out)+1, err)
+			}
+			if cap(arena)-len(arena) < len(req) {
+				arena = make([]byte, 0, max(block, len(req)))
 			}
 			from := len(arena)
-			arena = appendRequest(arena, head, body)
+			arena = append(arena, req...)
 			out = append(out, arena[from:len(arena):len(arena)])
 		}
 	}
-	return out
+	return out, nil
 }
 
 // pick returns the session of the next request: a live one most of the

@@ -359,8 +359,7 @@ type Server struct {
 }
 
 // Start serves w on addr ("127.0.0.1:0" picks a free port). A sink worker
-// is served by a lean HTTP/1.1 server of its own (see sinkServer), any
-// other by net/http.
+// is served by fasthttp (see sinkServer), any other by net/http.
 func Start(w *Worker, addr string) (*Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {

@@ -1,198 +1,130 @@
 package simworker
 
 import (
-	"bufio"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
+
+	"github.com/valyala/fasthttp"
+	"github.com/valyala/fasthttp/fasthttpadaptor"
 )
 
-// sinkServer serves a sink worker without net/http's server: a throughput
-// run wants the worker to cost as little CPU as possible, since it shares
-// the machine with the sidecar it measures, and net/http's per-request
-// machinery (a background read goroutine, deadline resets, a response
-// writer with its own buffers) cost more than the worker's work. Requests
-// are parsed by http.ReadRequest, so any HTTP/1.1 request is read
-// correctly (Content-Length or chunked bodies); POST /v1/hints is answered
-// in place, with one write, and every other request goes to the worker's
-// Handler through a recorder, answered with a Content-Length.
+// Limits of the sink server.
+const (
+	// sinkReadTimeout bounds reading one request, body included, and the
+	// wait for a new connection's first request.
+	sinkReadTimeout = 10 * time.Second
+	// sinkWriteTimeout bounds writing one answer.
+	sinkWriteTimeout = 10 * time.Second
+	// sinkIdleTimeout is how long a keep-alive connection may wait for its
+	// next request: longer than the sidecar's hint client keeps an idle
+	// connection for reuse (90 s), so that the sink never closes one under
+	// a post that is on its way.
+	sinkIdleTimeout = 2 * time.Minute
+	// sinkPrefetch is the most of a body fasthttp reads before the handler
+	// runs, which then reads the rest itself. A sidecar hint is a few KiB
+	// and fits; a kv.fetch for a long prompt, up to about 1 MiB, streams
+	// through a small buffer instead of being held whole. Every body is
+	// capped at maxHintBytes by the handler, as the net/http worker caps it.
+	sinkPrefetch = 8 << 10
+)
+
+// errBodyTooLarge refuses a body over maxHintBytes with net/http's words.
+var errBodyTooLarge = &http.MaxBytesError{Limit: maxHintBytes}
+
+// sinkServer serves a sink worker with fasthttp instead of net/http: a
+// throughput run wants the worker to cost as little CPU as possible, since
+// it shares the machine with the sidecar it measures. POST /v1/hints is
+// answered in place, without a goroutine, a net/http request or a response
+// writer; every other request goes to the worker's Handler through
+// fasthttp's net/http adaptor.
 type sinkServer struct {
-	w  *Worker
-	ln net.Listener
-	h  http.Handler
+	w     *Worker
+	ln    net.Listener
+	srv   *fasthttp.Server
+	other fasthttp.RequestHandler
+	// served is closed when Serve has returned.
+	served chan struct{}
 
 	mu sync.Mutex
-	// conns are the open connections, true while one carries a request.
-	conns  map[net.Conn]bool
+	// conns are the open connections, for close to drop them and wait
+	// for; closed is set once close began, and a connection accepted
+	// after is dropped at once.
+	conns  map[net.Conn]struct{}
 	closed bool
-	wg     sync.WaitGroup
+	open   sync.WaitGroup
 }
 
 func startSink(w *Worker, ln net.Listener) *sinkServer {
-	s := &sinkServer{w: w, ln: ln, h: w.Handler(), conns: map[net.Conn]bool{}}
-	s.wg.Add(1)
-	go s.serve()
+	s := &sinkServer{
+		w:      w,
+		ln:     ln,
+		other:  fasthttpadaptor.NewFastHTTPHandler(w.Handler()),
+		served: make(chan struct{}),
+		conns:  map[net.Conn]struct{}{},
+	}
+	s.srv = &fasthttp.Server{
+		Handler:      s.serve,
+		ErrorHandler: s.requestError,
+		ConnState:    s.connState,
+		ReadTimeout:  sinkReadTimeout,
+		WriteTimeout: sinkWriteTimeout,
+		IdleTimeout:  sinkIdleTimeout,
+		// The handler reads what is left of a body, so that it can count a
+		// hint it cannot read as rejected, as sinkHint does.
+		StreamRequestBody:  true,
+		MaxRequestBodySize: sinkPrefetch,
+		// The answer to a hint is a status line and nothing else.
+		NoDefaultServerHeader: true,
+		NoDefaultDate:         true,
+		NoDefaultContentType:  true,
+		// Shutdown ends a connection once its request in progress is
+		// answered; the answer says so.
+		CloseOnShutdown: true,
+		// A reset connection or a malformed request is the client's
+		// business, not the worker's log's.
+		Logger: discardLogger{},
+	}
+	go func() {
+		defer close(s.served)
+		s.srv.Serve(ln)
+	}()
 	return s
 }
 
-func (s *sinkServer) serve() {
-	defer s.wg.Done()
-	for {
-		c, err := s.ln.Accept()
+func (s *sinkServer) serve(ctx *fasthttp.RequestCtx) {
+	if ctx.IsPost() && string(ctx.Path()) == HintPath {
+		s.hint(ctx)
+		return
+	}
+	// The adaptor reads a body whole: hand it one read within the cap.
+	if body := ctx.RequestBodyStream(); body != nil {
+		b, err := io.ReadAll(io.LimitReader(body, maxHintBytes+1))
+		if err == nil && len(b) > maxHintBytes {
+			err = errBodyTooLarge
+		}
 		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				time.Sleep(5 * time.Millisecond)
-				continue
-			}
+			badRequest(ctx, err)
 			return
 		}
-		s.mu.Lock()
-		if s.closed {
-			s.mu.Unlock()
-			c.Close()
-			return
-		}
-		s.conns[c] = false
-		s.wg.Add(1)
-		s.mu.Unlock()
-		go s.conn(c)
+		ctx.Request.SetBodyRaw(b)
 	}
+	s.other(ctx)
 }
 
-// close stops the server and drops its connections.
-func (s *sinkServer) close() error {
-	s.mu.Lock()
-	s.closed = true
-	err := s.ln.Close()
-	for c := range s.conns {
-		c.Close()
-	}
-	s.mu.Unlock()
-	s.wg.Wait()
-	return err
-}
-
-// shutdown stops accepting and waits, until ctx is done, for requests in
-// progress; it then drops the connections.
-func (s *sinkServer) shutdown(ctx context.Context) error {
-	s.mu.Lock()
-	s.closed = true
-	err := s.ln.Close()
-	s.mu.Unlock()
-	done := make(chan struct{})
-	go func() {
-		// Idle connections wait in a read; a deadline now ends them.
-		// Those carrying a request end once it is answered.
-		s.mu.Lock()
-		for c, active := range s.conns {
-			if !active {
-				c.SetReadDeadline(time.Now())
-			}
-		}
-		s.mu.Unlock()
-		s.wg.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		s.close()
-		<-done
-		return ctx.Err()
-	}
-	return err
-}
-
-var (
-	answerContinue = []byte("HTTP/1.1 100 Continue\r\n\r\n")
-	answer204      = []byte("HTTP/1.1 204 No Content\r\n\r\n")
-)
-
-func (s *sinkServer) conn(c net.Conn) {
-	defer func() {
-		c.Close()
-		s.mu.Lock()
-		delete(s.conns, c)
-		s.mu.Unlock()
-		s.wg.Done()
-	}()
-	br := bufio.NewReaderSize(c, 32<<10)
-	buf := make([]byte, 32<<10)
-	var out []byte
-	for {
-		// Idle until a request starts; then it is served even if a
-		// shutdown began meanwhile, as net/http's Server does.
-		if _, err := br.Peek(1); err != nil || !s.setActive(c, true) {
-			return
-		}
-		req, err := http.ReadRequest(br)
-		if err != nil {
-			if !errors.Is(err, io.EOF) && !isTimeout(err) {
-				c.Write([]byte("HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"))
-			}
-			return
-		}
-		keep := !req.Close
-		if req.Method == http.MethodPost && req.URL.Path == HintPath {
-			if strings.EqualFold(req.Header.Get("Expect"), "100-continue") {
-				if _, err := c.Write(answerContinue); err != nil {
-					return
-				}
-			}
-			out, keep = s.hint(req, buf, out[:0], keep)
-		} else {
-			out, keep = s.other(req, out[:0], keep)
-		}
-		if _, err := c.Write(out); err != nil || !keep || !s.setActive(c, false) {
-			return
-		}
-	}
-}
-
-// setActive marks c as carrying a request or idle; it reports false when c
-// goes idle after a shutdown began, and it should close.
-func (s *sinkServer) setActive(c net.Conn, active bool) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.conns[c] = active
-	if active {
-		// A shutdown may have cut the idle wait short as the request came.
-		c.SetReadDeadline(time.Time{})
-		return true
-	}
-	return !s.closed
-}
-
-// hint counts a hint as sinkHint does and returns the answer to write.
-func (s *sinkServer) hint(req *http.Request, buf, out []byte, keep bool) ([]byte, bool) {
-	body := io.LimitReader(req.Body, maxHintBytes+1)
-	var n int64
-	var err error
-	for err == nil {
-		var m int
-		m, err = body.Read(buf)
-		n += int64(m)
-	}
+// hint counts a hint as sinkHint does and answers it as SetBehaviour says.
+func (s *sinkServer) hint(ctx *fasthttp.RequestCtx) {
 	w := s.w
-	if err != io.EOF || n > maxHintBytes {
+	if err := discardBody(ctx.RequestBodyStream()); err != nil {
 		w.mu.Lock()
 		w.rejected++
 		w.mu.Unlock()
-		msg := "http: request body too large"
-		if err != io.EOF {
-			msg = err.Error()
-		}
-		// The rest of the body is unread: close after answering.
-		return appendAnswer(out, http.StatusBadRequest, http.Header{"Content-Type": {"text/plain; charset=utf-8"}}, []byte(msg+"\n"), false), false
+		badRequest(ctx, err)
+		return
 	}
 	w.mu.Lock()
 	w.accepted++
@@ -202,58 +134,110 @@ func (s *sinkServer) hint(req *http.Request, buf, out []byte, keep bool) ([]byte
 	if delay > 0 {
 		time.Sleep(delay)
 	}
-	if status == http.StatusNoContent && keep {
-		return append(out, answer204...), true
-	}
-	return appendAnswer(out, status, nil, nil, keep), keep
+	ctx.SetStatusCode(status)
 }
 
-// other serves any other request through the worker's Handler.
-func (s *sinkServer) other(req *http.Request, out []byte, keep bool) ([]byte, bool) {
-	rec := httptest.NewRecorder()
-	s.h.ServeHTTP(rec, req)
-	// What the handler left of the body is discarded so that the next
-	// request can be read; a large remainder closes the connection.
-	if n, _ := io.CopyN(io.Discard, req.Body, 1<<20); n == 1<<20 {
-		keep = false
+// discardBody reads a body to its end, within maxHintBytes, and drops it.
+func discardBody(body io.Reader) error {
+	if body == nil {
+		return nil
 	}
-	body := rec.Body.Bytes()
-	if req.Method == http.MethodHead {
-		body = nil
-	}
-	return appendAnswer(out, rec.Code, rec.Header(), body, keep), keep
-}
-
-// appendAnswer appends a whole HTTP/1.1 answer with a Content-Length
-// (none for 1xx, 204 and 304, which carry no body).
-func appendAnswer(out []byte, status int, h http.Header, body []byte, keep bool) []byte {
-	out = fmt.Appendf(out, "HTTP/1.1 %d %s\r\n", status, http.StatusText(status))
-	for k, vs := range h {
-		if k == "Content-Length" || k == "Connection" || k == "Transfer-Encoding" {
-			continue
+	bp := sinkBufs.Get().(*[]byte)
+	defer sinkBufs.Put(bp)
+	n := 0
+	for {
+		m, err := body.Read(*bp)
+		if n += m; n > maxHintBytes {
+			return errBodyTooLarge
 		}
-		for _, v := range vs {
-			out = append(out, k...)
-			out = append(out, ": "...)
-			out = append(out, strings.NewReplacer("\r", " ", "\n", " ").Replace(v)...)
-			out = append(out, "\r\n"...)
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
 		}
 	}
-	if !keep {
-		out = append(out, "Connection: close\r\n"...)
-	}
-	if status >= 200 && status != http.StatusNoContent && status != http.StatusNotModified {
-		out = append(out, "Content-Length: "...)
-		out = strconv.AppendInt(out, int64(len(body)), 10)
-		out = append(out, "\r\n"...)
-	} else {
-		body = nil
-	}
-	out = append(out, "\r\n"...)
-	return append(out, body...)
 }
 
-func isTimeout(err error) bool {
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
+// badRequest answers 400 with err, as http.Error would, and closes the
+// connection: the rest of the body may be unread.
+func badRequest(ctx *fasthttp.RequestCtx, err error) {
+	ctx.SetStatusCode(http.StatusBadRequest)
+	ctx.SetContentType("text/plain; charset=utf-8")
+	ctx.SetBodyString(err.Error() + "\n")
+	ctx.SetConnectionClose()
 }
+
+// requestError answers a request whose head could not be read, or did not
+// come in time. fasthttp closes the connection after it.
+func (s *sinkServer) requestError(ctx *fasthttp.RequestCtx, err error) {
+	if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+		ctx.SetStatusCode(http.StatusRequestTimeout)
+		return
+	}
+	badRequest(ctx, err)
+}
+
+// connState keeps the set of open connections that close drops. fasthttp
+// reports a connection closed once its goroutine is done with it.
+func (s *sinkServer) connState(c net.Conn, state fasthttp.ConnState) {
+	switch state {
+	case fasthttp.StateNew:
+		s.mu.Lock()
+		if s.closed {
+			c.Close()
+		} else {
+			s.conns[c] = struct{}{}
+			s.open.Add(1)
+		}
+		s.mu.Unlock()
+	case fasthttp.StateClosed, fasthttp.StateHijacked:
+		s.mu.Lock()
+		if _, ok := s.conns[c]; ok {
+			delete(s.conns, c)
+			s.open.Done()
+		}
+		s.mu.Unlock()
+	}
+}
+
+// close stops the server and drops its connections, even those carrying
+// a request, and waits until they are done.
+func (s *sinkServer) close() error {
+	s.mu.Lock()
+	s.closed = true
+	err := s.ln.Close()
+	for c := range s.conns {
+		c.Close()
+	}
+	s.mu.Unlock()
+	<-s.served
+	s.open.Wait()
+	if errors.Is(err, net.ErrClosed) {
+		// A shutdown closed the listener already.
+		err = nil
+	}
+	return err
+}
+
+// shutdown stops accepting and waits, until ctx is done, for requests in
+// progress; it then drops the connections.
+func (s *sinkServer) shutdown(ctx context.Context) error {
+	err := s.srv.ShutdownWithContext(ctx)
+	if ctx.Err() != nil {
+		s.close()
+		return ctx.Err()
+	}
+	// fasthttp closes only the listeners Serve has taken; one called
+	// right after Start may not have yet.
+	if cerr := s.ln.Close(); err == nil && !errors.Is(cerr, net.ErrClosed) {
+		err = cerr
+	}
+	<-s.served
+	return err
+}
+
+// discardLogger drops fasthttp's log lines.
+type discardLogger struct{}
+
+func (discardLogger) Printf(string, ...any) {}
