@@ -69,6 +69,26 @@ func TestStalledBookingsDoNotPreallocate(t *testing.T) {
 	t.Logf("%d stalled bookings declaring 1 MiB: heap grew by %d KiB", n, (int64(heapInUse())-int64(before))>>10)
 }
 
+// TestOversizeBookingRefusedAtOnce: a booking whose Content-Length is over
+// the limit is answered 413 as soon as its body starts, without waiting for
+// more of it, and counted; the connection is closed after the answer.
+func TestOversizeBookingRefusedAtOnce(t *testing.T) {
+	s := startSidecarWithConfig(t, testCatalog(t), dispatchConfig, nil)
+	c := stallBookings(t, s.BookingAddr(), 1, 2*MaxBookingBytes)[0]
+	c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("no answer to a booking declared over the limit: %v", err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || !resp.Close || !strings.Contains(string(b), MaxBookingBytesFlag) {
+		t.Errorf("got %d (close %v) %s, want 413, closed, naming %s", resp.StatusCode, resp.Close, b, MaxBookingBytesFlag)
+	}
+	if n := gathered(t, s.Metrics.Registry, metricsNamespace+"_booking_errors_total", map[string]string{"reason": "too_large"}); n != 1 {
+		t.Errorf("too_large booking errors = %v, want 1", n)
+	}
+}
+
 // closedWithin reads c until the server closes it or d passes; it
 // reports whether the server closed it.
 func closedWithin(c net.Conn, d time.Duration) bool {
