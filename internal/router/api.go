@@ -302,6 +302,7 @@ func (a *API) book(ctx *fasthttp.RequestCtx) {
 			// The rest of the body is not read: the connection cannot
 			// carry another request.
 			ctx.SetConnectionClose()
+			lingerOnClose(ctx)
 		} else {
 			a.Dispatcher.RecordInvalidBooking()
 		}
@@ -426,6 +427,7 @@ func (a *API) putWorker(ctx *fasthttp.RequestCtx, id string) {
 	if status, err := readJSON(requestBody(ctx), ctx.Request.Header.ContentLength(), maxWorkerBytes, &spec); err != nil {
 		if status == fasthttp.StatusRequestEntityTooLarge {
 			ctx.SetConnectionClose()
+			lingerOnClose(ctx)
 		}
 		writeError(ctx, status, err)
 		return

@@ -3,6 +3,7 @@ package router
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"sync"
@@ -91,7 +92,7 @@ func (l *capListener) Accept() (net.Conn, error) {
 // Open is the number of connections open now.
 func (l *capListener) Open() int64 { return l.open.Load() }
 
-// closeConns closes every connection still open.
+// closeConns closes every connection still open, at once.
 func (l *capListener) closeConns() {
 	l.mu.Lock()
 	conns := make([]*capConn, 0, len(l.conns))
@@ -100,6 +101,7 @@ func (l *capListener) closeConns() {
 	}
 	l.mu.Unlock()
 	for _, c := range conns {
+		c.linger.Store(false)
 		c.Close()
 	}
 }
@@ -107,11 +109,36 @@ func (l *capListener) closeConns() {
 // capConn gives its place back when closed, once.
 type capConn struct {
 	net.Conn
-	l    *capListener
-	once sync.Once
+	l      *capListener
+	once   sync.Once
+	linger atomic.Bool
+}
+
+// Lingering close: a connection closed with bytes of the request unread
+// is reset, and the reset can reach the client before it has read the
+// answer (a 413 sent while it still writes the body), which it then never
+// sees. Before closing such a connection, as net/http does, the server
+// closes its side for writing and reads what comes, for a while.
+const (
+	lingerTime     = 500 * time.Millisecond
+	maxLingerBytes = 4 << 20
+)
+
+// lingerOnClose makes the close of ctx's connection a lingering one: for
+// an answer that closes the connection before the request's body was read.
+func lingerOnClose(ctx *fasthttp.RequestCtx) {
+	if c, ok := ctx.Conn().(*capConn); ok {
+		c.linger.Store(true)
+	}
 }
 
 func (c *capConn) Close() error {
+	if c.linger.Swap(false) {
+		if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
+			c.Conn.SetReadDeadline(time.Now().Add(lingerTime))
+			io.CopyN(io.Discard, c.Conn, maxLingerBytes)
+		}
+	}
 	err := c.Conn.Close()
 	c.once.Do(func() {
 		c.l.open.Add(-1)
