@@ -186,6 +186,9 @@ func newServer(h http.Handler, lim serverLimits) *http.Server {
 //     before it calls the handler (it reads the least of it, the
 //     Content-Length and 8 KiB): one byte, so that a body declared over the
 //     limit is refused as soon as it starts, not once 8 KiB of it came.
+//   - Answers during a shutdown say Connection: close, as net/http's do:
+//     a client must not send its next booking on a connection about to
+//     close, since a POST is not retried.
 //   - No Server header, no default Content-Type, and multipart bodies are
 //     not parsed: the API takes JSON, which a multipart body is not.
 //   - Errors (a malformed request, a client gone) are logged at V(1), and
@@ -202,6 +205,7 @@ func newBookingServer(h fasthttp.RequestHandler, lim serverLimits, log logr.Logg
 		MaxRequestBodySize:           1,
 		StreamRequestBody:            true,
 		DisablePreParseMultipartForm: true,
+		CloseOnShutdown:              true,
 		NoDefaultServerHeader:        true,
 		NoDefaultContentType:         true,
 		SecureErrorLogMessage:        true,
