@@ -168,9 +168,11 @@ func newServer(h http.Handler, lim serverLimits) *http.Server {
 }
 
 // newBookingServer is the booking listener's server, with the limits every
-// sidecar listener has. fasthttp serves a booking with a fraction of
-// net/http's CPU, most of it saved by reusing each connection's request and
-// response, and bookings are the sidecar's hot path.
+// sidecar listener has. Bookings are the sidecar's hot path, and fasthttp
+// reuses each connection's request and response and starts no goroutine
+// per request: a booking costs fewer allocations, less GC and fewer
+// wake-ups than on net/http. The reads and writes, most of a server's
+// cost on loopback, are the same.
 //
 //   - ReadTimeout bounds a request, head and body, from its first byte, as
 //     net/http's ReadTimeout does; the separate head timeout of the other
