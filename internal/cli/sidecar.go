@@ -138,7 +138,7 @@ pod IP only, where probes and scrapers reach them; pprof is on loopback.`,
 	f.DurationVar(&o.ShutdownWait, "shutdown-timeout", router.DefaultShutdownWait, "how long shutdown drains queued hints")
 	f.BoolVar(&o.Pprof, "pprof", false, "serve net/http/pprof under /debug/pprof/ on --pprof-listen")
 	f.StringVar(&o.PprofListen, "pprof-listen", router.DefaultPprofListen, "address of pprof; must be on loopback")
-	f.DurationVar(&o.ReadTimeout, "http-read-timeout", router.DefaultReadTimeout, "longest read of one request, body included, on the booking and ops listeners (request heads: at most 2s)")
+	f.DurationVar(&o.ReadTimeout, "http-read-timeout", router.DefaultReadTimeout, "longest read of one request, body included, on the booking and ops listeners (request heads on the ops listener: at most 2s)")
 	f.DurationVar(&o.WriteTimeout, "http-write-timeout", router.DefaultWriteTimeout, "longest write of one answer on the booking and ops listeners")
 	f.DurationVar(&o.IdleTimeout, "http-idle-timeout", router.DefaultIdleTimeout, "how long a keep-alive connection may wait for its next request")
 	f.IntVar(&o.MaxBookingConns, "max-booking-connections", router.DefaultMaxBookingConns, "open connections the booking listener takes; one more is answered 503 and counted")

@@ -1,19 +1,26 @@
 package router
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"html"
 	"io"
 	"net/http"
 	httppprof "net/http/pprof"
-	"strconv"
-	"sync/atomic"
+	"net/url"
+	pathpkg "path"
+	"runtime/debug"
+	"strings"
+	"unsafe"
 
 	core "github.com/kvrouter/kv-hint-operator/pkg/router"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/valyala/fasthttp"
 )
 
 // MaxBookingBytes is the default cap on a booking request body
@@ -58,12 +65,9 @@ type API struct {
 	// MaxBookingBytes caps a booking body; 0 means MaxBookingBytes. It
 	// should be the dispatcher's own limit.
 	MaxBookingBytes int
-
-	// lastHash is the Kvhint-Config-Hash value of the last booking.
-	lastHash atomic.Pointer[[]string]
 }
 
-// BookingHandler serves:
+// BookingHandler serves, on the booking listener's fasthttp server:
 //
 //	POST   /v1/bookings       a booking; 200 with the hint, or 204 with no message
 //	GET    /v1/workers        the registered workers
@@ -71,15 +75,169 @@ type API struct {
 //	PUT    /v1/workers/{id}   register a worker (standalone mode)
 //	DELETE /v1/workers/{id}   remove a worker
 //	GET    /v1/config         the hints YAML in force, hash in Kvhint-Config-Hash
-func (a *API) BookingHandler() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/bookings", a.book)
-	mux.HandleFunc("GET /v1/workers", a.listWorkers)
-	mux.HandleFunc("GET /v1/workers/{id}", a.getWorker)
-	mux.HandleFunc("PUT /v1/workers/{id}", a.putWorker)
-	mux.HandleFunc("DELETE /v1/workers/{id}", a.deleteWorker)
-	mux.HandleFunc("GET /v1/config", a.config)
-	return mux
+//
+// Paths are matched as net/http's ServeMux matches them (see route), and
+// the answers to a path or method that matches nothing are its answers.
+func (a *API) BookingHandler() fasthttp.RequestHandler {
+	return func(ctx *fasthttp.RequestCtx) {
+		defer a.recoverPanic(ctx)
+		path := ctx.URI().PathOriginal()
+		if string(path) == "/v1/bookings" && string(ctx.Method()) == fasthttp.MethodPost {
+			a.book(ctx)
+			return
+		}
+		a.route(ctx, path)
+	}
+}
+
+// route serves every request but a booking: the paths are matched segment
+// by segment, each unescaped (a worker ID may hold an escaped slash); a
+// path that is not clean is redirected to its clean form first; a known
+// path with another method is a 405 that lists the allowed ones; GET
+// routes answer HEAD too.
+func (a *API) route(ctx *fasthttp.RequestCtx, escaped []byte) {
+	path := string(escaped)
+	method := string(ctx.Method())
+	if path == "*" {
+		// The request target of OPTIONS for the whole server.
+		if method == fasthttp.MethodOptions {
+			ctx.Response.Header.SetContentLength(0)
+			return
+		}
+		ctx.SetConnectionClose()
+		writeError(ctx, fasthttp.StatusBadRequest, errors.New("malformed request: * is a request target of OPTIONS only"))
+		return
+	}
+	if clean := cleanPath(path); clean != path {
+		redirect(ctx, clean)
+		return
+	}
+	get := method == fasthttp.MethodGet || method == fasthttp.MethodHead
+	segs := strings.Split(path[1:], "/")
+	for i, s := range segs {
+		if strings.Contains(s, "%") {
+			u, err := url.PathUnescape(s)
+			if err != nil {
+				// net/http refuses such a request before any handler.
+				ctx.SetConnectionClose()
+				writeError(ctx, fasthttp.StatusBadRequest, fmt.Errorf("malformed request: path: %w", err))
+				return
+			}
+			segs[i] = u
+		}
+	}
+	switch {
+	case len(segs) < 2 || len(segs) > 3 || segs[0] != "v1":
+		notFound(ctx)
+	case len(segs) == 2 && segs[1] == "bookings":
+		if method == fasthttp.MethodPost {
+			a.book(ctx)
+		} else {
+			methodNotAllowed(ctx, allowPost)
+		}
+	case len(segs) == 2 && segs[1] == "workers":
+		if get {
+			a.listWorkers(ctx)
+		} else {
+			methodNotAllowed(ctx, allowGet)
+		}
+	case len(segs) == 2 && segs[1] == "config":
+		if get {
+			a.config(ctx)
+		} else {
+			methodNotAllowed(ctx, allowGet)
+		}
+	case len(segs) == 3 && segs[1] == "workers" && segs[2] != "":
+		switch id := segs[2]; {
+		case get:
+			a.getWorker(ctx, id)
+		case method == fasthttp.MethodPut:
+			a.putWorker(ctx, id)
+		case method == fasthttp.MethodDelete:
+			a.deleteWorker(ctx, id)
+		default:
+			methodNotAllowed(ctx, allowWorker)
+		}
+	default:
+		notFound(ctx)
+	}
+}
+
+// The Allow values of 405 answers, in net/http's order.
+var (
+	allowPost   = []byte("POST")
+	allowGet    = []byte("GET, HEAD")
+	allowWorker = []byte("DELETE, GET, HEAD, PUT")
+)
+
+// cleanPath is p with . and .. elements and repeated slashes resolved, its
+// trailing slash kept, as net/http's ServeMux cleans a path before it
+// matches it.
+func cleanPath(p string) string {
+	if p == "" {
+		return "/"
+	}
+	if p[0] != '/' {
+		p = "/" + p
+	}
+	np := pathpkg.Clean(p)
+	if p[len(p)-1] == '/' && np != "/" {
+		if len(p) == len(np)+1 && strings.HasPrefix(p, np) {
+			return p
+		}
+		np += "/"
+	}
+	return np
+}
+
+// redirect answers 307 to the clean form of the request's path, with its
+// query, as net/http's ServeMux does.
+func redirect(ctx *fasthttp.RequestCtx, clean string) {
+	loc := clean
+	if q := ctx.URI().QueryString(); len(q) > 0 {
+		loc += "?" + string(q)
+	}
+	ctx.Response.Header.SetCanonical(headerLocation, []byte(loc))
+	ctx.SetStatusCode(fasthttp.StatusTemporaryRedirect)
+	method := string(ctx.Method())
+	if method == fasthttp.MethodGet || method == fasthttp.MethodHead {
+		ctx.SetContentTypeBytes(valueHTML)
+	}
+	if method == fasthttp.MethodGet {
+		fmt.Fprintf(ctx, "<a href=\"%s\">Temporary Redirect</a>.\n\n", html.EscapeString(loc))
+	}
+}
+
+// notFound and methodNotAllowed answer as net/http's ServeMux does.
+func notFound(ctx *fasthttp.RequestCtx) {
+	plainError(ctx, fasthttp.StatusNotFound, "404 page not found\n")
+}
+
+func methodNotAllowed(ctx *fasthttp.RequestCtx, allow []byte) {
+	ctx.Response.Header.SetCanonical(headerAllow, allow)
+	plainError(ctx, fasthttp.StatusMethodNotAllowed, "Method Not Allowed\n")
+}
+
+func plainError(ctx *fasthttp.RequestCtx, status int, body string) {
+	ctx.SetContentTypeBytes(valueText)
+	ctx.Response.Header.SetCanonical(headerNosniff, valueNosniff)
+	ctx.SetStatusCode(status)
+	ctx.Response.SetBodyString(body)
+}
+
+// recoverPanic answers 500 and closes the connection when a handler
+// panics, and logs the panic: a bug fails its request, not the sidecar
+// (fasthttp, unlike net/http, recovers nothing itself).
+func (a *API) recoverPanic(ctx *fasthttp.RequestCtx) {
+	r := recover()
+	if r == nil {
+		return
+	}
+	a.Log.Error(fmt.Errorf("panic: %v", r), "Booking API handler panicked", "method", string(ctx.Method()),
+		"path", string(ctx.URI().PathOriginal()), "stack", string(debug.Stack()))
+	ctx.Response.Reset()
+	ctx.SetConnectionClose()
+	writeError(ctx, fasthttp.StatusInternalServerError, errors.New("internal error; the sidecar's log has it"))
 }
 
 // OpsHandler serves /metrics, /healthz and /readyz.
@@ -118,154 +276,194 @@ func (a *API) readyz(w http.ResponseWriter, _ *http.Request) {
 	fmt.Fprintf(w, "ok: config %s\n", a.Dispatcher.ConfigHash())
 }
 
-func (a *API) book(w http.ResponseWriter, r *http.Request) {
-	limit := int64(a.MaxBookingBytes)
-	if limit <= 0 {
-		limit = MaxBookingBytes
+// bookingLimit is the booking body limit in force.
+func (a *API) bookingLimit() int {
+	if a.MaxBookingBytes > 0 {
+		return a.MaxBookingBytes
 	}
+	return MaxBookingBytes
+}
+
+// requestBody is the request's body as a reader: the stream the server
+// reads it from (newBookingServer streams bodies), or, for a request the
+// server read whole or without a body, its bytes.
+func requestBody(ctx *fasthttp.RequestCtx) io.Reader {
+	if r := ctx.RequestBodyStream(); r != nil {
+		return r
+	}
+	return bytes.NewReader(ctx.Request.Body())
+}
+
+func (a *API) book(ctx *fasthttp.RequestCtx) {
 	var req bookingRequest
-	if status, err := decodeBooking(w, r, limit, &req); err != nil {
-		if status == http.StatusRequestEntityTooLarge {
+	if status, err := readBooking(requestBody(ctx), ctx.Request.Header.ContentLength(), a.bookingLimit(), &req); err != nil {
+		if status == fasthttp.StatusRequestEntityTooLarge {
 			a.Dispatcher.RecordTooLargeBooking()
+			// The rest of the body is not read: the connection cannot
+			// carry another request.
+			ctx.SetConnectionClose()
+			lingerOnClose(ctx)
 		} else {
 			a.Dispatcher.RecordInvalidBooking()
 		}
-		writeError(w, status, err)
+		writeError(ctx, status, err)
 		return
 	}
 	b, err := req.booking()
 	if err != nil {
 		a.Dispatcher.RecordInvalidBooking()
-		writeError(w, http.StatusBadRequest, err)
+		writeError(ctx, fasthttp.StatusBadRequest, err)
 		return
 	}
-	h, err := a.Dispatcher.Book(r.Context(), b)
+	// Not ctx: a RequestCtx is done when the server begins to shut down,
+	// which would cut short the bookings the shutdown grace lets finish
+	// (a policy may watch its context), and it is reused once the handler
+	// returns. net/http's request context was not cancelled by a shutdown
+	// either. A policy's time is bounded by the dispatcher's deadline.
+	h, err := a.Dispatcher.Book(context.Background(), b)
 	switch {
 	case errors.Is(err, core.ErrNotReady):
-		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusServiceUnavailable, err)
+		ctx.Response.Header.SetCanonical(headerRetryAfter, valueOne)
+		writeError(ctx, fasthttp.StatusServiceUnavailable, err)
 		return
 	case errors.Is(err, core.ErrUnknownRole):
-		writeError(w, http.StatusUnprocessableEntity, err)
+		writeError(ctx, fasthttp.StatusUnprocessableEntity, err)
 		return
 	case errors.Is(err, core.ErrBookingTooLarge):
-		writeError(w, http.StatusRequestEntityTooLarge, err)
+		writeError(ctx, fasthttp.StatusRequestEntityTooLarge, err)
 		return
 	case err != nil:
-		writeError(w, http.StatusBadRequest, err)
+		writeError(ctx, fasthttp.StatusBadRequest, err)
 		return
 	}
-	// The header values are shared, read-only slices: net/http only reads
-	// them, and building them per answer would cost an allocation each.
-	hdr := w.Header()
-	hdr[HeaderOutcome] = outcomeValues(h.Outcome)
-	hdr[HeaderConfigHash] = a.hashValue(h.ConfigHash)
+	// The header names and values are shared, read-only slices the
+	// response header copies into its own reused buffers: building them
+	// per answer would cost allocations.
+	hdr := &ctx.Response.Header
+	hdr.SetCanonical(headerOutcome, outcomeValue(h.Outcome))
+	hdr.SetCanonical(headerConfigHash, bytesOf(h.ConfigHash))
 	if h.CopyDrop != core.CopyKept {
-		hdr[HeaderCopyDropped] = copyDropValues[h.CopyDrop]
+		hdr.SetCanonical(headerCopyDropped, copyDropValue(h.CopyDrop))
 	}
 	if h.Outcome != core.OutcomeHinted {
-		w.WriteHeader(http.StatusNoContent)
+		ctx.SetStatusCode(fasthttp.StatusNoContent)
 		return
 	}
 	if h.Queued {
-		hdr[HeaderQueued] = valuesTrue
+		hdr.SetCanonical(headerQueued, valueTrue)
 	} else {
-		hdr[HeaderQueued] = valuesFalse
+		hdr.SetCanonical(headerQueued, valueFalse)
 	}
-	hdr["Content-Type"] = valuesJSON
-	hdr["Content-Length"] = []string{strconv.Itoa(len(h.Message))}
-	w.Write(h.Message)
+	hdr.SetContentTypeBytes(valueJSON)
+	// The message is the caller's and never changes (core.Hint): the
+	// response sends it without a copy.
+	ctx.Response.SetBodyRaw(h.Message)
 }
 
-// Shared header values of booking answers.
+// Shared header names and values of the booking listener's answers.
 var (
-	valuesTrue    = []string{"true"}
-	valuesFalse   = []string{"false"}
-	valuesJSON    = []string{"application/json"}
-	valuesOutcome = func() (v [core.OutcomeNotInPool + 1][]string) {
+	headerOutcome     = []byte(HeaderOutcome)
+	headerQueued      = []byte(HeaderQueued)
+	headerConfigHash  = []byte(HeaderConfigHash)
+	headerCopyDropped = []byte(HeaderCopyDropped)
+	headerRetryAfter  = []byte("Retry-After")
+	headerAllow       = []byte("Allow")
+	headerLocation    = []byte("Location")
+	headerNosniff     = []byte("X-Content-Type-Options")
+
+	valueTrue    = []byte("true")
+	valueFalse   = []byte("false")
+	valueOne     = []byte("1")
+	valueJSON    = []byte("application/json")
+	valueYAML    = []byte("application/yaml")
+	valueText    = []byte("text/plain; charset=utf-8")
+	valueHTML    = []byte("text/html; charset=utf-8")
+	valueNosniff = []byte("nosniff")
+	valueOutcome = func() (v [core.OutcomeNotInPool + 1][]byte) {
 		for o := range v {
-			v[o] = []string{core.Outcome(o).String()}
+			v[o] = []byte(core.Outcome(o).String())
 		}
 		return v
 	}()
-	copyDropValues = map[core.CopyDrop][]string{
-		core.CopyDropUnknownSource:     {core.CopyDropUnknownSource.String()},
-		core.CopyDropUnknownSourceRank: {core.CopyDropUnknownSourceRank.String()},
+	copyDropValues = map[core.CopyDrop][]byte{
+		core.CopyDropUnknownSource:     []byte(core.CopyDropUnknownSource.String()),
+		core.CopyDropUnknownSourceRank: []byte(core.CopyDropUnknownSourceRank.String()),
 	}
 )
 
-func outcomeValues(o core.Outcome) []string {
-	if o >= 0 && int(o) < len(valuesOutcome) {
-		return valuesOutcome[o]
+func outcomeValue(o core.Outcome) []byte {
+	if o >= 0 && int(o) < len(valueOutcome) {
+		return valueOutcome[o]
 	}
-	return []string{o.String()}
+	return []byte(o.String())
 }
 
-// hashValue returns the header value of a config hash, the same slice for
-// as long as the hash stays the same.
-func (a *API) hashValue(hash string) []string {
-	if v := a.lastHash.Load(); v != nil && (*v)[0] == hash {
-		return *v
+func copyDropValue(c core.CopyDrop) []byte {
+	if v, ok := copyDropValues[c]; ok {
+		return v
 	}
-	v := []string{hash}
-	a.lastHash.Store(&v)
-	return v
+	return []byte(c.String())
 }
 
-func (a *API) listWorkers(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]any{"workers": a.Workers.List()})
+// bytesOf returns the bytes of s without a copy, for a callee that only
+// reads them.
+func bytesOf(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
+
+func (a *API) listWorkers(ctx *fasthttp.RequestCtx) {
+	writeJSON(ctx, fasthttp.StatusOK, map[string]any{"workers": a.Workers.List()})
 }
 
-func (a *API) getWorker(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
+func (a *API) getWorker(ctx *fasthttp.RequestCtx, id string) {
 	wk, ok := a.Workers.Get(id)
 	if !ok {
-		writeError(w, http.StatusNotFound, fmt.Errorf("worker %q is not registered", id))
+		writeError(ctx, fasthttp.StatusNotFound, fmt.Errorf("worker %q is not registered", id))
 		return
 	}
-	writeJSON(w, http.StatusOK, wk)
+	writeJSON(ctx, fasthttp.StatusOK, wk)
 }
 
-func (a *API) putWorker(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
+func (a *API) putWorker(ctx *fasthttp.RequestCtx, id string) {
 	var spec WorkerSpec
-	if status, err := decodeJSON(w, r, maxWorkerBytes, &spec); err != nil {
-		writeError(w, status, err)
+	if status, err := readJSON(requestBody(ctx), ctx.Request.Header.ContentLength(), maxWorkerBytes, &spec); err != nil {
+		if status == fasthttp.StatusRequestEntityTooLarge {
+			ctx.SetConnectionClose()
+			lingerOnClose(ctx)
+		}
+		writeError(ctx, status, err)
 		return
 	}
 	if spec.ID != "" && spec.ID != id {
-		writeError(w, http.StatusBadRequest, fmt.Errorf("body id %q differs from the path's %q", spec.ID, id))
+		writeError(ctx, fasthttp.StatusBadRequest, fmt.Errorf("body id %q differs from the path's %q", spec.ID, id))
 		return
 	}
 	spec.ID = id
 	if err := a.Workers.Set(SourceAPI, spec); err != nil {
-		writeError(w, http.StatusBadRequest, err)
+		writeError(ctx, fasthttp.StatusBadRequest, err)
 		return
 	}
 	a.Log.Info("Registered worker", "worker", id, "endpoint", spec.HintEndpoint, "hintCapable", spec.HintCapable())
 	wk, _ := a.Workers.Get(id)
-	writeJSON(w, http.StatusOK, wk)
+	writeJSON(ctx, fasthttp.StatusOK, wk)
 }
 
-func (a *API) deleteWorker(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
+func (a *API) deleteWorker(ctx *fasthttp.RequestCtx, id string) {
 	if !a.Workers.Delete(id) {
-		writeError(w, http.StatusNotFound, fmt.Errorf("worker %q is not registered", id))
+		writeError(ctx, fasthttp.StatusNotFound, fmt.Errorf("worker %q is not registered", id))
 		return
 	}
 	a.Log.Info("Removed worker", "worker", id)
-	w.WriteHeader(http.StatusNoContent)
+	ctx.SetStatusCode(fasthttp.StatusNoContent)
 }
 
-func (a *API) config(w http.ResponseWriter, _ *http.Request) {
+func (a *API) config(ctx *fasthttp.RequestCtx) {
 	doc, hash := a.Dispatcher.Config()
 	if doc == nil {
-		writeError(w, http.StatusServiceUnavailable, core.ErrNotReady)
+		writeError(ctx, fasthttp.StatusServiceUnavailable, core.ErrNotReady)
 		return
 	}
-	w.Header().Set(HeaderConfigHash, hash)
-	w.Header().Set("Content-Type", "application/yaml")
-	w.Write(doc)
+	ctx.Response.Header.SetCanonical(headerConfigHash, []byte(hash))
+	ctx.SetContentTypeBytes(valueYAML)
+	ctx.Response.SetBody(doc)
 }
 
 // errorBody is the JSON of every 4xx and 5xx answer.
@@ -273,14 +471,14 @@ type errorBody struct {
 	Error string `json:"error"`
 }
 
-func writeError(w http.ResponseWriter, status int, err error) {
-	writeJSON(w, status, errorBody{Error: err.Error()})
+func writeError(ctx *fasthttp.RequestCtx, status int, err error) {
+	writeJSON(ctx, status, errorBody{Error: err.Error()})
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
+func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {
+	ctx.SetContentTypeBytes(valueJSON)
+	ctx.SetStatusCode(status)
+	enc := json.NewEncoder(ctx)
 	enc.SetIndent("", "  ")
 	enc.Encode(v)
 }

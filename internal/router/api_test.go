@@ -253,3 +253,88 @@ func TestMetricsEndpoint(t *testing.T) {
 		return nil
 	})
 }
+
+// TestBookingAPIRoutes: the booking listener matches paths and methods as
+// net/http's ServeMux did before it moved to fasthttp, and answers what
+// matches nothing as it did: 405 with the allowed methods, 404, and a 307
+// to the clean form of a path that is not clean.
+func TestBookingAPIRoutes(t *testing.T) {
+	s := startSidecarWithConfig(t, testCatalog(t), dispatchConfig, nil)
+	registerWorker(t, s, startWorker(t, "w"))
+	type answer struct {
+		Status               int
+		Allow, Location      string
+		ContentType, Nosniff string
+		Body                 string
+	}
+	notFound := answer{Status: 404, ContentType: "text/plain; charset=utf-8", Nosniff: "nosniff", Body: "404 page not found\n"}
+	notAllowed := func(allow string) answer {
+		return answer{Status: 405, Allow: allow, ContentType: "text/plain; charset=utf-8", Nosniff: "nosniff", Body: "Method Not Allowed\n"}
+	}
+	unknownWorker := func(id string) answer {
+		return answer{Status: 404, ContentType: "application/json", Body: fmt.Sprintf("{\n  \"error\": \"worker \\\"%s\\\" is not registered\"\n}\n", id)}
+	}
+	tests := []struct {
+		method, path string
+		want         answer
+	}{
+		{"GET", "/v1/bookings", notAllowed("POST")},
+		{"HEAD", "/v1/bookings", notAllowed("POST")},
+		{"PUT", "/v1/workers", notAllowed("GET, HEAD")},
+		{"POST", "/v1/workers/w", notAllowed("DELETE, GET, HEAD, PUT")},
+		{"PATCH", "/v1/config", notAllowed("GET, HEAD")},
+		{"get", "/v1/workers", notAllowed("GET, HEAD")},
+		{"HEAD", "/v1/workers", answer{Status: 200, ContentType: "application/json"}},
+		{"GET", "/v1/workers/nope", unknownWorker("nope")},
+		{"GET", "/v1/workers/a%2Fb", unknownWorker("a/b")},
+		{"GET", "/v1/workers/a%20b", unknownWorker("a b")},
+		{"GET", "/v1/%77orkers/nope", unknownWorker("nope")},
+		{"GET", "/v1/workers/nope?x=1", unknownWorker("nope")},
+		{"GET", "/v1/workers/", notFound},
+		{"GET", "/v1/workers/a/b", notFound},
+		{"GET", "/v1/bookings/", notFound},
+		{"GET", "/v2/workers", notFound},
+		{"POST", "/v1/bookingsx", notFound},
+		{"GET", "/", notFound},
+		{"GET", "/v1//workers?x=1", answer{Status: 307, Location: "/v1/workers?x=1", ContentType: "text/html; charset=utf-8",
+			Body: "<a href=\"/v1/workers?x=1\">Temporary Redirect</a>.\n\n"}},
+		{"POST", "/v1/./bookings", answer{Status: 307, Location: "/v1/bookings"}},
+		{"GET", "/v1/workers/%zz", answer{Status: 400, ContentType: "application/json",
+			Body: "{\n  \"error\": \"malformed request: path: invalid URL escape \\\"%zz\\\"\"\n}\n"}},
+	}
+	c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	for _, tc := range tests {
+		t.Run(tc.method+" "+tc.path, func(t *testing.T) {
+			// The path goes on the wire as written: no client cleaning or
+			// re-escaping.
+			req, err := http.NewRequest(tc.method, "http://"+s.BookingAddr()+"/", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.URL.Opaque = tc.path
+			resp, err := c.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			b, err := io.ReadAll(resp.Body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.method == "HEAD" {
+				tc.want.Body = "" // the GET answer's head only
+			}
+			got := answer{Status: resp.StatusCode, Allow: resp.Header.Get("Allow"), Location: resp.Header.Get("Location"),
+				ContentType: resp.Header.Get("Content-Type"), Nosniff: resp.Header.Get("X-Content-Type-Options"), Body: string(b)}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+			if tc.method == "HEAD" && resp.ContentLength <= 0 {
+				t.Errorf("HEAD: Content-Length %d, want the GET answer's", resp.ContentLength)
+			}
+			if srv := resp.Header.Get("Server"); srv != "" {
+				t.Errorf("Server header %q: the sidecar does not say what it runs", srv)
+			}
+		})
+	}
+}

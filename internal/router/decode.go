@@ -93,24 +93,28 @@ func (r *bookingRequest) booking() (*core.Booking, error) {
 	return b, nil
 }
 
-// decodeJSON reads one JSON object strictly: bounded size, no unknown
-// fields (a misspelt field would otherwise be silently zero), nothing after
-// it. The error says what is wrong in the body's terms; the status is 413
-// for a body over the limit and 400 otherwise.
-func decodeJSON(w http.ResponseWriter, r *http.Request, limit int64, dst any) (int, error) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return http.StatusRequestEntityTooLarge, fmt.Errorf("body is over the %d-byte limit", limit)
-		}
-		return http.StatusBadRequest, fmt.Errorf("reading the body: %w", err)
+// readJSON reads a body of at most limit bytes from r, declared bytes long
+// (-1 when not known), and decodes it with decodeJSON. A body over the
+// limit is answered 413.
+func readJSON(r io.Reader, declared, limit int, dst any) (int, error) {
+	if declared > limit {
+		// Refused up front, before a byte of the body is read.
+		return http.StatusRequestEntityTooLarge, overLimit(limit)
 	}
-	return decodeBytes(body, dst)
+	bp := bodyBufs.Get().(*[]byte)
+	defer putBodyBuf(bp)
+	body, status, err := readBody(r, declared, limit, (*bp)[:0])
+	*bp = body
+	if err != nil {
+		return status, err
+	}
+	return decodeJSON(body, dst)
 }
 
-// decodeBytes is decodeJSON after the read: encoding/json, strictly.
-func decodeBytes(body []byte, dst any) (int, error) {
+// decodeJSON decodes one JSON object strictly: no unknown fields (a
+// misspelt field would otherwise be silently zero), nothing after it. The
+// error says what is wrong in the body's terms; the status is 400.
+func decodeJSON(body []byte, dst any) (int, error) {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(dst); err != nil {
@@ -122,39 +126,48 @@ func decodeBytes(body []byte, dst any) (int, error) {
 	return 0, nil
 }
 
-// decodeBooking reads a booking body as decodeJSON does, with the same
-// answers, but decodes it with fastDecodeBooking when it can: a booking is
-// the hot path and encoding/json's reflection costs more than the rest of
-// the sidecar's work on it. Whatever the fast decoder does not accept with
-// certainty goes to decodeJSON's encoding/json path, so every error message
-// (and every quirk: case-insensitive keys, duplicate keys, nulls, escapes)
-// is encoding/json's own.
-func decodeBooking(w http.ResponseWriter, r *http.Request, limit int64, req *bookingRequest) (int, error) {
-	if r.ContentLength > limit {
-		// Refused up front, before a byte of the body is read.
+// readBooking reads a booking body as readJSON does, with the same
+// answers but for the 413's, which say what the limit holds and which flag
+// sets it. It decodes the body with decodeBooking.
+func readBooking(r io.Reader, declared, limit int, req *bookingRequest) (int, error) {
+	if declared > limit {
 		return http.StatusRequestEntityTooLarge, bookingTooLarge(limit)
 	}
 	bp := bodyBufs.Get().(*[]byte)
 	defer putBodyBuf(bp)
-	body, status, err := readBody(w, r, limit, (*bp)[:0])
+	body, status, err := readBody(r, declared, limit, (*bp)[:0])
+	*bp = body
 	if status == http.StatusRequestEntityTooLarge {
 		err = bookingTooLarge(limit)
 	}
-	*bp = body
 	if err != nil {
 		return status, err
 	}
+	return decodeBooking(body, req)
+}
+
+// decodeBooking decodes a booking body with fastDecodeBooking when it can:
+// a booking is the hot path and encoding/json's reflection costs more than
+// the rest of the sidecar's work on it. Whatever the fast decoder does not
+// accept with certainty goes to decodeJSON, so every error message (and
+// every quirk: case-insensitive keys, duplicate keys, nulls, escapes) is
+// encoding/json's own. The strings and hashes of req never point into
+// body.
+func decodeBooking(body []byte, req *bookingRequest) (int, error) {
 	var st fastBookingState
 	if fastDecodeBooking(body, req, &st) {
 		return 0, nil
 	}
 	*req = bookingRequest{}
-	return decodeBytes(body, req)
+	return decodeJSON(body, req)
 }
+
+// overLimit is the error of a body over limit bytes.
+func overLimit(limit int) error { return fmt.Errorf("body is over the %d-byte limit", limit) }
 
 // bookingTooLarge is the 413 answer's error: the limit, what fits in it
 // and the flag that sets it.
-func bookingTooLarge(limit int64) error {
+func bookingTooLarge(limit int) error {
 	return fmt.Errorf("booking body is over the %d-byte limit, which holds a committed_kv_copy of about %d block hashes; "+
 		"the sidecar's %s sets it", limit, limit/21, MaxBookingBytesFlag)
 }
@@ -176,31 +189,29 @@ func putBodyBuf(bp *[]byte) {
 	}
 }
 
-// readBody reads the whole body into buf, as io.ReadAll over
-// http.MaxBytesReader would, with the same errors and statuses.
-func readBody(w http.ResponseWriter, r *http.Request, limit int64, buf []byte) ([]byte, int, error) {
-	rd := http.MaxBytesReader(w, r.Body, limit)
-	if n := r.ContentLength; n > 0 && n < maxPreallocBody && int64(cap(buf)) < n+1 {
+// readBody appends the body r holds to buf, declared bytes long (-1 when
+// not known), and returns it; a body over limit bytes is a 413, a read
+// error a 400. It reads at most one byte past the limit.
+func readBody(r io.Reader, declared, limit int, buf []byte) ([]byte, int, error) {
+	if declared > 0 && declared < maxPreallocBody && cap(buf)-len(buf) < declared+1 {
 		// Room for the body and the read that sees its end. Only a small
 		// declared length is trusted: a client that declares a megabyte
 		// and sends a byte must cost a byte, so larger bodies grow the
 		// buffer with what arrives.
-		buf = make([]byte, 0, n+1)
+		buf = append(make([]byte, 0, len(buf)+declared+1), buf...)
 	}
 	for {
 		if len(buf) == cap(buf) {
 			buf = append(buf, 0)[:len(buf)]
 		}
-		n, err := rd.Read(buf[len(buf):cap(buf)])
+		n, err := r.Read(buf[len(buf):min(cap(buf), limit+1)])
 		buf = buf[:len(buf)+n]
-		if err == io.EOF {
+		switch {
+		case len(buf) > limit:
+			return buf, http.StatusRequestEntityTooLarge, overLimit(limit)
+		case err == io.EOF:
 			return buf, 0, nil
-		}
-		if err != nil {
-			var mbe *http.MaxBytesError
-			if errors.As(err, &mbe) {
-				return buf, http.StatusRequestEntityTooLarge, fmt.Errorf("body is over the %d-byte limit", limit)
-			}
+		case err != nil:
 			return buf, http.StatusBadRequest, fmt.Errorf("reading the body: %w", err)
 		}
 	}

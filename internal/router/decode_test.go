@@ -3,13 +3,15 @@ package router
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
@@ -116,7 +118,7 @@ var decodeSeeds = []string{
 // refDecode is the reference: encoding/json as decodeJSON runs it.
 func refDecode(body []byte) (bookingRequest, int, string) {
 	var req bookingRequest
-	status, err := decodeBytes(body, &req)
+	status, err := decodeJSON(body, &req)
 	if err != nil {
 		return req, status, err.Error()
 	}
@@ -142,35 +144,31 @@ func checkFastDecode(t *testing.T, body []byte) bool {
 	return true
 }
 
-// decodeOverHTTP runs decode on body as the handler does.
-func decodeOverHTTP(body []byte, decode func(http.ResponseWriter, *http.Request) (int, error)) (int, string) {
-	r := httptest.NewRequest(http.MethodPost, "/v1/bookings", bytes.NewReader(body))
-	status, err := decode(httptest.NewRecorder(), r)
+// errString is err's text, or "" for nil.
+func errString(err error) string {
 	if err != nil {
-		return status, err.Error()
+		return err.Error()
 	}
-	return status, ""
+	return ""
 }
 
-// checkDecodeBooking: the handler's decodeBooking answers every body as
-// decodeJSON does, status, error message and value.
-func checkDecodeBooking(t *testing.T, body []byte) {
+// checkDecodeBooking: the booking handler's read and decode (readBooking)
+// answers every body as readJSON, the worker handler's, does: status,
+// error message and value. declared is the body's Content-Length, -1 for
+// one sent without (chunked).
+func checkDecodeBooking(t *testing.T, body []byte, declared int) {
 	t.Helper()
 	var got, want bookingRequest
-	gotStatus, gotErr := decodeOverHTTP(body, func(w http.ResponseWriter, r *http.Request) (int, error) {
-		return decodeBooking(w, r, MaxBookingBytes, &got)
-	})
-	wantStatus, wantErr := decodeOverHTTP(body, func(w http.ResponseWriter, r *http.Request) (int, error) {
-		return decodeJSON(w, r, MaxBookingBytes, &want)
-	})
+	gotStatus, gotErr := readBooking(bytes.NewReader(body), declared, MaxBookingBytes, &got)
+	wantStatus, wantErr := readJSON(bytes.NewReader(body), declared, MaxBookingBytes, &want)
 	// A body over the limit gets the booking API's own message, which
 	// names the flag that sets the limit.
-	if gotStatus != wantStatus || gotErr != wantErr && gotStatus != http.StatusRequestEntityTooLarge {
-		t.Fatalf("decodeBooking(%q) = %d %q, decodeJSON %d %q", body, gotStatus, gotErr, wantStatus, wantErr)
+	if gotStatus != wantStatus || errString(gotErr) != errString(wantErr) && gotStatus != http.StatusRequestEntityTooLarge {
+		t.Fatalf("readBooking(%q) = %d %q, readJSON %d %q", body, gotStatus, gotErr, wantStatus, wantErr)
 	}
-	if wantErr == "" {
+	if wantErr == nil {
 		if diff := cmp.Diff(want, got); diff != "" {
-			t.Fatalf("decodeBooking(%q) (-decodeJSON +decodeBooking):\n%s", body, diff)
+			t.Fatalf("readBooking(%q) (-readJSON +readBooking):\n%s", body, diff)
 		}
 	}
 }
@@ -193,7 +191,7 @@ func TestFastDecodeBooking(t *testing.T) {
 			if checkFastDecode(t, m) {
 				fast++
 			}
-			checkDecodeBooking(t, m)
+			checkDecodeBooking(t, m, len(m))
 		}
 		try(b)
 		for i := range b {
@@ -211,23 +209,46 @@ func TestFastDecodeBooking(t *testing.T) {
 	t.Logf("%d bodies, %d decoded by the fast path", n, fast)
 }
 
-// TestDecodeBookingOversize: a body over the limit gets decodeJSON's 413,
-// whichever path would have decoded it.
+// TestDecodeBookingOversize: a body over the limit gets readJSON's 413,
+// with the booking API's message, whichever path would have decoded it:
+// refused up front when its Content-Length says so, and after one byte
+// past the limit when it is sent without one, or arrives a byte at a time.
 func TestDecodeBookingOversize(t *testing.T) {
 	body := []byte(`{"committed_kv_copy":{"block_hashes":[` + strings.Repeat("1,", MaxBookingBytes/2) + `1]}}`)
-	checkDecodeBooking(t, body)
-	if status, err := decodeOverHTTP(body, func(w http.ResponseWriter, r *http.Request) (int, error) {
+	for _, tc := range []struct {
+		name     string
+		r        func() io.Reader
+		declared int
+	}{
+		{"declared", func() io.Reader { return bytes.NewReader(body) }, len(body)},
+		{"chunked", func() io.Reader { return bytes.NewReader(body) }, -1},
+		{"trickled", func() io.Reader { return iotest.OneByteReader(bytes.NewReader(body)) }, -1},
+		{"lying", func() io.Reader { return bytes.NewReader(body) }, 100},
+	} {
 		var req bookingRequest
-		return decodeBooking(w, r, MaxBookingBytes, &req)
-	}); status != http.StatusRequestEntityTooLarge || !strings.Contains(err, "over the 1048576-byte limit") ||
-		!strings.Contains(err, "--max-booking-bytes") {
-		t.Errorf("oversize: %d %s", status, err)
+		status, err := readBooking(tc.r(), tc.declared, MaxBookingBytes, &req)
+		if status != http.StatusRequestEntityTooLarge || !strings.Contains(errString(err), "over the 1048576-byte limit") ||
+			!strings.Contains(errString(err), "--max-booking-bytes") {
+			t.Errorf("%s oversize: %d %v", tc.name, status, err)
+		}
 	}
+	checkDecodeBooking(t, body, len(body))
+	checkDecodeBooking(t, body, -1)
 	// Exactly at the limit is fine.
 	at := []byte(`{"request_id":"` + strings.Repeat("r", MaxBookingBytes-len(`{"request_id":""}`)) + `"}`)
-	checkDecodeBooking(t, at)
+	checkDecodeBooking(t, at, len(at))
+	checkDecodeBooking(t, at, -1)
+	var req bookingRequest
+	if status, err := readBooking(iotest.OneByteReader(bytes.NewReader(at)), -1, MaxBookingBytes, &req); err != nil {
+		t.Errorf("a body of exactly the limit, a byte at a time: %d %v", status, err)
+	}
 	if !checkFastDecode(t, at) {
 		t.Error("a body of exactly the limit went to encoding/json")
+	}
+	// A read error is a 400 that says so.
+	if status, err := readBooking(iotest.ErrReader(errors.New("connection reset")), -1, MaxBookingBytes, &req); status != http.StatusBadRequest ||
+		!strings.Contains(errString(err), "reading the body: connection reset") {
+		t.Errorf("read error: %d %v", status, err)
 	}
 }
 
@@ -240,7 +261,7 @@ func FuzzDecodeBooking(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		checkFastDecode(t, body)
-		checkDecodeBooking(t, body)
+		checkDecodeBooking(t, body, len(body))
 	})
 }
 
@@ -273,7 +294,7 @@ func BenchmarkDecodeBooking(b *testing.B) {
 		b.SetBytes(int64(len(body)))
 		for b.Loop() {
 			var req bookingRequest
-			if _, err := decodeBytes(body, &req); err != nil {
+			if _, err := decodeJSON(body, &req); err != nil {
 				b.Fatal(err)
 			}
 		}

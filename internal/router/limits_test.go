@@ -2,6 +2,7 @@ package router
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -67,6 +68,46 @@ func TestStalledBookingsDoNotPreallocate(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Logf("%d stalled bookings declaring 1 MiB: heap grew by %d KiB", n, (int64(heapInUse())-int64(before))>>10)
+}
+
+// TestOversizeBookingRefusedAtOnce: a booking whose Content-Length is over
+// the limit is answered 413 as soon as its body starts, without waiting for
+// more of it, and counted; the connection is closed after the answer.
+func TestOversizeBookingRefusedAtOnce(t *testing.T) {
+	s := startSidecarWithConfig(t, testCatalog(t), dispatchConfig, nil)
+	c := stallBookings(t, s.BookingAddr(), 1, 2*MaxBookingBytes)[0]
+	c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("no answer to a booking declared over the limit: %v", err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || !resp.Close || !strings.Contains(string(b), MaxBookingBytesFlag) {
+		t.Errorf("got %d (close %v) %s, want 413, closed, naming %s", resp.StatusCode, resp.Close, b, MaxBookingBytesFlag)
+	}
+	if n := gathered(t, s.Metrics.Registry, metricsNamespace+"_booking_errors_total", map[string]string{"reason": "too_large"}); n != 1 {
+		t.Errorf("too_large booking errors = %v, want 1", n)
+	}
+}
+
+// TestOversizeBookingAnswerReachesClient: a client still sending a body
+// over the limit reads the 413 sent before the body was read, rather than
+// a connection reset: the sidecar stops writing and reads on for a while
+// before it closes. Without that, about one in ten such bookings failed.
+func TestOversizeBookingAnswerReachesClient(t *testing.T) {
+	s := startSidecarWithConfig(t, testCatalog(t), dispatchConfig, nil)
+	body := bytes.Repeat([]byte("1"), 4*MaxBookingBytes)
+	for i := range 20 {
+		resp, err := http.Post("http://"+s.BookingAddr()+"/v1/bookings", "application/json", bytes.NewReader(body))
+		if err != nil {
+			t.Fatalf("booking %d of %d bytes: %v", i, len(body), err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusRequestEntityTooLarge {
+			t.Fatalf("booking %d: status %d, want 413", i, resp.StatusCode)
+		}
+	}
 }
 
 // closedWithin reads c until the server closes it or d passes; it

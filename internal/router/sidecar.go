@@ -15,6 +15,7 @@ import (
 	core "github.com/kvrouter/kv-hint-operator/pkg/router"
 
 	"github.com/go-logr/logr"
+	"github.com/valyala/fasthttp"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 
@@ -169,9 +170,13 @@ type Sidecar struct {
 	reporter   *PodReporter
 
 	bookingLn, opsLn, pprofLn net.Listener
-	servers                   []*http.Server
-	cancel                    context.CancelFunc
-	wg                        sync.WaitGroup
+	// booking serves the booking API on bookingConns (the booking
+	// listener, capped); servers are the ops and pprof listeners'.
+	booking      *fasthttp.Server
+	bookingConns *capListener
+	servers      []*http.Server
+	cancel       context.CancelFunc
+	wg           sync.WaitGroup
 }
 
 // New assembles a sidecar; Start runs it.
@@ -299,6 +304,14 @@ func (s *Sidecar) Start(ctx context.Context) error {
 	lim := serverLimits{read: s.opts.ReadTimeout, write: s.opts.WriteTimeout, idle: s.opts.IdleTimeout}
 	pprofLim := lim
 	pprofLim.write = max(lim.write, pprofWriteTimeout)
+	s.bookingConns = newCapListener(s.bookingLn, s.opts.MaxBookingConns, s.Metrics.connsRefused.WithLabelValues("booking"))
+	s.Metrics.observeListener("booking", s.bookingConns)
+	s.booking = newBookingServer(api.BookingHandler(), lim, log.WithName("booking-server"))
+	s.goRun(func() {
+		if err := s.booking.Serve(s.bookingConns); err != nil && !errors.Is(err, net.ErrClosed) {
+			log.Error(err, "HTTP server stopped", "listener", "booking", "addr", s.BookingListen())
+		}
+	})
 	type server struct {
 		name string
 		ln   net.Listener
@@ -306,10 +319,7 @@ func (s *Sidecar) Start(ctx context.Context) error {
 		h    http.Handler
 		lim  serverLimits
 	}
-	servers := []server{
-		{"booking", s.bookingLn, s.opts.MaxBookingConns, api.BookingHandler(), lim},
-		{"ops", s.opsLn, s.opts.MaxOpsConns, api.OpsHandler(), lim},
-	}
+	servers := []server{{"ops", s.opsLn, s.opts.MaxOpsConns, api.OpsHandler(), lim}}
 	if s.pprofLn != nil {
 		servers = append(servers, server{"pprof", s.pprofLn, maxPprofConns, PprofHandler(), pprofLim})
 	}
@@ -379,6 +389,20 @@ func (s *Sidecar) Shutdown(ctx context.Context) error {
 		wg     sync.WaitGroup
 		forced atomic.Int64
 	)
+	if s.booking != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := s.booking.ShutdownWithContext(gctx)
+			// The server closes its listener only once it serves it: a
+			// shutdown right after Start could come first.
+			s.bookingConns.Close()
+			if err != nil {
+				forced.Add(1)
+				s.bookingConns.closeConns()
+			}
+		}()
+	}
 	for _, hs := range s.servers {
 		wg.Add(1)
 		go func() {
