@@ -294,16 +294,43 @@ func requestBody(ctx *fasthttp.RequestCtx) io.Reader {
 	return bytes.NewReader(ctx.Request.Body())
 }
 
+// ExpectBody answers a request that asks "Expect: 100-continue" before it
+// sends its body: 100 when the body it declares fits the limit of what it
+// asks for, 413 at once (counted, for a booking) when it does not, so that
+// an oversized body is never invited. The server can only send the status
+// then, with no JSON error: fasthttp writes the answer itself.
+func (a *API) ExpectBody(ctx *fasthttp.RequestCtx) int {
+	declared := ctx.Request.Header.ContentLength()
+	limit := a.bookingLimit()
+	path, method := string(ctx.URI().PathOriginal()), string(ctx.Method())
+	booking := method == fasthttp.MethodPost && path == "/v1/bookings"
+	if method == fasthttp.MethodPut && strings.HasPrefix(path, "/v1/workers/") {
+		limit = maxWorkerBytes
+	}
+	if declared <= limit {
+		return fasthttp.StatusContinue
+	}
+	if booking {
+		a.Dispatcher.RecordTooLargeBooking()
+	}
+	return fasthttp.StatusRequestEntityTooLarge
+}
+
 func (a *API) book(ctx *fasthttp.RequestCtx) {
 	var req bookingRequest
 	if status, err := readBooking(requestBody(ctx), ctx.Request.Header.ContentLength(), a.bookingLimit(), &req); err != nil {
-		if status == fasthttp.StatusRequestEntityTooLarge {
+		switch status {
+		case fasthttp.StatusRequestEntityTooLarge:
 			a.Dispatcher.RecordTooLargeBooking()
 			// The rest of the body is not read: the connection cannot
 			// carry another request.
 			ctx.SetConnectionClose()
 			lingerOnClose(ctx)
-		} else {
+		case fasthttp.StatusRequestTimeout:
+			// Too slow a client, not an invalid booking; the connection's
+			// deadline has passed.
+			ctx.SetConnectionClose()
+		default:
 			a.Dispatcher.RecordInvalidBooking()
 		}
 		writeError(ctx, status, err)
@@ -425,9 +452,12 @@ func (a *API) getWorker(ctx *fasthttp.RequestCtx, id string) {
 func (a *API) putWorker(ctx *fasthttp.RequestCtx, id string) {
 	var spec WorkerSpec
 	if status, err := readJSON(requestBody(ctx), ctx.Request.Header.ContentLength(), maxWorkerBytes, &spec); err != nil {
-		if status == fasthttp.StatusRequestEntityTooLarge {
+		switch status {
+		case fasthttp.StatusRequestEntityTooLarge:
 			ctx.SetConnectionClose()
 			lingerOnClose(ctx)
+		case fasthttp.StatusRequestTimeout:
+			ctx.SetConnectionClose()
 		}
 		writeError(ctx, status, err)
 		return

@@ -211,6 +211,10 @@ func readBody(r io.Reader, declared, limit int, buf []byte) ([]byte, int, error)
 			return buf, http.StatusRequestEntityTooLarge, overLimit(limit)
 		case err == io.EOF:
 			return buf, 0, nil
+		case isTimeout(err):
+			// The read timeout passed with the body still arriving: the
+			// client was too slow, the booking was not wrong.
+			return buf, http.StatusRequestTimeout, fmt.Errorf("reading the body: the body did not arrive within the read timeout: %w", err)
 		case err != nil:
 			return buf, http.StatusBadRequest, fmt.Errorf("reading the body: %w", err)
 		}

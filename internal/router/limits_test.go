@@ -90,6 +90,64 @@ func TestOversizeBookingRefusedAtOnce(t *testing.T) {
 	}
 }
 
+// TestOversizeBookingExpectContinue: a booking that asks "Expect:
+// 100-continue" for a body over the limit is refused with 413 at once and
+// counted; it is never invited to send the body. Before the fix the server
+// answered 100 Continue, and a client that then waited got 408, uncounted.
+func TestOversizeBookingExpectContinue(t *testing.T) {
+	s := startSidecarWithConfig(t, testCatalog(t), dispatchConfig, nil)
+	c, err := net.Dial("tcp", s.BookingAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "POST /v1/bookings HTTP/1.1\r\nHost: sidecar\r\nContent-Type: application/json\r\nContent-Length: %d\r\nExpect: 100-continue\r\n\r\n", 2*MaxBookingBytes)
+	c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("no answer to a booking declared over the limit: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || !resp.Close {
+		t.Errorf("got %d (close %v), want 413 and the connection closed, without 100 Continue first", resp.StatusCode, resp.Close)
+	}
+	if n := gathered(t, s.Metrics.Registry, metricsNamespace+"_booking_errors_total", map[string]string{"reason": "too_large"}); n != 1 {
+		t.Errorf("too_large booking errors = %v, want 1", n)
+	}
+	// A body within the limit is invited as before.
+	c2, err := net.Dial("tcp", s.BookingAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	fmt.Fprintf(c2, "POST /v1/bookings HTTP/1.1\r\nHost: sidecar\r\nContent-Type: application/json\r\nContent-Length: 10\r\nExpect: 100-continue\r\n\r\n")
+	c2.SetReadDeadline(time.Now().Add(2 * time.Second))
+	line, err := bufio.NewReader(c2).ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "HTTP/1.1 100 ") {
+		t.Errorf("a body within the limit: first answer line %q (%v), want 100 Continue", line, err)
+	}
+}
+
+// TestTricklingBookingTimesOut: a body still arriving when the read
+// timeout passes is answered 408 and the connection closed; the booking
+// is not counted as invalid. Before the fix it was a 400 counted invalid.
+func TestTricklingBookingTimesOut(t *testing.T) {
+	s := startSidecarWithConfig(t, testCatalog(t), dispatchConfig, func(o *Options) { o.ReadTimeout = 300 * time.Millisecond })
+	c := stallBookings(t, s.BookingAddr(), 1, 100)[0]
+	c.SetReadDeadline(time.Now().Add(3 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("no answer to a booking whose body stalled: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestTimeout || !resp.Close {
+		t.Errorf("got %d (close %v), want 408 and the connection closed", resp.StatusCode, resp.Close)
+	}
+	if n := gathered(t, s.Metrics.Registry, metricsNamespace+"_booking_errors_total", map[string]string{"reason": "invalid"}); n != 0 {
+		t.Errorf("invalid booking errors = %v, want 0: a slow client's booking is not invalid", n)
+	}
+}
+
 // TestOversizeBookingAnswerReachesClient: a client still sending a body
 // over the limit reads the 413 sent before the body was read, rather than
 // a connection reset: the sidecar stops writing and reads on for a while

@@ -174,9 +174,11 @@ func newServer(h http.Handler, lim serverLimits) *http.Server {
 // wake-ups than on net/http. The reads and writes, most of a server's
 // cost on loopback, are the same.
 //
-//   - ReadTimeout bounds a request, head and body, from its first byte, as
-//     net/http's ReadTimeout does; the separate head timeout of the other
-//     listeners has no fasthttp equivalent.
+//   - ReadTimeout bounds a request, head and body, from its first byte (a
+//     connection's first request: from the accept), as net/http's
+//     ReadTimeout does; the separate head timeout of the other listeners has
+//     no fasthttp equivalent. A body still arriving when it passes is
+//     answered 408.
 //   - The read buffer is the head limit: a head that does not fit in it is
 //     answered 431.
 //   - Bodies are streamed (StreamRequestBody): the handler reads them, into
@@ -188,6 +190,8 @@ func newServer(h http.Handler, lim serverLimits) *http.Server {
 //     before it calls the handler (it reads the least of it, the
 //     Content-Length and 8 KiB): one byte, so that a body declared over the
 //     limit is refused as soon as it starts, not once 8 KiB of it came.
+//     One that asks "Expect: 100-continue" is refused before it starts
+//     (API.ExpectBody, set as the server's ExpectHandler).
 //   - Answers during a shutdown say Connection: close, as net/http's do:
 //     a client must not send its next booking on a connection about to
 //     close, since a POST is not retried.

@@ -307,6 +307,7 @@ func (s *Sidecar) Start(ctx context.Context) error {
 	s.bookingConns = newCapListener(s.bookingLn, s.opts.MaxBookingConns, s.Metrics.connsRefused.WithLabelValues("booking"))
 	s.Metrics.observeListener("booking", s.bookingConns)
 	s.booking = newBookingServer(api.BookingHandler(), lim, log.WithName("booking-server"))
+	s.booking.ExpectHandler = api.ExpectBody
 	s.goRun(func() {
 		if err := s.booking.Serve(s.bookingConns); err != nil && !errors.Is(err, net.ErrClosed) {
 			log.Error(err, "HTTP server stopped", "listener", "booking", "addr", s.BookingListen())
