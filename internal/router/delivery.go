@@ -425,6 +425,10 @@ func headRead(resp *fasthttp.Response, err error) bool {
 }
 
 // close closes the idle connections; the sender is done with the poster.
+// The HostClient's cleaner goroutine sleeps on until maxIdle after its last
+// use, and a dial still running for a post that gave up is closed by it:
+// a worker that leaves costs a goroutine, and maybe a connection, for at
+// most 90 s.
 func (p *poster) close() {
 	if p.hc != nil {
 		p.hc.CloseIdleConnections()
