@@ -28,33 +28,8 @@ P99_MAX_US=2000
 W=$(mktemp -d /tmp/kvcap-XXXXXX)
 trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$W"' EXIT
 
-go build -o "$W/kvhint" ./cmd/kvhint
-go test -c -o "$W/router.test" ./internal/router
-
-cat >"$W/hints.yaml" <<'YAML'
-router_mode: kv
-worker_selection:
-  prefill: {type: kvcr, hints: [{type: kv-fetch, parameters: {min_blocks: 4}}]}
-  decode: {type: dynamo-default-cost-fn, hints: [{type: kv-retain}, {type: kv-evict}]}
-YAML
-cat >"$W/workers.yaml" <<'YAML'
-workers:
-- {id: p0, capabilities: [router_hint], hint_endpoint: "http://127.0.0.1:9601/v1/hints", worker_type: prefill}
-- {id: p1, capabilities: [router_hint], hint_endpoint: "http://127.0.0.1:9602/v1/hints", worker_type: prefill}
-- {id: d0, capabilities: [router_hint], hint_endpoint: "http://127.0.0.1:9603/v1/hints", worker_type: decode}
-- {id: d1, capabilities: [router_hint], hint_endpoint: "http://127.0.0.1:9604/v1/hints", worker_type: decode}
-YAML
-i=1
-for w in p0 p1 d0 d1; do
-	taskset -c 0 "$W/kvhint" sim-worker --id $w --listen 127.0.0.1:960$i --sink >"$W/worker-$w.log" 2>&1 &
-	i=$((i + 1))
-done
-
-wait_for() {
-	for _ in $(seq 100); do "$@" >/dev/null 2>&1 && return 0; sleep 0.1; done
-	echo "gave up waiting for: $*" >&2
-	return 1
-}
+. hack/bench-lib.sh
+bench_setup
 
 # metric NAME: the sum of a sidecar metric's series (0 when it has none),
 # or "unread" when the metrics could not be read: a run is never passed on
@@ -75,44 +50,12 @@ to_us() {
 		print 1e12 }'
 }
 
-# all_registered TRANSPORT: whether the sidecar lists the four workers.
-all_registered() {
-	local list
-	if [ "$1" = unix ]; then
-		list=$(curl -sf --unix-socket "$W/booking.sock" http://localhost/v1/workers) || return 1
-	else
-		list=$(curl -sf http://127.0.0.1:9470/v1/workers) || return 1
-	fi
-	[ "$(grep -o '"id"' <<<"$list" | wc -l)" -ge 4 ]
-}
-
 # run SERVER TRANSPORT RATE: one run; prints a result line and returns 0 if
 # it met the bar.
 run() {
-	local server=$1 transport=$2 rate=$3 listen target pid
-	if [ "$transport" = unix ]; then
-		listen="unix://$W/booking.sock" target="unix://$W/booking.sock"
-	else
-		listen=127.0.0.1:9470 target=http://127.0.0.1:9470
-	fi
-	if [ "$server" = sidecar ]; then
-		taskset -c 1 "$W/kvhint" sidecar --config-file "$W/hints.yaml" --workers-file "$W/workers.yaml" \
-			--listen "$listen" --metrics-listen 127.0.0.1:9471 >"$W/server.log" 2>&1 &
-		pid=$!
-		wait_for curl -sf http://127.0.0.1:9471/readyz
-		# Ready means the config loaded; the workers file loads beside it.
-		# Bookings for workers not registered yet would be answered 204,
-		# unknown_worker, and pass without a hint to check.
-		wait_for all_registered "$transport"
-	else
-		KVHINT_FLOOR_LISTEN=$listen taskset -c 1 "$W/router.test" -test.run '^TestFloorServer$' >"$W/server.log" 2>&1 &
-		pid=$!
-		if [ "$transport" = unix ]; then wait_for test -S "$W/booking.sock"; else wait_for bash -c 'echo >/dev/tcp/127.0.0.1/9470'; fi
-	fi
-	local out
-	# GOMAXPROCS=2 on one core: see hack/bench-listen.sh.
-	out=$(GOMAXPROCS=2 taskset -c 0 "$W/kvhint" loadgen --target "$target" --rate "$rate" --duration "${SECS}s" \
-		--connections 16 --role prefill=p0,p1:copy=0.5 --role decode=d0,d1 2>&1) || true
+	local server=$1 transport=$2 rate=$3 out
+	start_server "$server" "$transport"
+	out=$(offer "$transport" "$rate" "$SECS")
 	local offered completed errors p50 p99 hints sent=- dropped=- derr=- pfail=- busy= ok=1
 	offered=$(awk '/^offered/ {print $2}' <<<"$out")
 	completed=$(awk '/^completed/ {print $2}' <<<"$out")
@@ -140,8 +83,7 @@ run() {
 		# every booking 204), and every one must have been posted.
 		if [ "${hints:-0}" -le 0 ] || [ "$sent" != "$hints" ] || [ "$dropped" != 0 ] || [ "$derr" != 0 ] || [ "$pfail" != 0 ]; then ok=0; fi
 	fi
-	kill -TERM $pid
-	wait $pid 2>/dev/null || true
+	stop_server
 	if [ -z "$completed" ] || [ "$completed" != "$offered" ] || [ "$errors" != 0 ] ||
 		awk -v p="$(to_us "$p99")" -v m=$P99_MAX_US 'BEGIN {exit !(p > m)}'; then
 		ok=0

@@ -17,70 +17,25 @@ REPEATS=${3:-1}
 W=$(mktemp -d /tmp/kvbench-XXXXXX)
 trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$W"' EXIT
 
-go build -o "$W/kvhint" ./cmd/kvhint
-go test -c -o "$W/router.test" ./internal/router
+. hack/bench-lib.sh
+bench_setup
 TICK=$(getconf CLK_TCK)
-
-cat >"$W/hints.yaml" <<'YAML'
-router_mode: kv
-worker_selection:
-  prefill: {type: kvcr, hints: [{type: kv-fetch, parameters: {min_blocks: 4}}]}
-  decode: {type: dynamo-default-cost-fn, hints: [{type: kv-retain}, {type: kv-evict}]}
-YAML
-cat >"$W/workers.yaml" <<'YAML'
-workers:
-- {id: p0, capabilities: [router_hint], hint_endpoint: "http://127.0.0.1:9601/v1/hints", worker_type: prefill}
-- {id: p1, capabilities: [router_hint], hint_endpoint: "http://127.0.0.1:9602/v1/hints", worker_type: prefill}
-- {id: d0, capabilities: [router_hint], hint_endpoint: "http://127.0.0.1:9603/v1/hints", worker_type: decode}
-- {id: d1, capabilities: [router_hint], hint_endpoint: "http://127.0.0.1:9604/v1/hints", worker_type: decode}
-YAML
-i=1
-for w in p0 p1 d0 d1; do
-	taskset -c 0 "$W/kvhint" sim-worker --id $w --listen 127.0.0.1:960$i --sink >"$W/worker-$w.log" 2>&1 &
-	i=$((i + 1))
-done
 
 # ticks PID: utime+stime of PID, in clock ticks.
 ticks() { sed 's/.*) //' "/proc/$1/stat" | awk '{print $12 + $13}'; }
 
-# wait_for CMD...: retry CMD for up to 10 s.
-wait_for() {
-	for _ in $(seq 100); do "$@" >/dev/null 2>&1 && return 0; sleep 0.1; done
-	echo "gave up waiting for: $*" >&2
-	return 1
-}
-
 # run SERVER TRANSPORT RATE: start the server pinned to core 1, offer RATE
 # for SECS from core 0, print one result line, stop the server.
 run() {
-	local server=$1 transport=$2 rate=$3 listen target pid
-	if [ "$transport" = unix ]; then
-		listen="unix://$W/booking.sock" target="unix://$W/booking.sock"
-	else
-		listen=127.0.0.1:9470 target=http://127.0.0.1:9470
-	fi
-	if [ "$server" = sidecar ]; then
-		taskset -c 1 "$W/kvhint" sidecar --config-file "$W/hints.yaml" --workers-file "$W/workers.yaml" \
-			--listen "$listen" --metrics-listen 127.0.0.1:9471 >"$W/server.log" 2>&1 &
-		pid=$!
-		wait_for curl -sf http://127.0.0.1:9471/readyz
-	else
-		KVHINT_FLOOR_LISTEN=$listen taskset -c 1 "$W/router.test" -test.run '^TestFloorServer$' >"$W/server.log" 2>&1 &
-		pid=$!
-		if [ "$transport" = unix ]; then wait_for test -S "$W/booking.sock"; else wait_for bash -c 'echo >/dev/tcp/127.0.0.1/9470'; fi
-	fi
+	local server=$1 transport=$2 rate=$3
+	start_server "$server" "$transport"
 	# The generator encodes its bookings before its clock starts: take the
 	# server's ticks around its whole run; the server is idle meanwhile.
 	local before after out completed
-	before=$(ticks $pid)
-	# GOMAXPROCS=2: on one core Go would run one P, and the pacer, which
-	# sleeps in raw nanosleep calls holding its P, would starve the
-	# goroutines reading the answers (16 ms p50 at 1,000/s).
-	out=$(GOMAXPROCS=2 taskset -c 0 "$W/kvhint" loadgen --target "$target" --rate "$rate" --duration "${SECS}s" \
-		--connections 16 --role prefill=p0,p1:copy=0.5 --role decode=d0,d1 2>&1) || true
-	after=$(ticks $pid)
-	kill -TERM $pid
-	wait $pid 2>/dev/null || true
+	before=$(ticks $SERVER_PID)
+	out=$(offer "$transport" "$rate" "$SECS")
+	after=$(ticks $SERVER_PID)
+	stop_server
 	completed=$(awk '/^completed/ {print $2}' <<<"$out")
 	local p50 p99 errors
 	p50=$(awk '/^latency/ {print $3}' <<<"$out")

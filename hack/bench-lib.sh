@@ -1,0 +1,94 @@
+# Shared by hack/bench-listen.sh and hack/bench-capacity.sh: the rig both
+# run their servers on. Source it from the repository root with W set to a
+# scratch directory.
+#
+# bench_setup builds kvhint and the router test binary (whose
+# TestFloorServer is the do-nothing floor), writes the hints and workers
+# files, and starts four sink workers on core 0. start_server runs the
+# sidecar or the floor on core 1, and offer runs the load generator on core
+# 0 against it.
+
+# wait_for CMD...: retry CMD for up to 10 s.
+wait_for() {
+	for _ in $(seq 100); do "$@" >/dev/null 2>&1 && return 0; sleep 0.1; done
+	echo "gave up waiting for: $*" >&2
+	return 1
+}
+
+bench_setup() {
+	go build -o "$W/kvhint" ./cmd/kvhint
+	go test -c -o "$W/router.test" ./internal/router
+	cat >"$W/hints.yaml" <<'YAML'
+router_mode: kv
+worker_selection:
+  prefill: {type: kvcr, hints: [{type: kv-fetch, parameters: {min_blocks: 4}}]}
+  decode: {type: dynamo-default-cost-fn, hints: [{type: kv-retain}, {type: kv-evict}]}
+YAML
+	cat >"$W/workers.yaml" <<'YAML'
+workers:
+- {id: p0, capabilities: [router_hint], hint_endpoint: "http://127.0.0.1:9601/v1/hints", worker_type: prefill}
+- {id: p1, capabilities: [router_hint], hint_endpoint: "http://127.0.0.1:9602/v1/hints", worker_type: prefill}
+- {id: d0, capabilities: [router_hint], hint_endpoint: "http://127.0.0.1:9603/v1/hints", worker_type: decode}
+- {id: d1, capabilities: [router_hint], hint_endpoint: "http://127.0.0.1:9604/v1/hints", worker_type: decode}
+YAML
+	local i=1 w
+	for w in p0 p1 d0 d1; do
+		taskset -c 0 "$W/kvhint" sim-worker --id $w --listen 127.0.0.1:960$i --sink >"$W/worker-$w.log" 2>&1 &
+		i=$((i + 1))
+	done
+}
+
+# target TRANSPORT: the booking API's address for the load generator (and
+# for --listen: the same spelling but for TCP's scheme).
+target() {
+	if [ "$1" = unix ]; then echo "unix://$W/booking.sock"; else echo http://127.0.0.1:9470; fi
+}
+
+# all_registered TRANSPORT: whether the sidecar lists the four workers.
+all_registered() {
+	local list
+	if [ "$1" = unix ]; then
+		list=$(curl -sf --unix-socket "$W/booking.sock" http://localhost/v1/workers) || return 1
+	else
+		list=$(curl -sf http://127.0.0.1:9470/v1/workers) || return 1
+	fi
+	[ "$(grep -o '"id"' <<<"$list" | wc -l)" -ge 4 ]
+}
+
+# start_server SERVER TRANSPORT: start the sidecar (metrics on
+# 127.0.0.1:9471) or the floor pinned to core 1, wait until it serves, and
+# set SERVER_PID.
+start_server() {
+	local server=$1 transport=$2 listen
+	listen=$(target "$transport")
+	listen=${listen#http://}
+	if [ "$server" = sidecar ]; then
+		taskset -c 1 "$W/kvhint" sidecar --config-file "$W/hints.yaml" --workers-file "$W/workers.yaml" \
+			--listen "$listen" --metrics-listen 127.0.0.1:9471 >"$W/server.log" 2>&1 &
+		SERVER_PID=$!
+		wait_for curl -sf http://127.0.0.1:9471/readyz
+		# Ready means the config loaded; the workers file loads beside it.
+		# Bookings for workers not registered yet would be answered 204,
+		# unknown_worker, without a hint.
+		wait_for all_registered "$transport"
+	else
+		KVHINT_FLOOR_LISTEN=$listen taskset -c 1 "$W/router.test" -test.run '^TestFloorServer$' >"$W/server.log" 2>&1 &
+		SERVER_PID=$!
+		if [ "$transport" = unix ]; then wait_for test -S "$W/booking.sock"; else wait_for bash -c 'echo >/dev/tcp/127.0.0.1/9470'; fi
+	fi
+}
+
+# stop_server: stop SERVER_PID and wait for it.
+stop_server() {
+	kill -TERM "$SERVER_PID"
+	wait "$SERVER_PID" 2>/dev/null || true
+}
+
+# offer TRANSPORT RATE SECONDS: run the load generator on core 0 and print
+# its report. GOMAXPROCS=2: on one core Go would run one P, and the pacer,
+# which sleeps in raw nanosleep calls holding its P, would starve the
+# goroutines reading the answers (16 ms p50 at 1,000/s).
+offer() {
+	GOMAXPROCS=2 taskset -c 0 "$W/kvhint" loadgen --target "$(target "$1")" --rate "$2" --duration "${3}s" \
+		--connections 16 --role prefill=p0,p1:copy=0.5 --role decode=d0,d1 2>&1 || true
+}
