@@ -4,40 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
-
-	"github.com/kvrouter/kv-hint-operator/internal/simworker"
 )
-
-// startCountingWorker runs a simulated worker whose server counts the TCP
-// connections it accepts.
-func startCountingWorker(t *testing.T, id string) (*simworker.Worker, string, *atomic.Int64) {
-	t.Helper()
-	w := simworker.New(simworker.Options{ID: id})
-	var conns atomic.Int64
-	srv := &http.Server{Handler: w.Handler(), ConnState: func(_ net.Conn, s http.ConnState) {
-		if s == http.StateNew {
-			conns.Add(1)
-		}
-	}}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
-	return w, "http://" + ln.Addr().String() + simworker.HintPath, &conns
-}
 
 // TestDeliveryKeepAlive: many hints to one worker share one connection.
 func TestDeliveryKeepAlive(t *testing.T) {
-	w, ep, conns := startCountingWorker(t, "w")
+	w, ep, conns := closingWorker(t, nil, 0)
 	m := NewMetrics()
 	del := NewDelivery(DeliveryOptions{Metrics: m, Log: testLogger(t)})
 	t.Cleanup(func() { del.Close(context.Background()) })

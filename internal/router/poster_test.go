@@ -24,13 +24,19 @@ import (
 // Tests of the poster: the fasthttp HostClient each queue posts through,
 // against real servers on loopback.
 
-// closingWorker is a simulated worker behind a wrapper, whose server closes
-// connections idle for idle (0: never) and counts the connections it takes.
+// closingWorker is a simulated worker "w" behind a wrapper (nil: none),
+// whose server closes connections idle for idle (0: never) and counts the
+// connections it takes. It returns the worker, its hint endpoint and the
+// count.
 func closingWorker(t *testing.T, wrap func(http.Handler) http.Handler, idle time.Duration) (*simworker.Worker, string, *atomic.Int64) {
 	t.Helper()
 	w := simworker.New(simworker.Options{ID: "w"})
+	h := w.Handler()
+	if wrap != nil {
+		h = wrap(h)
+	}
 	var conns atomic.Int64
-	srv := &http.Server{Handler: wrap(w.Handler()), IdleTimeout: idle, ConnState: func(_ net.Conn, s http.ConnState) {
+	srv := &http.Server{Handler: h, IdleTimeout: idle, ConnState: func(_ net.Conn, s http.ConnState) {
 		if s == http.StateNew {
 			conns.Add(1)
 		}
@@ -191,7 +197,7 @@ func TestPosterRawAnswers(t *testing.T) {
 // next post is written into the connection. Without it, the post after
 // each pause is lost.
 func TestPosterWorkerClosesIdle(t *testing.T) {
-	w, ep, conns := closingWorker(t, func(h http.Handler) http.Handler { return h }, 100*time.Millisecond)
+	w, ep, conns := closingWorker(t, nil, 100*time.Millisecond)
 	m := NewMetrics()
 	del := NewDelivery(DeliveryOptions{Metrics: m, Log: testLogger(t)})
 	t.Cleanup(func() { del.Close(context.Background()) })
@@ -359,7 +365,7 @@ func TestPosterNoResend(t *testing.T) {
 // TestPosterSchemeCase: the scheme of an endpoint is case-insensitive, as
 // url.Parse reads it; fasthttp alone would refuse HTTP://.
 func TestPosterSchemeCase(t *testing.T) {
-	w, ep, _ := closingWorker(t, func(h http.Handler) http.Handler { return h }, 0)
+	w, ep, _ := closingWorker(t, nil, 0)
 	m := NewMetrics()
 	del := NewDelivery(DeliveryOptions{Metrics: m, Log: testLogger(t)})
 	t.Cleanup(func() { del.Close(context.Background()) })
