@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -15,8 +16,9 @@ import (
 
 func newSimWorkerCommand() *cobra.Command {
 	var (
-		listen, id, workerType, register string
-		printEndpoint, sink              bool
+		listens, ids         []string
+		workerType, register string
+		printEndpoint, sink  bool
 	)
 	cmd := &cobra.Command{
 		Use:   "sim-worker --id ID [--listen ADDR] [--register SIDECAR_URL]",
@@ -32,51 +34,84 @@ records them, and it is served by fasthttp instead of net/http, so that it
 competes as little as it can with the sidecar for the CPU. Without
 it, every hint is checked and recorded.
 
+A sink may be several workers in one process: give --id and --listen once
+per worker, in pairs (--id p0 --listen 127.0.0.1:9601 --id p1 --listen
+127.0.0.1:9602). A load run that puts its workers on one core then runs one
+Go scheduler there instead of one per worker, each woken on its own for
+every hint.
+
 With --register it registers itself with a standalone sidecar
 (PUT SIDECAR_URL/v1/workers/ID). It prints its hint endpoint on standard
 output once it listens: the whole line with --print-endpoint, for scripts.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if id == "" {
+			if len(ids) == 0 {
 				h, err := os.Hostname()
 				if err != nil {
 					return fmt.Errorf("--id is required: %w", err)
 				}
-				id = h
+				ids = []string{h}
 			}
-			srv, err := simworker.Start(simworker.New(simworker.Options{ID: id, WorkerType: workerType, Sink: sink}), listen)
-			if err != nil {
-				return err
+			if len(listens) == 0 {
+				listens = []string{"127.0.0.1:0"}
 			}
-			defer srv.Close()
+			if len(ids) > 1 || len(listens) > 1 {
+				switch {
+				case !sink:
+					return errors.New("several --id or --listen: only a --sink runs several workers in one process")
+				case len(ids) != len(listens):
+					return fmt.Errorf("%d --id but %d --listen: give them in pairs, one of each per worker", len(ids), len(listens))
+				case register != "" || printEndpoint:
+					return errors.New("--register and --print-endpoint take one worker")
+				}
+			}
+			var srvs []*simworker.Server
+			defer func() {
+				for _, s := range srvs {
+					s.Close()
+				}
+			}()
+			for i, id := range ids {
+				srv, err := simworker.Start(simworker.New(simworker.Options{ID: id, WorkerType: workerType, Sink: sink}), listens[i])
+				if err != nil {
+					return fmt.Errorf("worker %s: %w", id, err)
+				}
+				srvs = append(srvs, srv)
+			}
 			ctx, stop := signal.NotifyContext(contextOrBackground(cmd), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			if register != "" {
 				rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-				err := simworker.Register(rctx, register, id, srv.HintEndpoint(), workerType)
+				err := simworker.Register(rctx, register, ids[0], srvs[0].HintEndpoint(), workerType)
 				cancel()
 				if err != nil {
 					return err
 				}
 			}
 			out := cmd.OutOrStdout()
-			switch {
-			case printEndpoint:
-				fmt.Fprintln(out, srv.HintEndpoint())
-			case sink:
-				fmt.Fprintf(out, "sim-worker %s listening as a sink (hints counted, not checked or recorded): hint endpoint %s, counts at %s/hints\n", id, srv.HintEndpoint(), srv.URL)
-			default:
-				fmt.Fprintf(out, "sim-worker %s listening: hint endpoint %s, received hints at %s/hints\n", id, srv.HintEndpoint(), srv.URL)
+			for i, srv := range srvs {
+				switch {
+				case printEndpoint:
+					fmt.Fprintln(out, srv.HintEndpoint())
+				case sink:
+					fmt.Fprintf(out, "sim-worker %s listening as a sink (hints counted, not checked or recorded): hint endpoint %s, counts at %s/hints\n", ids[i], srv.HintEndpoint(), srv.URL)
+				default:
+					fmt.Fprintf(out, "sim-worker %s listening: hint endpoint %s, received hints at %s/hints\n", ids[i], srv.HintEndpoint(), srv.URL)
+				}
 			}
 			<-ctx.Done()
 			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			defer cancel()
-			return srv.Shutdown(sctx)
+			var errs []error
+			for _, srv := range srvs {
+				errs = append(errs, srv.Shutdown(sctx))
+			}
+			return errors.Join(errs...)
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&listen, "listen", "127.0.0.1:0", "address to listen on (port 0 picks a free port)")
-	f.StringVar(&id, "id", "", "worker ID routers book (default: the host name)")
+	f.StringArrayVar(&listens, "listen", nil, "address to listen on (port 0 picks a free port; default 127.0.0.1:0); once per --id with --sink")
+	f.StringArrayVar(&ids, "id", nil, "worker ID routers book (default: the host name); repeat with --sink for several workers in one process")
 	f.StringVar(&workerType, "worker-type", "decode", "router_hint_worker_type: aggregated, prefill or decode")
 	f.StringVar(&register, "register", "", "register with the standalone sidecar at this base URL, e.g. http://127.0.0.1:8790")
 	f.BoolVar(&printEndpoint, "print-endpoint", false, "print only the hint endpoint URL once listening")
