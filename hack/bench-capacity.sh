@@ -15,8 +15,10 @@
 # at each rate, so both see the same machine; a server is no longer offered
 # higher rates after two rates in a row failed.
 #
-# Pinning: the load generator and the four sink workers on core 0, the
-# server under test on core 1 (taskset). docs/benchmarks.md has the figures.
+# Pinning: the load generator and the four sink workers (one process) on
+# core 0, the server under test on core 1 (taskset). Each line also shows
+# the generator's own send lag p99 and both cores' busy shares.
+# docs/benchmarks.md has the figures.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -55,14 +57,25 @@ to_us() {
 run() {
 	local server=$1 transport=$2 rate=$3 out
 	start_server "$server" "$transport"
+	# The server's own CPU per booking: its ticks around the whole offer
+	# (it is idle while the generator encodes its bookings).
+	local before after cost
+	before=$(ticks "$SERVER_PID")
 	out=$(offer "$transport" "$rate" "$SECS")
-	local offered completed errors p50 p99 hints sent=- dropped=- derr=- pfail=- busy= ok=1
+	after=$(ticks "$SERVER_PID")
+	local offered completed errors p50 p99 lag cores hints sent=- dropped=- derr=- pfail=- busy= ok=1
 	offered=$(awk '/^offered/ {print $2}' <<<"$out")
 	completed=$(awk '/^completed/ {print $2}' <<<"$out")
 	errors=$(awk '/^completed/ {print $(NF-1)}' <<<"$out")
 	p50=$(awk '/^latency/ {print $3}' <<<"$out")
 	p99=$(awk '/^latency/ {print $7}' <<<"$out")
 	hints=$(awk '/^hints/ {print $2}' <<<"$out")
+	# How late the generator itself sent (its p99), and how busy each core
+	# was: a run the generator's core bound measures the rig, not the server.
+	lag=$(awk '/^send lag/ {print $6}' <<<"$out")
+	cores=$(awk '/^cores/ {print $2, $3, $4, $5}' <<<"$out")
+	cost=$(awk -v t=$((after - before)) -v tick="$TICK" -v c="${completed:-0}" 'BEGIN {printf "%.1f", c ? t / tick / c * 1e6 : 0}')
+	costs[$server-$transport-$rate]=$cost
 	if [ "$server" = sidecar ]; then
 		# Hints still queued are posted within milliseconds; wait for
 		# them before reading the counters.
@@ -88,13 +101,13 @@ run() {
 		awk -v p="$(to_us "$p99")" -v m=$P99_MAX_US 'BEGIN {exit !(p > m)}'; then
 		ok=0
 	fi
-	printf '%-8s %-5s %6d/s  completed %7s/%-7s errors %-3s p50 %-12s p99 %-12s hints %7s sent %7s dropped %s delivery-errors %s policy-failures %s %s  %s\n' \
-		"$server" "$transport" "$rate" "${completed:--}" "${offered:--}" "${errors:--}" "$p50" "$p99" "${hints:--}" "$sent" "$dropped" "$derr" "$pfail" "$busy" \
+	printf '%-8s %-5s %6d/s  completed %7s/%-7s errors %-3s p50 %-12s p99 %-12s send-lag-p99 %-12s hints %7s sent %7s dropped %s delivery-errors %s policy-failures %s %s  %s  server %sus/booking  %s\n' \
+		"$server" "$transport" "$rate" "${completed:--}" "${offered:--}" "${errors:--}" "$p50" "$p99" "${lag:--}" "${hints:--}" "$sent" "$dropped" "$derr" "$pfail" "$busy" "$cores" "$cost" \
 		"$([ $ok = 1 ] && echo PASS || echo fail)"
 	[ $ok = 1 ]
 }
 
-declare -A best fails
+declare -A best fails costs
 for transport in $TRANSPORTS; do
 	for server in sidecar floor; do
 		best[$server-$transport]=0 fails[$server-$transport]=0
@@ -120,6 +133,9 @@ done
 echo
 for transport in $TRANSPORTS; do
 	s=${best[sidecar-$transport]} f=${best[floor-$transport]}
-	awk -v t="$transport" -v s="$s" -v f="$f" \
-		'BEGIN {printf "capacity %-5s sidecar %6d/s  floor %6d/s  ratio %s\n", t, s, f, (f ? sprintf("%.2f", s / f) : "-")}'
+	# And by cost: the server's own CPU per booking, the floor's over the
+	# sidecar's, at the sidecar's capacity (where both ran).
+	awk -v t="$transport" -v s="$s" -v f="$f" -v sc="${costs[sidecar-$transport-$s]:-}" -v fc="${costs[floor-$transport-$s]:-}" \
+		'BEGIN {printf "capacity %-5s sidecar %6d/s  floor %6d/s  ratio %s  |  at %d/s: sidecar %sus/booking, floor %sus/booking, cost ratio %s\n",
+			t, s, f, (f ? sprintf("%.2f", s / f) : "-"), s, (sc == "" ? "-" : sc), (fc == "" ? "-" : fc), (sc > 0 && fc != "" ? sprintf("%.2f", fc / sc) : "-")}'
 done

@@ -4,7 +4,7 @@
 #
 # bench_setup builds kvhint and the router test binary (whose
 # TestFloorServer is the do-nothing floor), writes the hints and workers
-# files, and starts four sink workers on core 0. start_server runs the
+# files, and starts the four sink workers (one process) on core 0. start_server runs the
 # sidecar or the floor on core 1, and offer runs the load generator on core
 # 0 against it.
 
@@ -31,11 +31,11 @@ workers:
 - {id: d0, capabilities: [router_hint], hint_endpoint: "http://127.0.0.1:9603/v1/hints", worker_type: decode}
 - {id: d1, capabilities: [router_hint], hint_endpoint: "http://127.0.0.1:9604/v1/hints", worker_type: decode}
 YAML
-	local i=1 w
-	for w in p0 p1 d0 d1; do
-		taskset -c 0 "$W/kvhint" sim-worker --id $w --listen 127.0.0.1:960$i --sink >"$W/worker-$w.log" 2>&1 &
-		i=$((i + 1))
-	done
+	# The four workers are one sink process: four processes on one core,
+	# each woken on its own for every hint, cost that core 15% more and
+	# delay the generator's sends behind them.
+	taskset -c 0 "$W/kvhint" sim-worker --sink --id p0 --listen 127.0.0.1:9601 --id p1 --listen 127.0.0.1:9602 \
+		--id d0 --listen 127.0.0.1:9603 --id d1 --listen 127.0.0.1:9604 >"$W/workers.log" 2>&1 &
 }
 
 # target TRANSPORT: the booking API's address for the load generator (and
@@ -84,11 +84,34 @@ stop_server() {
 	wait "$SERVER_PID" 2>/dev/null || true
 }
 
+# TICK is the clock tick of ticks.
+TICK=$(getconf CLK_TCK)
+
+# ticks PID: utime+stime of PID, in clock ticks.
+ticks() { sed 's/.*) //' "/proc/$1/stat" | awk '{print $12 + $13}'; }
+
+# cpu_ticks: the busy and total ticks of core 0 and core 1 (/proc/stat),
+# for cpu_busy.
+cpu_ticks() {
+	awk '$1 == "cpu0" || $1 == "cpu1" {t = 0; for (i = 2; i <= NF; i++) t += $i; printf "%d %d ", t - $5 - $6, t}' /proc/stat
+}
+
+# cpu_busy BEFORE AFTER: each core's busy share between two cpu_ticks, as
+# "core0 N% core1 M%": which of the two a run saturated.
+cpu_busy() {
+	awk -v a="$1" -v b="$2" 'BEGIN {split(a, x, " "); split(b, y, " ")
+		printf "core0 %.0f%% core1 %.0f%%", 100 * (y[1] - x[1]) / (y[2] - x[2]), 100 * (y[3] - x[3]) / (y[4] - x[4])}'
+}
+
 # offer TRANSPORT RATE SECONDS: run the load generator on core 0 and print
-# its report. GOMAXPROCS=2: on one core Go would run one P, and the pacer,
+# its report, then a line "cores core0 N% core1 M%": the cores' busy
+# shares over the run, every process on the machine included. GOMAXPROCS=2: on one core Go would run one P, and the pacer,
 # which sleeps in raw nanosleep calls holding its P, would starve the
 # goroutines reading the answers (16 ms p50 at 1,000/s).
 offer() {
+	local before
+	before=$(cpu_ticks)
 	GOMAXPROCS=2 taskset -c 0 "$W/kvhint" loadgen --target "$(target "$1")" --rate "$2" --duration "${3}s" \
 		--connections 16 --role prefill=p0,p1:copy=0.5 --role decode=d0,d1 2>&1 || true
+	echo "cores $(cpu_busy "$before" "$(cpu_ticks)")"
 }

@@ -19,10 +19,6 @@ trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$W"
 
 . hack/bench-lib.sh
 bench_setup
-TICK=$(getconf CLK_TCK)
-
-# ticks PID: utime+stime of PID, in clock ticks.
-ticks() { sed 's/.*) //' "/proc/$1/stat" | awk '{print $12 + $13}'; }
 
 # run SERVER TRANSPORT RATE: start the server pinned to core 1, offer RATE
 # for SECS from core 0, print one result line, stop the server.
