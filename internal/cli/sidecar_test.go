@@ -187,20 +187,21 @@ func buildForProcessTest(t *testing.T) (bin, config string) {
 	return bin, config
 }
 
-// stopBySIGTERM sends the sidecar SIGTERM and fails unless it exits
+// stopBySIGTERM sends a kvhint process SIGTERM and fails unless it exits
 // cleanly within 10 s; exited receives its Wait result.
-func stopBySIGTERM(t *testing.T, sidecar *exec.Cmd, exited <-chan error) {
+func stopBySIGTERM(t *testing.T, proc *exec.Cmd, exited <-chan error) {
 	t.Helper()
-	if err := sidecar.Process.Signal(syscall.SIGTERM); err != nil {
+	name := "kvhint " + proc.Args[1]
+	if err := proc.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	select {
 	case err := <-exited:
 		if err != nil {
-			t.Errorf("sidecar exit after SIGTERM: %v", err)
+			t.Errorf("%s exit after SIGTERM: %v", name, err)
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatal("the sidecar did not exit within 10s of SIGTERM")
+		t.Fatalf("%s did not exit within 10s of SIGTERM", name)
 	}
 }
 
@@ -217,7 +218,7 @@ func TestSimWorkerSeveralSinks(t *testing.T) {
 	if err := worker.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = worker.Process.Kill(); _ = worker.Wait() })
+	t.Cleanup(func() { _ = worker.Process.Kill() }) // waited for below, once it is told to stop
 	out := bufio.NewReader(stdout)
 	base := map[string]string{}
 	for range 2 {
@@ -271,19 +272,9 @@ func TestSimWorkerSeveralSinks(t *testing.T) {
 			t.Errorf("%s reports %+v, want worker %s, %d accepted, sink", id, counts, id, want)
 		}
 	}
-	if err := worker.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { _, _ = io.Copy(io.Discard, out); done <- worker.Wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("sim-worker exited with %v after SIGTERM", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("sim-worker still running 10s after SIGTERM")
-	}
+	exited := make(chan error, 1)
+	go func() { _, _ = io.Copy(io.Discard, out); exited <- worker.Wait() }()
+	stopBySIGTERM(t, worker, exited)
 }
 
 // TestSimWorkerSeveralWorkersUsage: several workers in one process are for
