@@ -4,9 +4,9 @@
 #
 # bench_setup builds kvhint and the router test binary (whose
 # TestFloorServer is the do-nothing floor), writes the hints and workers
-# files, and starts the four sink workers (one process) on core 0. start_server runs the
-# sidecar or the floor on core 1, and offer runs the load generator on core
-# 0 against it.
+# files, and starts the four sink workers (one process) on core 0.
+# start_server runs the sidecar or the floor on core 1, and offer runs the
+# load generator on core 0 against it.
 
 # wait_for CMD...: retry CMD for up to 10 s.
 wait_for() {
@@ -32,8 +32,8 @@ workers:
 - {id: d1, capabilities: [router_hint], hint_endpoint: "http://127.0.0.1:9604/v1/hints", worker_type: decode}
 YAML
 	# The four workers are one sink process: four processes on one core,
-	# each woken on its own for every hint, cost that core 15% more and
-	# delay the generator's sends behind them.
+	# each woken on its own for every hint, took 15-19% more of its CPU
+	# and delayed the generator's sends behind them.
 	taskset -c 0 "$W/kvhint" sim-worker --sink --id p0 --listen 127.0.0.1:9601 --id p1 --listen 127.0.0.1:9602 \
 		--id d0 --listen 127.0.0.1:9603 --id d1 --listen 127.0.0.1:9604 >"$W/workers.log" 2>&1 &
 }
@@ -105,9 +105,10 @@ cpu_busy() {
 
 # offer TRANSPORT RATE SECONDS: run the load generator on core 0 and print
 # its report, then a line "cores core0 N% core1 M%": the cores' busy
-# shares over the run, every process on the machine included. GOMAXPROCS=2: on one core Go would run one P, and the pacer,
-# which sleeps in raw nanosleep calls holding its P, would starve the
-# goroutines reading the answers (16 ms p50 at 1,000/s).
+# shares over the run, every process on the machine included.
+# GOMAXPROCS=2: on one core Go would run one P, and the pacer, which sleeps
+# in raw nanosleep calls holding its P, would starve the goroutines reading
+# the answers (16 ms p50 at 1,000/s).
 offer() {
 	local before
 	before=$(cpu_ticks)
