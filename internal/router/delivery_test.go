@@ -19,21 +19,9 @@ func TestDeliveryKeepAlive(t *testing.T) {
 	t.Cleanup(func() { del.Close(context.Background()) })
 	q := del.newQueue("w", ep)
 	const n = 50
-	for i := range n {
-		// One at a time, so that the sender always finds an idle connection.
-		q.enqueue([]byte(message(fmt.Sprint(i), staticJSON(1, "x"))), time.Now())
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		if _, err := w.WaitForHints(ctx, i+1); err != nil {
-			t.Fatal(err)
-		}
-		cancel()
-	}
-	eventually(t, 5*time.Second, func() error {
-		if v := testutil.ToFloat64(m.hintsSent); v != n {
-			return fmt.Errorf("hints_sent_total %v, want %d", v, n)
-		}
-		return nil
-	})
+	// One at a time, so that the sender always finds an idle connection.
+	sendOneByOne(t, w, q, n, 0)
+	waitSent(t, m, n)
 	if c := conns.Load(); c != 1 {
 		t.Errorf("%d hints opened %d connections, want 1 kept alive", n, c)
 	}

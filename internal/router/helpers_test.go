@@ -295,7 +295,18 @@ type response struct {
 // post sends body to the sidecar's booking API.
 func post(t testing.TB, s *Sidecar, path, body string) response {
 	t.Helper()
-	resp, err := http.Post("http://"+s.BookingAddr()+path, "application/json", strings.NewReader(body))
+	req, err := http.NewRequest(http.MethodPost, "http://"+s.BookingAddr()+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	return roundTrip(t, http.DefaultClient, req)
+}
+
+// roundTrip sends req with c and reads the whole answer.
+func roundTrip(t testing.TB, c *http.Client, req *http.Request) response {
+	t.Helper()
+	resp, err := c.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

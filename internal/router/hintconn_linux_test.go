@@ -7,23 +7,9 @@ import (
 )
 
 func TestPeekClosed(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
 	dial := func() (client, server net.Conn) {
 		t.Helper()
-		c, err := net.Dial("tcp", ln.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := ln.Accept()
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close(); s.Close() })
-		return c, s
+		return connPair(t, func(addr string) (net.Conn, error) { return net.Dial("tcp", addr) })
 	}
 	// waitFor polls: the peer's close or data reaches the client's socket
 	// a moment after the peer acts.

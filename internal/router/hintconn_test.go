@@ -11,12 +11,19 @@ import (
 // hintConnPair dials a listener through dialHint and returns both ends.
 func hintConnPair(t *testing.T, base context.Context) (*hintConn, net.Conn) {
 	t.Helper()
+	return connPair(t, func(addr string) (*hintConn, error) { return dialHint(base, addr, 5*time.Second) })
+}
+
+// connPair dials a new loopback listener with dial and returns the dialled
+// end and the accepted one, both closed when the test ends.
+func connPair[C net.Conn](t *testing.T, dial func(addr string) (C, error)) (C, net.Conn) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	c, err := dialHint(base, ln.Addr().String(), 5*time.Second)
+	c, err := dial(ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}

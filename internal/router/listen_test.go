@@ -288,24 +288,16 @@ func TestSocketBooksAsTCP(t *testing.T) {
 		t.Fatalf("registering over the socket: %s", resp.Status)
 	}
 
-	type answer struct {
-		Status int
-		Header http.Header
-		Body   string
-	}
-	book := func(c *http.Client, url, body string) answer {
+	book := func(c *http.Client, url, body string) response {
 		t.Helper()
-		resp, err := c.Post(url, "application/json", strings.NewReader(body))
+		req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Header.Del("Date")
-		return answer{resp.StatusCode, resp.Header, string(b)}
+		req.Header.Set("Content-Type", "application/json")
+		r := roundTrip(t, c, req)
+		r.header.Del("Date")
+		return r
 	}
 	for _, body := range []string{
 		bookingJSON("same-1", "panics", "w", ""),
@@ -316,10 +308,10 @@ func TestSocketBooksAsTCP(t *testing.T) {
 	} {
 		overTCP := book(http.DefaultClient, "http://"+tcp.BookingAddr()+"/v1/bookings", body)
 		overUnix := book(uc, "http://localhost/v1/bookings", body)
-		if diff := cmp.Diff(overTCP, overUnix); diff != "" {
+		if diff := cmp.Diff(overTCP, overUnix, cmp.AllowUnexported(response{})); diff != "" {
 			t.Errorf("booking %s: over the socket (+) not as over TCP (-):\n%s", body, diff)
 		}
-		if overTCP.Status == 0 {
+		if overTCP.status == 0 {
 			t.Errorf("booking %s: no answer", body)
 		}
 	}
