@@ -28,46 +28,95 @@ func ParamErrorf(key, format string, args ...any) error {
 	return &ParamError{Key: key, Message: fmt.Sprintf(format, args...)}
 }
 
-// DecodeParams decodes a flat parameters object into dst, a pointer to a
-// struct whose fields carry json tags. It is strict: a key that names no
-// field, or a value of the wrong JSON type, is a *ParamError naming the key
-// and listing what is accepted. Fields absent from params keep their values,
+// DecodeParams decodes a parameters object into dst, a pointer to a struct
+// whose fields carry json tags. It is strict: a key that names no field, or
+// a value of the wrong JSON type, is a *ParamError naming the key and
+// listing what is accepted. Fields absent from params keep their values,
 // so callers fill dst with defaults first.
+//
+// A pointer field stays nil unless its key is given, which lets a policy
+// tell a value that was set from one that was left out. A field whose type
+// is a struct, or a pointer to one, takes a nested mapping, decoded by the
+// same rules: an unknown key there is refused with its full path, such as
+// adaptive.load_scale, as the error's Key. A null value is refused
+// everywhere: leave the key out instead.
 func DecodeParams(params Params, dst any) error {
 	rv := reflect.ValueOf(dst)
 	if rv.Kind() != reflect.Pointer || rv.Elem().Kind() != reflect.Struct {
 		return fmt.Errorf("DecodeParams: dst must be a pointer to a struct, not %T", dst)
 	}
-	fields := paramFields(rv.Elem().Type())
-
 	trimmed := bytes.TrimSpace(params)
 	if len(trimmed) == 0 || bytes.Equal(trimmed, []byte("null")) {
 		return nil
 	}
-	if trimmed[0] != '{' {
-		return &ParamError{Message: "must be a mapping of parameter names to values"}
+	return decodeObject(trimmed, rv.Elem(), "")
+}
+
+// decodeObject decodes the JSON object raw into the struct v. prefix is the
+// key path of v followed by a dot, or "" at the top level.
+func decodeObject(raw []byte, v reflect.Value, prefix string) error {
+	fields := paramFields(v.Type())
+	at := strings.TrimSuffix(prefix, ".")
+	if raw[0] != '{' {
+		if at == "" {
+			return &ParamError{Message: "must be a mapping of parameter names to values"}
+		}
+		return &ParamError{Key: at, Message: fmt.Sprintf("%s is not a mapping", shorten(raw))}
 	}
-	var raw map[string]json.RawMessage
-	if err := json.Unmarshal(trimmed, &raw); err != nil {
-		return &ParamError{Message: "must be a mapping of parameter names to values: " + err.Error()}
+	var members map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &members); err != nil {
+		if at == "" {
+			return &ParamError{Message: "must be a mapping of parameter names to values: " + err.Error()}
+		}
+		return &ParamError{Key: at, Message: "is not a mapping: " + err.Error()}
 	}
-	for _, key := range sortedKeys(raw) {
+	for _, key := range sortedKeys(members) {
+		path := prefix + key
 		f, ok := fields[key]
 		if !ok {
-			if len(fields) == 0 {
-				return &ParamError{Key: key, Message: "unknown parameter; this type takes no parameters"}
+			switch {
+			case len(fields) == 0 && at == "":
+				return &ParamError{Key: path, Message: "unknown parameter; this type takes no parameters"}
+			case len(fields) == 0:
+				return &ParamError{Key: path, Message: "unknown parameter; " + at + " takes no keys"}
 			}
-			return &ParamError{Key: key, Message: "unknown parameter; known: " + strings.Join(sortedKeys(fields), ", ")}
+			return &ParamError{Key: path, Message: "unknown parameter; known: " + strings.Join(sortedKeys(fields), ", ")}
 		}
-		val := raw[key]
-		if bytes.Equal(bytes.TrimSpace(val), []byte("null")) {
-			return &ParamError{Key: key, Message: "must not be null; leave the key out for the default"}
-		}
-		field := rv.Elem().FieldByIndex(f.index)
-		if err := json.Unmarshal(val, field.Addr().Interface()); err != nil {
-			return &ParamError{Key: key, Message: fmt.Sprintf("%s is not %s", shorten(val), describeKind(f.typ))}
+		if err := decodeValue(bytes.TrimSpace(members[key]), v.FieldByIndex(f.index), path); err != nil {
+			return err
 		}
 	}
+	return nil
+}
+
+// decodeValue decodes one member's value into the field v, whose key path
+// is path. A pointer is allocated only once the value is known to be good,
+// so a refused value leaves the field as it was.
+func decodeValue(raw []byte, v reflect.Value, path string) error {
+	if bytes.Equal(raw, []byte("null")) {
+		return &ParamError{Key: path, Message: "must not be null; leave the key out for the default"}
+	}
+	t := v.Type()
+	if t.Kind() == reflect.Pointer {
+		elem := reflect.New(t.Elem())
+		if !v.IsNil() {
+			elem.Elem().Set(v.Elem())
+		}
+		if err := decodeValue(raw, elem.Elem(), path); err != nil {
+			return err
+		}
+		v.Set(elem)
+		return nil
+	}
+	if t.Kind() == reflect.Struct {
+		return decodeObject(raw, v, path+".")
+	}
+	target := reflect.New(t)
+	target.Elem().Set(v)
+	if err := json.Unmarshal(raw, target.Interface()); err != nil {
+		return &ParamError{Key: path, Message: fmt.Sprintf("%s is not %s", shorten(raw), describeKind(t))}
+	}
+	v.Set(target.Elem())
 	return nil
 }
 
@@ -95,7 +144,12 @@ func paramFields(t reflect.Type) map[string]paramField {
 	return out
 }
 
+// describeKind names what a value of type t looks like in the parameters;
+// a pointer is described by what it points to.
 func describeKind(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
 	switch t.Kind() {
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
 		return "an integer"
@@ -107,8 +161,10 @@ func describeKind(t reflect.Type) string {
 		return "a boolean"
 	case reflect.String:
 		return "a string"
-	case reflect.Slice:
+	case reflect.Slice, reflect.Array:
 		return "a list"
+	case reflect.Struct, reflect.Map:
+		return "a mapping"
 	default:
 		return "a " + t.Kind().String()
 	}
@@ -137,6 +193,19 @@ func FloatInRange(key string, v, lo, hi float64) error {
 	}
 	if v < lo || v > hi {
 		return ParamErrorf(key, "%g is out of range %g..%g", v, lo, hi)
+	}
+	return nil
+}
+
+// FloatAtLeast checks that v is finite and v >= lo for parameter key: the
+// bound of a parameter with no upper limit, such as a weight that must be
+// non-negative (lo 0).
+func FloatAtLeast(key string, v, lo float64) error {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return ParamErrorf(key, "%v is not a finite number", v)
+	}
+	if v < lo {
+		return ParamErrorf(key, "%g is below the minimum %g", v, lo)
 	}
 	return nil
 }
