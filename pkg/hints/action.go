@@ -20,7 +20,8 @@ const (
 // within MaxPayloadBytes whose keys ascend and never repeat; and a payload
 // of a type whose engine consumer has known rules keeps them (DESIGN 8a):
 // a kv.fetch carries a non-empty block_hashes list of integers in
-// [0, 2^64) and, if any, a non-empty source_control_endpoint string.
+// [0, 2^64) and a non-empty source_control_endpoint string (a fetch that
+// does not say where to fetch from is refused).
 // Payloads written with an ObjectWriter are checked from what the writer
 // recorded; others are scanned.
 func CheckAction(a *Action) error { return CheckActionWithin(a, MaxPayloadBytes) }

@@ -8,7 +8,7 @@ import (
 )
 
 func TestCheckAction(t *testing.T) {
-	good := hints.RawPayload([]byte(`{"block_hashes":[1]}`))
+	good := hints.RawPayload([]byte(`{"block_hashes":[1],"source_control_endpoint":"tcp://a:1"}`))
 	for _, tc := range []struct {
 		typ, version string
 		payload      hints.Payload
@@ -62,14 +62,21 @@ func TestCheckActionConsumerRules(t *testing.T) {
 			w.String("source_control_endpoint", "tcp://10.0.0.7:23280")
 		}), ""},
 		{"fetch raw", "kv.fetch", hints.RawPayload([]byte(`{"block_hashes":[0,18446744073709551615],"source_control_endpoint":"tcp://a:1"}`)), ""},
-		{"fetch without endpoint", "kv.fetch", hints.RawPayload([]byte(` {"block_hashes":[7]} `)), ""},
-		{"fetch extra keys", "kv.fetch", hints.RawPayload([]byte(`{"a":{"x":[{"k":1}]},"block_hashes":[7],"z":null}`)), ""},
+		{"fetch extra keys", "kv.fetch", hints.RawPayload([]byte(`{"a":{"x":[{"k":1}]},"block_hashes":[7],"source_control_endpoint":"tcp://a:1","z":null}`)), ""},
+		// The consumer refuses a fetch that does not say where to fetch
+		// from; before the rule required the endpoint, these passed.
+		{"fetch without endpoint raw", "kv.fetch", hints.RawPayload([]byte(` {"block_hashes":[7]} `)), "source_control_endpoint is required"},
+		{"fetch without endpoint written", "kv.fetch", written(func(w *hints.ObjectWriter) { w.Uint64s("block_hashes", []uint64{7}) }),
+			"source_control_endpoint is required"},
+		{"fetch with the endpoint nested, not at the top", "kv.fetch", hints.RawPayload([]byte(`{"a":{"source_control_endpoint":"tcp://a:1"},"block_hashes":[7]}`)),
+			"source_control_endpoint is required"},
 		{"unsorted keys", "kv.retain", hints.RawPayload([]byte(`{"ttl_seconds":1,"priority":2}`)), `"priority" comes after "ttl_seconds"`},
 		{"unsorted nested keys", "vendor.x", hints.RawPayload([]byte(`{"a":{"b":1,"a":2}}`)), `"a" comes after "b"`},
 		{"duplicate keys", "kv.evict", hints.RawPayload([]byte(`{"a":1,"a":2}`)), `"a" is repeated`},
 		{"empty fetch written", "kv.fetch", written(func(w *hints.ObjectWriter) { w.Uint64s("block_hashes", nil) }), "non-empty list"},
 		{"empty fetch raw", "kv.fetch", hints.RawPayload([]byte(`{"block_hashes":[]}`)), "non-empty list"},
 		{"fetch without hashes", "kv.fetch", hints.RawPayload([]byte(`{"source_control_endpoint":"tcp://a:1"}`)), "block_hashes is required"},
+		{"fetch with nothing", "kv.fetch", hints.RawPayload([]byte(`{}`)), "block_hashes is required"},
 		{"empty object fetch", "kv.fetch", hints.Payload{}, "payload is empty"},
 		{"string hashes raw", "kv.fetch", hints.RawPayload([]byte(`{"block_hashes":["1","2"]}`)), "non-empty list"},
 		{"string hashes written", "kv.fetch", written(func(w *hints.ObjectWriter) { w.String("block_hashes", "1,2") }), "non-empty list"},

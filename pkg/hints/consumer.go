@@ -40,6 +40,8 @@ const (
 	// factEndpointBad: source_control_endpoint is present but is not a
 	// non-empty string.
 	factEndpointBad
+	// factEndpoint: source_control_endpoint is a non-empty string.
+	factEndpoint
 )
 
 // noteString records what writing the string v under key k means to the
@@ -50,6 +52,8 @@ func (f *payloadFacts) noteString(k, v string) {
 		*f |= factHashesBad
 	case k == KeySourceControlEndpoint && v == "":
 		*f |= factEndpointBad
+	case k == KeySourceControlEndpoint:
+		*f |= factEndpoint
 	}
 }
 
@@ -77,9 +81,10 @@ func (f *payloadFacts) noteOther(k string) {
 
 // checkConsumerRules reports why an engine would refuse a payload of the
 // action type, or nil: for kv.fetch, block_hashes must be a non-empty list
-// of integers in [0, 2^64) and source_control_endpoint, when present, a
-// non-empty string. The connector refuses a whole hint whose fetch breaks
-// them, so one bad fetch would cost the good actions beside it.
+// of integers in [0, 2^64) and source_control_endpoint a non-empty string.
+// The connector's parser refuses a fetch that does not say where to fetch
+// from, and it refuses the whole hint whose fetch breaks these rules, so one
+// bad fetch would cost the good actions beside it.
 func checkConsumerRules(typ string, f payloadFacts) error {
 	if typ != ActionKVFetch {
 		return nil
@@ -90,7 +95,9 @@ func checkConsumerRules(typ string, f payloadFacts) error {
 	case f&factHashes == 0:
 		return errors.New("kv.fetch: block_hashes is required: a non-empty list of integers in [0, 2^64)")
 	case f&factEndpointBad != 0:
-		return errors.New("kv.fetch: source_control_endpoint, when present, must be a non-empty string")
+		return errors.New("kv.fetch: source_control_endpoint must be a non-empty string")
+	case f&factEndpoint == 0:
+		return errors.New("kv.fetch: source_control_endpoint is required: the source worker's control endpoint, a non-empty string")
 	}
 	return nil
 }

@@ -65,6 +65,9 @@ type CommittedCopy struct {
 	// SourceEndpoint is the source's KV control endpoint, e.g.
 	// tcp://10.0.0.7:23280: the booking's, or the one the source worker
 	// advertises for SourceRank (router_hint_source_control_endpoints).
+	// It is empty when neither gives one; such a copy cannot be sent, since
+	// the engines' KV connector refuses a kv.fetch without a source
+	// endpoint (CheckAction holds every fetch to that rule).
 	SourceEndpoint string
 	// SourceRank is the source's data-parallel rank whose blocks are
 	// copied; 0 unless the router says otherwise.

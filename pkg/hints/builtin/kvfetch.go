@@ -22,7 +22,7 @@ func kvFetchProvider() hints.HintProvider {
 		Type:         TypeKVFetch,
 		Commitments:  hints.KVCopy,
 		DefaultHosts: []hints.HintHost{hints.WorkerSelection(TypeKVCR)},
-		Description:  "kv.fetch@1.0: pull the committed KV copy's blocks from the source worker",
+		Description:  "kv.fetch@1.0: pull the committed KV copy's blocks from the source worker; nothing for a copy without a source endpoint",
 		NeverBlocks:  true,
 		Parse: func(raw hints.Params) (hints.HintPolicy, error) {
 			p := kvFetchParams{MinBlocks: 1}
@@ -48,11 +48,15 @@ type kvFetch struct{ params kvFetchParams }
 func (f *kvFetch) EffectiveParameters() any { return f.params }
 
 // BuildHints sends the committed copy as one kv.fetch. It sends nothing when
-// there is no copy or it is smaller than min_blocks: consumers refuse an
-// empty fetch.
+// there is no copy, when the copy is smaller than min_blocks, or when the
+// copy has no source control endpoint (neither the booking nor the source
+// worker's advertisement gave one): the KV connector refuses an empty fetch
+// and a fetch that does not say where to fetch from, and it would refuse
+// the whole hint with it. The booked worker then computes those blocks
+// itself.
 func (f *kvFetch) BuildHints(_ context.Context, hc *hints.HintContext) ([]hints.Action, error) {
 	cp := hc.CommittedKVCopy()
-	if cp == nil || len(cp.BlockHashes) < f.params.MinBlocks || len(cp.BlockHashes) == 0 {
+	if cp == nil || cp.SourceEndpoint == "" || len(cp.BlockHashes) < f.params.MinBlocks || len(cp.BlockHashes) == 0 {
 		return nil, nil
 	}
 	blocks := cp.BlockHashes
@@ -62,9 +66,7 @@ func (f *kvFetch) BuildHints(_ context.Context, hc *hints.HintContext) ([]hints.
 	// 20 digits and a comma per hash, the keys, and the endpoint.
 	w := hc.PayloadWriter(64 + 21*len(blocks) + len(cp.SourceEndpoint))
 	w.Uint64s("block_hashes", blocks)
-	if cp.SourceEndpoint != "" {
-		w.String("source_control_endpoint", cp.SourceEndpoint)
-	}
+	w.String("source_control_endpoint", cp.SourceEndpoint)
 	p, err := hc.ClosePayload(&w)
 	if err != nil {
 		return nil, err

@@ -39,14 +39,15 @@ func TestKVFetchBuild(t *testing.T) {
 		{"empty copy, no action: consumers refuse an empty fetch", "", copyOf("tcp://w2:1", 0), []rendered{}},
 		{"copy sent", "", copyOf("tcp://10.0.0.7:23280", 2), []rendered{{"kv.fetch", "1.0",
 			`{"block_hashes":[11,22],"source_control_endpoint":"tcp://10.0.0.7:23280"}`}}},
-		{"no endpoint: the key is left out", "", copyOf("", 1), []rendered{{"kv.fetch", "1.0", `{"block_hashes":[11]}`}}},
+		{"no endpoint, no action: consumers refuse a source-less fetch", "", copyOf("", 1), []rendered{}},
+		{"no endpoint and many blocks, still no action", `{"min_blocks": 1, "max_blocks": 2}`, copyOf("", 8), []rendered{}},
 		{"below min_blocks", `{"min_blocks": 3}`, copyOf("tcp://w2:1", 2), []rendered{}},
 		{"at min_blocks", `{"min_blocks": 2}`, copyOf("tcp://w2:1", 2), []rendered{{"kv.fetch", "1.0",
 			`{"block_hashes":[11,22],"source_control_endpoint":"tcp://w2:1"}`}}},
 		{"max_blocks keeps the first blocks", `{"max_blocks": 2}`, copyOf("tcp://w2:1", 4), []rendered{{"kv.fetch", "1.0",
 			`{"block_hashes":[11,22],"source_control_endpoint":"tcp://w2:1"}`}}},
-		{"largest hash", "", &hints.CommittedCopy{BlockHashes: []uint64{1<<64 - 1}}, []rendered{{"kv.fetch", "1.0",
-			`{"block_hashes":[18446744073709551615]}`}}},
+		{"largest hash", "", &hints.CommittedCopy{SourceEndpoint: "tcp://w2:1", BlockHashes: []uint64{1<<64 - 1}}, []rendered{{"kv.fetch", "1.0",
+			`{"block_hashes":[18446744073709551615],"source_control_endpoint":"tcp://w2:1"}`}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -35,9 +35,11 @@ type Suite struct {
 }
 
 // DefaultBookings are the bookings Run uses when a Suite names none: a
-// request outside any session, a session's first and last turns, and
-// committed copies of 1, 64 and 8,192 blocks (a 128k-token prompt at block
-// size 16).
+// request outside any session, a session's first and last turns, committed
+// copies of 1, 64 and 8,192 blocks (a 128k-token prompt at block size 16),
+// and a committed copy whose source advertised no control endpoint, which
+// a policy must not turn into a kv.fetch (the engines refuse a fetch
+// without a source).
 func DefaultBookings() []Booking {
 	rng := rand.New(rand.NewPCG(7, 11))
 	hashes := func(n int) []uint64 {
@@ -61,6 +63,8 @@ func DefaultBookings() []Booking {
 			Session: hints.Session{ID: "s-2", Turn: 2}, KVCopy: kvCopy(64)},
 		{RequestID: "copy-8192", Role: "decode", Worker: "worker-1", PromptTokens: 131072, BlockSize: 16,
 			Session: hints.Session{ID: "s-3", Turn: 1, Final: true}, KVCopy: kvCopy(8192)},
+		{RequestID: "copy-no-endpoint", Role: "prefill", Worker: "worker-1", PromptTokens: 256, BlockSize: 16,
+			KVCopy: &hints.CommittedCopy{SourceWorker: "worker-src", BlockHashes: hashes(16)}},
 	}
 }
 
@@ -75,8 +79,9 @@ func DefaultBookings() []Booking {
 //   - every action passes hints.CheckAction: a valid type and version, a
 //     well-formed payload within hints.MaxPayloadBytes (plus room for the
 //     booking's block hashes, which a kv.fetch carries whole), and the engine
-//     consumer rules of its type (a kv.fetch with a non-empty list of
-//     block hashes, say);
+//     consumer rules of its type (a kv.fetch carries a non-empty list of
+//     block hashes and a non-empty source_control_endpoint, so a policy
+//     sends no fetch for a copy without a source endpoint);
 //   - the same booking gives the same actions, byte for byte, whatever ran
 //     before it on the same HintContext and payload arena;
 //   - the policy is safe for concurrent use: many goroutines on one policy

@@ -90,6 +90,22 @@ func TestCheckFinds(t *testing.T) {
 		{"empty fetch", provider("empty-fetch", 0, func(*hints.HintContext) ([]hints.Action, error) {
 			return []hints.Action{{Type: "kv.fetch", Version: "1.0", Payload: hints.RawPayload([]byte(`{"block_hashes":[]}`))}}, nil
 		}), hintstest.Suite{}, "block_hashes must be a non-empty list"},
+		{"fetch without a source", provider("sourceless-fetch", 0, func(*hints.HintContext) ([]hints.Action, error) {
+			return []hints.Action{{Type: "kv.fetch", Version: "1.0", Payload: hints.RawPayload([]byte(`{"block_hashes":[1]}`))}}, nil
+		}), hintstest.Suite{}, "source_control_endpoint is required"},
+		// A policy that copies the endpoint through without looking breaks
+		// on the default booking whose copy has none.
+		{"fetch of a copy without an endpoint", provider("forwarder", hints.KVCopy, func(hc *hints.HintContext) ([]hints.Action, error) {
+			c := hc.CommittedKVCopy()
+			if c == nil || len(c.BlockHashes) == 0 {
+				return nil, nil
+			}
+			w := hc.PayloadWriter(64 + 21*len(c.BlockHashes))
+			w.Uint64s("block_hashes", c.BlockHashes)
+			w.String("source_control_endpoint", c.SourceEndpoint)
+			p, err := hc.ClosePayload(&w)
+			return []hints.Action{{Type: "kv.fetch", Version: "1.0", Payload: p}}, err
+		}), hintstest.Suite{}, "booking copy-no-endpoint: action 1: action kv.fetch@1.0: kv.fetch: source_control_endpoint must be a non-empty string"},
 		{"unsorted keys", provider("unsorted", 0, func(*hints.HintContext) ([]hints.Action, error) {
 			return []hints.Action{{Type: "kv.retain", Version: "1.0", Payload: hints.RawPayload([]byte(`{"z":1,"a":2}`))}}, nil
 		}), hintstest.Suite{}, "keys must ascend"},
