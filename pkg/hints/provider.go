@@ -78,8 +78,12 @@ type SelectionProvider struct {
 }
 
 // ParameterReporter is implemented by parsed policies that can report their
-// effective parameters, defaults included. Compiled configs and status then
-// show what actually runs rather than what was written.
+// effective parameters. Compiled configs and status then show what actually
+// runs rather than what was written. A policy reports its defaults too when
+// they are its own; when the router fills an unset value from its own
+// configuration (as Dynamo does for the cost parameters of its worker
+// selections), the policy reports only the keys that were set, since a
+// default written into the compiled file would override the router's.
 type ParameterReporter interface {
 	EffectiveParameters() any
 }

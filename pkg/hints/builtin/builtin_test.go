@@ -108,8 +108,34 @@ func TestBuiltinCatalog(t *testing.T) {
 	if diff := cmp.Diff([]string{"kv-evict", "kv-fetch", "kv-retain"}, cat.HintTypes()); diff != "" {
 		t.Errorf("hint types (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff([]string{"dynamo-default-cost-fn", "kvcr", "least-loaded", "power-of-two", "random", "round-robin"}, cat.SelectionTypes()); diff != "" {
+	if diff := cmp.Diff([]string{
+		"dynamo-default-cost-fn", "dynamo-device-aware-weighted", "dynamo-direct", "dynamo-least-loaded",
+		"dynamo-power-of-two-choices", "dynamo-random", "dynamo-round-robin", "dynamo-two-tier-cost-fn", "kvcr",
+	}, cat.SelectionTypes()); diff != "" {
 		t.Errorf("selection types (-want +got):\n%s", diff)
+	}
+	// Listings follow registration order: Dynamo's KV-aware selections,
+	// its load-only ones in router-mode order, then kvcr.
+	var order []string
+	for _, p := range cat.SelectionProviders() {
+		order = append(order, p.Type)
+		if p.Description == "" {
+			t.Errorf("%s has no description", p.Type)
+		}
+	}
+	if diff := cmp.Diff([]string{
+		builtin.TypeDefaultCostFn, builtin.TypeTwoTierCostFn,
+		builtin.TypeRoundRobin, builtin.TypeRandom, builtin.TypePowerOfTwoChoices, builtin.TypeLeastLoaded,
+		builtin.TypeDirect, builtin.TypeDeviceAwareWeighted,
+		builtin.TypeKVCR,
+	}, order); diff != "" {
+		t.Errorf("selection registration order (-want +got):\n%s", diff)
+	}
+	// The names before Dynamo's are gone, with no aliases.
+	for _, old := range []string{"round-robin", "random", "least-loaded", "power-of-two"} {
+		if _, ok := cat.Selection(old); ok {
+			t.Errorf("%s is still registered", old)
+		}
 	}
 	if err := builtin.Register(cat); err == nil {
 		t.Error("registering the built-ins twice succeeded; want a duplicate-type error")

@@ -1,6 +1,36 @@
 // Package builtin holds the hint and worker-selection policies that every
-// kvhint build links: kv-fetch, kv-retain, kv-evict, dynamo-default-cost-fn,
-// kvcr and the load-only selections.
+// kvhint build links.
+//
+// Hint policies: kv-fetch (sends the committed KV copy as kv.fetch),
+// kv-retain (kv.retain on a session's non-final turns) and kv-evict
+// (kv.evict on a session's final turn).
+//
+// Worker-selection policies, Dynamo's with Dynamo's names, parameters,
+// defaults and bounds:
+//
+//   - dynamo-default-cost-fn: cached prompt blocks against load; takes
+//     overlap_score_credit, overlap_score_credit_decay, prefill_load_scale,
+//     decode_active_request_weight, host_cache_hit_weight,
+//     disk_cache_hit_weight, shared_cache_multiplier (in [0,1]),
+//     router_temperature and seed. Never commits KV copies.
+//   - dynamo-two-tier-cost-fn: takes cache_threshold,
+//     balance_abs_threshold, balance_rel_threshold and adaptive. Never
+//     commits KV copies.
+//   - dynamo-round-robin, dynamo-random, dynamo-power-of-two-choices,
+//     dynamo-least-loaded, dynamo-direct, dynamo-device-aware-weighted:
+//     load only, no parameters at all.
+//
+// And this product's own:
+//
+//   - kvcr: KV cache reuse, with dynamo-default-cost-fn's parameters but a
+//     shared_cache_multiplier of 0.5 by default; it commits KV copies when
+//     shared_cache_multiplier is above 0, and kv-fetch runs under it by
+//     default to send them.
+//
+// Dynamo fills a cost parameter that is left out from the router's own
+// flags, so the selections report (hints.ParameterReporter) only the keys
+// that were set; kvcr adds its effective shared_cache_multiplier, on which
+// its committing copies depends.
 package builtin
 
 import (
@@ -16,21 +46,33 @@ const (
 	TypeKVEvict  = "kv-evict"
 )
 
-// Worker-selection policy types.
+// Worker-selection policy types: Dynamo's, then this product's kvcr.
 const (
-	TypeDefaultCostFn = "dynamo-default-cost-fn"
-	TypeKVCR          = "kvcr"
+	TypeDefaultCostFn       = "dynamo-default-cost-fn"
+	TypeTwoTierCostFn       = "dynamo-two-tier-cost-fn"
+	TypeRoundRobin          = "dynamo-round-robin"
+	TypeRandom              = "dynamo-random"
+	TypePowerOfTwoChoices   = "dynamo-power-of-two-choices"
+	TypeLeastLoaded         = "dynamo-least-loaded"
+	TypeDirect              = "dynamo-direct"
+	TypeDeviceAwareWeighted = "dynamo-device-aware-weighted"
+	TypeKVCR                = "kvcr"
 )
 
-// Register adds the built-in policies to cat. Hint policies are registered in
-// the order their defaults run: fetch, retain, evict.
+// Register adds the built-in policies to cat.
+//
+// Worker-selection policies are registered, and so listed, in this order:
+// Dynamo's KV-aware ones (dynamo-default-cost-fn, then
+// dynamo-two-tier-cost-fn), Dynamo's load-only ones in the order of the
+// router modes they match (round-robin, random, power-of-two-choices,
+// least-loaded, direct, device-aware-weighted), and last kvcr, which is
+// this product's and not Dynamo's. Hint policies are registered in the
+// order their defaults run: fetch, retain, evict.
 func Register(cat *hints.Catalog) error {
-	for _, p := range []hints.SelectionProvider{costFnProvider(), kvcrProvider()} {
-		if err := cat.RegisterSelection(p); err != nil {
-			return err
-		}
-	}
-	for _, p := range loadOnlyProviders() {
+	sels := []hints.SelectionProvider{costFnProvider(), twoTierProvider()}
+	sels = append(sels, loadOnlyProviders()...)
+	sels = append(sels, kvcrProvider())
+	for _, p := range sels {
 		if err := cat.RegisterSelection(p); err != nil {
 			return err
 		}

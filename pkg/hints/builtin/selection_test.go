@@ -1,44 +1,39 @@
 package builtin_test
 
 import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math/big"
+	"strings"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
 )
 
-func TestSelectionPolicies(t *testing.T) {
-	tests := []struct {
-		typ     string
-		params  string
-		want    string // effective parameters, JSON; "" for types without any
-		commits bool
-		errKey  string
-		errWord string
-	}{
-		{typ: "dynamo-default-cost-fn", want: `{"overlap_score_weight":1,"temperature":0}`},
-		{typ: "dynamo-default-cost-fn", params: `{"temperature": 0.7, "overlap_score_weight": 2}`, want: `{"overlap_score_weight":2,"temperature":0.7}`},
-		{typ: "dynamo-default-cost-fn", params: `{"temperature": -1}`, errKey: "temperature", errWord: "-1 is out of range 0..100"},
-		{typ: "dynamo-default-cost-fn", params: `{"shared_cache_multiplier": 1}`, errKey: "shared_cache_multiplier", errWord: "unknown parameter"},
-		{typ: "kvcr", want: `{"shared_cache_multiplier":0.5,"overlap_score_weight":1}`, commits: true},
-		{typ: "kvcr", params: `{"shared_cache_multiplier": 0}`, want: `{"shared_cache_multiplier":0,"overlap_score_weight":1}`},
-		{typ: "kvcr", params: `{"shared_cache_multiplier": 1e-9}`, want: `{"shared_cache_multiplier":1e-9,"overlap_score_weight":1}`, commits: true},
-		{typ: "kvcr", params: `{"shared_cache_multiplier": -0.1}`, errKey: "shared_cache_multiplier", errWord: "-0.1 is out of range 0..100"},
-		{typ: "kvcr", params: `{"shared_cache_multiplier": 1e400}`, errKey: "shared_cache_multiplier", errWord: "a number"},
-		{typ: "kvcr", params: `{"overlap_score_weight": true}`, errKey: "overlap_score_weight", errWord: "a number"},
-		{typ: "round-robin"},
-		{typ: "random"},
-		{typ: "least-loaded"},
-		{typ: "power-of-two"},
-		{typ: "power-of-two", params: `{"choices": 3}`, errKey: "choices", errWord: "takes no parameters"},
+// selCase is one row of a worker-selection parameter table: the parameters
+// and either what the parsed policy reports and commits, or the words of
+// the error.
+type selCase struct {
+	name    string
+	params  string
+	want    string // reported parameters, JSON; compared as values, not bytes
+	commits bool
+	errKey  string
+	errWord string
+}
+
+func runSelectionCases(t *testing.T, typ string, cases []selCase) {
+	t.Helper()
+	p, ok := builtin.NewCatalog().Selection(typ)
+	if !ok {
+		t.Fatalf("%s is not registered", typ)
 	}
-	cat := builtin.NewCatalog()
-	for _, tt := range tests {
-		t.Run(tt.typ+" "+tt.params, func(t *testing.T) {
-			p, ok := cat.Selection(tt.typ)
-			if !ok {
-				t.Fatalf("%s is not registered", tt.typ)
-			}
+	for _, tt := range cases {
+		t.Run(tt.name, func(t *testing.T) {
 			pol, err := p.Parse(hints.Params(tt.params))
 			checkParamResult(t, err, paramCase{params: tt.params, errKey: tt.errKey, errWord: tt.errWord})
 			if err != nil {
@@ -47,11 +42,205 @@ func TestSelectionPolicies(t *testing.T) {
 			if pol.CommitsKVCopies() != tt.commits {
 				t.Errorf("CommitsKVCopies = %v, want %v", pol.CommitsKVCopies(), tt.commits)
 			}
-			if tt.want != "" {
-				if got := string(effective(t, pol)); got != tt.want {
-					t.Errorf("effective parameters %s, want %s", got, tt.want)
+			rep, reports := pol.(hints.ParameterReporter)
+			if tt.want == "" {
+				if reports {
+					t.Errorf("%T reports parameters %s; this type takes none", pol, mustJSON(t, rep.EffectiveParameters()))
 				}
+				return
+			}
+			if !reports {
+				t.Fatalf("%T does not report its parameters", pol)
+			}
+			got := string(mustJSON(t, rep.EffectiveParameters()))
+			if diff := cmp.Diff(jsonValue(t, tt.want), jsonValue(t, got), sameNumber); diff != "" {
+				t.Errorf("reported parameters %s (-want +got):\n%s", got, diff)
 			}
 		})
+	}
+}
+
+// sameNumber compares JSON numbers by value, exactly: 1e300 is 1e+300,
+// and 18446744073709551615 is not 18446744073709551616.
+var sameNumber = cmp.Comparer(func(a, b json.Number) bool {
+	ra, okA := new(big.Rat).SetString(string(a))
+	rb, okB := new(big.Rat).SetString(string(b))
+	return okA && okB && ra.Cmp(rb) == 0
+})
+
+// jsonValue decodes a JSON document with its numbers as written, so that
+// 18446744073709551615 stays exact.
+func jsonValue(t *testing.T, s string) any {
+	t.Helper()
+	dec := json.NewDecoder(bytes.NewReader([]byte(s)))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		t.Fatalf("%s: %v", s, err)
+	}
+	return v
+}
+
+// costFloatKeys are the parameters of dynamo-default-cost-fn and kvcr that
+// are finite and non-negative, with no upper bound.
+var costFloatKeys = []string{
+	"overlap_score_credit", "overlap_score_credit_decay", "prefill_load_scale",
+	"decode_active_request_weight", "host_cache_hit_weight", "disk_cache_hit_weight",
+	"router_temperature",
+}
+
+// costCases are the rows dynamo-default-cost-fn and kvcr share. reported
+// turns the keys a row sets, as JSON members, into what the policy must
+// report; commits says whether it commits copies for a given
+// shared_cache_multiplier (nil: not set).
+func costCases(reported func(members string) string, commits func(shared *float64) bool) []selCase {
+	f := func(v float64) *float64 { return &v }
+	ok := func(name, params, members string, shared *float64) selCase {
+		return selCase{name: name, params: params, want: reported(members), commits: commits(shared)}
+	}
+	cases := []selCase{
+		ok("nothing set", "", "", nil),
+		ok("empty mapping", "{}", "", nil),
+		ok("null", "null", "", nil),
+		ok("every key set",
+			`{"overlap_score_credit": 2, "overlap_score_credit_decay": 0.1, "prefill_load_scale": 1.5, "decode_active_request_weight": 0.2,
+			  "host_cache_hit_weight": 0.75, "disk_cache_hit_weight": 0.25, "shared_cache_multiplier": 0.3, "router_temperature": 0.7, "seed": 42}`,
+			`"overlap_score_credit": 2, "overlap_score_credit_decay": 0.1, "prefill_load_scale": 1.5, "decode_active_request_weight": 0.2,
+			 "host_cache_hit_weight": 0.75, "disk_cache_hit_weight": 0.25, "shared_cache_multiplier": 0.3, "router_temperature": 0.7, "seed": 42`, f(0.3)),
+		ok("a value equal to Dynamo's default is still reported: it was set", `{"overlap_score_credit": 1}`, `"overlap_score_credit": 1`, nil),
+		// shared_cache_multiplier is in [0, 1].
+		{name: "shared_cache_multiplier below 0", params: `{"shared_cache_multiplier": -0.1}`, errKey: "shared_cache_multiplier", errWord: "-0.1 is out of range 0..1"},
+		ok("shared_cache_multiplier at 0", `{"shared_cache_multiplier": 0}`, `"shared_cache_multiplier": 0`, f(0)),
+		ok("shared_cache_multiplier just above 0", `{"shared_cache_multiplier": 1e-9}`, `"shared_cache_multiplier": 1e-9`, f(1e-9)),
+		ok("shared_cache_multiplier at 1", `{"shared_cache_multiplier": 1}`, `"shared_cache_multiplier": 1`, f(1)),
+		{name: "shared_cache_multiplier above 1", params: `{"shared_cache_multiplier": 1.0001}`, errKey: "shared_cache_multiplier", errWord: "1.0001 is out of range 0..1"},
+		{name: "shared_cache_multiplier infinite", params: `{"shared_cache_multiplier": 1e400}`, errKey: "shared_cache_multiplier", errWord: "is not a number"},
+		{name: "shared_cache_multiplier a string", params: `{"shared_cache_multiplier": "0.5"}`, errKey: "shared_cache_multiplier", errWord: "is not a number"},
+		// seed is an unsigned 64-bit integer.
+		ok("seed 0", `{"seed": 0}`, `"seed": 0`, nil),
+		ok("seed at the u64 maximum", `{"seed": 18446744073709551615}`, `"seed": 18446744073709551615`, nil),
+		{name: "seed above the u64 maximum", params: `{"seed": 18446744073709551616}`, errKey: "seed", errWord: "is not a non-negative integer"},
+		{name: "seed -1", params: `{"seed": -1}`, errKey: "seed", errWord: "-1 is not a non-negative integer"},
+		{name: "seed 1.5", params: `{"seed": 1.5}`, errKey: "seed", errWord: "1.5 is not a non-negative integer"},
+		{name: "seed a string", params: `{"seed": "7"}`, errKey: "seed", errWord: "is not a non-negative integer"},
+		// Removed and unknown keys.
+		{name: "overlap_score_weight is gone", params: `{"overlap_score_weight": 1}`, errKey: "overlap_score_weight", errWord: "unknown parameter; known: decode_active_request_weight"},
+		{name: "temperature is gone", params: `{"temperature": 0.5}`, errKey: "temperature", errWord: "unknown parameter"},
+		{name: "an unknown key", params: `{"cache_threshold": 0.5}`, errKey: "cache_threshold", errWord: "unknown parameter"},
+		{name: "null for a key", params: `{"router_temperature": null}`, errKey: "router_temperature", errWord: "must not be null"},
+		{name: "not a mapping", params: `[1]`, errWord: "must be a mapping"},
+	}
+	for _, key := range costFloatKeys {
+		cases = append(cases,
+			selCase{name: key + " below 0", params: fmt.Sprintf(`{%q: -0.5}`, key), errKey: key, errWord: "-0.5 is below the minimum 0"},
+			ok(key+" at 0", fmt.Sprintf(`{%q: 0}`, key), fmt.Sprintf(`%q: 0`, key), nil),
+			ok(key+" far above 0", fmt.Sprintf(`{%q: 1e300}`, key), fmt.Sprintf(`%q: 1e300`, key), nil),
+			selCase{name: key + " +infinity", params: fmt.Sprintf(`{%q: 1e400}`, key), errKey: key, errWord: "1e400 is not a number"},
+			selCase{name: key + " -infinity", params: fmt.Sprintf(`{%q: -1e400}`, key), errKey: key, errWord: "-1e400 is not a number"},
+			selCase{name: key + " NaN as YAML spells it", params: fmt.Sprintf(`{%q: ".nan"}`, key), errKey: key, errWord: "is not a number"},
+			selCase{name: key + " a boolean", params: fmt.Sprintf(`{%q: true}`, key), errKey: key, errWord: "true is not a number"},
+		)
+	}
+	return cases
+}
+
+func TestDefaultCostFnParameters(t *testing.T) {
+	runSelectionCases(t, builtin.TypeDefaultCostFn, costCases(
+		// Only what was set: the router fills the rest from its flags.
+		func(members string) string { return "{" + members + "}" },
+		// Never, whatever shared_cache_multiplier says.
+		func(*float64) bool { return false },
+	))
+}
+
+func TestKVCRParameters(t *testing.T) {
+	runSelectionCases(t, builtin.TypeKVCR, costCases(
+		// What was set, and the effective shared_cache_multiplier always.
+		func(members string) string {
+			if strings.Contains(members, "shared_cache_multiplier") {
+				return "{" + members + "}"
+			}
+			if members == "" {
+				return `{"shared_cache_multiplier": 0.5}`
+			}
+			return "{" + members + `, "shared_cache_multiplier": 0.5}`
+		},
+		// Exactly when shared_cache_multiplier, 0.5 unless set, is above 0.
+		func(shared *float64) bool { return shared == nil || *shared > 0 },
+	))
+}
+
+func TestTwoTierCostFnParameters(t *testing.T) {
+	runSelectionCases(t, builtin.TypeTwoTierCostFn, []selCase{
+		{name: "nothing set", params: "", want: `{}`},
+		{name: "empty mapping", params: `{}`, want: `{}`},
+		{name: "every threshold set", params: `{"cache_threshold": 0.8, "balance_abs_threshold": 16, "balance_rel_threshold": 1.5}`,
+			want: `{"cache_threshold": 0.8, "balance_abs_threshold": 16, "balance_rel_threshold": 1.5}`},
+		// cache_threshold is in [0, 1].
+		{name: "cache_threshold below 0", params: `{"cache_threshold": -0.01}`, errKey: "cache_threshold", errWord: "-0.01 is out of range 0..1"},
+		{name: "cache_threshold at 0", params: `{"cache_threshold": 0}`, want: `{"cache_threshold": 0}`},
+		{name: "cache_threshold at 1", params: `{"cache_threshold": 1}`, want: `{"cache_threshold": 1}`},
+		{name: "cache_threshold above 1", params: `{"cache_threshold": 1.01}`, errKey: "cache_threshold", errWord: "1.01 is out of range 0..1"},
+		{name: "cache_threshold infinite", params: `{"cache_threshold": 1e400}`, errKey: "cache_threshold", errWord: "is not a number"},
+		{name: "cache_threshold a string", params: `{"cache_threshold": "0.5"}`, errKey: "cache_threshold", errWord: "is not a number"},
+		// balance_abs_threshold is a non-negative integer.
+		{name: "balance_abs_threshold -1", params: `{"balance_abs_threshold": -1}`, errKey: "balance_abs_threshold", errWord: "-1 is not a non-negative integer"},
+		{name: "balance_abs_threshold at 0", params: `{"balance_abs_threshold": 0}`, want: `{"balance_abs_threshold": 0}`},
+		{name: "balance_abs_threshold at the u64 maximum", params: `{"balance_abs_threshold": 18446744073709551615}`, want: `{"balance_abs_threshold": 18446744073709551615}`},
+		{name: "balance_abs_threshold fractional", params: `{"balance_abs_threshold": 32.5}`, errKey: "balance_abs_threshold", errWord: "32.5 is not a non-negative integer"},
+		{name: "balance_abs_threshold a string", params: `{"balance_abs_threshold": "32"}`, errKey: "balance_abs_threshold", errWord: "is not a non-negative integer"},
+		// balance_rel_threshold is at least 1.
+		{name: "balance_rel_threshold below 1", params: `{"balance_rel_threshold": 0.99}`, errKey: "balance_rel_threshold", errWord: "0.99 is below the minimum 1"},
+		{name: "balance_rel_threshold negative", params: `{"balance_rel_threshold": -2}`, errKey: "balance_rel_threshold", errWord: "-2 is below the minimum 1"},
+		{name: "balance_rel_threshold at 1", params: `{"balance_rel_threshold": 1}`, want: `{"balance_rel_threshold": 1}`},
+		{name: "balance_rel_threshold far above 1", params: `{"balance_rel_threshold": 1e300}`, want: `{"balance_rel_threshold": 1e300}`},
+		{name: "balance_rel_threshold infinite", params: `{"balance_rel_threshold": 1e400}`, errKey: "balance_rel_threshold", errWord: "is not a number"},
+		{name: "balance_rel_threshold NaN as YAML spells it", params: `{"balance_rel_threshold": ".nan"}`, errKey: "balance_rel_threshold", errWord: "is not a number"},
+		// adaptive is a mapping of its own, as strict.
+		{name: "adaptive empty: on, with Dynamo's defaults", params: `{"adaptive": {}}`, want: `{"adaptive": {}}`},
+		{name: "adaptive set", params: `{"adaptive": {"update_interval_ms": 250, "load_scale": 8}}`, want: `{"adaptive": {"update_interval_ms": 250, "load_scale": 8}}`},
+		{name: "update_interval_ms 0", params: `{"adaptive": {"update_interval_ms": 0}}`, errKey: "adaptive.update_interval_ms", errWord: "must be above 0"},
+		{name: "update_interval_ms 1", params: `{"adaptive": {"update_interval_ms": 1}}`, want: `{"adaptive": {"update_interval_ms": 1}}`},
+		{name: "update_interval_ms -1", params: `{"adaptive": {"update_interval_ms": -1}}`, errKey: "adaptive.update_interval_ms", errWord: "-1 is not a non-negative integer"},
+		{name: "update_interval_ms fractional", params: `{"adaptive": {"update_interval_ms": 1.5}}`, errKey: "adaptive.update_interval_ms", errWord: "1.5 is not a non-negative integer"},
+		{name: "load_scale below 1", params: `{"adaptive": {"load_scale": 0.5}}`, errKey: "adaptive.load_scale", errWord: "0.5 is below the minimum 1"},
+		{name: "load_scale at 1", params: `{"adaptive": {"load_scale": 1}}`, want: `{"adaptive": {"load_scale": 1}}`},
+		{name: "load_scale infinite", params: `{"adaptive": {"load_scale": 1e400}}`, errKey: "adaptive.load_scale", errWord: "is not a number"},
+		{name: "load_scale a string", params: `{"adaptive": {"load_scale": "32"}}`, errKey: "adaptive.load_scale", errWord: "is not a number"},
+		{name: "an unknown key in adaptive", params: `{"adaptive": {"interval_ms": 100}}`, errKey: "adaptive.interval_ms",
+			errWord: "unknown parameter; known: load_scale, update_interval_ms"},
+		{name: "adaptive not a mapping", params: `{"adaptive": true}`, errKey: "adaptive", errWord: "true is not a mapping"},
+		{name: "adaptive null", params: `{"adaptive": null}`, errKey: "adaptive", errWord: "must not be null"},
+		// adaptive cannot be combined with non-default thresholds.
+		{name: "adaptive with a non-default cache_threshold", params: `{"adaptive": {}, "cache_threshold": 0.8}`, errKey: "adaptive",
+			errWord: "cannot be combined with non-default thresholds: cache_threshold 0.8 (default 0.5)"},
+		{name: "adaptive with every threshold changed", params: `{"adaptive": {}, "cache_threshold": 0.4, "balance_abs_threshold": 8, "balance_rel_threshold": 2}`,
+			errKey: "adaptive", errWord: "cache_threshold 0.4 (default 0.5), balance_abs_threshold 8 (default 32), balance_rel_threshold 2 (default 1.1)"},
+		{name: "adaptive with a non-default balance_abs_threshold", params: `{"adaptive": {"load_scale": 4}, "balance_abs_threshold": 0}`, errKey: "adaptive",
+			errWord: "balance_abs_threshold 0 (default 32)"},
+		{name: "adaptive with the default thresholds written out", params: `{"adaptive": {}, "cache_threshold": 0.5, "balance_abs_threshold": 32, "balance_rel_threshold": 1.1}`,
+			want: `{"adaptive": {}, "cache_threshold": 0.5, "balance_abs_threshold": 32, "balance_rel_threshold": 1.1}`},
+		// Dynamo's rejects_an_unknown_parameter_key fixture.
+		{name: "cache_affinity_threshold is unknown", params: `{"cache_affinity_threshold": 0.8}`, errKey: "cache_affinity_threshold",
+			errWord: `parameter "cache_affinity_threshold": unknown parameter; known: adaptive, balance_abs_threshold, balance_rel_threshold, cache_threshold`},
+		{name: "a cost-fn key is unknown here", params: `{"overlap_score_credit": 1}`, errKey: "overlap_score_credit", errWord: "unknown parameter"},
+		{name: "not a mapping", params: `0.5`, errWord: "must be a mapping"},
+	})
+}
+
+func TestLoadOnlySelections(t *testing.T) {
+	cases := []selCase{
+		{name: "nothing set", params: ""},
+		{name: "empty mapping", params: `{}`},
+		{name: "null", params: `null`},
+		// Dynamo's fixture: seed under dynamo-round-robin fails naming seed.
+		{name: "seed is refused", params: `{"seed": 7}`, errKey: "seed", errWord: `parameter "seed": unknown parameter; this type takes no parameters`},
+		{name: "any key is refused", params: `{"choices": 3}`, errKey: "choices", errWord: "takes no parameters"},
+		{name: "a cost-fn key is refused", params: `{"router_temperature": 0}`, errKey: "router_temperature", errWord: "takes no parameters"},
+		{name: "not a mapping", params: `[]`, errWord: "must be a mapping"},
+	}
+	for _, typ := range []string{builtin.TypeRoundRobin, builtin.TypeRandom, builtin.TypePowerOfTwoChoices,
+		builtin.TypeLeastLoaded, builtin.TypeDirect, builtin.TypeDeviceAwareWeighted} {
+		t.Run(typ, func(t *testing.T) { runSelectionCases(t, typ, cases) })
 	}
 }
