@@ -75,7 +75,7 @@ func TestCELRejections(t *testing.T) {
 			name: "hints off the KV path",
 			spec: func(s *v1alpha1.RouterRoleSpec) {
 				s.RouterMode = v1alpha1.RouterModeRoundRobin
-				s.WorkerSelection.Type = "round-robin"
+				s.WorkerSelection.Type = "dynamo-round-robin"
 				s.Hints = []v1alpha1.HintItem{inline("kv-evict", nil)}
 			},
 			want: `spec: Invalid value: hints run only on the KV path: with a routerMode other than kv, leave hints out or set hints: []`,
@@ -113,7 +113,7 @@ func TestCELRejections(t *testing.T) {
 			name: "empty hints off the KV path",
 			spec: func(s *v1alpha1.RouterRoleSpec) {
 				s.RouterMode = v1alpha1.RouterModeRandom
-				s.WorkerSelection.Type = "random"
+				s.WorkerSelection.Type = "dynamo-random"
 				s.Hints = []v1alpha1.HintItem{}
 			},
 		},

@@ -53,9 +53,9 @@ func holds(cm, want *corev1.ConfigMap) bool {
 	return contains(cm.Labels, want.Labels) &&
 		contains(cm.Annotations, want.Annotations) &&
 		contains(cm.Data, want.Data) &&
-		// The worker selectors key goes away with the last selector; an
-		// apply without it removes it, since the manager owns it.
-		(hasKey(want.Data, v1alpha1.WorkerSelectorsKey) || !hasKey(cm.Data, v1alpha1.WorkerSelectorsKey)) &&
+		// The policy file goes away while no role is accepted; an apply
+		// without it removes it, since the manager owns it.
+		(hasKey(want.Data, v1alpha1.HintsConfigKey) || !hasKey(cm.Data, v1alpha1.HintsConfigKey)) &&
 		maps.Equal(roleOwners(cm.OwnerReferences), roleOwners(want.OwnerReferences))
 }
 

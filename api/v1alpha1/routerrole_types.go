@@ -5,19 +5,31 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// RouterMode is how a router books workers for a role. Only kv is the KV
-// path, where the worker-selection policy and hint policies run.
-// +kubebuilder:validation:Enum=kv;round-robin;random;least-loaded;power-of-two;direct
+// RouterMode is how a router books workers for a role: Dynamo's
+// --router-mode (DYN_ROUTER_MODE), which a worker set may also set for
+// itself. Only kv is the KV path, where the worker-selection policy and
+// hint policies run.
+// +kubebuilder:validation:Enum=kv;round-robin;random;power-of-two;least-loaded;device-aware-weighted;direct
 type RouterMode string
 
 // Router modes.
 const (
-	RouterModeKV          RouterMode = "kv"
-	RouterModeRoundRobin  RouterMode = "round-robin"
-	RouterModeRandom      RouterMode = "random"
-	RouterModeLeastLoaded RouterMode = "least-loaded"
-	RouterModePowerOfTwo  RouterMode = "power-of-two"
-	RouterModeDirect      RouterMode = "direct"
+	RouterModeKV                  RouterMode = "kv"
+	RouterModeRoundRobin          RouterMode = "round-robin"
+	RouterModeRandom              RouterMode = "random"
+	RouterModePowerOfTwo          RouterMode = "power-of-two"
+	RouterModeLeastLoaded         RouterMode = "least-loaded"
+	RouterModeDeviceAwareWeighted RouterMode = "device-aware-weighted"
+	RouterModeDirect              RouterMode = "direct"
+)
+
+// Roles: Dynamo's worker types, the only keys its router policy file's
+// worker_selection takes.
+const (
+	RoleAggregated = "aggregated"
+	RolePrefill    = "prefill"
+	RoleDecode     = "decode"
+	RoleEncode     = "encode"
 )
 
 // MaxHints is the most hint items a RouterRole may list.
@@ -37,20 +49,23 @@ type RouterRoleSpec struct {
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 	Router string `json:"router"`
 
-	// role is the stage the router books workers for, such as aggregated,
-	// prefill, decode or encode; any DNS label is accepted. At most one
-	// RouterRole per router may claim a role: when two do, the older one
-	// (then the one whose name sorts first) wins and the other reports
-	// Accepted=False with reason RoleConflict.
+	// role is the worker type the router books workers for: aggregated,
+	// prefill, decode or encode. These are Dynamo's worker types, the only
+	// role keys the worker_selection of its router policy file accepts
+	// (the compiled hints.yaml is that file), so no other name is taken.
+	// At most one RouterRole per router may claim a role: when two do, the
+	// older one (then the one whose name sorts first) wins and the other
+	// reports Accepted=False with reason RoleConflict.
 	// +required
-	// +kubebuilder:validation:MinLength=1
-	// +kubebuilder:validation:MaxLength=63
-	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +kubebuilder:validation:Enum=aggregated;prefill;decode;encode
 	Role string `json:"role"`
 
-	// routerMode is how the router books workers for this role: kv (the KV
-	// path, where the worker-selection policy and the hints run),
-	// round-robin, random, least-loaded, power-of-two or direct. Hints run
+	// routerMode is how the router books workers for this role, Dynamo's
+	// --router-mode: kv (the KV path, where the worker-selection policy
+	// and the hints run), round-robin, random, power-of-two, least-loaded,
+	// device-aware-weighted or direct. It is not part of the policy file:
+	// the manager compiles it into the ConfigMap's roles.yaml, and a
+	// Dynamo router takes it from its own --router-mode flag. Hints run
 	// only with kv. Defaults to kv.
 	// +optional
 	// +kubebuilder:default=kv
@@ -79,7 +94,7 @@ type RouterRoleSpec struct {
 	// workerSelector selects the worker pods this role books, by label, in
 	// this namespace: the role's worker pool. The manager checks that it is
 	// a valid selector and compiles it into the router's ConfigMap (key
-	// worker-selectors.yaml); the router sidecar watches the pods it picks
+	// roles.yaml); the router sidecar watches the pods it picks
 	// and sends this role's hints only to them, answering a booking for
 	// any other worker with 204 and outcome not_in_pool. Leave it out and
 	// the role's hints go to any registered worker.
@@ -92,7 +107,8 @@ type WorkerSelection struct {
 	// type is the worker-selection policy type, one linked into the
 	// manager's build: dynamo-default-cost-fn (never commits KV copies),
 	// kvcr (KV cache reuse: commits KV copies when shared_cache_multiplier
-	// > 0), or a load-only type such as round-robin. An unknown type is
+	// > 0), dynamo-two-tier-cost-fn, or a load-only type such as
+	// dynamo-round-robin. An unknown type is
 	// reported as Accepted=False, reason UnknownWorkerSelection.
 	// +required
 	// +kubebuilder:validation:MinLength=1

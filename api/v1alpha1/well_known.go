@@ -12,7 +12,7 @@ const (
 	SidecarFieldManager              = wellknown.SidecarFieldManager
 	HashAnnotation                   = wellknown.HashAnnotation
 	HintsConfigKey                   = wellknown.HintsConfigKey
-	WorkerSelectorsKey               = wellknown.WorkerSelectorsKey
+	RolesKey                         = wellknown.RolesKey
 	SourceControlEndpointsAnnotation = wellknown.SourceControlEndpointsAnnotation
 	ManagedByLabel                   = wellknown.ManagedByLabel
 	ManagedBy                        = wellknown.ManagedBy

@@ -9,11 +9,13 @@ import (
 
 	"github.com/kvrouter/kv-hint-operator/internal/rolegraph"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
+	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
 )
 
 func newCompileCommand(cat *hints.Catalog) *cobra.Command {
 	var files []string
 	var router string
+	var mode hintsconfig.RouterMode
 	cmd := &cobra.Command{
 		Use:   "compile -f FILE...",
 		Short: "Print the compiled hints YAML: defaults expanded, parameters effective",
@@ -25,23 +27,31 @@ A file may also be a Kubernetes manifest of RouterRoles and HintPolicies (see
 kvhint validate --help); all manifest files are compiled together, and the
 config of each router is printed exactly as the manager writes it into the
 key hints.yaml of the ConfigMap "<router>-hints": no header, the same bytes,
-so that its hash is the ConfigMap's hints.kvrouter.io/hash. Several configs
-are separated by "---" lines; which router (or file) each one is, and its
-hash, is written to standard error. --router NAME prints one router's alone.`,
+beside its roles.yaml (each role's router mode and worker pool), which
+standard error shows with the ConfigMap's hints.kvrouter.io/hash (over both
+keys). A router with no accepted role prints nothing: its ConfigMap holds
+no hints.yaml, since Dynamo's router refuses a file with no role. Several
+configs are separated by "---" lines; which router (or file) each one is,
+and its hash, is written to standard error. --router NAME prints one
+router's alone.
+
+A hints YAML file is compiled with every role under --router-mode (default
+kv), as Dynamo's router runs it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if len(files) == 0 {
 				return fmt.Errorf("no input: give one or more -f FILE")
 			}
-			return compileFiles(cat, files, router, cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
+			return compileFiles(cat, files, router, mode, cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	cmd.Flags().StringArrayVarP(&files, "filename", "f", nil, "hints YAML or manifest file to compile (repeatable; - for stdin)")
 	cmd.Flags().StringVar(&router, "router", "", "print only the config of this router (manifests)")
+	cmd.Flags().Var(routerModeFlag{&mode}, "router-mode", "the router's mode for every role of a hints YAML file: "+hintsconfig.RouterModeList())
 	return cmd
 }
 
-func compileFiles(cat *hints.Catalog, files []string, router string, stdin io.Reader, stdout, stderr io.Writer) error {
+func compileFiles(cat *hints.Catalog, files []string, router string, mode hintsconfig.RouterMode, stdin io.Reader, stdout, stderr io.Writer) error {
 	files, err := expandInputs(files)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
@@ -63,7 +73,7 @@ func compileFiles(cat *hints.Catalog, files []string, router string, stdin io.Re
 		if router != "" {
 			continue
 		}
-		g, probs := compileHintsYAML(cat, data)
+		g, probs := compileHintsYAML(cat, data, mode)
 		printProblems(stderr, name, probs)
 		if probs.HasErrors() {
 			return exitError{code: ExitInvalid}
@@ -88,8 +98,11 @@ func compileFiles(cat *hints.Catalog, files []string, router string, stdin io.Re
 			if router != "" && r.router.Name != router {
 				continue
 			}
-			docs = append(docs, r.router.Config)
 			notes = append(notes, r.note())
+			if r.router.Config == nil {
+				continue
+			}
+			docs = append(docs, r.router.Config)
 		}
 		if router != "" && len(docs) == 0 {
 			fmt.Fprintf(stderr, "no router %q in the manifests; routers: %s\n", router, strings.Join(names, ", "))

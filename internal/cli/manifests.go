@@ -203,8 +203,13 @@ func (c compiledRouter) note() string {
 	if c.namespace != "" {
 		fmt.Fprintf(&b, " in namespace %s", c.namespace)
 	}
-	fmt.Fprintf(&b, ": ConfigMap %s, key %s, hash %s, from %s",
-		v1alpha1.HintsConfigMapName(c.router.Name), v1alpha1.HintsConfigKey, c.router.Hash, strings.Join(c.files, ", "))
+	if c.router.Config == nil {
+		fmt.Fprintf(&b, ": ConfigMap %s holds no %s (no role is accepted), only %s; hash %s, from %s",
+			v1alpha1.HintsConfigMapName(c.router.Name), v1alpha1.HintsConfigKey, v1alpha1.RolesKey, c.router.Hash, strings.Join(c.files, ", "))
+		return b.String()
+	}
+	fmt.Fprintf(&b, ": ConfigMap %s, key %s (with %s, hash %s over both), from %s",
+		v1alpha1.HintsConfigMapName(c.router.Name), v1alpha1.HintsConfigKey, v1alpha1.RolesKey, c.router.Hash, strings.Join(c.files, ", "))
 	return b.String()
 }
 

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
 	"github.com/kvrouter/kv-hint-operator/internal/router"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 )
@@ -41,15 +42,17 @@ the hint it built (200) or nothing (204). Hints are posted to the booked
 worker's hint endpoint off the booking path.
 
 Config sources (exactly one):
-  --config-file FILE   a hints YAML file (standalone)
-  --config-dir DIR     a mounted ConfigMap directory; reads DIR/hints.yaml and
+  --config-file FILE   a policy file (standalone), every role under
+                       --router-mode (default kv), as Dynamo's router takes it
+  --config-dir DIR     a mounted compiled ConfigMap directory; reads
+                       DIR/hints.yaml and DIR/roles.yaml together and
                        survives kubelet's ..data symlink swaps
   --configmap NAME     watch ConfigMap NAME in --namespace through the API
   --router NAME        the same as --configmap NAME-hints
 
 Workers: --workers-file and PUT /v1/workers/{id} (standalone), or worker
 pods (Kubernetes, on by default with --router or --configmap): the pods each
-RouterRole's workerSelector picks, from the ConfigMap's worker-selectors.yaml,
+RouterRole's workerSelector picks, from the ConfigMap's roles.yaml,
 make that role's worker pool, and a role's hints go only to its pool (a role
 without a selector takes any registered worker). Capabilities, hint endpoint,
 worker type and source endpoints come from the pod annotations
@@ -101,6 +104,9 @@ pod IP only, where probes and scrapers reach them; pprof is on loopback.`,
 					o.PodNamespace = o.Namespace
 				}
 			}
+			if cmd.Flags().Changed("router-mode") && o.ConfigFile == "" {
+				return errors.New("--router-mode is for --config-file: a compiled ConfigMap carries each role's router mode in roles.yaml")
+			}
 			s, err := router.New(o)
 			if err != nil {
 				return err
@@ -112,7 +118,8 @@ pod IP only, where probes and scrapers reach them; pprof is on loopback.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.ConfigFile, "config-file", "", "hints YAML file to run")
-	f.StringVar(&o.ConfigDir, "config-dir", "", "mounted ConfigMap directory holding hints.yaml")
+	f.StringVar(&o.ConfigDir, "config-dir", "", "mounted compiled ConfigMap directory holding hints.yaml and roles.yaml")
+	f.Var(routerModeFlag{&o.RouterMode}, "router-mode", "the router's mode for every role of --config-file: "+hintsconfig.RouterModeList()+"; hints run only under kv (default kv)")
 	f.StringVar(&o.ConfigMap, "configmap", "", "ConfigMap to watch in --namespace")
 	f.StringVar(&routerName, "router", "", "router name: watch ConfigMap <router>-hints in --namespace")
 	f.StringVar(&o.Namespace, "namespace", os.Getenv("POD_NAMESPACE"), "namespace of the ConfigMap and the worker pods (default $POD_NAMESPACE)")

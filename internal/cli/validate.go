@@ -16,6 +16,7 @@ import (
 func newValidateCommand(cat *hints.Catalog) *cobra.Command {
 	var files []string
 	var output string
+	var mode hintsconfig.RouterMode
 	cmd := &cobra.Command{
 		Use:   "validate -f FILE...",
 		Short: "Check hints YAML files or RouterRole/HintPolicy manifests with the router's start-up rules",
@@ -30,11 +31,15 @@ applied: a policyRef resolves to a HintPolicy in any of the files. The API
 server's own schema checks (enums, name patterns, CEL rules) are not run;
 their rules are checked again as the compile step knows them.
 
-Any other file is a hints YAML: exactly one YAML document with
-worker_selection (an empty mapping, {}, for a router with no role, which is
-reported as a warning); a second document, a role key that YAML 1.1 reads as
-something else than written (yes, no, on, off: quote them), .nan or .inf are
-errors.
+Any other file is a hints YAML, a Dynamo router policy file: exactly one
+YAML document, read as Dynamo's router reads it (unknown keys refused at
+every level, worker_selection: {} refused), with every role under
+--router-mode (default kv; Dynamo's router takes the same flag). Root keys
+Dynamo reads that kvhint does not check (policy_classes, models,
+uncached_isl_buckets, default_policy_family, request_classifier) are kept
+and reported as NotChecked warnings. A second document, a role key that
+YAML 1.1 reads as something else than written (yes, no, on, off: quote
+them), .nan or .inf are errors.
 
 Every problem is printed as FILE:LINE: LOCATION: Reason: message (":LINE" left
 out where the place has no line); the Reason is the one the object's Accepted
@@ -52,17 +57,19 @@ rule, 2 on a usage or read error. "-" reads standard input.`,
 			if output != "text" && output != "json" {
 				return fmt.Errorf("--output %q: use text or json", output)
 			}
-			return validateFiles(cat, files, output, cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
+			return validateFiles(cat, files, output, mode, cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	cmd.Flags().StringArrayVarP(&files, "filename", "f", nil, "hints YAML or manifest file to check (repeatable; - for stdin)")
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "text, or json for pipeline tools")
+	cmd.Flags().Var(routerModeFlag{&mode}, "router-mode", "the router's mode for every role of a hints YAML file: "+hintsconfig.RouterModeList()+" (manifests carry spec.routerMode)")
 	return cmd
 }
 
 // Reasons of the warnings only validate reports.
 const (
-	// reasonNoRoles: a hints YAML with worker_selection: {}.
+	// reasonNoRoles: a hints YAML with no role (instances or profiles
+	// alone).
 	reasonNoRoles = "NoRoles"
 	// reasonNoObjects: manifests with no RouterRole or HintPolicy.
 	reasonNoObjects = "NoObjects"
@@ -70,7 +77,7 @@ const (
 	reasonReadError = "ReadError"
 )
 
-func validateFiles(cat *hints.Catalog, files []string, output string, stdin io.Reader, stdout, stderr io.Writer) error {
+func validateFiles(cat *hints.Catalog, files []string, output string, mode hintsconfig.RouterMode, stdin io.Reader, stdout, stderr io.Writer) error {
 	files, err := expandInputs(files)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
@@ -93,7 +100,7 @@ func validateFiles(cat *hints.Catalog, files []string, output string, stdin io.R
 			manifests.add(name, data)
 			continue
 		}
-		g, ps := compileHintsYAML(cat, data)
+		g, ps := compileHintsYAML(cat, data, mode)
 		for _, p := range ps {
 			probs = append(probs, hintsProblem(name, p))
 		}
@@ -101,7 +108,7 @@ func validateFiles(cat *hints.Catalog, files []string, output string, stdin io.R
 			code = max(code, ExitInvalid)
 		} else if len(g.Roles) == 0 {
 			probs = append(probs, problem{File: name, Reason: reasonNoRoles, Severity: severityWarning, where: "config",
-				Message: "worker_selection is empty: a router running this config books with no role, so it runs no hints"})
+				Message: "the file holds no role: a router running it runs no hints"})
 		}
 	}
 	if len(manifests.files) > 0 {
@@ -137,7 +144,7 @@ func validateFiles(cat *hints.Catalog, files []string, output string, stdin io.R
 }
 
 // compileHintsYAML parses and compiles one hints YAML document.
-func compileHintsYAML(cat *hints.Catalog, data []byte) (*hintsconfig.Graph, hintsconfig.Problems) {
+func compileHintsYAML(cat *hints.Catalog, data []byte, mode hintsconfig.RouterMode) (*hintsconfig.Graph, hintsconfig.Problems) {
 	cfg, err := hintsconfig.ParseConfig(data)
 	if err != nil {
 		if probs, ok := err.(hintsconfig.Problems); ok {
@@ -145,7 +152,7 @@ func compileHintsYAML(cat *hints.Catalog, data []byte) (*hintsconfig.Graph, hint
 		}
 		return nil, hintsconfig.Problems{{Severity: hintsconfig.SeverityError, Reason: hintsconfig.ReasonInvalidConfig, Hint: hintsconfig.NoHint, Message: err.Error()}}
 	}
-	return hintsconfig.Compile(cat, cfg)
+	return hintsconfig.Compile(cat, cfg, modesOf(mode))
 }
 
 func printProblems(w io.Writer, file string, probs hintsconfig.Problems) {

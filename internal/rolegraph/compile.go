@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+	"github.com/kvrouter/kv-hint-operator/internal/compiled"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 )
 
@@ -40,9 +41,15 @@ type Output struct {
 // Router is the compiled config of one router.
 type Router struct {
 	Name string
-	// Config is the compiled hints YAML, the data of the ConfigMap.
+	// Config is the compiled policy file, the ConfigMap's hints.yaml; nil
+	// while no role of the router is accepted, when the ConfigMap holds
+	// only the role settings (Dynamo's router refuses a file with no
+	// role).
 	Config []byte
-	// Hash is hintsconfig.ContentHash(Config).
+	// Compiled is the ConfigMap's data: the policy file and the role
+	// settings.
+	Compiled *compiled.Config
+	// Hash is the content hash of the ConfigMap's data (compiled.Hash).
 	Hash string
 	// ConfigMap is the ConfigMap to write: its name, labels, annotations,
 	// owner references and data, nothing else.
@@ -202,8 +209,9 @@ func compileRouter(cat *hints.Catalog, name string, results []*roleResult, cm *c
 	for _, res := range results {
 		claims[res.rr.Spec.Role] = append(claims[res.rr.Spec.Role], res)
 	}
-	cfg := &hintsconfig.Config{RouterMode: hintsconfig.ModeKV, WorkerSelection: map[string]*hintsconfig.RoleEntry{}}
-	sources := map[string]Source{}
+	cfg := &hintsconfig.Config{WorkerSelection: map[string]*hintsconfig.RoleEntry{}}
+	modes := hintsconfig.Modes{Roles: map[string]hintsconfig.RouterMode{}}
+	sources := map[string]compiled.Source{}
 	selectors := map[string]*metav1.LabelSelector{}
 	var placements []*placement
 	for _, role := range sortedKeys(claims) {
@@ -234,8 +242,9 @@ func compileRouter(cat *hints.Catalog, name string, results []*roleResult, cm *c
 				selectors[role] = sel
 			}
 			if p.runs != nil {
-				cfg.WorkerSelection[role] = p.runs.Entry(hintsconfig.ModeKV)
-				sources[role] = Source{RouterRole: res.rr.Name, UID: res.rr.UID, Generation: p.generation}
+				cfg.WorkerSelection[role] = p.runs.Entry()
+				modes.Roles[role] = p.runs.Mode
+				sources[role] = compiled.Source{RouterRole: res.rr.Name, UID: res.rr.UID, Generation: p.generation}
 			}
 		}
 	}
@@ -243,16 +252,22 @@ func compileRouter(cat *hints.Catalog, name string, results []*roleResult, cm *c
 	// The config goes through the same compile step the sidecar runs on
 	// it, and is rendered by the core: what is written is what routers
 	// accept, byte for byte the same for the same roles.
-	graph, _ := hintsconfig.Compile(cat, cfg)
-	doc, hash, err := graph.Encode()
+	graph, _ := hintsconfig.Compile(cat, cfg, modes)
+	out, err := compiled.New(graph, selectors)
+	var data map[string]string
+	var hash string
+	if err == nil {
+		data, hash, err = out.Data()
+	}
 	if err != nil {
 		// compileRole refuses entries that do not marshal, so this is a
 		// broken plugin at worst: run nothing rather than half a config.
 		r.Notes = append(r.Notes, "encoding the compiled config: "+err.Error())
-		graph, _ = hintsconfig.Compile(cat, &hintsconfig.Config{RouterMode: hintsconfig.ModeKV})
-		doc, hash, _ = graph.Encode()
+		graph, _ = hintsconfig.Compile(cat, &hintsconfig.Config{}, hintsconfig.Modes{})
+		out = &compiled.Config{}
+		data, hash, _ = out.Data()
 	}
-	r.Config, r.Hash = doc, hash
+	r.Config, r.Compiled, r.Hash = out.Policy, out, hash
 	count := countPods(pods, name, hash)
 	for _, p := range placements {
 		if p.runs != nil {
@@ -264,10 +279,9 @@ func compileRouter(cat *hints.Catalog, name string, results []*roleResult, cm *c
 	for role := range sources {
 		if _, ok := graph.Role(role); !ok {
 			delete(sources, role)
-			delete(selectors, role)
 		}
 	}
-	r.ConfigMap = configMap(name, results, doc, hash, sources, selectors)
+	r.ConfigMap = configMap(name, results, data, hash, sources)
 	return r, placements
 }
 

@@ -15,6 +15,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+	"github.com/kvrouter/kv-hint-operator/internal/compiled"
+	"github.com/kvrouter/kv-hint-operator/internal/dynamopolicy"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
 )
@@ -89,20 +91,27 @@ func TestCompileGolden(t *testing.T) {
 }
 
 // checkConfigsParse holds every compiled config to the sidecar's own
-// all-or-nothing check, and the hash annotation to the content.
+// all-or-nothing check, through the same decode, and the hash annotation
+// to the content.
 func checkConfigsParse(t *testing.T, cat *hints.Catalog, out *Output) {
 	t.Helper()
 	for _, r := range out.Routers {
-		cfg, err := hintsconfig.ParseConfig(r.Config)
-		if err != nil {
-			t.Errorf("router %s: compiled config does not parse: %v", r.Name, err)
+		if r.Conflict != "" {
 			continue
 		}
-		if _, probs := hintsconfig.Compile(cat, cfg); probs.HasErrors() {
+		dec, err := compiled.Decode(r.ConfigMap.Data)
+		if err != nil {
+			t.Errorf("router %s: compiled config does not decode: %v", r.Name, err)
+			continue
+		}
+		if _, probs := hintsconfig.Compile(cat, dec.Parsed, dec.Modes()); probs.HasErrors() {
 			t.Errorf("router %s: compiled config breaks a rule: %v", r.Name, probs)
 		}
-		if got := r.ConfigMap.Annotations[v1alpha1.HashAnnotation]; got != hintsconfig.ContentHash(r.Config) {
-			t.Errorf("router %s: hash annotation %q does not match the content", r.Name, got)
+		if got := r.ConfigMap.Annotations[v1alpha1.HashAnnotation]; got != dec.Hash || got != r.Hash {
+			t.Errorf("router %s: hash annotation %q does not match the content (%s)", r.Name, got, dec.Hash)
+		}
+		if r.Config != nil {
+			checkDynamoPolicyFile(t, r.Name, r.Config)
 		}
 	}
 }
@@ -131,4 +140,14 @@ func strs(fs Findings) []string {
 		out = append(out, s)
 	}
 	return out
+}
+
+// checkDynamoPolicyFile holds a compiled policy file to the schema Dynamo's
+// router reads it with (unknown keys refused at every level), a model
+// written apart from the hints core.
+func checkDynamoPolicyFile(t *testing.T, router string, doc []byte) {
+	t.Helper()
+	if err := dynamopolicy.Check(doc); err != nil {
+		t.Errorf("router %s: Dynamo's router would refuse the compiled hints.yaml: %v\n%s", router, err, doc)
+	}
 }

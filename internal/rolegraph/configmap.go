@@ -1,7 +1,6 @@
 package rolegraph
 
 import (
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -9,22 +8,19 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"sigs.k8s.io/yaml"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+	"github.com/kvrouter/kv-hint-operator/internal/compiled"
 )
 
-// configMap is the ConfigMap that carries a router's compiled config.
+// configMap is the ConfigMap that carries a router's compiled config, in
+// the format of package compiled.
 //
 // Every RouterRole that names the router owns it, whether or not its entry
 // runs, so that garbage collection removes the ConfigMap with the last of
 // them and not before. None is its controller: several objects own it
 // alike, and a controller reference admits only one.
-//
-// Each role's worker selector goes in a key of its own next to the hints
-// YAML, which stays the router's format; the sidecar keeps one worker pool
-// per role from it. The key is absent when no role has a selector.
-func configMap(router string, results []*roleResult, doc []byte, hash string, sources map[string]Source, selectors map[string]*metav1.LabelSelector) *corev1.ConfigMap {
+func configMap(router string, results []*roleResult, data map[string]string, hash string, sources map[string]compiled.Source) *corev1.ConfigMap {
 	owners := make([]metav1.OwnerReference, 0, len(results))
 	for _, res := range results {
 		owners = append(owners, metav1.OwnerReference{
@@ -36,22 +32,9 @@ func configMap(router string, results []*roleResult, doc []byte, hash string, so
 	}
 	slices.SortFunc(owners, func(a, b metav1.OwnerReference) int { return strings.Compare(a.Name, b.Name) })
 
-	src, err := json.Marshal(sources)
-	if err != nil {
-		// A map of plain structs always marshals.
-		src = []byte("{}")
-	}
 	var ns string
 	if len(results) > 0 {
 		ns = results[0].rr.Namespace
-	}
-	data := map[string]string{v1alpha1.HintsConfigKey: string(doc)}
-	if len(selectors) > 0 {
-		// sigs.k8s.io/yaml writes map keys sorted: the same selectors
-		// give the same bytes.
-		if sel, err := yaml.Marshal(selectors); err == nil {
-			data[v1alpha1.WorkerSelectorsKey] = string(sel)
-		}
 	}
 	return &corev1.ConfigMap{
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
@@ -63,8 +46,8 @@ func configMap(router string, results []*roleResult, doc []byte, hash string, so
 				v1alpha1.ManagedByLabel: v1alpha1.ManagedBy,
 			},
 			Annotations: map[string]string{
-				v1alpha1.HashAnnotation: hash,
-				SourcesAnnotation:       string(src),
+				v1alpha1.HashAnnotation:     hash,
+				compiled.SourcesAnnotation: compiled.EncodeSources(sources),
 			},
 			OwnerReferences: owners,
 		},

@@ -74,7 +74,6 @@ func compileRole(cat *hints.Catalog, rr *v1alpha1.RouterRole, policies policyInd
 
 	entry := &hintsconfig.RoleEntry{
 		Type:       spec.WorkerSelection.Type,
-		RouterMode: hintsconfig.RouterMode(spec.RouterMode),
 		Parameters: raw(spec.WorkerSelection.Parameters),
 	}
 	usable := true
@@ -98,14 +97,14 @@ func compileRole(cat *hints.Catalog, rr *v1alpha1.RouterRole, policies policyInd
 		return res
 	}
 
-	compiled, probs := hintsconfig.CompileRole(cat, spec.Role, entry, hintsconfig.ModeKV)
+	compiled, probs := hintsconfig.CompileRole(cat, spec.Role, entry, roleMode(spec))
 	for _, p := range probs {
 		res.findings = append(res.findings, roleFinding(p, spec))
 	}
 	if compiled != nil {
 		// Parameters a plugin reports go into the config as JSON; one that
 		// reports something that is not JSON is refused here, alone.
-		if _, err := json.Marshal(compiled.Entry(hintsconfig.ModeKV)); err != nil {
+		if _, err := json.Marshal(compiled.Entry()); err != nil {
 			res.findings = append(res.findings, errorf(v1alpha1.ConditionAccepted, v1alpha1.ReasonInvalidParameters, "spec",
 				"the policies report effective parameters that are not JSON: %v", err))
 		}
@@ -114,6 +113,15 @@ func compileRole(cat *hints.Catalog, rr *v1alpha1.RouterRole, policies policyInd
 		res.compiled = compiled
 	}
 	return res
+}
+
+// roleMode is the router mode a RouterRole's spec runs under: kv when
+// unset, as the CRD defaults it.
+func roleMode(spec *v1alpha1.RouterRoleSpec) hintsconfig.RouterMode {
+	if spec.RouterMode == "" {
+		return hintsconfig.ModeKV
+	}
+	return hintsconfig.RouterMode(spec.RouterMode)
 }
 
 // resolve turns one hint item into the hint spec it runs. It reports false

@@ -101,6 +101,11 @@ func programmedCondition(rr *v1alpha1.RouterRole, p *placement) metav1.Condition
 	case p.runs == nil && p.winner != nil:
 		return condition(v1alpha1.ConditionProgrammed, false, v1alpha1.ReasonNotAccepted, gen,
 			fmt.Sprintf("router %s runs role %s from RouterRole %s", rr.Spec.Router, rr.Spec.Role, p.winner.Name))
+	case p.runs == nil && p.router != nil && p.router.Config == nil:
+		return condition(v1alpha1.ConditionProgrammed, false, v1alpha1.ReasonNotAccepted, gen,
+			fmt.Sprintf("nothing of the role runs: no generation of it has been accepted; no role of router %s is, so ConfigMap %s holds no %s "+
+				"(a Dynamo router that mounts it does not start until a role is accepted), only %s",
+				rr.Spec.Router, v1alpha1.HintsConfigMapName(rr.Spec.Router), v1alpha1.HintsConfigKey, v1alpha1.RolesKey))
 	case p.runs == nil:
 		return condition(v1alpha1.ConditionProgrammed, false, v1alpha1.ReasonNotAccepted, gen,
 			"nothing of the role runs: no generation of it has been accepted")

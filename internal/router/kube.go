@@ -6,7 +6,7 @@ import "github.com/kvrouter/kv-hint-operator/pkg/wellknown"
 // under the sidecar's names.
 const (
 	ConfigMapKey                     = wellknown.HintsConfigKey
-	WorkerSelectorsKey               = wellknown.WorkerSelectorsKey
+	RolesKey                         = wellknown.RolesKey
 	AnnotationAppliedHash            = wellknown.AppliedHashAnnotation
 	LabelRouter                      = wellknown.RouterLabel
 	AnnotationCapabilities           = wellknown.CapabilitiesAnnotation

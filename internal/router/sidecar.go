@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
+	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
 )
 
 // Listener defaults. The booking API is on loopback, or on a Unix socket
@@ -46,9 +47,14 @@ func OpsListenFor(podIP string) string { return net.JoinHostPort(podIP, defaultO
 type Options struct {
 	Catalog *hints.Catalog
 
-	// ConfigFile is a hints YAML file (standalone use).
+	// ConfigFile is a policy file (standalone use), every role of it run
+	// under RouterMode.
 	ConfigFile string
-	// ConfigDir is a mounted ConfigMap directory; the file is its hints.yaml.
+	// RouterMode is the router's --router-mode for ConfigFile; empty
+	// means kv. A compiled ConfigMap carries each role's mode itself.
+	RouterMode hintsconfig.RouterMode
+	// ConfigDir is a mounted compiled ConfigMap directory: its hints.yaml
+	// and roles.yaml.
 	ConfigDir string
 	// ConfigMap is the name of a ConfigMap to watch in Namespace.
 	ConfigMap string
@@ -221,7 +227,7 @@ func New(o Options) (*Sidecar, error) {
 		o.MaxBookingBytes = core.DefaultMaxBookingBytes
 	}
 	d := core.NewDispatcher(core.Options{Catalog: o.Catalog, Workers: reg, Metrics: m.Dispatch, PolicyDeadline: o.PolicyDeadline,
-		PolicyDeadlinePerBlock: o.PolicyDeadlinePerBlock, MaxBookingBytes: o.MaxBookingBytes, Log: o.Log.WithName("dispatcher")})
+		PolicyDeadlinePerBlock: o.PolicyDeadlinePerBlock, MaxBookingBytes: o.MaxBookingBytes, RouterMode: o.RouterMode, Log: o.Log.WithName("dispatcher")})
 	s := &Sidecar{opts: o, Metrics: m, Dispatcher: d, Workers: reg, Delivery: del}
 	if o.WorkerPods {
 		s.pods = &PodWorkers{Client: o.Kube, Namespace: o.Namespace, Selector: o.WorkerSelector, Registry: reg, AllowAbsoluteEndpoints: o.AllowAbsoluteHintEndpoints}

@@ -13,9 +13,9 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
-	"sigs.k8s.io/yaml"
 
 	"github.com/kvrouter/kv-hint-operator/internal/apiwatch"
+	"github.com/kvrouter/kv-hint-operator/internal/compiled"
 )
 
 // ConfigMapSource loads the hints config from a ConfigMap through a watch
@@ -28,49 +28,23 @@ type ConfigMapSource struct {
 	Namespace string
 	// Name is the ConfigMap's name, <router>-hints.
 	Name string
-	// Key is the data key; empty means ConfigMapKey.
-	Key string
 	// OnWorkerSelectors, when set, receives the roles' worker selectors
-	// (key WorkerSelectorsKey) after every load of the config: nil when
-	// the ConfigMap has no such key. A key that does not parse is logged
-	// and skipped, leaving the pools in force.
+	// (from the role settings, RolesKey) after every successful load of
+	// the config, and only then: a role without a selector is absent.
 	OnWorkerSelectors func(map[string]labels.Selector)
 }
 
 // Run loads the ConfigMap into d on every change until ctx is done. A
 // deleted ConfigMap or a missing key leaves the config in force.
 func (s ConfigMapSource) Run(ctx context.Context, d *core.Dispatcher, log logr.Logger) {
-	key := s.Key
-	if key == "" {
-		key = ConfigMapKey
-	}
-	origin := fmt.Sprintf("configmap %s/%s key %s", s.Namespace, s.Name, key)
+	origin := fmt.Sprintf("configmap %s/%s", s.Namespace, s.Name)
 	log = log.WithValues("configmap", s.Namespace+"/"+s.Name)
 	apply := func(obj any) {
 		cm, ok := obj.(*corev1.ConfigMap)
 		if !ok {
 			return
 		}
-		data, ok := cm.Data[key]
-		if !ok {
-			d.RecordSourceError(origin, fmt.Errorf("%w: the ConfigMap has no key %s", core.ErrConfigRejected, key))
-			return
-		}
-		_ = d.Load([]byte(data), origin)
-		if s.OnWorkerSelectors == nil {
-			return
-		}
-		raw, ok := cm.Data[WorkerSelectorsKey]
-		if !ok {
-			s.OnWorkerSelectors(nil)
-			return
-		}
-		pools, err := ParseWorkerSelectors([]byte(raw))
-		if err != nil {
-			log.Error(err, "Cannot read the roles' worker selectors; keeping the worker pools in force", "key", WorkerSelectorsKey)
-			return
-		}
-		s.OnWorkerSelectors(pools)
+		loadCompiled(d, cm.Data, origin, s.OnWorkerSelectors)
 	}
 	lw := cache.NewFilteredListWatchFromClient(s.Client.CoreV1().RESTClient(), "configmaps", s.Namespace,
 		func(o *metav1.ListOptions) {
@@ -87,27 +61,26 @@ func (s ConfigMapSource) Run(ctx context.Context, d *core.Dispatcher, log logr.L
 			},
 		},
 	})
-	log.Info("Watching hints ConfigMap", "key", key)
+	log.Info("Watching hints ConfigMap")
 	ctrl.RunWithContext(ctx)
 }
 
-// ParseWorkerSelectors reads the WorkerSelectorsKey of a compiled
-// ConfigMap: a YAML map from role to its label selector.
-func ParseWorkerSelectors(data []byte) (map[string]labels.Selector, error) {
-	var m map[string]*metav1.LabelSelector
-	if err := yaml.UnmarshalStrict(data, &m); err != nil {
-		return nil, fmt.Errorf("%s: %w", WorkerSelectorsKey, err)
+// loadCompiled loads a compiled ConfigMap's data (from the API or a
+// mounted directory): the policy file under each role's router mode, and,
+// only when that load succeeds, the roles' worker pools. A config and its
+// pools are one unit: a malformed role settings key, or a refused policy
+// file, keeps both as they were.
+func loadCompiled(d *core.Dispatcher, data map[string]string, origin string, onPools func(map[string]labels.Selector)) {
+	dec, err := compiled.Decode(data)
+	if err != nil {
+		d.RecordSourceError(origin, fmt.Errorf("%w: %w", core.ErrConfigRejected, err))
+		return
 	}
-	out := make(map[string]labels.Selector, len(m))
-	for role, ls := range m {
-		if ls == nil {
-			continue
-		}
-		sel, err := metav1.LabelSelectorAsSelector(ls)
-		if err != nil {
-			return nil, fmt.Errorf("%s: role %s: %w", WorkerSelectorsKey, role, err)
-		}
-		out[role] = sel
+	if err := d.LoadConfig(core.Config{Doc: dec.Policy, Modes: dec.Modes(), Hash: dec.Hash}, origin); err != nil {
+		return // logged and counted by LoadConfig
 	}
-	return out, nil
+	if onPools != nil {
+		onPools(dec.Selectors)
+	}
 }
+

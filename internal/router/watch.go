@@ -14,6 +14,7 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 	"github.com/go-logr/logr"
+	"github.com/kvrouter/kv-hint-operator/internal/compiled"
 	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
 	"k8s.io/apimachinery/pkg/labels"
 )
@@ -119,29 +120,36 @@ func readLimited(path string, limit int64) ([]byte, error) {
 	return data, nil
 }
 
-// FileSource loads the hints config from a file: a hand-written file, or
-// the key of a ConfigMap mounted as a directory (DirSource).
+// FileSource loads a hints config from a file, reloading it on every
+// change (fsnotify on its directory, and a poll as a fallback).
+//
+// With Dir set, the file is a mounted compiled ConfigMap: Dir/hints.yaml
+// and Dir/roles.yaml, read together and loaded as one unit (the pools go
+// to OnWorkerSelectors only when the config loads). Kubelet swaps both
+// files at once through its ..data symlink. With Path set, the file is a
+// policy file on its own, run under the dispatcher's --router-mode.
 type FileSource struct {
-	// Path is the file to load.
+	// Path is a policy file (standalone use).
 	Path string
-	// Poll is the fallback reread interval; 0 means DefaultPollInterval.
+	// Dir is a mounted compiled ConfigMap directory.
+	Dir  string
 	Poll time.Duration
-	// SelectorsPath, with OnWorkerSelectors, is the roles' worker
-	// selectors file (a mounted ConfigMap's worker-selectors.yaml), read
-	// after every load of the config: nil when it does not exist.
-	SelectorsPath     string
+	// OnWorkerSelectors receives the roles' worker selectors of a Dir
+	// after every successful load.
 	OnWorkerSelectors func(map[string]labels.Selector)
 }
 
-// DirSource is the FileSource for a mounted ConfigMap: key hints.yaml of
-// directory dir, and the roles' worker selectors beside it.
+// DirSource is a FileSource for a mounted compiled ConfigMap directory.
 func DirSource(dir string, poll time.Duration) FileSource {
-	return FileSource{Path: filepath.Join(dir, ConfigMapKey), Poll: poll, SelectorsPath: filepath.Join(dir, WorkerSelectorsKey)}
+	return FileSource{Dir: filepath.Clean(dir), Poll: poll}
 }
 
-// Run loads the file into d, then reloads it on every change until ctx is
-// done. A missing or invalid file leaves the config in force, if any.
+// Run loads the file into d on every change until ctx is done.
 func (s FileSource) Run(ctx context.Context, d *core.Dispatcher, log logr.Logger) {
+	if s.Dir != "" {
+		s.runDir(ctx, d, log)
+		return
+	}
 	path := filepath.Clean(s.Path)
 	log = log.WithValues("path", path)
 	watchFile(ctx, path, s.Poll, log, func() {
@@ -151,22 +159,28 @@ func (s FileSource) Run(ctx context.Context, d *core.Dispatcher, log logr.Logger
 			return
 		}
 		_ = d.Load(data, path) // Load logs and counts its own errors
-		if s.OnWorkerSelectors == nil || s.SelectorsPath == "" {
-			return
-		}
-		raw, err := readLimited(s.SelectorsPath, hintsconfig.MaxConfigBytes)
-		switch {
-		case errors.Is(err, fs.ErrNotExist):
-			s.OnWorkerSelectors(nil)
-		case err != nil:
-			log.Error(err, "Cannot read the roles' worker selectors; keeping the worker pools in force")
-		default:
-			pools, err := ParseWorkerSelectors(raw)
-			if err != nil {
-				log.Error(err, "Cannot read the roles' worker selectors; keeping the worker pools in force")
+	})
+}
+
+func (s FileSource) runDir(ctx context.Context, d *core.Dispatcher, log logr.Logger) {
+	policy := filepath.Join(s.Dir, compiled.PolicyKey)
+	roles := filepath.Join(s.Dir, compiled.RolesKey)
+	log = log.WithValues("dir", s.Dir)
+	watchFile(ctx, roles, s.Poll, log, func() {
+		data := map[string]string{}
+		for key, path := range map[string]string{compiled.PolicyKey: policy, compiled.RolesKey: roles} {
+			b, err := readLimited(path, hintsconfig.MaxConfigBytes)
+			switch {
+			case errors.Is(err, fs.ErrNotExist) && key == compiled.PolicyKey:
+				// No role is accepted: the ConfigMap holds the role
+				// settings alone.
+			case err != nil:
+				d.RecordSourceError(s.Dir, fmt.Errorf("%w: %w", core.ErrConfigRejected, err))
 				return
+			default:
+				data[key] = string(b)
 			}
-			s.OnWorkerSelectors(pools)
 		}
+		loadCompiled(d, data, s.Dir, s.OnWorkerSelectors)
 	})
 }

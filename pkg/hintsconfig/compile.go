@@ -13,25 +13,27 @@ import (
 const MaxHintsPerRole = 32
 
 // Compile checks a configuration against the start-up rules and resolves it
-// into a Graph. It reports every problem, not only the first. The graph holds
-// the roles that passed; a caller that needs all-or-nothing (the sidecar)
-// refuses the config when Problems.HasErrors.
-func Compile(cat *hints.Catalog, cfg *Config) (*Graph, Problems) {
+// into a Graph, each role under the router mode modes gives it. It reports
+// every problem, not only the first. The graph holds the roles that passed;
+// a caller that needs all-or-nothing (the sidecar) refuses the config when
+// Problems.HasErrors.
+func Compile(cat *hints.Catalog, cfg *Config, modes Modes) (*Graph, Problems) {
 	var probs Problems
-	mode := cfg.RouterMode
-	if mode == "" {
-		mode = ModeKV
-	}
-	if !mode.Valid() {
+	for _, key := range slices.Sorted(maps.Keys(cfg.Unchecked)) {
 		probs = append(probs, Problem{
-			Severity: SeverityError, Reason: ReasonInvalidRouterMode, Hint: NoHint,
-			Message: fmt.Sprintf("router_mode %q is not a router mode; use one of %s", mode, routerModeList()),
+			Severity: SeverityWarning, Reason: ReasonNotChecked, Hint: NoHint,
+			Message: fmt.Sprintf("%s is kept as written and not checked by kvhint; Dynamo's router checks it at start-up", key),
 		})
 	}
 	roles := make([]*Role, 0, len(cfg.WorkerSelection))
 	for _, name := range slices.Sorted(maps.Keys(cfg.WorkerSelection)) {
 		entry := cfg.WorkerSelection[name]
-		role, ps := CompileRole(cat, name, entry, mode)
+		c := roleCompiler{cat: cat, role: name, modes: modes}
+		role := c.compile(entry, modes.For(name))
+		ps := c.probs
+		if ps.HasErrors() {
+			role = nil
+		}
 		if nf := cfg.source.checkNonFinite(name, entryTypes(entry), ps); len(nf) > 0 {
 			ps, role = append(ps, nf...), nil
 		}
@@ -42,19 +44,17 @@ func Compile(cat *hints.Catalog, cfg *Config) (*Graph, Problems) {
 	}
 	cfg.source.restoreNonFinite(probs)
 	cfg.source.locate(probs)
-	if !mode.Valid() {
-		// Every role that inherited the invalid mode was refused above; the
-		// kept ones carry their own mode, so the graph renders as kv.
-		mode = ModeKV
-	}
-	return newGraph(mode, roles), probs
+	g := newGraph(roles)
+	g.Unchecked = cfg.Unchecked
+	return g, probs
 }
 
-// CompileRole checks one role entry and resolves it. It returns nil and the
-// errors when the role breaks a rule; warnings come with a role too.
-func CompileRole(cat *hints.Catalog, name string, e *RoleEntry, defaultMode RouterMode) (*Role, Problems) {
-	c := roleCompiler{cat: cat, role: name}
-	r := c.compile(e, defaultMode)
+// CompileRole checks one role entry under a router mode and resolves it.
+// It returns nil and the errors when the role breaks a rule; warnings come
+// with a role too.
+func CompileRole(cat *hints.Catalog, name string, e *RoleEntry, mode RouterMode) (*Role, Problems) {
+	c := roleCompiler{cat: cat, role: name, modes: Modes{Roles: map[string]RouterMode{name: mode}}}
+	r := c.compile(e, mode)
 	if c.probs.HasErrors() {
 		return nil, c.probs
 	}
@@ -64,6 +64,7 @@ func CompileRole(cat *hints.Catalog, name string, e *RoleEntry, defaultMode Rout
 type roleCompiler struct {
 	cat   *hints.Catalog
 	role  string
+	modes Modes
 	probs Problems
 }
 
@@ -81,24 +82,20 @@ func (c *roleCompiler) warn(reason Reason, hint int, typ, format string, args ..
 	})
 }
 
-func (c *roleCompiler) compile(e *RoleEntry, defaultMode RouterMode) *Role {
-	if err := hints.CheckName(c.role); err != nil {
-		c.fail(ReasonInvalidRole, NoHint, "", "", "role name %q %v", c.role, err)
+func (c *roleCompiler) compile(e *RoleEntry, mode RouterMode) *Role {
+	if !IsRole(c.role) {
+		c.fail(ReasonInvalidRole, NoHint, "", "", "role %q is not one of Dynamo's worker types (%s); its worker_selection refuses any other key", c.role, strings.Join(Roles, ", "))
 	}
 	if e == nil {
 		c.fail(ReasonUnknownWorkerSelection, NoHint, "", "", "the role has no entry; give it a worker-selection type, one of %s", strings.Join(c.cat.SelectionTypes(), ", "))
 		return nil
 	}
-	r := &Role{Name: c.role, Mode: e.RouterMode}
-	if r.Mode == "" {
-		r.Mode = defaultMode
+	if mode == "" {
+		mode = ModeKV
 	}
+	r := &Role{Name: c.role, Mode: mode}
 	if !r.Mode.Valid() {
-		from := ""
-		if e.RouterMode == "" {
-			from = ", inherited from the file's router_mode"
-		}
-		c.fail(ReasonInvalidRouterMode, NoHint, "", "", "router_mode %q%s is not a router mode; use one of %s", r.Mode, from, routerModeList())
+		c.fail(ReasonInvalidRouterMode, NoHint, "", "", "%s %q is not a router mode; use one of %s", c.modes.origin(c.role), r.Mode, RouterModeList())
 	}
 	kvPath := r.Mode == ModeKV
 
@@ -112,7 +109,7 @@ func (c *roleCompiler) compile(e *RoleEntry, defaultMode RouterMode) *Role {
 	case e.Hints != nil:
 		specs = *e.Hints
 		if len(specs) > 0 && !kvPath {
-			c.fail(ReasonHintsRequireKVMode, NoHint, "", "", "hints run only on the KV path, but the role's router mode is %q; set router_mode: kv or hints: []", r.Mode)
+			c.fail(ReasonHintsRequireKVMode, NoHint, "", "", "hints run only on the KV path, but %s is %q; run the role with router mode kv, or write hints: []", c.modes.origin(c.role), r.Mode)
 		}
 	case kvPath && selOK:
 		r.Defaulted = true
@@ -156,7 +153,11 @@ func (c *roleCompiler) selection(e *RoleEntry) (*Selection, bool) {
 	}
 	p, ok := c.cat.Selection(e.Type)
 	if !ok {
-		c.fail(ReasonUnknownWorkerSelection, NoHint, e.Type, "", "worker-selection type %q is not linked into this build; linked types: %s", e.Type, strings.Join(c.cat.SelectionTypes(), ", "))
+		what := fmt.Sprintf("worker-selection type %q", e.Type)
+		if e.Instance != "" {
+			what = fmt.Sprintf("instance %q has worker-selection type %q, which", e.Instance, e.Type)
+		}
+		c.fail(ReasonUnknownWorkerSelection, NoHint, e.Type, "", "%s is not linked into this build (nor the name of a worker_selection instance); linked types: %s", what, strings.Join(c.cat.SelectionTypes(), ", "))
 		return nil, false
 	}
 	policy, err := safeParse(func() (hints.SelectionPolicy, error) { return p.Parse(e.Parameters) })

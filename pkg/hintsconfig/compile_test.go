@@ -49,6 +49,7 @@ func TestCompileRules(t *testing.T) {
 		roles    []string            // roles the graph keeps
 		hints    map[string][]string // role -> hint IDs that run
 		msgWords []string            // words the first problem's message must contain
+		modes    hintsconfig.Modes   // the router modes; zero: every role on kv
 	}{
 		{
 			name:  "bare entry runs the defaults of its selection",
@@ -156,21 +157,24 @@ func TestCompileRules(t *testing.T) {
 			roles: []string{},
 		},
 		{
-			name:     "rule 5: hints listed under a non-KV mode fail",
-			doc:      "router_mode: round-robin\nworker_selection:\n  encode: {type: round-robin, hints: [{type: kv-evict}]}\n",
+			name:     "rule 5: hints listed under a non-KV mode fail, naming the flag",
+			doc:      "worker_selection:\n  encode: {type: dynamo-round-robin, hints: [{type: kv-evict}]}\n",
+			modes:    hintsconfig.Modes{Default: hintsconfig.ModeRoundRobin, Flag: "--router-mode"},
 			want:     []problemKey{{E, hintsconfig.ReasonHintsRequireKVMode, "encode", hintsconfig.NoHint, ""}},
 			roles:    []string{},
-			msgWords: []string{`"round-robin"`, "KV path"},
+			msgWords: []string{`--router-mode is "round-robin"`, "KV path"},
 		},
 		{
 			name:  "rule 5: no defaults run off the KV path",
-			doc:   "worker_selection:\n  encode: {type: dynamo-default-cost-fn, router_mode: random}\n",
+			doc:   "worker_selection:\n  encode: {type: dynamo-default-cost-fn}\n",
+			modes: hintsconfig.Modes{Default: hintsconfig.ModeRandom},
 			roles: []string{"encode"},
 			hints: map[string][]string{"encode": nil},
 		},
 		{
-			name:  "rule 5: per-role kv overrides a non-KV default mode",
-			doc:   "router_mode: random\nworker_selection:\n  decode: {type: dynamo-default-cost-fn, router_mode: kv, hints: [{type: kv-evict}]}\n  encode: random\n",
+			name:  "rule 5: a role's own kv mode overrides a non-KV default",
+			doc:   "worker_selection:\n  decode: {type: dynamo-default-cost-fn, hints: [{type: kv-evict}]}\n  encode: dynamo-random\n",
+			modes: hintsconfig.Modes{Default: hintsconfig.ModeRandom, Roles: map[string]hintsconfig.RouterMode{"decode": hintsconfig.ModeKV}},
 			roles: []string{"decode", "encode"},
 			hints: map[string][]string{"decode": {"kv-evict"}, "encode": nil},
 		},
@@ -207,21 +211,59 @@ func TestCompileRules(t *testing.T) {
 		},
 		{
 			name:  "rule 6 does not apply off the KV path",
-			doc:   "worker_selection:\n  decode: {type: kvcr, router_mode: direct, hints: []}\n",
+			doc:   "worker_selection:\n  decode: {type: kvcr, hints: []}\n",
+			modes: hintsconfig.Modes{Roles: map[string]hintsconfig.RouterMode{"decode": hintsconfig.ModeDirect}},
 			roles: []string{"decode"},
 			hints: map[string][]string{"decode": nil},
 		},
 		{
-			name:  "invalid router mode",
-			doc:   "worker_selection:\n  decode: {type: kvcr, router_mode: fastest}\n",
-			want:  []problemKey{{E, hintsconfig.ReasonInvalidRouterMode, "decode", hintsconfig.NoHint, ""}},
-			roles: []string{},
+			name:     "invalid router mode",
+			doc:      "worker_selection:\n  decode: kvcr\n",
+			modes:    hintsconfig.Modes{Default: "fastest", Flag: "--router-mode"},
+			want:     []problemKey{{E, hintsconfig.ReasonInvalidRouterMode, "decode", hintsconfig.NoHint, ""}},
+			roles:    []string{},
+			msgWords: []string{`--router-mode "fastest"`, "device-aware-weighted"},
 		},
 		{
-			name:  "invalid role name",
-			doc:   "worker_selection:\n  Decode_1: dynamo-default-cost-fn\n",
-			want:  []problemKey{{E, hintsconfig.ReasonInvalidRole, "Decode_1", hintsconfig.NoHint, ""}},
-			roles: []string{},
+			name:  "device-aware-weighted is a router mode, off the KV path",
+			doc:   "worker_selection:\n  decode: dynamo-device-aware-weighted\n",
+			modes: hintsconfig.Modes{Default: hintsconfig.ModeDeviceAwareWeighted},
+			roles: []string{"decode"},
+			hints: map[string][]string{"decode": nil},
+		},
+		{
+			name:     "a role is one of Dynamo's worker types",
+			doc:      "worker_selection:\n  chat: dynamo-default-cost-fn\n  encode: dynamo-default-cost-fn\n",
+			want:     []problemKey{{E, hintsconfig.ReasonInvalidRole, "chat", hintsconfig.NoHint, ""}},
+			roles:    []string{"encode"},
+			msgWords: []string{`"chat"`, "aggregated, prefill, decode, encode"},
+		},
+		{
+			name:  "a bare entry that names an instance runs that instance",
+			doc:   "worker_selection:\n  aggregated: rr\n  decode: {type: kvcr, hints: []}\n  instances:\n  - {name: rr, type: dynamo-round-robin}\n",
+			want:  []problemKey{{E, hintsconfig.ReasonKVCopySenderMissing, "decode", hintsconfig.NoHint, ""}},
+			roles: []string{"aggregated"},
+			hints: map[string][]string{"aggregated": {"kv-evict"}},
+		},
+		{
+			name:     "an instance's parameters are its type's: seed under dynamo-round-robin is refused",
+			doc:      "worker_selection:\n  aggregated: rr\n  instances:\n    - name: rr\n      type: dynamo-round-robin\n      parameters:\n        seed: 7\n",
+			want:     []problemKey{{E, hintsconfig.ReasonInvalidParameters, "aggregated", hintsconfig.NoHint, "seed"}},
+			roles:    []string{},
+			msgWords: []string{"seed"},
+		},
+		{
+			name:  "default is the router's built-in selector",
+			doc:   "worker_selection:\n  prefill: default\n",
+			roles: []string{"prefill"},
+			hints: map[string][]string{"prefill": {"kv-evict"}},
+		},
+		{
+			name:     "a bare entry that is neither an instance nor a type",
+			doc:      "worker_selection:\n  encode: missing\n  instances: [{name: rr, type: dynamo-round-robin}]\n",
+			want:     []problemKey{{E, hintsconfig.ReasonUnknownWorkerSelection, "encode", hintsconfig.NoHint, ""}},
+			roles:    []string{},
+			msgWords: []string{`"missing"`, "instance", "dynamo-round-robin"},
 		},
 		{
 			name: "every problem is reported, and valid roles are kept",
@@ -229,9 +271,9 @@ func TestCompileRules(t *testing.T) {
   prefill: dynamo-default-cost-fn
   decode:
     type: kvcr
-    router_mode: random
     hints: [{type: kv-fetch}, {type: kv-fetch}, {type: nope}, {type: kv-retain, parameters: {priority: 101}}]
 `,
+			modes: hintsconfig.Modes{Roles: map[string]hintsconfig.RouterMode{"decode": hintsconfig.ModeRandom}},
 			want: []problemKey{
 				{E, hintsconfig.ReasonHintsRequireKVMode, "decode", hintsconfig.NoHint, ""},
 				{E, hintsconfig.ReasonDuplicateHintName, "decode", 1, ""},
@@ -245,7 +287,7 @@ func TestCompileRules(t *testing.T) {
 	cat := builtin.NewCatalog()
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			g, probs := hintsconfig.Compile(cat, mustParse(t, tt.doc))
+			g, probs := hintsconfig.Compile(cat, mustParse(t, tt.doc), tt.modes)
 			want := tt.want
 			if want == nil {
 				want = []problemKey{}
@@ -296,7 +338,7 @@ func TestCompileTooManyHints(t *testing.T) {
 		b.WriteString(strings.Repeat("x", i+1))
 		b.WriteString("}\n")
 	}
-	_, probs := hintsconfig.Compile(builtin.NewCatalog(), mustParse(t, b.String()))
+	_, probs := hintsconfig.Compile(builtin.NewCatalog(), mustParse(t, b.String()), hintsconfig.Modes{})
 	want := []problemKey{{hintsconfig.SeverityError, hintsconfig.ReasonTooManyHints, "decode", hintsconfig.NoHint, ""}}
 	if diff := cmp.Diff(want, keys(probs)); diff != "" {
 		t.Errorf("problems (-want +got):\n%s", diff)
@@ -317,7 +359,7 @@ func TestCompileKVCopyIsGatedByCommitments(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	g, probs := hintsconfig.Compile(cat, mustParse(t, "worker_selection:\n  decode: {type: kvcr, hints: [{type: peek-undeclared}, {type: peek-declared}, {type: peek-undeclared, name: again}]}\n"))
+	g, probs := hintsconfig.Compile(cat, mustParse(t, "worker_selection:\n  decode: {type: kvcr, hints: [{type: peek-undeclared}, {type: peek-declared}, {type: peek-undeclared, name: again}]}\n"), hintsconfig.Modes{})
 	if probs.HasErrors() {
 		t.Fatal(probs)
 	}
@@ -347,25 +389,8 @@ func TestCompileProviderPanicIsAnError(t *testing.T) {
 	}}); err != nil {
 		t.Fatal(err)
 	}
-	_, probs := hintsconfig.Compile(cat, mustParse(t, "worker_selection:\n  decode: {type: dynamo-default-cost-fn, hints: [{type: fragile}]}\n"))
+	_, probs := hintsconfig.Compile(cat, mustParse(t, "worker_selection:\n  decode: {type: dynamo-default-cost-fn, hints: [{type: fragile}]}\n"), hintsconfig.Modes{})
 	if len(probs) != 1 || probs[0].Reason != hintsconfig.ReasonInvalidParameters || !strings.Contains(probs[0].Message, "panicked") {
 		t.Fatalf("want one InvalidParameters problem about a panic, got %v", probs)
-	}
-}
-
-func TestCompileInvalidFileModeFailsTheRolesThatInheritIt(t *testing.T) {
-	g, probs := hintsconfig.Compile(builtin.NewCatalog(), mustParse(t, "router_mode: fastest\nworker_selection:\n  a: dynamo-default-cost-fn\n  b: {type: random, router_mode: random}\n"))
-	want := []problemKey{
-		{hintsconfig.SeverityError, hintsconfig.ReasonInvalidRouterMode, "", hintsconfig.NoHint, ""},
-		{hintsconfig.SeverityError, hintsconfig.ReasonInvalidRouterMode, "a", hintsconfig.NoHint, ""},
-	}
-	if diff := cmp.Diff(want, keys(probs)); diff != "" {
-		t.Errorf("problems (-want +got):\n%s", diff)
-	}
-	if len(g.Roles) != 1 || g.Roles[0].Name != "b" {
-		t.Errorf("roles kept: %v; want only b", g.Roles)
-	}
-	if !strings.Contains(probs[1].Message, "inherited") {
-		t.Errorf("message %q does not say the mode was inherited", probs[1].Message)
 	}
 }

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 	"sigs.k8s.io/yaml"
@@ -16,36 +18,59 @@ import (
 // MaxConfigBytes caps a hints YAML file; a larger one is refused unread.
 const MaxConfigBytes = 1 << 20
 
-// Config is the hints YAML: what a router runs, per role.
+// Config is the hints YAML: a Dynamo router policy file, the file Dynamo's
+// router reads at start-up from --router-policy-config
+// (DYN_ROUTER_POLICY_CONFIG), holding what a router runs per role.
 //
-//	router_mode: kv
 //	worker_selection:
-//	  prefill: dynamo-default-cost-fn     # bare entry
+//	  prefill: dynamo-default-cost-fn     # bare entry: a type (or an instance's name)
 //	  decode:
 //	    type: kvcr
 //	    parameters: {shared_cache_multiplier: 0.5}
 //	    hints: [{type: kv-fetch}]
+//
+// The router mode is not part of the file: it is the router's
+// --router-mode flag (DYN_ROUTER_MODE), or a worker set's own flags, and
+// Compile takes it as Modes.
 type Config struct {
-	// RouterMode is the mode of roles that do not set their own; empty means kv.
-	RouterMode RouterMode `json:"router_mode,omitempty"`
-	// WorkerSelection maps role names to their entries.
+	// WorkerSelection maps role names (Dynamo's worker types: aggregated,
+	// prefill, decode, encode) to their entries.
 	WorkerSelection map[string]*RoleEntry `json:"worker_selection"`
+	// Instances are the named worker-selection instances of a hand-written
+	// file (worker_selection.instances), which a bare role entry may name;
+	// ParseConfig has already resolved every entry that does.
+	Instances []Instance `json:"-"`
+	// Unchecked are root keys Dynamo's router reads that kvhint does not
+	// check (policy_classes, models, ...), as written, by key. They are
+	// kept in the compiled file so that it is still the file the router
+	// was given, and each is reported with ReasonNotChecked.
+	Unchecked map[string]json.RawMessage `json:"-"`
 
 	// source locates problems in the YAML text the config was parsed
 	// from; nil for a config built in code.
 	source *source
 }
 
+// Instance is one named worker-selection instance of
+// worker_selection.instances, Dynamo's way of naming a configured policy
+// that roles share.
+type Instance struct {
+	Name       string
+	Type       string
+	Parameters hints.Params
+}
+
 // RoleEntry is one role's worker-selection policy and the hints it runs.
 type RoleEntry struct {
 	// Type is the worker-selection policy type.
 	Type string `json:"type"`
-	// RouterMode overrides the file's router_mode for this role.
-	RouterMode RouterMode `json:"router_mode,omitempty"`
 	// Parameters of the worker-selection policy.
 	Parameters hints.Params `json:"parameters,omitempty"`
 	// Hints: nil runs the defaults of the selection type; an empty list runs none.
 	Hints *[]HintSpec `json:"hints,omitempty"`
+	// Instance is the worker_selection.instances entry a bare entry named,
+	// for messages; empty otherwise.
+	Instance string `json:"-"`
 }
 
 // HintSpec is one hint policy instance in a role's list.
@@ -66,15 +91,42 @@ func (h HintSpec) ID() string {
 	return h.Type
 }
 
-// ParseConfig reads a hints YAML document strictly: unknown keys at any
+// Roles are the role keys of worker_selection: Dynamo's worker types. Its
+// worker_selection refuses any other key.
+var Roles = []string{"aggregated", "prefill", "decode", "encode"}
+
+// IsRole reports whether name is one of Roles.
+func IsRole(name string) bool { return slices.Contains(Roles, name) }
+
+// uncheckedRootKeys are the root keys of Dynamo's router policy file that
+// kvhint accepts as written without checking them: queueing classes,
+// per-model profiles, cache buckets and the request classifier are the
+// router's business, not the hints'.
+var uncheckedRootKeys = []string{"default_policy_family", "models", "policy_classes", "request_classifier", "uncached_isl_buckets"}
+
+// instancesKey is the key of worker_selection that holds named instances,
+// and defaultSelection the bare entry that means Dynamo's built-in selector.
+const (
+	instancesKey     = "instances"
+	defaultSelection = "default"
+	// BuiltinSelectionType is the worker-selection type that Dynamo's
+	// reserved entry "default" (the router's built-in selector) stands for.
+	BuiltinSelectionType = "dynamo-default-cost-fn"
+)
+
+// identifierRe is what Dynamo accepts as an instance name.
+var identifierRe = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)
+
+// ParseConfig reads a hints YAML document strictly, as Dynamo's router
+// reads its policy file (serde's deny_unknown_fields): unknown keys at any
 // level, duplicate keys and wrong types are errors. Structural errors of
 // several roles are all returned, as Problems with ReasonInvalidConfig.
 //
 // The text must hold exactly one YAML document (a second would be one
-// router config silently ignored), its mapping keys must read as the
-// strings written (YAML 1.1 turns a plain yes: into true:), and it must
-// have worker_selection. Problems carry the line they point at; so do
-// those Compile finds in the config returned.
+// router config silently ignored), and its mapping keys must read as the
+// strings written (YAML 1.1 turns a plain yes: into true:). Problems carry
+// the line they point at; so do those Compile finds in the config
+// returned.
 func ParseConfig(data []byte) (*Config, error) {
 	if len(data) > MaxConfigBytes {
 		return nil, Problems{configProblem("", fmt.Sprintf("file is %d bytes, over the %d-byte limit", len(data), MaxConfigBytes))}
@@ -100,48 +152,55 @@ func ParseConfig(data []byte) (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
+	for role, e := range cfg.WorkerSelection {
+		if e.Instance == "" {
+			continue
+		}
+		for i, inst := range cfg.Instances {
+			if inst.Name == e.Instance {
+				if src.instanceOf == nil {
+					src.instanceOf = map[string]string{}
+				}
+				src.instanceOf[role] = "worker_selection/instances/" + strconv.Itoa(i)
+			}
+		}
+	}
 	cfg.source = src
 	return cfg, nil
+}
+
+// rootKeys lists the root keys ParseConfigJSON accepts, for messages.
+func rootKeys() string {
+	return strings.Join(append([]string{"worker_selection"}, uncheckedRootKeys...), ", ")
 }
 
 // ParseConfigJSON is ParseConfig for a document already in JSON.
 func ParseConfigJSON(js []byte) (*Config, error) {
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(js, &top); err != nil || top == nil {
-		return nil, Problems{configProblem("", "the document must be a mapping with router_mode and worker_selection")}
+		return nil, Problems{configProblem("", "the document must be a mapping with worker_selection (a Dynamo router policy file)")}
 	}
 	cfg := &Config{WorkerSelection: map[string]*RoleEntry{}}
 	var probs Problems
-	if _, ok := top["worker_selection"]; !ok {
-		probs = append(probs, configProblem("", "worker_selection is required: the roles the router books workers for, each with its worker-selection policy (write worker_selection: {} for a router that runs no role)"))
-	}
 	for _, key := range slices.Sorted(maps.Keys(top)) {
-		switch key {
-		case "router_mode":
-			if err := json.Unmarshal(top[key], &cfg.RouterMode); err != nil {
-				probs = append(probs, configProblem("", "router_mode must be a string, one of "+routerModeList()))
+		switch {
+		case key == "worker_selection":
+			probs = append(probs, cfg.parseWorkerSelection(top[key])...)
+		case slices.Contains(uncheckedRootKeys, key):
+			if cfg.Unchecked == nil {
+				cfg.Unchecked = map[string]json.RawMessage{}
 			}
-		case "worker_selection":
-			var roles map[string]json.RawMessage
-			if err := json.Unmarshal(top[key], &roles); err != nil {
-				probs = append(probs, configProblem("", "worker_selection must be a mapping of role names to entries"))
-				continue
-			}
-			if roles == nil {
-				probs = append(probs, configProblem("", "worker_selection has no value: list the roles, or write worker_selection: {} for a router that runs no role"))
-				continue
-			}
-			for _, role := range slices.Sorted(maps.Keys(roles)) {
-				entry, err := parseRoleEntry(roles[role])
-				if err != nil {
-					probs = append(probs, configProblem(role, err.Error()))
-					continue
-				}
-				cfg.WorkerSelection[role] = entry
-			}
+			cfg.Unchecked[key] = top[key]
+		case key == "kv_hint_policy":
+			probs = append(probs, configProblem("", "kv_hint_policy (one hint policy for the whole router) is not read by kvhint, which runs hints per role: "+
+				"list them under worker_selection.<role>.hints"))
 		default:
-			probs = append(probs, configProblem("", fmt.Sprintf("unknown key %q; known: router_mode, worker_selection", key)))
+			probs = append(probs, configProblem("", fmt.Sprintf("unknown key %q; a Dynamo router policy file takes %s", key, rootKeys())))
 		}
+	}
+	if _, ok := top["worker_selection"]; !ok && len(cfg.Unchecked) == 0 {
+		probs = append(probs, configProblem("", "worker_selection is required: the roles the router books workers for, each with its worker-selection policy "+
+			"(Dynamo: a router policy config must define a root profile, at least one model profile, or worker_selection)"))
 	}
 	if len(probs) > 0 {
 		return nil, probs
@@ -149,34 +208,141 @@ func ParseConfigJSON(js []byte) (*Config, error) {
 	return cfg, nil
 }
 
-func parseRoleEntry(raw json.RawMessage) (*RoleEntry, error) {
+// parseWorkerSelection reads worker_selection: the roles, and the named
+// instances bare entries may refer to.
+func (cfg *Config) parseWorkerSelection(raw json.RawMessage) Problems {
+	var roles map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &roles); err != nil {
+		return Problems{configProblem("", "worker_selection must be a mapping of role names to entries")}
+	}
+	if roles == nil {
+		return Problems{configProblem("", "worker_selection has no value: list the roles ("+strings.Join(Roles, ", ")+")")}
+	}
+	if len(roles) == 0 {
+		return Problems{configProblem("", "worker_selection is empty; Dynamo's router refuses it (worker_selection must define an instance or an aggregated, prefill, decode, or encode selection): list a role, or leave the file out")}
+	}
+	var probs Problems
+	instances := map[string]*Instance{}
+	if rawInst, ok := roles[instancesKey]; ok {
+		var ps Problems
+		cfg.Instances, ps = parseInstances(rawInst)
+		probs = append(probs, ps...)
+		for i := range cfg.Instances {
+			instances[cfg.Instances[i].Name] = &cfg.Instances[i]
+		}
+	}
+	for _, role := range slices.Sorted(maps.Keys(roles)) {
+		if role == instancesKey {
+			continue
+		}
+		entry, err := parseRoleEntry(roles[role])
+		if err != nil {
+			probs = append(probs, configProblem(role, err.Error()))
+			continue
+		}
+		if entry.Hints == nil && entry.Parameters == nil && entry.fromBareString {
+			if inst, ok := instances[entry.Type]; ok {
+				entry.Instance, entry.Type, entry.Parameters = inst.Name, inst.Type, inst.Parameters
+			} else if entry.Type == defaultSelection {
+				entry.Type = BuiltinSelectionType
+			}
+		}
+		cfg.WorkerSelection[role] = &entry.RoleEntry
+	}
+	return probs
+}
+
+// parseInstances reads worker_selection.instances: a list of {name, type,
+// parameters}, names valid identifiers, unique, never "default".
+func parseInstances(raw json.RawMessage) ([]Instance, Problems) {
+	var items []json.RawMessage
+	if err := json.Unmarshal(raw, &items); err != nil || items == nil {
+		return nil, Problems{configProblem("", fmt.Sprintf("worker_selection.instances: got %s, want a list of {name, type, parameters}", shorten(raw)))}
+	}
+	var probs Problems
+	out := make([]Instance, 0, len(items))
+	seen := map[string]bool{}
+	for i, item := range items {
+		fail := func(format string, args ...any) {
+			probs = append(probs, configProblem("", fmt.Sprintf("worker_selection.instances[%d]: ", i)+fmt.Sprintf(format, args...)))
+		}
+		var fields map[string]json.RawMessage
+		if err := json.Unmarshal(item, &fields); err != nil || fields == nil {
+			fail("must be a mapping with name, type, parameters")
+			continue
+		}
+		var inst Instance
+		ok := true
+		for _, key := range slices.Sorted(maps.Keys(fields)) {
+			var err error
+			switch key {
+			case "name":
+				err = decodeField(fields[key], &inst.Name, "a string")
+			case "type":
+				err = decodeField(fields[key], &inst.Type, "a string")
+			case "parameters":
+				inst.Parameters, err = decodeParamsField(fields[key])
+			default:
+				err = fmt.Errorf("unknown key %q; known: name, parameters, type", key)
+			}
+			if err != nil {
+				fail("%s: %v", key, err)
+				ok = false
+			}
+		}
+		switch {
+		case !ok:
+		case inst.Name == "" || inst.Type == "":
+			fail("name and type are required")
+		case !identifierRe.MatchString(inst.Name):
+			fail("name %q must be made of letters, digits, '_', '.' and '-'", inst.Name)
+		case inst.Name == defaultSelection:
+			fail("name %q is reserved for the router's built-in selector", inst.Name)
+		case seen[inst.Name]:
+			fail("name %q is already used by another instance", inst.Name)
+		default:
+			seen[inst.Name] = true
+			out = append(out, inst)
+		}
+	}
+	return out, probs
+}
+
+// parsedEntry is a role entry and whether it was written as a bare string
+// (which may name an instance).
+type parsedEntry struct {
+	RoleEntry
+	fromBareString bool
+}
+
+func parseRoleEntry(raw json.RawMessage) (*parsedEntry, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) > 0 && raw[0] == '"' {
 		var typ string
 		if err := json.Unmarshal(raw, &typ); err != nil {
 			return nil, err
 		}
-		return &RoleEntry{Type: typ}, nil
+		return &parsedEntry{RoleEntry: RoleEntry{Type: typ}, fromBareString: true}, nil
 	}
 	var fields map[string]json.RawMessage
 	if len(raw) == 0 || raw[0] != '{' || json.Unmarshal(raw, &fields) != nil {
-		return nil, fmt.Errorf("entry must be a worker-selection type or a mapping with type, router_mode, parameters, hints")
+		return nil, fmt.Errorf("entry must be a worker-selection type or a mapping with type, parameters, hints")
 	}
-	e := &RoleEntry{}
+	e := &parsedEntry{}
 	for _, key := range slices.Sorted(maps.Keys(fields)) {
 		val := fields[key]
 		var err error
 		switch key {
 		case "type":
 			err = decodeField(val, &e.Type, "a string")
-		case "router_mode":
-			err = decodeField(val, &e.RouterMode, "a string")
 		case "parameters":
 			e.Parameters, err = decodeParamsField(val)
 		case "hints":
 			e.Hints, err = parseHintList(val)
+		case "router_mode":
+			err = fmt.Errorf("unknown key %q: the router mode is not part of the policy file; it is the router's --router-mode flag (DYN_ROUTER_MODE), and RouterRole's spec.routerMode", key)
 		default:
-			err = fmt.Errorf("unknown key %q; known: hints, parameters, router_mode, type", key)
+			err = fmt.Errorf("unknown key %q; known: hints, parameters, type", key)
 		}
 		if err != nil {
 			var fe *fieldError
@@ -260,9 +426,19 @@ func configProblem(role, msg string) Problem {
 	return Problem{Severity: SeverityError, Reason: ReasonInvalidConfig, Role: role, Hint: NoHint, Message: msg}
 }
 
-// Marshal renders the config as YAML, deterministically (keys sorted).
+// Marshal renders the config as YAML, deterministically (keys sorted):
+// the unchecked root keys as they were written, and worker_selection.
+// Instances are not written: every entry that named one holds its type and
+// parameters.
 func (c *Config) Marshal() ([]byte, error) {
-	js, err := json.Marshal(c)
+	root := make(map[string]any, len(c.Unchecked)+1)
+	for k, v := range c.Unchecked {
+		root[k] = v
+	}
+	if len(c.WorkerSelection) > 0 {
+		root["worker_selection"] = c.WorkerSelection
+	}
+	js, err := json.Marshal(root)
 	if err != nil {
 		return nil, err
 	}

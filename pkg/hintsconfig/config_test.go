@@ -7,12 +7,12 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
+	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
 	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
 )
 
 func TestParseConfigShapes(t *testing.T) {
 	cfg := mustParse(t, `
-router_mode: kv
 worker_selection:
   prefill: dynamo-default-cost-fn
   decode:
@@ -24,19 +24,15 @@ worker_selection:
         name: retain-long
         parameters: {ttl_seconds: 3600}
   encode:
-    type: round-robin
-    router_mode: round-robin
+    type: dynamo-round-robin
     hints: []
 `)
-	if cfg.RouterMode != hintsconfig.ModeKV {
-		t.Errorf("router_mode = %q", cfg.RouterMode)
-	}
 	prefill := cfg.WorkerSelection["prefill"]
 	if prefill.Type != "dynamo-default-cost-fn" || prefill.Hints != nil {
 		t.Errorf("bare entry = %+v; want type only and hints absent", prefill)
 	}
 	encode := cfg.WorkerSelection["encode"]
-	if encode.Hints == nil || len(*encode.Hints) != 0 || encode.RouterMode != hintsconfig.ModeRoundRobin {
+	if encode.Hints == nil || len(*encode.Hints) != 0 {
 		t.Errorf("encode = %+v; want hints: [] kept apart from absent", encode)
 	}
 	decode := cfg.WorkerSelection["decode"]
@@ -60,9 +56,17 @@ func TestParseConfigRejects(t *testing.T) {
 		{"malformed YAML", "worker_selection: {decode: [", "", []string{"not valid YAML"}},
 		{"not a mapping", "- a\n- b\n", "", []string{"must be a mapping"}},
 		{"empty document", "", "", []string{"must be a mapping"}},
-		{"unknown top-level key", "worker_selection: {}\nrouter_mod: kv\n", "", []string{`"router_mod"`, "router_mode, worker_selection"}},
+		{"unknown top-level key", "worker_selection: {decode: kvcr}\nrouter_mod: kv\n", "", []string{`"router_mod"`, "worker_selection, default_policy_family, models, policy_classes, request_classifier, uncached_isl_buckets"}},
+		{"router_mode is not a key of the file", "router_mode: kv\nworker_selection: {decode: kvcr}\n", "", []string{`"router_mode"`}},
+		{"router_mode is not a key of an entry", "worker_selection: {decode: {type: kvcr, router_mode: kv}}\n", "decode", []string{`"router_mode"`, "--router-mode"}},
+		{"empty worker_selection, as Dynamo's router refuses it", "worker_selection: {}\n", "", []string{"worker_selection must define an instance or an aggregated, prefill, decode, or encode selection"}},
+		{"no worker_selection and nothing else", "# nothing\n", "", []string{"must be a mapping"}},
+		{"kv_hint_policy: one policy for the whole router", "kv_hint_policy: {type: test, parameters: {enabled: true}}\nworker_selection: {decode: kvcr}\n", "", []string{"kv_hint_policy", "per role"}},
+		{"an instance parameters that are not a mapping (Dynamo's fixture)", "worker_selection:\n  instances:\n    - name: alpha\n      type: alpha\n      parameters: 1\n", "", []string{"instances[0]", "parameters", "mapping"}},
+		{"an instance named default", "worker_selection:\n  decode: default\n  instances: [{name: default, type: dynamo-random}]\n", "", []string{"reserved"}},
+		{"two instances of one name", "worker_selection:\n  instances: [{name: a, type: dynamo-random}, {name: a, type: dynamo-direct}]\n", "", []string{`"a"`, "already used"}},
+		{"an instance name Dynamo refuses", "worker_selection:\n  instances: [{name: 'a b', type: dynamo-random}]\n", "", []string{"letters, digits"}},
 		{"duplicate key", "worker_selection:\n  decode: kvcr\n  decode: kvcr\n", "", []string{"not valid YAML", "decode"}},
-		{"router_mode of the wrong type", "router_mode: [kv]\nworker_selection: {}\n", "", []string{"router_mode must be a string"}},
 		{"worker_selection not a mapping", "worker_selection: [decode]\n", "", []string{"worker_selection must be a mapping"}},
 		{"unknown key in an entry", "worker_selection:\n  decode: {type: kvcr, hint: []}\n", "decode", []string{`"hint"`}},
 		{"unknown key in a hint", "worker_selection:\n  decode: {type: kvcr, hints: [{type: kv-fetch, params: {}}]}\n", "decode", []string{`"params"`}},
@@ -109,22 +113,61 @@ func TestParseConfigReportsEveryBrokenRole(t *testing.T) {
 }
 
 func TestConfigMarshalRoundTrip(t *testing.T) {
-	cfg := mustParse(t, "router_mode: random\nworker_selection:\n  decode: {type: kvcr, router_mode: kv, hints: [], parameters: {b: 1, a: 2}}\n")
+	cfg := mustParse(t, "policy_classes: [{name: chat, quantum: 1}]\nworker_selection:\n  decode: {type: kvcr, hints: [], parameters: {b: 1, a: 2}}\n")
 	out, err := cfg.Marshal()
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `router_mode: random
+	want := `policy_classes:
+- name: chat
+  quantum: 1
 worker_selection:
   decode:
     hints: []
     parameters:
       a: 2
       b: 1
-    router_mode: kv
     type: kvcr
 `
 	if diff := cmp.Diff(want, string(out)); diff != "" {
 		t.Errorf("Marshal (-want +got):\n%s", diff)
+	}
+}
+
+// TestParseConfigDynamoRootKeys: the root keys of Dynamo's policy file
+// that kvhint has no model of are kept as written and reported, never
+// refused, and a file of them alone (Dynamo's router accepts one with
+// only a profile) is a config with no role.
+func TestParseConfigDynamoRootKeys(t *testing.T) {
+	doc := `default_policy_family: interactive
+policy_classes:
+  - {name: chat, quantum: 4, policy_family: interactive, cache_bucket: short}
+uncached_isl_buckets:
+  - {min_tokens: 0, bucket: short}
+models:
+  llama: {default_policy_family: interactive, policy_classes: [], uncached_isl_buckets: []}
+request_classifier: {type: thunderagent}
+worker_selection:
+  decode: dynamo-default-cost-fn
+`
+	cfg := mustParse(t, doc)
+	if got := len(cfg.Unchecked); got != 5 {
+		t.Fatalf("unchecked keys = %d (%v); want 5", got, cfg.Unchecked)
+	}
+	_, probs := hintsconfig.Compile(builtin.NewCatalog(), cfg, hintsconfig.Modes{})
+	var notChecked []string
+	for _, p := range probs {
+		if p.Reason == hintsconfig.ReasonNotChecked && p.Severity == hintsconfig.SeverityWarning {
+			notChecked = append(notChecked, strings.SplitN(p.Message, " ", 2)[0])
+		}
+	}
+	if diff := cmp.Diff([]string{"default_policy_family", "models", "policy_classes", "request_classifier", "uncached_isl_buckets"}, notChecked); diff != "" {
+		t.Errorf("NotChecked warnings (-want +got):\n%s", diff)
+	}
+	if probs.HasErrors() {
+		t.Errorf("errors: %v", probs.Errors())
+	}
+	if _, err := hintsconfig.ParseConfig([]byte("models:\n  llama: {default_policy_family: a, policy_classes: [], uncached_isl_buckets: []}\n")); err != nil {
+		t.Errorf("a file with a model profile alone: %v", err)
 	}
 }

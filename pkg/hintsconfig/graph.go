@@ -1,10 +1,12 @@
 package hintsconfig
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"slices"
+	"strings"
 
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 )
@@ -13,11 +15,12 @@ import (
 // its parsed worker-selection policy and its ordered, parsed hint policies,
 // defaults expanded. A Graph is immutable and safe for concurrent use.
 type Graph struct {
-	// RouterMode is the default mode the configuration was written with.
-	RouterMode RouterMode
 	// Roles are sorted by name.
-	Roles  []*Role
-	byName map[string]*Role
+	Roles []*Role
+	// Unchecked are the root keys of the file kvhint keeps as written
+	// (Config.Unchecked); the compiled file carries them on.
+	Unchecked map[string]json.RawMessage
+	byName    map[string]*Role
 }
 
 // Role looks a role up by name.
@@ -69,26 +72,28 @@ func (h *Hint) ID() string {
 }
 
 // Config renders the graph back as a hints YAML model in its explicit form:
-// every role's hints listed, defaults expanded, parameters effective.
+// every role's hints listed, defaults expanded, parameters effective, the
+// unchecked root keys as they were written.
 func (g *Graph) Config() *Config {
-	mode := g.RouterMode
-	if mode == "" {
-		mode = ModeKV
-	}
-	cfg := &Config{RouterMode: mode, WorkerSelection: make(map[string]*RoleEntry, len(g.Roles))}
+	cfg := &Config{WorkerSelection: make(map[string]*RoleEntry, len(g.Roles)), Unchecked: g.Unchecked}
 	for _, r := range g.Roles {
-		cfg.WorkerSelection[r.Name] = r.Entry(mode)
+		cfg.WorkerSelection[r.Name] = r.Entry()
 	}
 	return cfg
 }
 
-// Entry renders the role in explicit form. The router mode is written only
-// where it differs from defaultMode.
-func (r *Role) Entry(defaultMode RouterMode) *RoleEntry {
-	e := &RoleEntry{Type: r.Selection.Type, Parameters: r.Selection.Params}
-	if r.Mode != defaultMode {
-		e.RouterMode = r.Mode
+// Modes returns the router mode each role of the graph runs under.
+func (g *Graph) Modes() Modes {
+	m := Modes{Roles: make(map[string]RouterMode, len(g.Roles))}
+	for _, r := range g.Roles {
+		m.Roles[r.Name] = r.Mode
 	}
+	return m
+}
+
+// Entry renders the role in explicit form.
+func (r *Role) Entry() *RoleEntry {
+	e := &RoleEntry{Type: r.Selection.Type, Parameters: r.Selection.Params}
 	specs := make([]HintSpec, len(r.Hints))
 	for i, h := range r.Hints {
 		specs[i] = HintSpec{Type: h.Type, Name: h.Name, Parameters: h.Params}
@@ -114,17 +119,9 @@ func ContentHash(doc []byte) string {
 	return hex.EncodeToString(sum[:8])
 }
 
-func newGraph(mode RouterMode, roles []*Role) *Graph {
-	slices.SortFunc(roles, func(a, b *Role) int {
-		switch {
-		case a.Name < b.Name:
-			return -1
-		case a.Name > b.Name:
-			return 1
-		}
-		return 0
-	})
-	g := &Graph{RouterMode: mode, Roles: roles, byName: make(map[string]*Role, len(roles))}
+func newGraph(roles []*Role) *Graph {
+	slices.SortFunc(roles, func(a, b *Role) int { return strings.Compare(a.Name, b.Name) })
+	g := &Graph{Roles: roles, byName: make(map[string]*Role, len(roles))}
 	for _, r := range roles {
 		g.byName[r.Name] = r
 	}
@@ -150,8 +147,12 @@ func canonicalJSON(raw []byte) hints.Params {
 	if len(raw) == 0 {
 		return nil
 	}
+	// Numbers stay as written: a u64 seed must reach the router exact,
+	// not rounded through a float64.
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
 	var v any
-	if err := json.Unmarshal(raw, &v); err != nil {
+	if err := dec.Decode(&v); err != nil {
 		return raw
 	}
 	if m, ok := v.(map[string]any); ok && len(m) == 0 {

@@ -33,6 +33,10 @@ const (
 	// ReasonKVCopySenderUnused: a KVCopy hint under a selection that never
 	// commits copies; it will never send anything.
 	ReasonKVCopySenderUnused Reason = "KVCopySenderUnused"
+	// ReasonNotChecked: a root key of Dynamo's router policy file that
+	// kvhint keeps as written without checking it (policy_classes,
+	// models, ...); Dynamo's router checks it at start-up.
+	ReasonNotChecked Reason = "NotChecked"
 )
 
 // Severity separates what blocks a configuration from what only deserves a look.

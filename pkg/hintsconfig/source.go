@@ -33,6 +33,10 @@ type source struct {
 	// in the text by a finite stand-in before the YAML 1.1 read (JSON, and
 	// so the providers, cannot hold them); see standIn.
 	nonFinite []nonFinite
+	// instanceOf maps a role whose bare entry named an instance to that
+	// instance's path ("worker_selection/instances/0"), where its type and
+	// parameters are written.
+	instanceOf map[string]string
 }
 
 type nonFinite struct {
@@ -58,6 +62,9 @@ var (
 	// "hints[2].name: ...", "type: ...".
 	fieldPrefixRe = regexp.MustCompile(`^([a-z_]+)(?:\[(\d+)\])?(?:\.([a-z_]+))?: `)
 )
+
+// instanceRe reads the index of a worker_selection.instances problem.
+var instanceRe = regexp.MustCompile(`^worker_selection\.instances(?:\[(\d+)\])?`)
 
 // lineRe finds the line in a YAML parser's error.
 var lineRe = regexp.MustCompile(`line (\d+)`)
@@ -290,8 +297,14 @@ func (s *source) line(p Problem) int {
 		return 0
 	}
 	if p.Role == "" {
-		if p.Reason == ReasonInvalidRouterMode {
-			return s.lines["router_mode"]
+		if m := instanceRe.FindStringSubmatch(p.Message); m != nil {
+			if m[1] == "" {
+				return s.lines["worker_selection/instances"]
+			}
+			return s.lines["worker_selection/instances/"+m[1]]
+		}
+		if strings.HasPrefix(p.Message, "worker_selection ") {
+			return s.lines["worker_selection"]
 		}
 		if m := unknownKeyRe.FindStringSubmatch(p.Message); m != nil {
 			return s.lines[m[1]]
@@ -316,6 +329,10 @@ func (s *source) line(p Problem) int {
 			candidates = append(candidates, role+"/"+m[1])
 		}
 	}
+	entry := role
+	if inst, ok := s.instanceOf[p.Role]; ok {
+		entry = inst
+	}
 	if p.Hint != NoHint {
 		hint := role + "/hints/" + strconv.Itoa(p.Hint)
 		if p.Key != "" {
@@ -332,15 +349,13 @@ func (s *source) line(p Problem) int {
 		candidates = append(candidates, hint)
 	} else {
 		if p.Key != "" {
-			candidates = append(candidates, role+"/parameters/"+p.Key)
+			candidates = append(candidates, entry+"/parameters/"+p.Key)
 		}
 		switch p.Reason {
 		case ReasonUnknownWorkerSelection:
-			candidates = append(candidates, role+"/type")
+			candidates = append(candidates, entry+"/type")
 		case ReasonInvalidParameters:
-			candidates = append(candidates, role+"/parameters")
-		case ReasonInvalidRouterMode:
-			candidates = append(candidates, role+"/router_mode")
+			candidates = append(candidates, entry+"/parameters")
 		case ReasonKVCopySenderMissing, ReasonKVCopySenderDuplicate, ReasonHintsRequireKVMode, ReasonTooManyHints, ReasonKVCopySenderUnused:
 			candidates = append(candidates, role+"/hints")
 		}

@@ -22,7 +22,7 @@ func parseAndCompile(t *testing.T, doc string) hintsconfig.Problems {
 		}
 		return probs
 	}
-	_, probs := hintsconfig.Compile(builtin.NewCatalog(), cfg)
+	_, probs := hintsconfig.Compile(builtin.NewCatalog(), cfg, hintsconfig.Modes{})
 	return probs
 }
 
@@ -78,9 +78,9 @@ func TestParseConfigFoundAsANewUserWould(t *testing.T) {
 		words: []string{`parameter "ttl_seconds": -.inf is not an integer`},
 	}, {
 		name:  ".nan for an unbounded float",
-		doc:   "worker_selection:\n  decode:\n    type: kvcr\n    parameters:\n      overlap_score_weight: .NaN\n",
-		want:  []located{{hintsconfig.ReasonInvalidParameters, "decode", noHint, "kvcr", "overlap_score_weight", 5}},
-		words: []string{"overlap_score_weight", ".NaN"},
+		doc:   "worker_selection:\n  decode:\n    type: kvcr\n    parameters:\n      router_temperature: .NaN\n",
+		want:  []located{{hintsconfig.ReasonInvalidParameters, "decode", noHint, "kvcr", "router_temperature", 5}},
+		words: []string{"router_temperature", ".NaN"},
 	}, {
 		name: "a kv-retain named kv-evict next to an unnamed kv-evict",
 		doc:  "worker_selection:\n  decode:\n    type: dynamo-default-cost-fn\n    hints:\n    - type: kv-retain\n      name: kv-evict\n    - type: kv-evict\n",
@@ -114,14 +114,34 @@ func TestParseConfigFoundAsANewUserWould(t *testing.T) {
 		words: []string{`key on is read as "true"`},
 	}, {
 		name:  "no worker_selection",
-		doc:   "router_mode: kv\n",
+		doc:   "{}\n",
 		want:  []located{{hintsconfig.ReasonInvalidConfig, "", noHint, "", "", 0}},
-		words: []string{"worker_selection is required", "worker_selection: {}"},
+		words: []string{"worker_selection is required"},
 	}, {
 		name:  "worker_selection with no value",
-		doc:   "router_mode: kv\nworker_selection:\n",
+		doc:   "# the roles\nworker_selection:\n",
 		want:  []located{{hintsconfig.ReasonInvalidConfig, "", noHint, "", "", 2}},
 		words: []string{"worker_selection has no value"},
+	}, {
+		name:  "an empty worker_selection",
+		doc:   "# the roles\nworker_selection: {}\n",
+		want:  []located{{hintsconfig.ReasonInvalidConfig, "", noHint, "", "", 2}},
+		words: []string{"worker_selection is empty", "Dynamo's router refuses it"},
+	}, {
+		name:  "a role that is not a worker type",
+		doc:   "worker_selection:\n  decode: kvcr\n  chat: dynamo-default-cost-fn\n",
+		want:  []located{{hintsconfig.ReasonInvalidRole, "chat", noHint, "", "", 3}},
+		words: []string{`role "chat" is not one of Dynamo's worker types`},
+	}, {
+		name:  "an unknown parameter of an instance points at the key",
+		doc:   "worker_selection:\n  aggregated: tt\n  instances:\n  - name: tt\n    type: dynamo-two-tier-cost-fn\n    parameters:\n      cache_affinity_threshold: 0.8\n",
+		want:  []located{{hintsconfig.ReasonInvalidParameters, "aggregated", noHint, "dynamo-two-tier-cost-fn", "cache_affinity_threshold", 7}},
+		words: []string{"cache_affinity_threshold"},
+	}, {
+		name:  "an instance without a type",
+		doc:   "worker_selection:\n  aggregated: tt\n  instances:\n  - name: tt\n",
+		want:  []located{{hintsconfig.ReasonInvalidConfig, "", noHint, "", "", 4}},
+		words: []string{"instances[0]", "name and type are required"},
 	}, {
 		name:  "hints with no value",
 		doc:   "worker_selection:\n  decode:\n    type: kvcr\n    hints:\n",
@@ -161,15 +181,15 @@ func TestParseConfigFoundAsANewUserWould(t *testing.T) {
 	}
 }
 
-// TestParseConfigKeepsWhatIsWritten: quoted keys stay as written, an
-// explicit empty worker_selection is a router with no role (what the
-// operator writes when no role of a router is accepted), a trailing
+// TestParseConfigKeepsWhatIsWritten: quoted keys stay as written, a
+// worker_selection of instances alone is a router with no role (Dynamo
+// accepts it), a trailing
 // document separator is not a second document, and parameters with no
 // value are the defaults.
 func TestParseConfigKeepsWhatIsWritten(t *testing.T) {
 	for _, doc := range []string{
-		"worker_selection:\n  \"yes\": dynamo-default-cost-fn\n  'on': round-robin\n",
-		"router_mode: kv\nworker_selection: {}\n",
+		"worker_selection:\n  \"decode\": dynamo-default-cost-fn\n  'prefill': dynamo-round-robin\n",
+		"worker_selection:\n  instances: [{name: rr, type: dynamo-round-robin}]\n",
 		"---\nworker_selection:\n  decode: kvcr\n---\n# nothing more\n",
 		"worker_selection:\n  decode:\n    type: kvcr\n    parameters:\n",
 		"worker_selection:\n  decode:\n    type: kvcr\n    parameters: {shared_cache_multiplier: 1e-3}\n",
@@ -190,12 +210,12 @@ func TestParseConfigKeepsWhatIsWritten(t *testing.T) {
 // TestNonFiniteThroughAnAlias: an alias reads as its anchor, so a .nan
 // reached through one is refused at the alias's parameter too.
 func TestNonFiniteThroughAnAlias(t *testing.T) {
-	doc := "worker_selection:\n  a:\n    type: kvcr\n    parameters: {shared_cache_multiplier: &x .nan}\n" +
-		"  b:\n    type: kvcr\n    parameters: {overlap_score_weight: *x}\n"
+	doc := "worker_selection:\n  decode:\n    type: kvcr\n    parameters: {shared_cache_multiplier: &x .nan}\n" +
+		"  prefill:\n    type: kvcr\n    parameters: {router_temperature: *x}\n"
 	got := locate(parseAndCompile(t, doc))
 	want := []located{
-		{hintsconfig.ReasonInvalidParameters, "a", hintsconfig.NoHint, "kvcr", "shared_cache_multiplier", 4},
-		{hintsconfig.ReasonInvalidParameters, "b", hintsconfig.NoHint, "kvcr", "overlap_score_weight", 4},
+		{hintsconfig.ReasonInvalidParameters, "decode", hintsconfig.NoHint, "kvcr", "shared_cache_multiplier", 4},
+		{hintsconfig.ReasonInvalidParameters, "prefill", hintsconfig.NoHint, "kvcr", "router_temperature", 4},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("problems (-want +got):\n%s", diff)

@@ -56,6 +56,10 @@ type Options struct {
 	// accepts is always sent whole. 0 means DefaultMaxBookingBytes. The
 	// sidecar sets it, and its request body limit, from --max-booking-bytes.
 	MaxBookingBytes int
+	// RouterMode is the router's --router-mode: the mode every role of a
+	// policy file loaded with Load runs under (LoadConfig carries modes of
+	// its own). Empty means kv, the only mode hints run in.
+	RouterMode hintsconfig.RouterMode
 	// Log receives config and policy-failure logs; the zero Logger discards
 	// them.
 	Log logr.Logger
@@ -71,6 +75,7 @@ type Dispatcher struct {
 	perBlock   time.Duration
 	maxBooking int
 	maxPayload int
+	mode       hintsconfig.RouterMode
 	log        logr.Logger
 
 	snap    atomic.Pointer[snapshot]
@@ -108,7 +113,7 @@ func NewDispatcher(o Options) *Dispatcher {
 		o.Workers = StaticWorkers(nil)
 	}
 	d := &Dispatcher{cat: o.Catalog, workers: o.Workers, metrics: o.Metrics, deadline: o.PolicyDeadline,
-		perBlock: o.PolicyDeadlinePerBlock, maxBooking: o.MaxBookingBytes, log: o.Log}
+		perBlock: o.PolicyDeadlinePerBlock, maxBooking: o.MaxBookingBytes, mode: o.RouterMode, log: o.Log}
 	// A kv.fetch holds the copy's hashes (at most MaxBookingBytes), an
 	// endpoint and its keys; the slack leaves room for both.
 	d.maxPayload = max(hints.MaxPayloadBytes, o.MaxBookingBytes+payloadSlackBytes)

@@ -13,17 +13,43 @@ import (
 // in force, if any, stays.
 var ErrConfigRejected = errors.New("hints config rejected")
 
-// Load validates a hints YAML document with the rules the operator and the
-// CLI use, and on success makes it the config in force, atomically: bookings
-// that already began finish on the snapshot they loaded. On any error the
-// previous config stays in force; the error is logged and counted.
+// Load validates a policy file (a hints YAML document) with the rules the
+// operator and the CLI use, every role under Options.RouterMode, and on
+// success makes it the config in force, atomically: bookings that already
+// began finish on the snapshot they loaded. On any error the previous
+// config stays in force; the error is logged and counted.
 //
 // Loading the document in force again is a no-op, so a poller may call Load
 // with whatever it reads; after a failure it counts as a successful load
 // (the source was reverted). origin names the source in logs (a path, a
 // ConfigMap).
 func (d *Dispatcher) Load(doc []byte, origin string) error {
-	hash := hintsconfig.ContentHash(doc)
+	return d.LoadConfig(Config{Doc: doc, Modes: hintsconfig.Modes{Default: d.mode, Flag: "--router-mode"}}, origin)
+}
+
+// Config is one config to load: a policy file, the router mode of each of
+// its roles and the hash it is known by.
+type Config struct {
+	// Doc is the policy file. Nil is a config with no role, which only
+	// LoadConfig takes: a compiled ConfigMap holds no policy file while
+	// no role of its router is accepted.
+	Doc []byte
+	// Modes are the roles' router modes.
+	Modes hintsconfig.Modes
+	// Hash is what the config is known by (reported, compared); empty
+	// means hintsconfig.ContentHash(Doc). A compiled ConfigMap's hash
+	// covers the role settings as well.
+	Hash string
+}
+
+// LoadConfig is Load for a config whose modes and hash come with it, such
+// as a compiled ConfigMap's.
+func (d *Dispatcher) LoadConfig(c Config, origin string) error {
+	doc := c.Doc
+	hash := c.Hash
+	if hash == "" {
+		hash = hintsconfig.ContentHash(doc)
+	}
 	d.loadMu.Lock()
 	defer d.loadMu.Unlock()
 	if cur := d.snap.Load(); cur != nil && cur.hash == hash {
@@ -40,7 +66,7 @@ func (d *Dispatcher) Load(doc []byte, origin string) error {
 		}
 		return nil
 	}
-	g, warnings, err := compileDoc(d.cat, doc)
+	g, warnings, err := compileDoc(d.cat, doc, c.Modes)
 	if err != nil {
 		err = fmt.Errorf("%w (%s, hash %s): %w", ErrConfigRejected, origin, hash, err)
 		d.recordFailure(hash, origin, err)
@@ -103,12 +129,15 @@ func (d *Dispatcher) RecordSourceError(origin string, err error) {
 // compileDoc parses and compiles a document, all or nothing: a config with
 // any error is refused whole, as the sidecar must not run half a config.
 // Warnings do not block it; they are returned for the log.
-func compileDoc(cat *hints.Catalog, doc []byte) (*hintsconfig.Graph, hintsconfig.Problems, error) {
-	cfg, err := hintsconfig.ParseConfig(doc)
-	if err != nil {
-		return nil, nil, err
+func compileDoc(cat *hints.Catalog, doc []byte, modes hintsconfig.Modes) (*hintsconfig.Graph, hintsconfig.Problems, error) {
+	cfg := &hintsconfig.Config{}
+	if doc != nil {
+		var err error
+		if cfg, err = hintsconfig.ParseConfig(doc); err != nil {
+			return nil, nil, err
+		}
 	}
-	g, probs := hintsconfig.Compile(cat, cfg)
+	g, probs := hintsconfig.Compile(cat, cfg, modes)
 	if probs.HasErrors() {
 		return nil, nil, probs.Errors()
 	}

@@ -23,22 +23,25 @@ const (
 	SidecarFieldManager = "kvhint-sidecar"
 
 	// HashAnnotation on a compiled ConfigMap is the content hash of its
-	// HintsConfigKey entry (hintsconfig.ContentHash: the first 16 hex digits of
-	// the SHA-256 of the bytes).
+	// data: HintsConfigKey and RolesKey together (the first 16 hex digits
+	// of a SHA-256 over both), so a change of a role's mode or worker pool
+	// moves it as a change of the policy file does.
 	HashAnnotation = "hints.kvrouter.io/hash"
 
 	// HintsConfigKey is the ConfigMap data key that holds the compiled hints
-	// YAML, the format hintsconfig.ParseConfig reads.
+	// YAML: a Dynamo router policy file, the format hintsconfig.ParseConfig
+	// reads and Dynamo's router takes from --router-policy-config. It is
+	// absent while no role of the router is accepted, since Dynamo's
+	// router refuses a file with no role.
 	HintsConfigKey = "hints.yaml"
 
-	// WorkerSelectorsKey is the ConfigMap data key, next to HintsConfigKey,
-	// that holds each role's spec.workerSelector: a YAML map from role to
-	// its metav1.LabelSelector, for the roles that have one. The sidecar
-	// keeps a worker pool per role from it and sends a role's hints only
-	// to its pool; a role absent admits every registered worker. It is a
-	// key of its own so that HintsConfigKey stays the router's format; it
-	// is not part of HashAnnotation.
-	WorkerSelectorsKey = "worker-selectors.yaml"
+	// RolesKey is the ConfigMap data key, next to HintsConfigKey, that
+	// holds each role's settings that are not part of the policy file: its
+	// router mode (routerMode; Dynamo takes it from --router-mode) and its
+	// worker pool (workerSelector, a metav1.LabelSelector). The sidecar
+	// runs each role under its mode and sends a role's hints only to its
+	// pool.
+	RolesKey = "roles.yaml"
 
 	// SourceControlEndpointsAnnotation on a worker pod is its
 	// router_hint_source_control_endpoints: a JSON object from

@@ -121,7 +121,7 @@ metadata: {name: llama-prefill}
 spec:
   router: llama
   role: prefill
-  workerSelection: {type: kvcr, parameters: {shared_cache_multiplier: 0.5, overlap_score_weight: 1}}
+  workerSelection: {type: kvcr, parameters: {shared_cache_multiplier: 0.5, overlap_score_credit: 1}}
   hints: [{type: kv-fetch, parameters: {min_blocks: 2}}, {type: kv-fetch, name: fetch-again}]
   workerSelector: {matchLabels: {app.kubernetes.io/name: llama, app.kubernetes.io/component: prefill}}
 `, "apply", "-f", "-")

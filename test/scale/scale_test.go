@@ -301,11 +301,11 @@ var roleKinds = []struct {
 	spec func() v1alpha1.RouterRoleSpec
 }{
 	{"prefill", func() v1alpha1.RouterRoleSpec {
-		return kv("kvcr", `{"shared_cache_multiplier":0.5,"overlap_score_weight":1}`,
+		return kv("kvcr", `{"shared_cache_multiplier":0.5,"overlap_score_credit":1}`,
 			inline("kv-fetch", "", `{"min_blocks":4}`))
 	}},
 	{"decode", func() v1alpha1.RouterRoleSpec {
-		return kv("dynamo-default-cost-fn", `{"overlap_score_weight":2}`, ref("session-retain"), ref("session-evict"))
+		return kv("dynamo-default-cost-fn", `{"overlap_score_credit":2}`, ref("session-retain"), ref("session-evict"))
 	}},
 	{"prefill-long", func() v1alpha1.RouterRoleSpec {
 		return kv("kvcr", `{"shared_cache_multiplier":1}`, ref("fetch-large"), inline("kv-evict", "", ""))
@@ -318,7 +318,7 @@ var roleKinds = []struct {
 		return kv("kvcr", ``)
 	}},
 	{"decode-hot", func() v1alpha1.RouterRoleSpec {
-		return kv("dynamo-default-cost-fn", `{"temperature":0.5}`, ref("retain-hot"),
+		return kv("dynamo-default-cost-fn", `{"router_temperature":0.5}`, ref("retain-hot"),
 			inline("kv-retain", "retain-tail", `{"ttl_seconds":30}`), ref("session-evict"))
 	}},
 	{"prefill-peer", func() v1alpha1.RouterRoleSpec {
