@@ -19,9 +19,9 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
 	"github.com/kvrouter/kv-hint-operator/internal/router"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
+	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
 )
 
 func newSidecarCommand(cat *hints.Catalog) *cobra.Command {

@@ -46,7 +46,7 @@ func configMap(router string, results []*roleResult, data map[string]string, has
 				v1alpha1.ManagedByLabel: v1alpha1.ManagedBy,
 			},
 			Annotations: map[string]string{
-				v1alpha1.HashAnnotation:     hash,
+				v1alpha1.HashAnnotation:    hash,
 				compiled.SourcesAnnotation: compiled.EncodeSources(sources),
 			},
 			OwnerReferences: owners,

@@ -83,4 +83,3 @@ func loadCompiled(d *core.Dispatcher, data map[string]string, origin string, onP
 		onPools(dec.Selectors)
 	}
 }
-
