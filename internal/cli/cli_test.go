@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
+	"github.com/kvrouter/kv-hint-operator/internal/dynamopolicy"
 	"os"
 	"path/filepath"
 	"strings"
@@ -35,14 +36,24 @@ func TestGolden(t *testing.T) {
 		name := strings.TrimSuffix(filepath.Base(in), ".in.yaml")
 		t.Run(name, func(t *testing.T) {
 			var b strings.Builder
-			code, out, errOut := runCLI("validate", "-f", in)
+			flags := goldenFlags(t, in)
+			code, out, errOut := runCLI(append([]string{"validate", "-f", in}, flags...)...)
 			fmt.Fprintf(&b, "# kvhint validate: exit %d\n", code)
 			writeComment(&b, out+errOut)
-			code, out, errOut = runCLI("compile", "-f", in)
+			code, out, errOut = runCLI(append([]string{"compile", "-f", in}, flags...)...)
 			fmt.Fprintf(&b, "# kvhint compile: exit %d\n", code)
 			writeComment(&b, errOut)
 			b.WriteString(out)
 			got := b.String()
+			if code == ExitOK && out != "" {
+				// What compile prints is the file Dynamo's router reads:
+				// held to a model of its schema written apart from ours.
+				for i, doc := range strings.Split(out, "\n---\n") {
+					if err := dynamopolicy.Check([]byte(doc)); err != nil {
+						t.Errorf("compiled document %d: Dynamo's router would refuse it: %v\n%s", i+1, err, doc)
+					}
+				}
+			}
 
 			golden := strings.TrimSuffix(in, ".in.yaml") + ".out.yaml"
 			if *update {
@@ -60,6 +71,21 @@ func TestGolden(t *testing.T) {
 			}
 		})
 	}
+}
+
+// goldenFlags reads the extra flags of a golden case from its first line,
+// "# flags: --router-mode round-robin".
+func goldenFlags(t *testing.T, in string) []string {
+	t.Helper()
+	data, err := os.ReadFile(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, _, _ := strings.Cut(string(data), "\n")
+	if rest, ok := strings.CutPrefix(first, "# flags:"); ok {
+		return strings.Fields(rest)
+	}
+	return nil
 }
 
 func writeComment(b *strings.Builder, text string) {
@@ -95,7 +121,7 @@ func TestExitCodes(t *testing.T) {
 	}{
 		{"valid", []string{"validate", "-f", "testdata/golden/design-sample.in.yaml"}, ExitOK, "1 file(s) valid", ""},
 		{"valid with warnings", []string{"validate", "-f", "testdata/golden/kvcr-defaults.in.yaml"}, ExitOK, "KVCopySenderUnused (warning)", ""},
-		{"invalid", []string{"validate", "-f", "testdata/golden/every-rule.in.yaml"}, ExitInvalid, "role twice (kvcr): KVCopySenderDuplicate", ""},
+		{"invalid", []string{"validate", "-f", "testdata/golden/every-rule.in.yaml"}, ExitInvalid, "role decode (kvcr): KVCopySenderDuplicate", ""},
 		{"one invalid among valid files", []string{"validate", "-f", "testdata/golden/design-sample.in.yaml", "-f", "testdata/golden/unknown-keys.in.yaml"}, ExitInvalid, "unknown-keys.in.yaml:4: role decode: InvalidConfig", ""},
 		{"missing file", []string{"validate", "-f", filepath.Join(dir, "nope.yaml")}, ExitUsage, "", "no such file"},
 		{"oversize file", []string{"validate", "-f", big}, ExitUsage, "", "larger than the 1048576-byte limit"},
@@ -104,7 +130,9 @@ func TestExitCodes(t *testing.T) {
 		{"a directory of invalid manifests", []string{"validate", "-f", "../../config/samples/invalid"}, ExitInvalid, "invalid/too-many-hints.yaml", ""},
 		{"a directory without YAML", []string{"validate", "-f", dir}, ExitUsage, "", "no .yaml, .yml or .json files"},
 		{"unknown flag", []string{"validate", "--nope"}, ExitUsage, "", "unknown flag"},
-		{"compile invalid", []string{"compile", "-f", "testdata/golden/every-rule.in.yaml"}, ExitInvalid, "", "HintsRequireKVMode"},
+		{"compile invalid", []string{"compile", "-f", "testdata/golden/hints-off-kv.in.yaml", "--router-mode", "round-robin"}, ExitInvalid, "", "HintsRequireKVMode"},
+		{"an unknown router mode", []string{"validate", "-f", "testdata/golden/design-sample.in.yaml", "--router-mode", "fastest"}, ExitUsage, "", "not a router mode"},
+		{"--router-mode is for a policy file", []string{"sidecar", "--router", "llama", "--router-mode", "kv"}, ExitUsage, "", "--router-mode is for --config-file"},
 		{"compile missing file", []string{"compile", "-f", filepath.Join(dir, "nope.yaml")}, ExitUsage, "", "no such file"},
 	}
 	for _, tt := range tests {

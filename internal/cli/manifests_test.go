@@ -2,13 +2,14 @@ package cli
 
 import (
 	"bytes"
+	"github.com/kvrouter/kv-hint-operator/internal/compiled"
+	"github.com/kvrouter/kv-hint-operator/internal/dynamopolicy"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
-	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
 	"github.com/kvrouter/kv-hint-operator/internal/rolegraph"
@@ -108,11 +109,15 @@ func TestCompileManifestsMatchesTheManager(t *testing.T) {
 	var want []string
 	for _, r := range routers {
 		want = append(want, string(r.Config))
-		if note := "router " + r.Name + ": ConfigMap " + v1alpha1.HintsConfigMapName(r.Name) + ", key hints.yaml, hash " + r.Hash; !strings.Contains(errOut, note) {
+		if note := "router " + r.Name + ": ConfigMap " + v1alpha1.HintsConfigMapName(r.Name) + ", key hints.yaml (with roles.yaml, hash " + r.Hash + " over both)"; !strings.Contains(errOut, note) {
 			t.Errorf("compile's standard error lacks %q:\n%s", note, errOut)
 		}
-		if r.Hash != hintsconfig.ContentHash(r.Config) {
+		if r.Hash != compiled.Hash(r.ConfigMap.Data) {
 			t.Errorf("router %s: hash %s is not the content hash", r.Name, r.Hash)
+		}
+		// The samples compile to files Dynamo's router takes.
+		if err := dynamopolicy.Check(r.Config); err != nil {
+			t.Errorf("router %s: Dynamo's router would refuse the compiled hints.yaml: %v\n%s", r.Name, err, r.Config)
 		}
 	}
 	if got := strings.Split(out, "---\n"); !slices.Equal(got, want) {

@@ -33,7 +33,7 @@ func TestValidateJSON(t *testing.T) {
 		Valid: false,
 		Files: []string{"testdata/golden/kvcr-defaults.in.yaml", "../../config/samples/invalid/kvcopy-sender-duplicate.yaml", "testdata/golden/non-finite.in.yaml"},
 		Problems: []problem{
-			{File: "testdata/golden/kvcr-defaults.in.yaml", Line: 5, Object: "role decode-local", Location: "worker_selection.decode-local", Type: "kvcr",
+			{File: "testdata/golden/kvcr-defaults.in.yaml", Line: 5, Object: "role aggregated", Location: "worker_selection.aggregated", Type: "kvcr",
 				Reason: "KVCopySenderUnused", Severity: "warning"},
 			{File: "testdata/golden/non-finite.in.yaml", Line: 5, Object: "role decode", Location: "worker_selection.decode.parameters.shared_cache_multiplier", Type: "kvcr", Key: "shared_cache_multiplier",
 				Reason: "InvalidParameters", Severity: "error"},

@@ -71,6 +71,9 @@ pod IP only, where probes and scrapers reach them; pprof is on loopback.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.Log = newLogger(cmd.ErrOrStderr(), verbosity)
+			if cmd.Flags().Changed("router-mode") && o.ConfigFile == "" {
+				return errors.New("--router-mode is for --config-file: a compiled ConfigMap carries each role's router mode in roles.yaml")
+			}
 			if routerName != "" {
 				if o.ConfigMap != "" {
 					return errors.New("give --router or --configmap, not both")
@@ -103,9 +106,6 @@ pod IP only, where probes and scrapers reach them; pprof is on loopback.`,
 				if o.PodNamespace == "" {
 					o.PodNamespace = o.Namespace
 				}
-			}
-			if cmd.Flags().Changed("router-mode") && o.ConfigFile == "" {
-				return errors.New("--router-mode is for --config-file: a compiled ConfigMap carries each role's router mode in roles.yaml")
 			}
 			s, err := router.New(o)
 			if err != nil {
