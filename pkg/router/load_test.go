@@ -2,6 +2,7 @@ package router
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/go-logr/logr"
@@ -9,7 +10,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
+	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
 )
 
 // TestReloadStateAfterRevert: a bad document, then the document in force
@@ -76,3 +79,41 @@ type countErrors struct {
 }
 
 func (c *countErrors) Error(err error, msg string, kv ...any) { *c.n++ }
+
+// TestLoadRunsRolesUnderTheirModes: a policy file loaded alone runs every
+// role under Options.RouterMode, as Dynamo's router runs it under its
+// --router-mode; LoadConfig takes each role's mode and the hash the config
+// is known by.
+func TestLoadRunsRolesUnderTheirModes(t *testing.T) {
+	const withHints = "worker_selection:\n  decode:\n    type: dynamo-default-cost-fn\n    hints: [{type: kv-evict}]\n"
+	rr := NewDispatcher(Options{Catalog: builtin.NewCatalog(), RouterMode: "round-robin"})
+	err := rr.Load([]byte(withHints), "test")
+	if !errors.Is(err, ErrConfigRejected) || !strings.Contains(err.Error(), `--router-mode is "round-robin"`) {
+		t.Fatalf("hints under --router-mode round-robin: %v; want a rejection naming the flag", err)
+	}
+
+	d := NewDispatcher(Options{Catalog: builtin.NewCatalog(), Workers: StaticWorkers{"w": true}})
+	two := "worker_selection:\n  decode: dynamo-default-cost-fn\n  prefill: dynamo-default-cost-fn\n"
+	modes := hintsconfig.Modes{Roles: map[string]hintsconfig.RouterMode{"decode": hintsconfig.ModeKV, "prefill": hintsconfig.ModeRandom}}
+	if err := d.LoadConfig(Config{Doc: []byte(two), Modes: modes, Hash: "0123456789abcdef"}, "test"); err != nil {
+		t.Fatal(err)
+	}
+	if got := d.ConfigHash(); got != "0123456789abcdef" {
+		t.Errorf("hash %q; want the one the config came with", got)
+	}
+	final := hints.Session{ID: "s", Turn: 2, Final: true}
+	for role, want := range map[string]Outcome{"decode": OutcomeHinted, "prefill": OutcomeNoActions} {
+		h, err := d.Build(t.Context(), &Booking{RequestID: "r", Role: role, Worker: "w", PromptTokens: 16, BlockSize: 16, Session: final})
+		if err != nil || h.Outcome != want {
+			t.Errorf("role %s: outcome %v, %v; want %v (kv-evict runs by default on kv only)", role, h.Outcome, err, want)
+		}
+	}
+
+	// No policy file: a router none of whose roles is accepted.
+	if err := d.LoadConfig(Config{Hash: "fedcba9876543210"}, "test"); err != nil {
+		t.Fatal(err)
+	}
+	if roles := d.Roles(); len(roles) != 0 || !d.Ready() {
+		t.Errorf("roles %v, ready %v; want none, ready", roles, d.Ready())
+	}
+}
