@@ -19,7 +19,6 @@ bench_setup() {
 	go build -o "$W/kvhint" ./cmd/kvhint
 	go test -c -o "$W/router.test" ./internal/router
 	cat >"$W/hints.yaml" <<'YAML'
-router_mode: kv
 worker_selection:
   prefill: {type: kvcr, hints: [{type: kv-fetch, parameters: {min_blocks: 4}}]}
   decode: {type: dynamo-default-cost-fn, hints: [{type: kv-retain}, {type: kv-evict}]}
