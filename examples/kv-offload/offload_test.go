@@ -24,7 +24,8 @@ func compile(t *testing.T, cat *hints.Catalog, doc string) (*hintsconfig.Graph, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	return hintsconfig.Compile(cat, cfg)
+	// Every role on the KV path, as a router started with --router-mode kv.
+	return hintsconfig.Compile(cat, cfg, hintsconfig.Modes{Default: hintsconfig.ModeKV})
 }
 
 func TestCustomTypeValidatesAndRuns(t *testing.T) {
