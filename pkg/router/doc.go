@@ -5,8 +5,8 @@
 // The kvhint sidecar wraps it in an HTTP booking API, config watches and
 // delivery; a Go router can link it in-process instead and skip the hop:
 //
-//	d := router.NewDispatcher(router.Options{Catalog: builtin.NewCatalog(), Workers: workers})
-//	if err := d.Load(hintsYAML, "hints.yaml"); err != nil { ... }
+//	d := router.NewDispatcher(router.Options{Catalog: builtin.NewCatalog(), Workers: workers, RouterMode: "kv"})
+//	if err := d.Load(policyFile, "hints.yaml"); err != nil { ... }
 //	h, err := d.Build(ctx, &router.Booking{RequestID: id, Role: "decode", Worker: w, ...})
 //	// h.Message is the hint JSON for the worker, or nil; h.Outcome says why.
 //
