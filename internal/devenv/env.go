@@ -200,7 +200,7 @@ func (e *Env) startFronts() error {
 			return err
 		}
 		e.Fronts = append(e.Fronts, f)
-		e.say("router %s takes completion requests at %s/v1/completions, hints carried at %s", t.router, f.URL, e.Opts.HintPath)
+		e.say("router %s takes completion requests at %s (/v1/completions, /v1/chat/completions), hints carried at %s", t.router, f.URL, e.Opts.HintPath)
 	}
 	return nil
 }

@@ -56,3 +56,33 @@ func TestDevCommand(t *testing.T) {
 		t.Errorf("output does not say where hints are carried:\n%s", out)
 	}
 }
+
+// TestDevCommandBookingSocket: kvhint dev --booking-socket runs the
+// sidecars on Unix sockets and books over them, with the same verdict.
+func TestDevCommandBookingSocket(t *testing.T) {
+	requireEnv(t)
+	cmd := exec.Command(kvhint, "dev", "--booking-socket", "--duration", "20s", "--interval", "4s", "--assets", os.Getenv("KUBEBUILDER_ASSETS"))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("kvhint dev --booking-socket: %v\n%s", err, out)
+	}
+	for _, want := range []string{
+		"sidecars up, one per router, booking on Unix sockets in ",
+		"kvhint dev: OK: every RouterRole is Ready",
+	} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	// The last count of bookings through llama's socket: some answered,
+	// none failed.
+	var last string
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(line, "bookings via llama: ") {
+			last = line
+		}
+	}
+	if last == "" || strings.HasPrefix(last, "bookings via llama: 0 answered") || !strings.Contains(last, " 0 errors") {
+		t.Errorf("bookings over llama's socket: %q, want some answered and 0 errors:\n%s", last, out)
+	}
+}
