@@ -2,7 +2,10 @@ module example.com/go-router
 
 go 1.26.0
 
-require github.com/kvrouter/kv-hint-operator v0.0.0
+require (
+	github.com/google/go-cmp v0.7.0
+	github.com/kvrouter/kv-hint-operator v0.0.0
+)
 
 require (
 	github.com/beorn7/perks v1.0.1 // indirect

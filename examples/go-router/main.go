@@ -1,8 +1,10 @@
 // Command go-router is a minimal Go router that links kv-hint-operator's
 // dispatch core in-process instead of running the kvhint sidecar: for every
 // request it books a worker, runs the role's hint policies from the same
-// hints config the operator compiles, and carries the hint in-band, under
-// the forwarded request's kv_transfer_params.router_hint.
+// hints config the operator compiles, and carries the hint in-band, on the
+// request it forwards: at kv_transfer_params.kv_hint, where Dynamo's vLLM
+// handler reads it, or, with --hint-path, at a top-level kv_hints (the
+// vLLM and SGLang proposals) or the legacy kv_transfer_params.router_hint.
 //
 //	go-router --hints hints.yaml --role decode \
 //	    --worker decode-0=http://10.0.0.5:8000,router_hint --worker decode-1=http://10.0.0.6:8000
@@ -43,6 +45,8 @@ func main() {
 	hintsFile := flag.String("hints", "hints.yaml", "hints config (the ConfigMap's hints.yaml)")
 	role := flag.String("role", "decode", "the role this router books workers for")
 	flag.Var(&workers, "worker", "a worker, ID=URL[,router_hint]; repeat for each")
+	hintPath := router.InBandKVHint
+	flag.Var(&hintPath, "hint-path", "where the forwarded request carries the hint: kv_transfer_params.kv_hint, kv_hints or kv_transfer_params.router_hint")
 	flag.Parse()
 	if len(workers) == 0 {
 		log.Fatal("no --worker given")
@@ -55,8 +59,10 @@ func main() {
 	if err := d.Load(doc, *hintsFile); err != nil {
 		log.Fatal(err)
 	}
-	srv := &http.Server{Addr: *listen, Handler: NewRouter(*role, workers, d),
+	rt := NewRouter(*role, workers, d)
+	rt.HintPath = hintPath
+	srv := &http.Server{Addr: *listen, Handler: rt,
 		ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
-	log.Printf("go-router: %s, role %s, %d workers, hints config %s", *listen, *role, len(workers), d.ConfigHash())
+	log.Printf("go-router: %s, role %s, %d workers, hints at %s, hints config %s", *listen, *role, len(workers), hintPath, d.ConfigHash())
 	log.Fatal(srv.ListenAndServe())
 }

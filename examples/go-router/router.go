@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -35,6 +34,11 @@ type Router struct {
 	dispatch *router.Dispatcher
 	client   *http.Client
 	next     atomic.Uint64
+
+	// HintPath is where the forwarded request carries the hint; the zero
+	// value is kv_transfer_params.kv_hint, where Dynamo's vLLM handler
+	// reads it.
+	HintPath router.InBandPath
 }
 
 // maxBodyBytes caps a request body; prompts of a million tokens fit.
@@ -56,7 +60,7 @@ func Capabilities(workers []Worker) router.StaticWorkers {
 }
 
 // completion is the part of an OpenAI-style request body the router reads.
-// Every other field is forwarded untouched.
+// Every other field is forwarded byte for byte.
 type completion struct {
 	Prompt string `json:"prompt"`
 }
@@ -67,12 +71,7 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusRequestEntityTooLarge)
 		return
 	}
-	var fields map[string]json.RawMessage
 	var req completion
-	if err := json.Unmarshal(body, &fields); err != nil {
-		http.Error(w, "request body: "+err.Error(), http.StatusBadRequest)
-		return
-	}
 	if err := json.Unmarshal(body, &req); err != nil {
 		http.Error(w, "request body: "+err.Error(), http.StatusBadRequest)
 		return
@@ -98,35 +97,15 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		hint = router.Hint{}
 	}
 	if hint.Message != nil {
-		if err := addHint(fields, hint.Message); err != nil {
+		// The message goes where the worker's engine reads it; every
+		// other field of the caller's body is forwarded as it came,
+		// kv_transfer_params of a prefill/decode handshake included.
+		if body, err = router.CarryHint(body, hint.Message, rt.HintPath); err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		if body, err = json.Marshal(fields); err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
 		}
 	}
 	rt.forward(r.Context(), w, worker, r.URL.Path, body)
-}
-
-// addHint puts the hint message under the request's kv_transfer_params, as
-// kv_transfer_params.router_hint, keeping whatever transfer parameters the
-// request already carries (a prefill/decode handshake, say).
-func addHint(fields map[string]json.RawMessage, msg []byte) error {
-	params := map[string]json.RawMessage{}
-	if raw, ok := fields["kv_transfer_params"]; ok && !bytes.Equal(raw, []byte("null")) {
-		if err := json.Unmarshal(raw, &params); err != nil {
-			return fmt.Errorf("kv_transfer_params must be an object: %w", err)
-		}
-	}
-	params["router_hint"] = msg
-	raw, err := json.Marshal(params)
-	if err != nil {
-		return err
-	}
-	fields["kv_transfer_params"] = raw
-	return nil
 }
 
 func (rt *Router) forward(ctx context.Context, w http.ResponseWriter, worker Worker, path string, body []byte) {

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kvrouter/kv-hint-operator/internal/devenv"
+	core "github.com/kvrouter/kv-hint-operator/pkg/router"
 )
 
 func newDevCommand() *cobra.Command {
@@ -20,6 +21,8 @@ func newDevCommand() *cobra.Command {
 		rate              float64
 		interval, runFor  time.Duration
 		keep, socket      bool
+		push              bool
+		hintPath          string
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -33,12 +36,22 @@ func newDevCommand() *cobra.Command {
     each with a router Pod it reports its applied hash on;
   - simulated workers advertised by Pod annotations, one of them without
     router_hint;
-  - config/samples applied, and a small stream of bookings.
+  - a small router in front of each sample router's workers: it books
+    every completion request through its sidecar (POST /v1/bookings),
+    carries the hint the booking answered in-band, on the request, and
+    forwards the request to the booked worker;
+  - config/samples applied, and a small stream of completion requests
+    through those routers.
+
+Hints arrive in-band, at kv_transfer_params.kv_hint (--hint-path picks
+kv_hints or the legacy kv_transfer_params.router_hint). The workers
+advertise no hint endpoint, as no engine known today opens one; with
+--push-hints they do, and the sidecars push every hint to them as well.
 
 It prints each role's conditions, the compiled hash, the hash each router
-pod applied and the hints each worker received, until Ctrl-C (or
---duration), then stops everything and removes its files. It writes a
-kubeconfig, so kubectl get rr,hp works from another shell.`,
+pod applied and the hints each worker received, in-band and pushed, until
+Ctrl-C (or --duration), then stops everything and removes its files. It
+writes a kubeconfig, so kubectl get rr,hp works from another shell.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(contextOrBackground(cmd), os.Interrupt, syscall.SIGTERM)
@@ -48,17 +61,24 @@ kubeconfig, so kubectl get rr,hp works from another shell.`,
 				ctx, cancel = context.WithTimeout(ctx, runFor)
 				defer cancel()
 			}
-			return runDev(ctx, cmd, devenv.Options{Assets: assets, Namespace: namespace, BookingSocket: socket}, rate, interval, keep, runFor > 0)
+			path, err := core.ParseInBandPath(hintPath)
+			if err != nil {
+				return fmt.Errorf("--hint-path: %w", err)
+			}
+			o := devenv.Options{Assets: assets, Namespace: namespace, BookingSocket: socket, HintPath: path, PushHints: push}
+			return runDev(ctx, cmd, o, rate, interval, keep, runFor > 0)
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&assets, "assets", "", "folder with kube-apiserver and etcd (default: $KUBEBUILDER_ASSETS, else built by hack/envtest-assets.sh)")
 	f.StringVar(&namespace, "namespace", "default", "namespace of the samples and pods")
-	f.Float64Var(&rate, "rate", 20, "bookings per second sent to each router with workers")
+	f.Float64Var(&rate, "rate", 20, "completion requests per second sent through each router with workers")
 	f.DurationVar(&interval, "interval", 5*time.Second, "how often to print the status")
-	f.DurationVar(&runFor, "duration", 0, "stop after this long and exit 1 unless every role is Ready and hints arrived (0: until Ctrl-C)")
+	f.DurationVar(&runFor, "duration", 0, "stop after this long and exit 1 unless every role is Ready and hints reached exactly the workers that advertise router_hint (0: until Ctrl-C)")
 	f.BoolVar(&keep, "keep", false, "keep the kubeconfig and logs folder on exit")
 	f.BoolVar(&socket, "booking-socket", false, "run each sidecar's booking API on a Unix socket (--listen unix:///PATH) in the logs folder, and book over it, instead of on a loopback port")
+	f.StringVar(&hintPath, "hint-path", core.InBandKVHint.String(), "where the routers carry hints on the requests they forward: kv_transfer_params.kv_hint, kv_hints or kv_transfer_params.router_hint")
+	f.BoolVar(&push, "push-hints", false, "also advertise each worker's hint endpoint, so that the sidecars push hints to it (opt-in per worker; no engine known today opens one)")
 	return cmd
 }
 
@@ -104,8 +124,8 @@ func runDev(ctx context.Context, cmd *cobra.Command, o devenv.Options, rate floa
 	if err := env.WaitSidecarsReady(ctx, time.Minute); err != nil {
 		return err
 	}
-	fmt.Fprintln(out, "kvhint dev: every sidecar runs a compiled config; sending bookings")
-	bookings := env.DriveBookings(ctx, rate)
+	fmt.Fprintln(out, "kvhint dev: every sidecar runs a compiled config; sending completion requests through the routers")
+	traffic := env.DriveRequests(ctx, rate)
 
 	var last *devenv.Status
 	tick := time.NewTicker(interval)
@@ -116,7 +136,7 @@ func runDev(ctx context.Context, cmd *cobra.Command, o devenv.Options, rate floa
 			if !bounded {
 				return nil
 			}
-			return devVerdict(out, last)
+			return devVerdict(out, last, o.PushHints)
 		case <-tick.C:
 		}
 		st, err := env.Status(ctx)
@@ -130,7 +150,7 @@ func runDev(ctx context.Context, cmd *cobra.Command, o devenv.Options, rate floa
 		last = st
 		fmt.Fprintf(out, "\n=== %s\n", time.Now().Format(time.TimeOnly))
 		st.Print(out)
-		totals := bookings.Totals()
+		totals := traffic.Totals()
 		routers := make([]string, 0, len(totals))
 		for r := range totals {
 			routers = append(routers, r)
@@ -138,7 +158,7 @@ func runDev(ctx context.Context, cmd *cobra.Command, o devenv.Options, rate floa
 		sort.Strings(routers)
 		for _, r := range routers {
 			t := totals[r]
-			fmt.Fprintf(out, "bookings via %s: %d answered, %d with a hint (%d actions), %d errors", r, t.Bookings, t.Hints, t.Actions, t.Errors)
+			fmt.Fprintf(out, "bookings via %s: %d answered, %d with a hint (%d actions), %d requests served, %d errors", r, t.Bookings, t.Hints, t.Actions, t.Requests, t.Errors)
 			if t.LastError != "" {
 				fmt.Fprintf(out, " (last: %s)", t.LastError)
 			}
@@ -147,22 +167,34 @@ func runDev(ctx context.Context, cmd *cobra.Command, o devenv.Options, rate floa
 	}
 }
 
-// devVerdict judges a bounded run: every role Ready and hints delivered.
-func devVerdict(out interface{ Write([]byte) (int, error) }, st *devenv.Status) error {
+// devVerdict judges a bounded run: every role Ready, and hints carried
+// in-band to exactly the workers that advertise router_hint, none of them
+// refused; with push, pushed to exactly those too, and without, to none.
+func devVerdict(out interface{ Write([]byte) (int, error) }, st *devenv.Status, push bool) error {
 	if st == nil || !st.AllReady() {
 		fmt.Fprintln(out, "kvhint dev: FAIL: not every RouterRole became Ready")
 		return exitError{code: 1}
 	}
+	fail := func(format string, args ...any) error {
+		fmt.Fprintf(out, "kvhint dev: FAIL: "+format+"\n", args...)
+		return exitError{code: 1}
+	}
 	for _, w := range st.Workers {
-		if w.RouterHint && w.Hints == 0 && w.Router != "" {
-			fmt.Fprintf(out, "kvhint dev: FAIL: worker %s advertises router_hint but received no hint\n", w.ID)
-			return exitError{code: 1}
-		}
-		if !w.RouterHint && w.Hints > 0 {
-			fmt.Fprintf(out, "kvhint dev: FAIL: worker %s does not advertise router_hint but received %d hints\n", w.ID, w.Hints)
-			return exitError{code: 1}
+		switch {
+		case w.Rejected != 0:
+			return fail("worker %s refused %d malformed hints (or could not be read)", w.ID, w.Rejected)
+		case w.RouterHint && w.InBand == 0 && w.Router != "":
+			return fail("worker %s advertises router_hint but received no hint on its requests", w.ID)
+		case !w.RouterHint && w.InBand > 0:
+			return fail("worker %s does not advertise router_hint but received %d hints on its requests", w.ID, w.InBand)
+		case !w.HintEndpoint && w.Pushed > 0:
+			return fail("worker %s advertises no hint endpoint but %d hints were pushed to it", w.ID, w.Pushed)
+		case push && w.RouterHint && w.HintEndpoint && w.Pushed == 0:
+			return fail("worker %s advertises router_hint and a hint endpoint but no hint was pushed to it", w.ID)
+		case !w.RouterHint && w.Pushed > 0:
+			return fail("worker %s does not advertise router_hint but %d hints were pushed to it", w.ID, w.Pushed)
 		}
 	}
-	fmt.Fprintln(out, "kvhint dev: OK: every RouterRole is Ready and hints reached the workers that advertise router_hint")
+	fmt.Fprintln(out, "kvhint dev: OK: every RouterRole is Ready and hints reached, in-band, exactly the workers that advertise router_hint")
 	return nil
 }

@@ -22,11 +22,16 @@ func newSimWorkerCommand() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "sim-worker --id ID [--listen ADDR] [--register SIDECAR_URL]",
-		Short: "Run a simulated worker that advertises router_hint and records the hints it receives",
-		Long: `Run a simulated inference worker. It takes hints on POST /v1/hints, checks
-each against the wire format an engine accepts (a malformed one is refused
-with 400 and counted), and records the good ones: GET /hints lists them,
-DELETE /hints forgets them.
+		Short: "Run a simulated worker that records the hints it receives, in-band and pushed",
+		Long: `Run a simulated inference worker. It serves engine-style completion
+requests (POST /v1/completions and /v1/chat/completions) and takes the hint
+a router carries on them in-band, at kv_transfer_params.kv_hint, a
+top-level kv_hints or the legacy kv_transfer_params.router_hint, as engines
+read it. It also takes hints pushed to POST /v1/hints, for a sidecar told
+to push to it. It checks every hint against the wire format an engine
+accepts (a malformed one is refused with 400 and counted) and records the
+good ones, in-band and pushed apart: GET /hints lists them, DELETE /hints
+forgets them.
 
 With --sink it is a throughput sink for load runs: it reads and counts every
 hint (GET /hints reports the count as "accepted") but neither checks nor

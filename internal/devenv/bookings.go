@@ -1,78 +1,145 @@
 package devenv
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"io"
+	"math/rand/v2"
+	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
-
-	"github.com/kvrouter/kv-hint-operator/internal/loadgen"
 )
 
-// BookingTotals counts what the booking stream did.
-type BookingTotals struct {
-	Bookings, Errors, Hints, Actions int
-	LastError                        string
+// Traffic is the small, steady stream of completion requests the dev
+// environment sends through each front router: llama's go to a prefill
+// and then a decode worker (the prefill bookings carry committed KV copies
+// half the time, as its kvcr selection would commit them), chat's to a
+// decode worker, in multi-turn sessions that end with a final turn.
+type Traffic struct {
+	fronts []*FrontRouter
 }
 
-// Bookings drives a small, steady stream of bookings through the sidecars:
-// llama's prefill (with committed KV copies half the time, as its kvcr
-// selection would) and decode, and chat's decode in multi-turn sessions.
-type Bookings struct {
-	mu     sync.Mutex
-	totals map[string]*BookingTotals
-}
-
-// Totals returns a copy of the counts per router.
-func (b *Bookings) Totals() map[string]BookingTotals {
-	b.mu.Lock()
-	defer b.mu.Unlock()
+// Totals returns the counts of each front router, by router.
+func (t *Traffic) Totals() map[string]BookingTotals {
 	out := map[string]BookingTotals{}
-	for k, v := range b.totals {
-		out[k] = *v
+	for _, f := range t.fronts {
+		out[f.Router] = f.Totals()
 	}
 	return out
 }
 
-// DriveBookings runs until ctx ends, at rate bookings per second per router.
-func (e *Env) DriveBookings(ctx context.Context, rate float64) *Bookings {
-	b := &Bookings{totals: map[string]*BookingTotals{}}
-	streams := map[string][]loadgen.Role{
-		"llama": {
-			{Name: "prefill", Workers: []string{"llama-prefill-0", "llama-prefill-1"}, CopyRate: 0.5},
-			{Name: "decode", Workers: []string{"llama-decode-0", "llama-decode-1"}},
-		},
-		"chat": {{Name: "decode", Workers: []string{"chat-0", "chat-1"}}},
+// maxInFlight bounds the requests in flight per router; a tick that finds
+// them all busy waits for one.
+const maxInFlight = 16
+
+// DriveRequests runs until ctx ends, at rate completion requests per
+// second per front router.
+func (e *Env) DriveRequests(ctx context.Context, rate float64) *Traffic {
+	t := &Traffic{fronts: e.Fronts}
+	for _, f := range e.Fronts {
+		go drive(ctx, f, rate)
 	}
-	for router, roles := range streams {
-		s := e.Sidecar(router)
-		if s == nil {
-			continue
+	return t
+}
+
+func drive(ctx context.Context, f *FrontRouter, rate float64) {
+	client := &http.Client{Timeout: 30 * time.Second}
+	sessions := newSessions(f.Router)
+	route, chat := "/v1/completions", f.Router == "chat"
+	if chat {
+		route = "/v1/chat/completions"
+	}
+	slots := make(chan struct{}, maxInFlight)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	tick := time.NewTicker(time.Duration(float64(time.Second) / rate))
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
 		}
-		b.totals[router] = &BookingTotals{}
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		ses, body := sessions.next(chat)
+		wg.Add(1)
 		go func() {
-			for round := 1; ctx.Err() == nil; round++ {
-				o := loadgen.Options{Target: s.BookingURL, Rate: rate, Duration: 2 * time.Second, Connections: 2,
-					Roles: roles, MaxTurns: 4, BlockSize: 16, Seed: uint64(round),
-					IDPrefix: router + "-" + strconv.Itoa(round) + "-"}
-				res, err := loadgen.Run(ctx, o)
-				if res != nil {
-					b.mu.Lock()
-					t := b.totals[router]
-					t.Bookings += res.Completed
-					t.Errors += res.Errors
-					t.Hints += res.Hints
-					t.Actions += res.Actions
-					if res.FirstError != "" {
-						t.LastError = res.FirstError
-					}
-					b.mu.Unlock()
-				}
-				if err != nil && ctx.Err() == nil {
-					time.Sleep(time.Second)
-				}
+			defer wg.Done()
+			defer func() { <-slots }()
+			req, err := http.NewRequestWithContext(ctx, http.MethodPost, f.URL+route, bytes.NewReader(body))
+			if err != nil {
+				return
+			}
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("X-Session-Id", ses.id)
+			req.Header.Set("X-Session-Turn", strconv.Itoa(ses.turn))
+			req.Header.Set("X-Session-Final", strconv.FormatBool(ses.final))
+			// The front router counts what failed; the answer is drained
+			// so that the connection is reused.
+			if resp, err := client.Do(req); err == nil {
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
 			}
 		}()
 	}
-	return b
+}
+
+// sessions makes the requests of interleaved multi-turn sessions.
+type sessions struct {
+	prefix string
+	rng    *rand.Rand
+	n      int
+	live   []*liveSession
+}
+
+type liveSession struct {
+	id           string
+	turn, turns  int
+	promptTokens int
+}
+
+// turn is one request's place in its session.
+type turn struct {
+	id    string
+	turn  int
+	final bool
+}
+
+func newSessions(router string) *sessions {
+	return &sessions{prefix: router + "-" + strconv.FormatInt(time.Now().Unix(), 36) + "-sess-",
+		rng: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 2))}
+}
+
+// next returns the next request: a turn of a live session most of the
+// time, the first of a new one otherwise, with a prompt that grows by a
+// turn each time.
+func (s *sessions) next(chat bool) (turn, []byte) {
+	if len(s.live) < 8 || s.rng.IntN(4) == 0 {
+		s.n++
+		s.live = append(s.live, &liveSession{id: s.prefix + strconv.Itoa(s.n), turns: 1 + s.rng.IntN(4), promptTokens: 64 + s.rng.IntN(512)})
+	}
+	i := s.rng.IntN(len(s.live))
+	ls := s.live[i]
+	ls.turn++
+	ls.promptTokens += 16 + s.rng.IntN(128)
+	t := turn{id: ls.id, turn: ls.turn, final: ls.turn >= ls.turns}
+	if t.final {
+		s.live = append(s.live[:i], s.live[i+1:]...)
+	}
+	prompt := strings.Repeat("word ", ls.promptTokens*4/5)
+	var body []byte
+	if chat {
+		body, _ = json.Marshal(map[string]any{"model": "chat", "max_tokens": 16,
+			"messages": []map[string]string{{"role": "user", "content": prompt}}})
+	} else {
+		body, _ = json.Marshal(map[string]any{"model": "llama", "max_tokens": 16, "prompt": prompt})
+	}
+	return t, body
 }

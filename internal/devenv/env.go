@@ -25,6 +25,7 @@ import (
 	"github.com/kvrouter/kv-hint-operator/config/samples"
 	"github.com/kvrouter/kv-hint-operator/internal/router"
 	"github.com/kvrouter/kv-hint-operator/internal/simworker"
+	core "github.com/kvrouter/kv-hint-operator/pkg/router"
 )
 
 // FieldOwner is the server-side apply field manager of what devenv writes.
@@ -46,6 +47,13 @@ type Options struct {
 	// Dir (--listen unix:///PATH) instead of a loopback port, and the
 	// bookings go over it.
 	BookingSocket bool
+	// HintPath is where the front routers carry hints on the requests
+	// they forward; the zero value is kv_transfer_params.kv_hint.
+	HintPath core.InBandPath
+	// PushHints makes the worker pods also advertise their hint endpoint,
+	// so that the sidecars push every hint to it as well. Off, as no
+	// engine known today opens one: hints arrive in-band only.
+	PushHints bool
 }
 
 // Worker is a simulated worker process and the Pod object that advertises it.
@@ -55,8 +63,11 @@ type Worker struct {
 	Router, Component string
 	// RouterHint is whether the pod advertises router_hint.
 	RouterHint bool
-	URL        string
-	Proc       *Process
+	// HintEndpoint is whether the pod advertises a hint endpoint to push
+	// hints to (Options.PushHints).
+	HintEndpoint bool
+	URL          string
+	Proc         *Process
 }
 
 // Sidecar is one router's sidecar process and the router Pod it reports on.
@@ -71,7 +82,8 @@ type Sidecar struct {
 }
 
 // Env is a running local installation: control plane, manager, one sidecar
-// per sample router, simulated workers.
+// per sample router, simulated workers, and a front router per sample
+// router with workers.
 type Env struct {
 	Opts     Options
 	CP       *ControlPlane
@@ -83,6 +95,9 @@ type Env struct {
 	MetricsURL string
 	Sidecars   []*Sidecar
 	Workers    []*Worker
+	// Fronts take completion requests, book them through their router's
+	// sidecar and forward them to the booked workers, hints in-band.
+	Fronts []*FrontRouter
 }
 
 // Routers of config/samples and the workers devenv gives them. One llama
@@ -150,7 +165,44 @@ func Start(ctx context.Context, o Options) (_ *Env, err error) {
 	if err := e.startSidecars(ctx); err != nil {
 		return nil, err
 	}
+	if err := e.startFronts(); err != nil {
+		return nil, err
+	}
 	return e, nil
+}
+
+// startFronts starts a front router for every sample router with workers:
+// its roles are the workers' components, prefill before decode, and a
+// prefill booking commits a KV copy half the time.
+func (e *Env) startFronts() error {
+	for _, t := range topology {
+		var roles []frontRole
+		for _, name := range []string{"prefill", "decode"} {
+			r := frontRole{name: name}
+			if name == "prefill" {
+				r.copyRate = 0.5
+			}
+			for _, w := range e.Workers {
+				if w.Router == t.router && w.Component == name {
+					r.workers = append(r.workers, w)
+				}
+			}
+			if len(r.workers) > 0 {
+				roles = append(roles, r)
+			}
+		}
+		s := e.Sidecar(t.router)
+		if len(roles) == 0 || s == nil {
+			continue
+		}
+		f, err := startFrontRouter(t.router, roles, s, e.Opts.HintPath)
+		if err != nil {
+			return err
+		}
+		e.Fronts = append(e.Fronts, f)
+		e.say("router %s takes completion requests at %s (/v1/completions, /v1/chat/completions), hints carried at %s", t.router, f.URL, e.Opts.HintPath)
+	}
+	return nil
 }
 
 func (e *Env) ensureNamespace(ctx context.Context) error {
@@ -166,6 +218,7 @@ func (e *Env) startWorkers(ctx context.Context) error {
 		for _, w := range t.workers {
 			w := w
 			w.Router = t.router
+			w.HintEndpoint = e.Opts.PushHints
 			port, err := FreePort()
 			if err != nil {
 				return err
@@ -194,11 +247,15 @@ func (e *Env) startWorkers(ctx context.Context) error {
 
 // applyWorkerPod creates the Pod object a sidecar discovers the worker by.
 // No kubelet runs it: the process above is the worker, the Pod only
-// advertises it, as a real worker pod's annotations would.
+// advertises it, as a real worker pod's annotations would. The hint
+// endpoint is advertised only with Options.PushHints: a sidecar pushes
+// only to a worker that opts in.
 func (e *Env) applyWorkerPod(ctx context.Context, w *Worker) error {
 	ann := map[string]string{
-		router.AnnotationHintEndpoint: w.URL + simworker.HintPath,
-		router.AnnotationWorkerType:   w.Component,
+		router.AnnotationWorkerType: w.Component,
+	}
+	if w.HintEndpoint {
+		ann[router.AnnotationHintEndpoint] = w.URL + simworker.HintPath
 	}
 	if w.RouterHint {
 		ann[router.AnnotationCapabilities] = "router_hint"
@@ -386,8 +443,12 @@ func DecodeManifests(data []byte) ([]*unstructured.Unstructured, error) {
 	}
 }
 
-// Stop ends every process, the control plane last, and logs nothing.
+// Stop ends the front routers and every process, the control plane last,
+// and logs nothing.
 func (e *Env) Stop() {
+	for _, f := range e.Fronts {
+		_ = f.Close()
+	}
 	for _, s := range e.Sidecars {
 		_ = s.Proc.Stop(10 * time.Second)
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -49,9 +50,17 @@ type RouterStatus struct {
 type WorkerStatus struct {
 	ID, Router string
 	RouterHint bool
-	Hints      int
-	Actions    map[string]int
-	Rejected   int
+	// HintEndpoint is whether its pod advertises a hint endpoint, so that
+	// its sidecar pushes hints to it too.
+	HintEndpoint bool
+	// InBand counts the hints it took on its requests, Pushed those posted
+	// to its hint endpoint; Requests the completion requests it served.
+	InBand, Pushed, Requests int
+	// Actions counts the actions of its recorded in-band hints, by type.
+	Actions map[string]int
+	// Rejected counts the malformed hints it refused, in-band or pushed;
+	// -1 when the worker could not be read.
+	Rejected int
 }
 
 // Status reads the API server and the workers.
@@ -99,7 +108,7 @@ func (e *Env) Status(ctx context.Context) (*Status, error) {
 
 	httpc := &http.Client{Timeout: 2 * time.Second}
 	for _, w := range e.Workers {
-		ws := WorkerStatus{ID: w.ID, Router: w.Router, RouterHint: w.RouterHint, Actions: map[string]int{}}
+		ws := WorkerStatus{ID: w.ID, Router: w.Router, RouterHint: w.RouterHint, HintEndpoint: w.HintEndpoint, Actions: map[string]int{}}
 		if err := readWorker(ctx, httpc, w.URL, &ws); err != nil {
 			ws.Rejected = -1
 		}
@@ -118,15 +127,13 @@ func readWorker(ctx context.Context, c *http.Client, url string, ws *WorkerStatu
 		return err
 	}
 	defer resp.Body.Close()
-	var got struct {
-		Hints    []simworker.Received `json:"hints"`
-		Rejected int                  `json:"rejected"`
-	}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<20)).Decode(&got); err != nil {
+	var got simworker.Status
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 128<<20)).Decode(&got); err != nil {
 		return err
 	}
-	ws.Hints, ws.Rejected = len(got.Hints), got.Rejected
-	for _, h := range got.Hints {
+	ws.InBand, ws.Pushed, ws.Requests = int(got.InBand.Accepted), int(got.Accepted), int(got.Requests)
+	ws.Rejected = got.Rejected + got.InBand.Rejected
+	for _, h := range got.InBand.Hints {
 		var m simworker.Message
 		if json.Unmarshal(h.Body, &m) == nil {
 			for _, a := range m.Actions {
@@ -164,7 +171,7 @@ func (st *Status) Print(w io.Writer) {
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
-	fmt.Fprintln(tw, "WORKER\tROUTER\tROUTER_HINT\tHINTS\tACTIONS")
+	fmt.Fprintln(tw, "WORKER\tROUTER\tROUTER_HINT\tIN-BAND\tPUSHED\tREQUESTS\tREJECTED\tIN-BAND ACTIONS")
 	for _, wk := range st.Workers {
 		var acts []string
 		for t, n := range wk.Actions {
@@ -175,7 +182,11 @@ func (st *Status) Print(w io.Writer) {
 		if wk.RouterHint {
 			hint = "yes"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", wk.ID, wk.Router, hint, wk.Hints, orDash(strings.Join(acts, " ")))
+		pushed := "-" // no hint endpoint advertised: nothing is pushed
+		if wk.HintEndpoint || wk.Pushed > 0 {
+			pushed = strconv.Itoa(wk.Pushed)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%d\t%s\n", wk.ID, wk.Router, hint, wk.InBand, pushed, wk.Requests, wk.Rejected, orDash(strings.Join(acts, " ")))
 	}
 	tw.Flush()
 }

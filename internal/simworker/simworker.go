@@ -1,7 +1,10 @@
 // Package simworker is a simulated inference worker for tests and the dev
-// environment: it advertises router_hint, checks every hint it receives
-// against the wire format an engine accepts (DESIGN 8a) and records it, so
-// that a test or a person can read exactly what arrived.
+// environment. It serves engine-style completion requests and takes the
+// hint a router carries on them, in-band, as engines do; it also takes
+// hints pushed to its own hint endpoint, for the sidecar's opt-in push. It
+// checks every hint against the wire format an engine accepts (DESIGN 8a)
+// and records it, the in-band and the pushed ones apart, so that a test or
+// a person can read exactly what arrived and how.
 package simworker
 
 import (
@@ -18,11 +21,21 @@ import (
 	"time"
 )
 
-// HintPath is where the worker takes hints.
+// HintPath is where the worker takes pushed hints.
 const HintPath = "/v1/hints"
+
+// Completion routes: the engine-style requests the worker serves, each
+// possibly carrying a hint in-band.
+const (
+	CompletionsPath     = "/v1/completions"
+	ChatCompletionsPath = "/v1/chat/completions"
+)
 
 // maxHintBytes caps one hint body, as an engine would.
 const maxHintBytes = 4 << 20
+
+// maxRequestBytes caps one completion request: a long prompt and its hint.
+const maxRequestBytes = 16 << 20
 
 // Message is a hint as the wire format defines it.
 type Message struct {
@@ -45,8 +58,11 @@ type Received struct {
 	At time.Time `json:"received_at"`
 	// MessageID is the message's message_id.
 	MessageID string `json:"message_id"`
-	// Body is the message exactly as posted.
+	// Body is the message exactly as posted, or as carried on the request.
 	Body json.RawMessage `json:"body"`
+	// Path is where on the request an in-band hint was carried
+	// ("kv_transfer_params.kv_hint", say); empty for a pushed one.
+	Path string `json:"path,omitempty"`
 }
 
 // Options configure a Worker.
@@ -60,8 +76,53 @@ type Options struct {
 	// Sink makes the worker a throughput sink: it reads each hint and
 	// answers, counting it as accepted, but neither checks nor records it.
 	// For load runs only, where the worker's own parsing would compete with
-	// the sidecar for the CPU; Hints is then always empty.
+	// the sidecar for the CPU; Hints and InBandHints are then always empty.
 	Sink bool
+}
+
+// hintLog is a ring of at most a worker's MaxRecorded hints, the oldest at
+// first, count of them, and the counts of the hints accepted (recorded or
+// not) and refused. The worker's mutex guards it.
+type hintLog struct {
+	received []Received
+	first    int
+	count    int
+	accepted int64
+	rejected int
+}
+
+// add keeps h, dropping the oldest past max.
+func (l *hintLog) add(h Received, max int) {
+	l.accepted++
+	if l.received == nil {
+		l.received = make([]Received, 0, min(max, 1024))
+	}
+	switch {
+	case l.count < len(l.received):
+		// A reset left room in the ring.
+		l.received[(l.first+l.count)%len(l.received)] = h
+		l.count++
+	case len(l.received) < max:
+		// The ring is full but may still grow; first is 0 while it grows.
+		l.received = append(l.received, h)
+		l.count++
+	default:
+		l.received[l.first] = h
+		l.first = (l.first + 1) % len(l.received)
+	}
+}
+
+func (l *hintLog) list() []Received {
+	out := make([]Received, 0, l.count)
+	for i := range l.count {
+		out = append(out, l.received[(l.first+i)%len(l.received)])
+	}
+	return out
+}
+
+func (l *hintLog) reset() {
+	clear(l.received)
+	l.first, l.count, l.accepted, l.rejected = 0, 0, 0, 0
 }
 
 // Worker is a simulated worker. Its zero value is not usable; use New.
@@ -69,16 +130,15 @@ type Worker struct {
 	opts Options
 
 	mu sync.Mutex
-	// received is a ring of at most MaxRecorded hints: the oldest is at
-	// first, and there are count of them.
-	received []Received
-	first    int
-	count    int
-	accepted int64 // every hint accepted, recorded or not
-	rejected int
+	// pushed are the hints posted to HintPath; inBand those carried on
+	// completion requests.
+	pushed, inBand hintLog
+	// requests counts the completion requests answered.
+	requests int64
 	status   int
 	delay    time.Duration
-	// arrived, when a waiter made it, is closed on the next accepted hint.
+	// arrived, when a waiter made it, is closed on the next accepted hint
+	// of either kind.
 	arrived chan struct{}
 }
 
@@ -93,9 +153,10 @@ func New(o Options) *Worker {
 // ID is the worker's ID.
 func (w *Worker) ID() string { return w.opts.ID }
 
-// SetBehaviour makes the worker answer hints with status after delay: a
-// 5xx or a delay past the sender's timeout simulates a sick worker. The
-// hint is checked and recorded before the delay, whatever the answer.
+// SetBehaviour makes the worker answer pushed hints with status after
+// delay: a 5xx or a delay past the sender's timeout simulates a sick
+// worker. The hint is checked and recorded before the delay, whatever the
+// answer. Completion requests are not affected.
 func (w *Worker) SetBehaviour(status int, delay time.Duration) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -104,20 +165,31 @@ func (w *Worker) SetBehaviour(status int, delay time.Duration) {
 
 // Handler serves:
 //
-//	POST   /v1/hints  take a hint (400 if it breaks the wire format)
-//	GET    /hints     the hints received, oldest first, as JSON, with the
-//	                  counts accepted (recorded or not) and rejected
-//	DELETE /hints     forget them and reset the counts
-//	GET    /healthz   liveness, with the worker's ID
+//	POST   /v1/completions       a completion request, with or without a
+//	POST   /v1/chat/completions  hint in-band (400 if the hint breaks the
+//	                             wire format); answers a small completion
+//	POST   /v1/hints             take a pushed hint (400 if it breaks the
+//	                             wire format)
+//	GET    /hints                the pushed hints received, oldest first,
+//	                             as JSON, with the counts accepted (recorded
+//	                             or not) and rejected; under "in_band" the
+//	                             same for the hints carried on requests, and
+//	                             under "requests" the requests answered
+//	DELETE /hints                forget them all and reset the counts
+//	GET    /healthz              liveness, with the worker's ID
 func (w *Worker) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+HintPath, w.takeHint)
+	mux.HandleFunc("POST "+CompletionsPath, w.complete)
+	mux.HandleFunc("POST "+ChatCompletionsPath, w.complete)
 	mux.HandleFunc("GET /hints", func(rw http.ResponseWriter, _ *http.Request) {
 		rw.Header().Set("Content-Type", "application/json")
 		w.mu.Lock()
-		accepted, rejected := w.accepted, w.rejected
+		st := Status{Worker: w.opts.ID, Sink: w.opts.Sink, Requests: w.requests,
+			Hints: w.pushed.list(), Accepted: w.pushed.accepted, Rejected: w.pushed.rejected,
+			InBand: HintCounts{Hints: w.inBand.list(), Accepted: w.inBand.accepted, Rejected: w.inBand.rejected}}
 		w.mu.Unlock()
-		json.NewEncoder(rw).Encode(map[string]any{"worker": w.opts.ID, "hints": w.Hints(), "accepted": accepted, "rejected": rejected, "sink": w.opts.Sink})
+		json.NewEncoder(rw).Encode(st)
 	})
 	mux.HandleFunc("DELETE /hints", func(rw http.ResponseWriter, _ *http.Request) {
 		w.Reset()
@@ -127,6 +199,27 @@ func (w *Worker) Handler() http.Handler {
 		fmt.Fprintf(rw, "ok: worker %s\n", w.opts.ID)
 	})
 	return mux
+}
+
+// Status is what GET /hints answers.
+type Status struct {
+	Worker string `json:"worker"`
+	// Hints, Accepted and Rejected are the pushed hints.
+	Hints    []Received `json:"hints"`
+	Accepted int64      `json:"accepted"`
+	Rejected int        `json:"rejected"`
+	// InBand are the hints carried on completion requests.
+	InBand HintCounts `json:"in_band"`
+	// Requests counts the completion requests answered.
+	Requests int64 `json:"requests"`
+	Sink     bool  `json:"sink"`
+}
+
+// HintCounts are the hints of one kind a worker took.
+type HintCounts struct {
+	Hints    []Received `json:"hints"`
+	Accepted int64      `json:"accepted"`
+	Rejected int        `json:"rejected"`
 }
 
 func (w *Worker) takeHint(rw http.ResponseWriter, r *http.Request) {
@@ -141,12 +234,12 @@ func (w *Worker) takeHint(rw http.ResponseWriter, r *http.Request) {
 	}
 	if err != nil {
 		w.mu.Lock()
-		w.rejected++
+		w.pushed.rejected++
 		w.mu.Unlock()
 		http.Error(rw, err.Error(), http.StatusBadRequest)
 		return
 	}
-	w.record(Received{At: time.Now(), MessageID: m.MessageID, Body: body})
+	w.record(&w.pushed, Received{At: time.Now(), MessageID: m.MessageID, Body: body})
 	w.answer(rw, r)
 }
 
@@ -164,40 +257,24 @@ func (w *Worker) sinkHint(rw http.ResponseWriter, r *http.Request) {
 	sinkBufs.Put(bp)
 	if err != io.EOF {
 		w.mu.Lock()
-		w.rejected++
+		w.pushed.rejected++
 		w.mu.Unlock()
 		http.Error(rw, err.Error(), http.StatusBadRequest)
 		return
 	}
 	w.mu.Lock()
-	w.accepted++
+	w.pushed.accepted++
 	w.wakeLocked()
 	w.mu.Unlock()
 	w.answer(rw, r)
 }
 
-// record keeps an accepted hint, dropping the oldest past MaxRecorded, and
-// wakes the waiters.
-func (w *Worker) record(h Received) {
+// record keeps an accepted hint in l, dropping the oldest past
+// MaxRecorded, and wakes the waiters.
+func (w *Worker) record(l *hintLog, h Received) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.accepted++
-	if w.received == nil {
-		w.received = make([]Received, 0, min(w.opts.MaxRecorded, 1024))
-	}
-	switch {
-	case w.count < len(w.received):
-		// A Reset left room in the ring.
-		w.received[(w.first+w.count)%len(w.received)] = h
-		w.count++
-	case len(w.received) < w.opts.MaxRecorded:
-		// The ring is full but may still grow; first is 0 while it grows.
-		w.received = append(w.received, h)
-		w.count++
-	default:
-		w.received[w.first] = h
-		w.first = (w.first + 1) % len(w.received)
-	}
+	l.add(h, w.opts.MaxRecorded)
 	w.wakeLocked()
 }
 
@@ -285,53 +362,88 @@ func checkFetch(payload []byte) error {
 	return nil
 }
 
-// Hints returns the hints received, oldest first.
+// Hints returns the pushed hints received, oldest first.
 func (w *Worker) Hints() []Received {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.hintsLocked()
+	return w.pushed.list()
 }
 
-func (w *Worker) hintsLocked() []Received {
-	out := make([]Received, 0, w.count)
-	for i := range w.count {
-		out = append(out, w.received[(w.first+i)%len(w.received)])
-	}
-	return out
-}
-
-// Accepted counts the hints accepted since the last Reset, including those
-// no longer recorded (past MaxRecorded) and, for a sink, those never
-// recorded.
+// Accepted counts the pushed hints accepted since the last Reset,
+// including those no longer recorded (past MaxRecorded) and, for a sink,
+// those never recorded.
 func (w *Worker) Accepted() int64 {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.accepted
+	return w.pushed.accepted
 }
 
-// Rejected counts the posts refused as malformed.
+// Rejected counts the pushed hints refused as malformed.
 func (w *Worker) Rejected() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.rejected
+	return w.pushed.rejected
+}
+
+// InBandHints returns the hints received in-band, on completion requests,
+// oldest first.
+func (w *Worker) InBandHints() []Received {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.inBand.list()
+}
+
+// InBandAccepted counts the in-band hints accepted since the last Reset,
+// recorded or not.
+func (w *Worker) InBandAccepted() int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.inBand.accepted
+}
+
+// InBandRejected counts the completion requests refused for a malformed
+// in-band hint.
+func (w *Worker) InBandRejected() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.inBand.rejected
+}
+
+// Requests counts the completion requests answered since the last Reset,
+// with a hint or without.
+func (w *Worker) Requests() int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.requests
 }
 
 // Reset forgets the hints received and resets the counts.
 func (w *Worker) Reset() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	clear(w.received)
-	w.first, w.count, w.accepted, w.rejected = 0, 0, 0, 0
+	w.pushed.reset()
+	w.inBand.reset()
+	w.requests = 0
 }
 
-// WaitForHints waits until at least n hints have been accepted since the
-// last Reset, or ctx is done, and returns those recorded (none for a sink).
+// WaitForHints waits until at least n pushed hints have been accepted
+// since the last Reset, or ctx is done, and returns those recorded (none
+// for a sink).
 func (w *Worker) WaitForHints(ctx context.Context, n int) ([]Received, error) {
+	return w.waitFor(ctx, &w.pushed, "pushed", n)
+}
+
+// WaitForInBandHints is WaitForHints for the hints carried in-band.
+func (w *Worker) WaitForInBandHints(ctx context.Context, n int) ([]Received, error) {
+	return w.waitFor(ctx, &w.inBand, "in-band", n)
+}
+
+func (w *Worker) waitFor(ctx context.Context, l *hintLog, kind string, n int) ([]Received, error) {
 	for {
 		w.mu.Lock()
-		got := int(w.accepted)
+		got := int(l.accepted)
 		if got >= n {
-			hs := w.hintsLocked()
+			hs := l.list()
 			w.mu.Unlock()
 			return hs, nil
 		}
@@ -343,7 +455,10 @@ func (w *Worker) WaitForHints(ctx context.Context, n int) ([]Received, error) {
 		select {
 		case <-arrived:
 		case <-ctx.Done():
-			return w.Hints(), fmt.Errorf("worker %s: %d of %d hints arrived: %w", w.opts.ID, got, n, ctx.Err())
+			w.mu.Lock()
+			hs := l.list()
+			w.mu.Unlock()
+			return hs, fmt.Errorf("worker %s: %d of %d %s hints arrived: %w", w.opts.ID, got, n, kind, ctx.Err())
 		}
 	}
 }
@@ -375,7 +490,8 @@ func Start(w *Worker, addr string) (*Server, error) {
 	return s, nil
 }
 
-// HintEndpoint is the URL to register as the worker's hint endpoint.
+// HintEndpoint is the URL to register as the worker's hint endpoint, for
+// a sidecar that pushes hints to it.
 func (s *Server) HintEndpoint() string { return s.URL + HintPath }
 
 // Close stops the server at once, dropping open connections: what a worker

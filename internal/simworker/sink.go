@@ -121,13 +121,13 @@ func (s *sinkServer) hint(ctx *fasthttp.RequestCtx) {
 	w := s.w
 	if err := discardBody(ctx.RequestBodyStream()); err != nil {
 		w.mu.Lock()
-		w.rejected++
+		w.pushed.rejected++
 		w.mu.Unlock()
 		badRequest(ctx, err)
 		return
 	}
 	w.mu.Lock()
-	w.accepted++
+	w.pushed.accepted++
 	w.wakeLocked()
 	status, delay := w.status, w.delay
 	w.mu.Unlock()

@@ -9,6 +9,12 @@
 //	if err := d.Load(policyFile, "hints.yaml"); err != nil { ... }
 //	h, err := d.Build(ctx, &router.Booking{RequestID: id, Role: "decode", Worker: w, ...})
 //	// h.Message is the hint JSON for the worker, or nil; h.Outcome says why.
+//	body, err = router.CarryHint(body, h.Message, router.InBandKVHint)
+//	// body is the request to forward, the hint carried in-band.
+//
+// Engines read hints on the requests they serve; CarryHint puts a message
+// where an engine reads it (see InBandPath). The sidecar's booking answer
+// is the same message, for routers that book over HTTP.
 //
 // A Dispatcher reads an immutable compiled snapshot through an atomic
 // pointer, so Load never disturbs a booking in flight, and a booking

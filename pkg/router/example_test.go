@@ -33,3 +33,27 @@ func ExampleDispatcher_Build() {
 	// {"protocol_version":"0.1","message_id":"r1","actions":[{"action_id":"a1","action_type":"kv.fetch","action_version":"1.0","payload":{"block_hashes":[11,22],"source_control_endpoint":"tcp://10.0.0.7:23280"}}]}
 	// not_hint_capable
 }
+
+// A router carries the hint a booking answered on the request it forwards
+// to the booked worker: Dynamo's vLLM handler reads it at
+// kv_transfer_params.kv_hint, beside the transfer parameters the request
+// already carries.
+func ExampleCarryHint() {
+	body := []byte(`{"model":"llama","prompt":"Hello","kv_transfer_params":{"do_remote_prefill":true}}`)
+	hint := []byte(`{"protocol_version":"0.1","message_id":"r1","actions":[{"action_id":"a1","action_type":"kv.evict","action_version":"1.0","payload":{"block_hashes":[]}}]}`)
+
+	out, err := router.CarryHint(body, hint, router.InBandKVHint)
+	fmt.Println(string(out), err)
+
+	// The vLLM and SGLang proposals read a top-level kv_hints instead.
+	path, _ := router.ParseInBandPath("kv_hints")
+	out, _ = router.CarryHint([]byte(`{"model":"llama","prompt":"Hello"}`), hint, path)
+	fmt.Println(string(out))
+
+	_, err = router.CarryHint([]byte(`{"kv_transfer_params":[1]}`), hint, router.InBandKVHint)
+	fmt.Println(err)
+	// Output:
+	// {"model":"llama","prompt":"Hello","kv_transfer_params":{"do_remote_prefill":true,"kv_hint":{"protocol_version":"0.1","message_id":"r1","actions":[{"action_id":"a1","action_type":"kv.evict","action_version":"1.0","payload":{"block_hashes":[]}}]}}} <nil>
+	// {"model":"llama","prompt":"Hello","kv_hints":{"protocol_version":"0.1","message_id":"r1","actions":[{"action_id":"a1","action_type":"kv.evict","action_version":"1.0","payload":{"block_hashes":[]}}]}}
+	// request body: kv_transfer_params: not a JSON object, got an array
+}

@@ -9,7 +9,8 @@ import (
 
 // TestDevCommand runs the README's first command as a person would, bounded:
 // kvhint dev starts its own control plane and processes, and exits 0 only
-// when every sample role is Ready and hints reached the workers.
+// when every sample role is Ready and hints reached, in-band, exactly the
+// workers that advertise router_hint.
 func TestDevCommand(t *testing.T) {
 	requireEnv(t)
 	cmd := exec.Command(kvhint, "dev", "--duration", "20s", "--interval", "4s", "--assets", os.Getenv("KUBEBUILDER_ASSETS"))
@@ -27,18 +28,32 @@ func TestDevCommand(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
-	// The worker without router_hint is listed, and received nothing.
-	found := false
+	// The last status table's worker rows: WORKER ROUTER ROUTER_HINT
+	// IN-BAND PUSHED REQUESTS REJECTED. The worker without router_hint
+	// served requests and received no hint; the others received theirs
+	// in-band; nothing was pushed, as no worker advertises a hint endpoint.
+	rows := map[string][]string{}
 	for _, line := range strings.Split(string(out), "\n") {
-		if f := strings.Fields(line); len(f) >= 4 && f[0] == "llama-decode-1" {
-			found = true
-			if f[2] != "no" || f[3] != "0" {
-				t.Errorf("llama-decode-1 row %q: want router_hint no and 0 hints", line)
-			}
+		// Later tables overwrite earlier ones: the last one is kept.
+		if f := strings.Fields(line); len(f) >= 7 {
+			rows[f[0]] = f
 		}
 	}
-	if !found {
-		t.Errorf("no llama-decode-1 row in:\n%s", out)
+	for _, id := range []string{"llama-prefill-0", "llama-prefill-1", "llama-decode-0", "llama-decode-1", "chat-0", "chat-1"} {
+		f := rows[id]
+		switch {
+		case len(f) < 7:
+			t.Errorf("no %s row in:\n%s", id, out)
+		case f[4] != "-" || f[5] == "0" || f[6] != "0":
+			t.Errorf("%s row %q: want nothing pushed, some requests served, none refused", id, f)
+		case id == "llama-decode-1" && (f[2] != "no" || f[3] != "0"):
+			t.Errorf("%s row %q: want router_hint no and 0 hints in-band", id, f)
+		case id != "llama-decode-1" && (f[2] != "yes" || f[3] == "0"):
+			t.Errorf("%s row %q: want router_hint yes and some hints in-band", id, f)
+		}
+	}
+	if !strings.Contains(string(out), "hints carried at kv_transfer_params.kv_hint") {
+		t.Errorf("output does not say where hints are carried:\n%s", out)
 	}
 }
 

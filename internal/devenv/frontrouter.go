@@ -1,0 +1,337 @@
+package devenv
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/kvrouter/kv-hint-operator/pkg/router"
+)
+
+// FrontRouter is the small router the dev environment runs in front of
+// one sample router's simulated workers, as a person's own router would
+// sit in front of their engines. For every completion request it books a
+// worker per role through the router's sidecar (POST /v1/bookings), puts
+// the hint the booking answered on the request with router.CarryHint, and
+// forwards the request to the booked worker's completion route. A
+// disaggregated router's request goes to its prefill worker first and
+// then, with the transfer parameters the prefill worker answered, to its
+// decode worker, the hint of each booking beside them.
+type FrontRouter struct {
+	// Router is the sample router's name.
+	Router string
+	// URL is the base URL it serves completion requests on.
+	URL string
+
+	roles    []frontRole
+	booking  string // the sidecar's booking URL
+	hintPath router.InBandPath
+	sidecar  *http.Client
+	workers  *http.Client
+	srv      *http.Server
+	nextID   atomic.Int64
+
+	mu     sync.Mutex
+	rng    *rand.Rand
+	totals BookingTotals
+}
+
+// frontRole is one stage of a request, with the workers it books.
+type frontRole struct {
+	name    string
+	workers []*Worker
+	// copyRate is the share of bookings that carry a committed KV copy
+	// from another worker of the role, as a kvcr selection would commit.
+	copyRate float64
+}
+
+// BookingTotals counts what one front router did.
+type BookingTotals struct {
+	// Requests counts the completion requests served, every hop answered.
+	Requests int
+	// Bookings counts the bookings the sidecar answered; Hints those that
+	// answered a hint, with Actions in all.
+	Bookings, Hints, Actions int
+	// Errors counts the requests that failed, at a booking or a hop.
+	Errors    int
+	LastError string
+}
+
+// maxFrontBody caps a completion request the front router takes.
+const maxFrontBody = 16 << 20
+
+// blockSize is the tokens per KV block of every booking.
+const blockSize = 16
+
+// startFrontRouter serves a front router on a free loopback port.
+func startFrontRouter(name string, roles []frontRole, sidecar *Sidecar, path router.InBandPath) (*FrontRouter, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	f := &FrontRouter{
+		Router:   name,
+		URL:      "http://" + ln.Addr().String(),
+		roles:    roles,
+		booking:  sidecar.BookingURL + "/v1/bookings",
+		hintPath: path,
+		sidecar:  &http.Client{Timeout: 5 * time.Second},
+		workers:  &http.Client{Timeout: 30 * time.Second},
+		rng:      rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1)),
+	}
+	if sock, ok := strings.CutPrefix(sidecar.BookingURL, "unix://"); ok {
+		// The booking API listens on a Unix socket: dial it for any host.
+		var d net.Dialer
+		f.sidecar.Transport = &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return d.DialContext(ctx, "unix", sock)
+		}}
+		f.booking = "http://localhost/v1/bookings"
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/completions", f.serve)
+	mux.HandleFunc("POST /v1/chat/completions", f.serve)
+	f.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second}
+	go f.srv.Serve(ln)
+	return f, nil
+}
+
+// Totals returns a copy of the counts.
+func (f *FrontRouter) Totals() BookingTotals {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.totals
+}
+
+// Close stops serving at once.
+func (f *FrontRouter) Close() error { return f.srv.Close() }
+
+// frontRequest is what the front router reads of a completion request.
+type frontRequest struct {
+	Prompt   string `json:"prompt"`
+	Messages []struct {
+		Content string `json:"content"`
+	} `json:"messages"`
+}
+
+// tokens stands in for a tokenizer: four bytes a token.
+func (r *frontRequest) tokens() int {
+	n := len(r.Prompt)
+	for _, m := range r.Messages {
+		n += len(m.Content)
+	}
+	return max(n/4, 1)
+}
+
+func (f *FrontRouter) serve(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxFrontBody))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusRequestEntityTooLarge)
+		return
+	}
+	var req frontRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		http.Error(w, "request body: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	id := r.Header.Get("X-Request-Id")
+	if id == "" {
+		id = f.Router + "-req-" + strconv.FormatInt(f.nextID.Add(1), 10)
+	}
+	ses := sessionOf(r)
+	var (
+		answer []byte
+		worker string
+		// params are the transfer parameters the prefill hop answered,
+		// for the decode hop.
+		params json.RawMessage
+	)
+	for i, role := range f.roles {
+		hop := body
+		switch {
+		case i+1 < len(f.roles):
+			// A prefill hop: ask for a remote decode, as a disaggregated
+			// router does.
+			hop, err = withTransferParams(body, json.RawMessage(`{"do_remote_decode":true}`))
+		case params != nil:
+			hop, err = withTransferParams(body, params)
+		}
+		if err == nil {
+			worker, answer, err = f.hop(r.Context(), id, role, ses, req.tokens(), hop, r.URL.Path)
+		}
+		if err != nil {
+			f.fail(err)
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		params = transferParamsOf(answer)
+	}
+	f.mu.Lock()
+	f.totals.Requests++
+	f.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Worker", worker)
+	w.Write(answer)
+}
+
+// hop books a worker of role and forwards body to it with the booking's
+// hint carried in-band; it returns the worker and its answer.
+func (f *FrontRouter) hop(ctx context.Context, id string, role frontRole, ses *sessionJSON, tokens int, body []byte, route string) (string, []byte, error) {
+	worker, kvCopy := f.pick(role, tokens)
+	b := bookingJSON{RequestID: id, Role: role.name, Worker: worker.ID, PromptTokens: tokens, BlockSize: blockSize, Session: ses, KVCopy: kvCopy}
+	hint, err := f.book(ctx, &b)
+	if err != nil {
+		return "", nil, fmt.Errorf("booking %s for %s: %w", role.name, id, err)
+	}
+	if hint != nil {
+		if body, err = router.CarryHint(body, hint, f.hintPath); err != nil {
+			return "", nil, fmt.Errorf("carrying the hint for %s: %w", id, err)
+		}
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, worker.URL+route, bytes.NewReader(body))
+	if err != nil {
+		return "", nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := f.workers.Do(req)
+	if err != nil {
+		return "", nil, fmt.Errorf("worker %s: %w", worker.ID, err)
+	}
+	defer resp.Body.Close()
+	ans, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return "", nil, fmt.Errorf("worker %s: %w", worker.ID, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", nil, fmt.Errorf("worker %s: %s: %s", worker.ID, resp.Status, bytes.TrimSpace(ans))
+	}
+	return worker.ID, ans, nil
+}
+
+// bookingJSON is a booking as the sidecar's booking API takes it.
+type bookingJSON struct {
+	RequestID    string       `json:"request_id"`
+	Role         string       `json:"role"`
+	Worker       string       `json:"worker"`
+	PromptTokens int          `json:"prompt_tokens"`
+	BlockSize    int          `json:"block_size"`
+	Session      *sessionJSON `json:"session,omitempty"`
+	KVCopy       *kvCopyJSON  `json:"committed_kv_copy,omitempty"`
+}
+
+type sessionJSON struct {
+	ID    string `json:"id"`
+	Turn  int    `json:"turn"`
+	Final bool   `json:"final"`
+}
+
+type kvCopyJSON struct {
+	SourceWorker   string   `json:"source_worker"`
+	SourceEndpoint string   `json:"source_endpoint"`
+	BlockHashes    []uint64 `json:"block_hashes"`
+}
+
+// book asks the sidecar for the booking's hint: the message a 200 answers,
+// or nil for a 204.
+func (f *FrontRouter) book(ctx context.Context, b *bookingJSON) ([]byte, error) {
+	body, err := json.Marshal(b)
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, f.booking, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := f.sidecar.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	msg, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return nil, err
+	}
+	switch resp.StatusCode {
+	case http.StatusOK:
+		f.mu.Lock()
+		f.totals.Bookings++
+		f.totals.Hints++
+		f.totals.Actions += bytes.Count(msg, []byte(`"action_id"`))
+		f.mu.Unlock()
+		return msg, nil
+	case http.StatusNoContent:
+		f.mu.Lock()
+		f.totals.Bookings++
+		f.mu.Unlock()
+		return nil, nil
+	}
+	return nil, fmt.Errorf("%s: %s", resp.Status, bytes.TrimSpace(msg))
+}
+
+// pick books a worker of role at random and, at the role's copy rate,
+// commits a copy of the prompt's blocks from another of its workers.
+func (f *FrontRouter) pick(role frontRole, tokens int) (*Worker, *kvCopyJSON) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	i := f.rng.IntN(len(role.workers))
+	w := role.workers[i]
+	if len(role.workers) < 2 || f.rng.Float64() >= role.copyRate {
+		return w, nil
+	}
+	src := role.workers[(i+1+f.rng.IntN(len(role.workers)-1))%len(role.workers)]
+	hashes := make([]uint64, max(min(tokens/blockSize, 64), 1))
+	for j := range hashes {
+		hashes[j] = f.rng.Uint64()
+	}
+	return w, &kvCopyJSON{SourceWorker: src.ID, SourceEndpoint: "tcp://" + src.ID + ":23280", BlockHashes: hashes}
+}
+
+func (f *FrontRouter) fail(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.totals.Errors++
+	f.totals.LastError = err.Error()
+}
+
+// sessionOf reads the session headers a chat front end sets.
+func sessionOf(r *http.Request) *sessionJSON {
+	id := r.Header.Get("X-Session-Id")
+	if id == "" {
+		return nil
+	}
+	turn, _ := strconv.Atoi(r.Header.Get("X-Session-Turn"))
+	return &sessionJSON{ID: id, Turn: turn, Final: r.Header.Get("X-Session-Final") == "true"}
+}
+
+// withTransferParams returns body with its kv_transfer_params set to
+// params. It re-encodes the body: it is the router's own change to the
+// request, made before any hint is carried.
+func withTransferParams(body []byte, params json.RawMessage) ([]byte, error) {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(body, &fields); err != nil {
+		return nil, err
+	}
+	fields["kv_transfer_params"] = params
+	return json.Marshal(fields)
+}
+
+// transferParamsOf is the kv_transfer_params a worker answered, or nil.
+func transferParamsOf(answer []byte) json.RawMessage {
+	var a struct {
+		KVTransferParams json.RawMessage `json:"kv_transfer_params"`
+	}
+	if json.Unmarshal(answer, &a) != nil || len(a.KVTransferParams) == 0 || string(a.KVTransferParams) == "null" {
+		return nil
+	}
+	return a.KVTransferParams
+}
