@@ -28,7 +28,7 @@ import (
 // unknown_worker.
 //
 // Which pods: the union of the roles' worker selectors (the compiled
-// ConfigMap's worker-selectors.yaml, set with SetPools), or every pod of
+// ConfigMap's roles.yaml, set with SetPools), or every pod of
 // the namespace while some role of the config has no selector or no
 // selectors are known. The watch asks the API server for the pods that
 // match what all the pools require alike (their common requirements), and
