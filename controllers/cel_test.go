@@ -88,12 +88,17 @@ func TestCELRejections(t *testing.T) {
 		{
 			name: "unknown router mode",
 			spec: func(s *v1alpha1.RouterRoleSpec) { s.RouterMode = "fastest" },
-			want: `spec.routerMode: Unsupported value: "fastest": supported values: "kv", "round-robin", "random", "least-loaded", "power-of-two", "direct"`,
+			want: `spec.routerMode: Unsupported value: "fastest": supported values: "kv", "round-robin", "random", "power-of-two", "least-loaded", "device-aware-weighted", "direct"`,
 		},
 		{
 			name: "role not a DNS label",
 			spec: func(s *v1alpha1.RouterRoleSpec) { s.Role = "Decode_Stage" },
-			want: `spec.role: Invalid value: "Decode_Stage": spec.role in body should match '^[a-z0-9]([-a-z0-9]*[a-z0-9])?$'`,
+			want: `spec.role: Unsupported value: "Decode_Stage": supported values: "aggregated", "prefill", "decode", "encode"`,
+		},
+		{
+			name: "role not one of Dynamo's worker types",
+			spec: func(s *v1alpha1.RouterRoleSpec) { s.Role = "rerank" },
+			want: `spec.role: Unsupported value: "rerank": supported values: "aggregated", "prefill", "decode", "encode"`,
 		},
 		{
 			name: "hint name not a DNS label",

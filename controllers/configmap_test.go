@@ -6,6 +6,9 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/kvrouter/kv-hint-operator/internal/compiled"
 	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
 
 	corev1 "k8s.io/api/core/v1"
@@ -35,16 +38,19 @@ func TestConfigMapContentAndOwnership(t *testing.T) {
 		}
 		return nil
 	})
-	doc := cm.Data[v1alpha1.HintsConfigKey]
-	cfg, err := hintsconfig.ParseConfig([]byte(doc))
+	dec, err := compiled.Decode(cm.Data)
 	if err != nil {
-		t.Fatalf("the sidecar could not read the config: %v\n%s", err, doc)
+		t.Fatalf("the sidecar could not read the config: %v\n%v", err, cm.Data)
 	}
-	if _, probs := hintsconfig.Compile(builtin.NewCatalog(), cfg); probs.HasErrors() {
+	cfg := dec.Parsed
+	if _, probs := hintsconfig.Compile(builtin.NewCatalog(), cfg, dec.Modes()); probs.HasErrors() {
 		t.Fatalf("the config breaks a rule: %v", probs)
 	}
-	if got, want := cm.Annotations[v1alpha1.HashAnnotation], hintsconfig.ContentHash([]byte(doc)); got != want {
+	if got, want := cm.Annotations[v1alpha1.HashAnnotation], compiled.Hash(cm.Data); got != want {
 		t.Errorf("hash annotation %q; content hashes to %q", got, want)
+	}
+	if diff := cmp.Diff(hintsconfig.Modes{Roles: map[string]hintsconfig.RouterMode{"prefill": hintsconfig.ModeKV, "decode": hintsconfig.ModeKV}}, dec.Modes()); diff != "" {
+		t.Errorf("roles.yaml modes (-want +got):\n%s", diff)
 	}
 	if got := cfg.WorkerSelection["prefill"]; got == nil || got.Hints == nil || len(*got.Hints) != 2 {
 		t.Errorf("prefill entry %+v; want kvcr's two default hints expanded", got)
@@ -91,13 +97,18 @@ func TestConfigMapDriftRepaired(t *testing.T) {
 	cm := waitConfigMap(t, ns, "drift", anyConfigMap)
 	want := cm.Data[v1alpha1.HintsConfigKey]
 
-	patch := []byte(`{"metadata":{"labels":{"team":"serving"}},"data":{"hints.yaml":"router_mode: kv\nworker_selection: {}\n","notes.txt":"hand-written"}}`)
+	wantRoles := cm.Data[v1alpha1.RolesKey]
+
+	patch := []byte(`{"metadata":{"labels":{"team":"serving"}},"data":{"hints.yaml":"worker_selection:\n  decode: {type: dynamo-random}\n","roles.yaml":"decode:\n  routerMode: round-robin\n","notes.txt":"hand-written"}}`)
 	if err := k8s.Patch(context.Background(), cm, rawMergePatch(patch)); err != nil {
 		t.Fatal(err)
 	}
 	waitConfigMap(t, ns, "drift", func(cm *corev1.ConfigMap) error {
 		if cm.Data[v1alpha1.HintsConfigKey] != want {
 			return fmt.Errorf("hints.yaml is still\n%s", cm.Data[v1alpha1.HintsConfigKey])
+		}
+		if cm.Data[v1alpha1.RolesKey] != wantRoles {
+			return fmt.Errorf("roles.yaml is still\n%s", cm.Data[v1alpha1.RolesKey])
 		}
 		if cm.Data["notes.txt"] != "hand-written" || cm.Labels["team"] != "serving" {
 			return fmt.Errorf("fields the manager does not own were removed: %v %v", cm.Labels, cm.Data)
@@ -206,9 +217,9 @@ func TestLabelsEditedAway(t *testing.T) {
 }
 
 // TestWorkerSelectorsCompiled: each role's workerSelector reaches the
-// ConfigMap in worker-selectors.yaml, next to an unchanged hints.yaml;
-// a changed selector is rewritten, and the key goes away with the last
-// selector.
+// ConfigMap in roles.yaml, next to its router mode and an unchanged
+// hints.yaml; a changed selector is rewritten, and goes away when the role
+// drops it. The hash covers both keys.
 func TestWorkerSelectorsCompiled(t *testing.T) {
 	ns := newNamespace(t)
 	prefill := newRole(ns, "pools-prefill", "pools", "prefill", "kvcr")
@@ -216,32 +227,43 @@ func TestWorkerSelectorsCompiled(t *testing.T) {
 	decode := newRole(ns, "pools-decode", "pools", "decode", "dynamo-default-cost-fn")
 	create(t, prefill, decode)
 
-	const want = "prefill:\n  matchLabels:\n    app.kubernetes.io/component: prefill\n"
+	const want = "decode:\n  routerMode: kv\nprefill:\n  routerMode: kv\n  workerSelector:\n    matchLabels:\n      app.kubernetes.io/component: prefill\n"
 	cm := waitConfigMap(t, ns, "pools", func(cm *corev1.ConfigMap) error {
-		if got := cm.Data[v1alpha1.WorkerSelectorsKey]; got != want {
-			return fmt.Errorf("%s is %q, want %q", v1alpha1.WorkerSelectorsKey, got, want)
+		if got := cm.Data[v1alpha1.RolesKey]; got != want {
+			return fmt.Errorf("%s is %q, want %q", v1alpha1.RolesKey, got, want)
 		}
 		return nil
 	})
 	doc := cm.Data[v1alpha1.HintsConfigKey]
-	if got, want := cm.Annotations[v1alpha1.HashAnnotation], hintsconfig.ContentHash([]byte(doc)); got != want {
-		t.Errorf("hash annotation %q; hints.yaml hashes to %q", got, want)
+	hash := cm.Annotations[v1alpha1.HashAnnotation]
+	if want := compiled.Hash(cm.Data); hash != want {
+		t.Errorf("hash annotation %q; hints.yaml and roles.yaml hash to %q", hash, want)
+	}
+	if _, err := compiled.Decode(cm.Data); err != nil {
+		t.Errorf("the sidecar could not read the config: %v", err)
 	}
 
 	updateRole(t, ns, prefill.Name, func(rr *v1alpha1.RouterRole) {
 		rr.Spec.WorkerSelector.MatchLabels["app.kubernetes.io/component"] = "prefill-v2"
 	})
 	waitConfigMap(t, ns, "pools", func(cm *corev1.ConfigMap) error {
-		if got := cm.Data[v1alpha1.WorkerSelectorsKey]; got != "prefill:\n  matchLabels:\n    app.kubernetes.io/component: prefill-v2\n" {
-			return fmt.Errorf("%s is %q", v1alpha1.WorkerSelectorsKey, got)
+		if got := cm.Data[v1alpha1.RolesKey]; got != "decode:\n  routerMode: kv\nprefill:\n  routerMode: kv\n  workerSelector:\n    matchLabels:\n      app.kubernetes.io/component: prefill-v2\n" {
+			return fmt.Errorf("%s is %q", v1alpha1.RolesKey, got)
+		}
+		if got := cm.Data[v1alpha1.HintsConfigKey]; got != doc {
+			return fmt.Errorf("hints.yaml changed with a selector:\n%s", got)
+		}
+		// Only the selector changed, and still the hash does.
+		if got := cm.Annotations[v1alpha1.HashAnnotation]; got == hash || got != compiled.Hash(cm.Data) {
+			return fmt.Errorf("hash annotation %q (was %q); the data hashes to %q", got, hash, compiled.Hash(cm.Data))
 		}
 		return nil
 	})
 
 	updateRole(t, ns, prefill.Name, func(rr *v1alpha1.RouterRole) { rr.Spec.WorkerSelector = nil })
 	waitConfigMap(t, ns, "pools", func(cm *corev1.ConfigMap) error {
-		if got, ok := cm.Data[v1alpha1.WorkerSelectorsKey]; ok {
-			return fmt.Errorf("%s is still %q", v1alpha1.WorkerSelectorsKey, got)
+		if got := cm.Data[v1alpha1.RolesKey]; got != "decode:\n  routerMode: kv\nprefill:\n  routerMode: kv\n" {
+			return fmt.Errorf("%s is still %q", v1alpha1.RolesKey, got)
 		}
 		return nil
 	})

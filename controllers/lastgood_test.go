@@ -105,8 +105,13 @@ func TestLastGoodSurvivesRestart(t *testing.T) {
 		t.Errorf("Accepted message %q; want it to say generation 1 keeps running", c.Message)
 	}
 	after := get(t, ns, before.Name, before.DeepCopy())
-	if after.Data[v1alpha1.HintsConfigKey] != before.Data[v1alpha1.HintsConfigKey] {
-		t.Errorf("the compiled config changed across the restart:\n%s\nbecame\n%s", before.Data[v1alpha1.HintsConfigKey], after.Data[v1alpha1.HintsConfigKey])
+	for _, key := range []string{v1alpha1.HintsConfigKey, v1alpha1.RolesKey} {
+		if after.Data[key] != before.Data[key] {
+			t.Errorf("the compiled %s changed across the restart:\n%s\nbecame\n%s", key, before.Data[key], after.Data[key])
+		}
+	}
+	if got, want := after.Annotations[v1alpha1.HashAnnotation], before.Annotations[v1alpha1.HashAnnotation]; got != want {
+		t.Errorf("the hash changed across the restart: %s became %s", want, got)
 	}
 }
 

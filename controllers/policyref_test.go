@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvrouter/kv-hint-operator/internal/compiled"
 	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
 
 	corev1 "k8s.io/api/core/v1"
@@ -91,16 +92,24 @@ func waitUsedBy(t *testing.T, hp *v1alpha1.HintPolicy, want ...string) {
 
 // withConfig checks the compiled config a ConfigMap carries, read the way
 // the sidecar reads it.
+// withConfig checks the compiled config as a sidecar reads it: hints.yaml
+// and roles.yaml decoded together (hints.yaml absent while no role is
+// accepted), then check on the policy file.
 func withConfig(check func(*hintsconfig.Config) error) func(*corev1.ConfigMap) error {
 	return func(cm *corev1.ConfigMap) error {
-		cfg, err := hintsconfig.ParseConfig([]byte(cm.Data[v1alpha1.HintsConfigKey]))
+		dec, err := compiled.Decode(cm.Data)
 		if err != nil {
 			return err
 		}
-		return check(cfg)
+		if got, want := cm.Annotations[v1alpha1.HashAnnotation], dec.Hash; got != want {
+			return fmt.Errorf("hash annotation %q; the data hashes to %q", got, want)
+		}
+		return check(dec.Parsed)
 	}
 }
 
+// withoutRole: the role is in neither hints.yaml nor roles.yaml (Decode
+// checks they name the same roles).
 func withoutRole(role string) func(*corev1.ConfigMap) error {
 	return withConfig(func(cfg *hintsconfig.Config) error {
 		if _, ok := cfg.WorkerSelection[role]; ok {

@@ -78,6 +78,12 @@ func TestSamplesBecomeReady(t *testing.T) {
 			if got := cm.Data[v1alpha1.HintsConfigKey]; got != string(want.Config) {
 				return fmt.Errorf("hints.yaml:\n%s\nwant, as compiled offline:\n%s", got, want.Config)
 			}
+			if got, want := cm.Data[v1alpha1.RolesKey], want.ConfigMap.Data[v1alpha1.RolesKey]; got != want {
+				return fmt.Errorf("roles.yaml:\n%s\nwant, as compiled offline:\n%s", got, want)
+			}
+			if got := cm.Annotations[v1alpha1.HashAnnotation]; got != want.Hash {
+				return fmt.Errorf("hash %q, want %q as compiled offline", got, want.Hash)
+			}
 			return nil
 		})
 		for i := range 2 {
@@ -136,7 +142,7 @@ var invalidSamples = []invalidSample{
 
 	{file: "hints-require-kv-mode.yaml", rejected: "hints run only on the KV path"},
 	{file: "invalid-router-mode.yaml", rejected: `spec.routerMode: Unsupported value: "fastest"`},
-	{file: "invalid-role.yaml", rejected: `spec.role: Invalid value: "Decode_Stage"`},
+	{file: "invalid-role.yaml", rejected: `spec.role: Unsupported value: "Decode_Stage": supported values: "aggregated", "prefill", "decode", "encode"`},
 	{file: "invalid-hint-name.yaml", rejected: `spec.hints[0].name: Invalid value: "Retain_Long"`},
 	{file: "duplicate-names.yaml", rejected: "hint names must be unique within a role"},
 	{file: "type-and-policyref.yaml", rejected: "set exactly one of type (an inline hint policy) or policyRef"},

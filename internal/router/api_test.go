@@ -47,7 +47,7 @@ func TestBookingAPIErrors(t *testing.T) {
 		{"string count", `{"request_id":"r","role":"decode","worker":"w","prompt_tokens":"12","block_size":1}`, 400, "prompt_tokens: got string"},
 		{"oversize body", bookingJSON("r", "decode", "worker-0", `"committed_kv_copy":{"block_hashes":[`+strings.Repeat("1,", MaxBookingBytes/2)+`1]}`), 413, "over the 1048576-byte limit"},
 		{"long request id", bookingJSON(strings.Repeat("r", core.MaxRequestIDBytes+1), "decode", "worker-0", ""), 400, "request_id is 257 bytes"},
-		{"unknown role", bookingJSON("r", "encode", "worker-0", ""), 422, `unknown role \"encode\"`},
+		{"unknown role", bookingJSON("r", "rerank", "worker-0", ""), 422, `unknown role \"rerank\"`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -202,7 +202,7 @@ func TestMetricsEndpoint(t *testing.T) {
 	s := startSidecarWithConfig(t, testCatalog(t), dispatchConfig, nil)
 	w := startWorker(t, "worker-0")
 	registerWorker(t, s, w)
-	if resp := post(t, s, "/v1/bookings", bookingJSON("m1", "panics", "worker-0", "")); resp.status != http.StatusOK {
+	if resp := post(t, s, "/v1/bookings", bookingJSON("m1", "aggregated", "worker-0", "")); resp.status != http.StatusOK {
 		t.Fatalf("%d %s", resp.status, resp.body)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -221,11 +221,11 @@ func TestMetricsEndpoint(t *testing.T) {
 			return err
 		}
 		for _, want := range []string{
-			`kvhint_router_bookings_total{outcome="hinted",role="panics"} 1`,
-			`kvhint_router_actions_total{policy="before",policy_type="test-static",role="panics"} 1`,
-			`kvhint_router_policy_failures_total{policy="test-panic",policy_type="test-panic",reason="panic",role="panics"} 1`,
-			`kvhint_router_actions_dropped_total{policy="after",policy_type="test-static",reason="over_limit",role="panics"} 0`,
-			`kvhint_router_hint_build_duration_seconds_count{role="panics"} 1`,
+			`kvhint_router_bookings_total{outcome="hinted",role="aggregated"} 1`,
+			`kvhint_router_actions_total{policy="before",policy_type="test-static",role="aggregated"} 1`,
+			`kvhint_router_policy_failures_total{policy="test-panic",policy_type="test-panic",reason="panic",role="aggregated"} 1`,
+			`kvhint_router_actions_dropped_total{policy="after",policy_type="test-static",reason="over_limit",role="aggregated"} 0`,
+			`kvhint_router_hint_build_duration_seconds_count{role="aggregated"} 1`,
 			`kvhint_router_hints_sent_total 1`,
 			`kvhint_router_hints_dropped_total{reason="queue_full"} 0`,
 			`kvhint_router_delivery_errors_total{reason="timeout"} 0`,

@@ -11,11 +11,14 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-// dispatchConfig has one role per dispatch rule. Each misbehaving policy
-// sits between two well-behaved ones, so a test sees that only its own
-// actions are dropped and that the numbering closes the gap.
+// dispatchConfig and rulesConfig have one role per dispatch rule; a
+// policy file holds at most Dynamo's four worker types, so the rules take
+// two files. Each misbehaving policy sits between two well-behaved ones,
+// so a test sees that only its own actions are dropped and that the
+// numbering closes the gap. dispatchConfig, which most tests run, has the
+// built-ins (decode), a policy that panics (aggregated), one that counts
+// its runs (prefill) and no hints (encode).
 const dispatchConfig = `
-router_mode: kv
 worker_selection:
   decode:
     type: kvcr
@@ -24,25 +27,39 @@ worker_selection:
       - type: kv-retain
         parameters: {ttl_seconds: 600}
       - type: kv-evict
-  panics:
+  aggregated:
     type: dynamo-default-cost-fn
     hints:
       - {type: test-static, name: before, parameters: {tag: before}}
       - type: test-panic
       - {type: test-static, name: after, parameters: {tag: after}}
-  errs:
+  prefill:
+    type: dynamo-default-cost-fn
+    hints:
+      - type: test-count
+  encode:
+    type: dynamo-default-cost-fn
+    hints: []
+`
+
+// rulesConfig has the other rules: a policy that errs (decode), one past
+// its deadline (aggregated), malformed actions (prefill) and too many
+// actions (encode).
+const rulesConfig = `
+worker_selection:
+  decode:
     type: dynamo-default-cost-fn
     hints:
       - {type: test-static, name: before, parameters: {tag: before}}
       - type: test-error
       - {type: test-static, name: after, parameters: {tag: after}}
-  slow:
+  aggregated:
     type: dynamo-default-cost-fn
     hints:
       - {type: test-static, name: before, parameters: {tag: before}}
       - {type: test-slow, parameters: {sleep: 30ms}}
       - {type: test-static, name: after, parameters: {tag: after}}
-  malformed:
+  prefill:
     type: dynamo-default-cost-fn
     hints:
       - {type: test-static, name: before, parameters: {tag: before}}
@@ -52,19 +69,12 @@ worker_selection:
       - {type: test-malformed, name: bad-payload, parameters: {kind: bad-payload}}
       - {type: test-malformed, name: array-payload, parameters: {kind: array-payload}}
       - {type: test-static, name: after, parameters: {tag: after}}
-  many:
+  encode:
     type: dynamo-default-cost-fn
     hints:
       - {type: test-many, name: first, parameters: {count: 20}}
       - {type: test-many, name: second, parameters: {count: 20}}
       - {type: test-static, name: third, parameters: {tag: third}}
-  counted:
-    type: dynamo-default-cost-fn
-    hints:
-      - type: test-count
-  quiet:
-    type: dynamo-default-cost-fn
-    hints: []
 `
 
 // staticJSON is the wire form of the n-th action when it is test-static's.
@@ -81,8 +91,10 @@ func message(id string, actions ...string) string {
 // the answer of the API, and the counters.
 func TestDispatchRules(t *testing.T) {
 	s := startSidecarWithConfig(t, testCatalog(t), dispatchConfig, func(o *Options) { o.PolicyDeadline = 10 * time.Millisecond })
+	rules := startSidecarWithConfig(t, testCatalog(t), rulesConfig, func(o *Options) { o.PolicyDeadline = 10 * time.Millisecond })
 	w := startWorker(t, "worker-0")
 	registerWorker(t, s, w)
+	registerWorker(t, rules, w)
 
 	many := make([]string, 0, 32)
 	for i := 1; i <= 20; i++ {
@@ -96,6 +108,8 @@ func TestDispatchRules(t *testing.T) {
 	tests := []struct {
 		name, id, role, extra string
 		want                  string
+		// rules: the booking goes to the sidecar running rulesConfig.
+		rules bool
 		// counters that must read 1 (or the given count) after the booking
 		failures map[string]string // policy -> reason
 		overLim  map[string]float64
@@ -112,22 +126,22 @@ func TestDispatchRules(t *testing.T) {
 				`{"action_id":"a1","action_type":"kv.evict","action_version":"1.0","payload":{"block_hashes":[],"execute_at":"request_completion","include_current_request":true}}`),
 		},
 		{
-			name: "a policy that panics drops only its actions", id: "panics", role: "panics",
+			name: "a policy that panics drops only its actions", id: "panics", role: "aggregated",
 			want:     message("panics", staticJSON(1, "before"), staticJSON(2, "after")),
 			failures: map[string]string{"test-panic": "panic"},
 		},
 		{
-			name: "a policy that errs drops only its actions", id: "errs", role: "errs",
+			name: "a policy that errs drops only its actions", id: "errs", role: "decode", rules: true,
 			want:     message("errs", staticJSON(1, "before"), staticJSON(2, "after")),
 			failures: map[string]string{"test-error": "error"},
 		},
 		{
-			name: "a policy past its deadline drops only its actions", id: "slow", role: "slow",
+			name: "a policy past its deadline drops only its actions", id: "slow", role: "aggregated", rules: true,
 			want:     message("slow", staticJSON(1, "before"), staticJSON(2, "after")),
 			failures: map[string]string{"test-slow": "deadline"},
 		},
 		{
-			name: "a policy with a malformed action drops all its actions", id: "malformed", role: "malformed",
+			name: "a policy with a malformed action drops all its actions", id: "malformed", role: "prefill", rules: true,
 			want: message("malformed", staticJSON(1, "before"), staticJSON(2, "after")),
 			failures: map[string]string{
 				"empty-type": "malformed", "bad-type": "malformed", "bad-version": "malformed",
@@ -135,13 +149,17 @@ func TestDispatchRules(t *testing.T) {
 			},
 		},
 		{
-			name: "actions past 32 are dropped and counted", id: "many", role: "many",
+			name: "actions past 32 are dropped and counted", id: "many", role: "encode", rules: true,
 			want:    message("many", many...),
 			overLim: map[string]float64{"second": 8, "third": 1},
 		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			s := s
+			if tc.rules {
+				s = rules
+			}
 			w.Reset()
 			resp := post(t, s, "/v1/bookings", bookingJSON(tc.id, tc.role, "worker-0", tc.extra))
 			if resp.status != http.StatusOK {
@@ -167,7 +185,7 @@ func TestDispatchRules(t *testing.T) {
 			}
 			for policy, reason := range tc.failures {
 				typ := "test-" + strings.TrimPrefix(policy, "test-")
-				if tc.role == "malformed" {
+				if tc.id == "malformed" {
 					typ = "test-malformed"
 				}
 				if n := counter(t, s.Metrics, "failures", tc.role, policy, typ, reason); n != 1 {
@@ -208,7 +226,7 @@ func TestNoMessageCases(t *testing.T) {
 		if resp.status != http.StatusNoContent || resp.header.Get(HeaderOutcome) != "no_actions" {
 			t.Fatalf("got %d %s %q, want 204 no_actions", resp.status, resp.header.Get(HeaderOutcome), resp.body)
 		}
-		resp = post(t, s, "/v1/bookings", bookingJSON("r-quiet", "quiet", "worker-0", ""))
+		resp = post(t, s, "/v1/bookings", bookingJSON("r-quiet", "encode", "worker-0", ""))
 		if resp.status != http.StatusNoContent || resp.header.Get(HeaderOutcome) != "no_actions" {
 			t.Fatalf("role with hints: [] got %d %s, want 204 no_actions", resp.status, resp.header.Get(HeaderOutcome))
 		}
@@ -216,7 +234,7 @@ func TestNoMessageCases(t *testing.T) {
 
 	t.Run("a worker without router_hint gets nothing and its policies do not run", func(t *testing.T) {
 		before := policyRuns.Load()
-		resp := post(t, s, "/v1/bookings", bookingJSON("r-plain", "counted", "plain-0", ""))
+		resp := post(t, s, "/v1/bookings", bookingJSON("r-plain", "prefill", "plain-0", ""))
 		if resp.status != http.StatusNoContent || resp.header.Get(HeaderOutcome) != "not_hint_capable" {
 			t.Fatalf("got %d %s, want 204 not_hint_capable", resp.status, resp.header.Get(HeaderOutcome))
 		}
@@ -224,30 +242,30 @@ func TestNoMessageCases(t *testing.T) {
 			t.Errorf("the role's policy ran %d times for a worker without router_hint", n)
 		}
 		// The same role on a hint-capable worker runs it: the counter works.
-		if resp := post(t, s, "/v1/bookings", bookingJSON("r-counted", "counted", "worker-0", "")); resp.status != http.StatusOK {
+		if resp := post(t, s, "/v1/bookings", bookingJSON("r-counted", "prefill", "worker-0", "")); resp.status != http.StatusOK {
 			t.Fatalf("capable worker: got %d %s", resp.status, resp.body)
 		}
 		if n := policyRuns.Load() - before; n != 1 {
 			t.Errorf("policy ran %d times for a hint-capable worker, want 1", n)
 		}
-		if n := counter(t, s.Metrics, "bookings", "counted", "not_hint_capable"); n != 1 {
+		if n := counter(t, s.Metrics, "bookings", "prefill", "not_hint_capable"); n != 1 {
 			t.Errorf("bookings_total{outcome=not_hint_capable} = %v, want 1", n)
 		}
 	})
 
 	t.Run("an unknown worker gets nothing", func(t *testing.T) {
-		resp := post(t, s, "/v1/bookings", bookingJSON("r-ghost", "counted", "ghost-0", ""))
+		resp := post(t, s, "/v1/bookings", bookingJSON("r-ghost", "prefill", "ghost-0", ""))
 		if resp.status != http.StatusNoContent || resp.header.Get(HeaderOutcome) != "unknown_worker" {
 			t.Fatalf("got %d %s, want 204 unknown_worker", resp.status, resp.header.Get(HeaderOutcome))
 		}
 	})
 
 	t.Run("an unknown role is a 422 that names the roles", func(t *testing.T) {
-		resp := post(t, s, "/v1/bookings", bookingJSON("r-role", "prefill", "worker-0", ""))
+		resp := post(t, s, "/v1/bookings", bookingJSON("r-role", "rerank", "worker-0", ""))
 		if resp.status != http.StatusUnprocessableEntity {
 			t.Fatalf("got %d, want 422", resp.status)
 		}
-		for _, want := range []string{`unknown role \"prefill\"`, "counted, decode, errs"} {
+		for _, want := range []string{`unknown role \"rerank\"`, "aggregated, decode, encode, prefill"} {
 			if !strings.Contains(resp.body, want) {
 				t.Errorf("answer %s does not say %q", resp.body, want)
 			}
@@ -283,7 +301,7 @@ func TestWorkerDown(t *testing.T) {
 
 	for i := range 5 {
 		start := time.Now()
-		resp := post(t, s, "/v1/bookings", bookingJSON(fmt.Sprintf("to-dead-%d", i), "counted", "dead-0", ""))
+		resp := post(t, s, "/v1/bookings", bookingJSON(fmt.Sprintf("to-dead-%d", i), "prefill", "dead-0", ""))
 		if resp.status != http.StatusOK {
 			t.Fatalf("booking for a dead worker: %d %s", resp.status, resp.body)
 		}
@@ -293,7 +311,7 @@ func TestWorkerDown(t *testing.T) {
 			t.Errorf("booking for a dead worker took %v", d)
 		}
 	}
-	resp := post(t, s, "/v1/bookings", bookingJSON("to-alive", "counted", "alive-0", ""))
+	resp := post(t, s, "/v1/bookings", bookingJSON("to-alive", "prefill", "alive-0", ""))
 	if resp.status != http.StatusOK {
 		t.Fatalf("booking for a live worker: %d %s", resp.status, resp.body)
 	}
@@ -328,7 +346,7 @@ func TestQueueFull(t *testing.T) {
 	queued, dropped := 0, 0
 	for i := range bookings {
 		start := time.Now()
-		resp := post(t, s, "/v1/bookings", bookingJSON(fmt.Sprintf("r%d", i), "counted", "slow-0", ""))
+		resp := post(t, s, "/v1/bookings", bookingJSON(fmt.Sprintf("r%d", i), "prefill", "slow-0", ""))
 		if resp.status != http.StatusOK {
 			t.Fatalf("%d %s", resp.status, resp.body)
 		}

@@ -70,8 +70,8 @@ func TestKubernetesRolePools(t *testing.T) {
 	}})
 	cm := out.Router("llama").ConfigMap.DeepCopy()
 	cm.OwnerReferences = nil // the RouterRoles are not in the API here
-	if _, ok := cm.Data[WorkerSelectorsKey]; !ok {
-		t.Fatalf("compiled ConfigMap has no %s: %v", WorkerSelectorsKey, cm.Data)
+	if _, ok := cm.Data[RolesKey]; !ok {
+		t.Fatalf("compiled ConfigMap has no %s: %v", RolesKey, cm.Data)
 	}
 	if _, err := kc.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

@@ -109,12 +109,12 @@ func TestKubernetesSidecar(t *testing.T) {
 	}
 
 	v1 := roleConfig("v1")
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: ConfigMapName("llama")}, Data: map[string]string{ConfigMapKey: v1}}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: ConfigMapName("llama")}, Data: compiledData(v1, decodeRoles)}
 	if _, err := kc.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	// A ConfigMap of another router in the same namespace must be ignored.
-	other := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: ConfigMapName("other")}, Data: map[string]string{ConfigMapKey: invalidConfig}}
+	other := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: ConfigMapName("other")}, Data: compiledData(invalidConfig, decodeRoles)}
 	if _, err := kc.CoreV1().ConfigMaps(ns).Create(ctx, other, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +150,7 @@ func TestKubernetesSidecar(t *testing.T) {
 			return nil
 		})
 	}
-	waitApplied(hashOf(v1))
+	waitApplied(compiledHashOf(v1))
 	eventually(t, 10*time.Second, func() error {
 		resp, err := http.Get("http://" + s.OpsAddr() + "/readyz")
 		if err != nil {
@@ -195,8 +195,8 @@ func TestKubernetesSidecar(t *testing.T) {
 	if _, err := kc.CoreV1().ConfigMaps(ns).Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitApplied(hashOf(v2))
-	waitHash(t, s.Dispatcher, hashOf(v2))
+	waitApplied(compiledHashOf(v2))
+	waitHash(t, s.Dispatcher, compiledHashOf(v2))
 
 	// An invalid update is refused: v2 stays, on the pod too.
 	cm.Data[ConfigMapKey] = invalidConfig
@@ -209,8 +209,8 @@ func TestKubernetesSidecar(t *testing.T) {
 		}
 		return nil
 	})
-	if got := appliedHash(); got != hashOf(v2) {
-		t.Errorf("after an invalid update the pod says %q, want the last good %q", got, hashOf(v2))
+	if got := appliedHash(); got != compiledHashOf(v2) {
+		t.Errorf("after an invalid update the pod says %q, want the last good %q", got, compiledHashOf(v2))
 	}
 
 	// A worker pod that goes away leaves the registry.

@@ -300,8 +300,8 @@ func TestSocketBooksAsTCP(t *testing.T) {
 		return r
 	}
 	for _, body := range []string{
-		bookingJSON("same-1", "panics", "w", ""),
-		bookingJSON("same-2", "panics", "nobody", ""),
+		bookingJSON("same-1", "aggregated", "w", ""),
+		bookingJSON("same-2", "aggregated", "nobody", ""),
 		`{"request_id":`,
 		bookingJSON("same-3", "no-such-role", "w", ""),
 		bookingJSON("same-4", "decode", "w", `"session":{"id":"s","turn":1,"final":true}`),

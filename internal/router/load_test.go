@@ -19,7 +19,7 @@ import (
 // KVHINT_LOAD=1. The load generator books every request on two roles over
 // real HTTP, each booking with a committed copy of 8,192 blocks (a
 // 128k-token prompt at block size 16): "prefill" runs the built-ins
-// kv-fetch and kv-evict, "custom" runs kv-fetch and a custom policy that
+// kv-fetch and kv-evict, "aggregated" runs kv-fetch and a custom policy that
 // sleeps 2 ms. The built-ins must lose nothing to the policy deadline; the
 // sleeping policy must lose every run. KVHINT_LOAD_RATE (300) and
 // KVHINT_LOAD_SECONDS (20) set the run.
@@ -35,12 +35,11 @@ func TestLoadLongCopies(t *testing.T) {
 		seconds = v
 	}
 	const cfg = `
-router_mode: kv
 worker_selection:
   prefill:
     type: kvcr
     hints: [{type: kv-fetch}, {type: kv-evict}]
-  custom:
+  aggregated:
     type: kvcr
     hints: [{type: kv-fetch}, {type: test-slow, parameters: {sleep: 2ms}}]
 `
@@ -63,7 +62,7 @@ worker_selection:
 		Target: "http://" + s.BookingAddr(), Rate: rate, Duration: time.Duration(seconds) * time.Second, Connections: 16,
 		Roles: []loadgen.Role{
 			{Name: "prefill", Workers: ids, CopyRate: 1, CopyBlocks: 8192},
-			{Name: "custom", Workers: ids, CopyRate: 1, CopyBlocks: 8192},
+			{Name: "aggregated", Workers: ids, CopyRate: 1, CopyBlocks: 8192},
 		},
 		MaxTurns: 4, BlockSize: 16, Seed: 1, Timeout: 5 * time.Second, IDPrefix: "load-",
 	}
@@ -75,18 +74,18 @@ worker_selection:
 	after := loadavg()
 	m := s.Metrics
 	report := res.Report(o)
-	for _, role := range []string{"prefill", "custom"} {
+	for _, role := range []string{"prefill", "aggregated"} {
 		report += fmt.Sprintf("role %s: hinted %v, kv-fetch deadline failures %v, malformed %v, kv-fetch actions %v\n", role,
 			counter(t, m, "bookings", role, "hinted"),
 			counter(t, m, "failures", role, "kv-fetch", "kv-fetch", "deadline"),
 			counter(t, m, "failures", role, "kv-fetch", "kv-fetch", "malformed"),
 			counter(t, m, "actions", role, "kv-fetch", "kv-fetch"))
 	}
-	slow := counter(t, m, "failures", "custom", "test-slow", "test-slow", "deadline")
+	slow := counter(t, m, "failures", "aggregated", "test-slow", "test-slow", "deadline")
 	evictDeadline := counter(t, m, "failures", "prefill", "kv-evict", "kv-evict", "deadline")
 	report += fmt.Sprintf("kv-evict deadline failures %v; test-slow (sleeps 2 ms) deadline failures %v\n", evictDeadline, slow)
 	report += fmt.Sprintf("overruns excused (thread preempted, never blocked): kv-fetch %v+%v, kv-evict %v, test-slow %v\n",
-		excused(t, m, "prefill", "kv-fetch"), excused(t, m, "custom", "kv-fetch"), excused(t, m, "prefill", "kv-evict"), excused(t, m, "custom", "test-slow"))
+		excused(t, m, "prefill", "kv-fetch"), excused(t, m, "aggregated", "kv-fetch"), excused(t, m, "prefill", "kv-evict"), excused(t, m, "aggregated", "test-slow"))
 	report += fmt.Sprintf("hints sent %v, dropped %v (queue full) %v (stale)\n",
 		gathered(t, m.Registry, "kvhint_router_hints_sent_total", map[string]string{}),
 		counter(t, m, "hints_dropped", "queue_full"), counter(t, m, "hints_dropped", "stale"))
@@ -102,7 +101,7 @@ worker_selection:
 	if perBlock < 0 {
 		return // a comparison run: report only
 	}
-	for _, role := range []string{"prefill", "custom"} {
+	for _, role := range []string{"prefill", "aggregated"} {
 		if n := counter(t, m, "failures", role, "kv-fetch", "kv-fetch", "deadline"); n != 0 {
 			t.Errorf("role %s: kv-fetch lost %v runs to the deadline", role, n)
 		}
@@ -113,7 +112,7 @@ worker_selection:
 	if evictDeadline != 0 {
 		t.Errorf("kv-evict lost %v runs to the deadline", evictDeadline)
 	}
-	if hinted := counter(t, m, "bookings", "custom", "hinted"); slow == 0 || slow < hinted {
+	if hinted := counter(t, m, "bookings", "aggregated", "hinted"); slow == 0 || slow < hinted {
 		t.Errorf("the sleeping policy lost %v runs to the deadline, want all %v", slow, hinted)
 	}
 }

@@ -22,20 +22,20 @@ import (
 
 // longConfig is a prefill role that sends the committed copy whole
 // (kvcr's default kv-fetch) and evicts on a final turn, next to a role
-// whose kv-fetch caps the copy, and one with a custom policy that sleeps.
+// whose kv-fetch caps the copy (aggregated), and one with a custom policy
+// that sleeps (encode).
 const longConfig = `
-router_mode: kv
 worker_selection:
   prefill:
     type: kvcr
     hints:
       - type: kv-fetch
       - type: kv-evict
-  capped:
+  aggregated:
     type: kvcr
     hints:
       - {type: kv-fetch, parameters: {max_blocks: 1000}}
-  sleepy:
+  encode:
     type: kvcr
     hints:
       - type: kv-fetch
@@ -142,7 +142,7 @@ func TestLongPromptsOverHTTP(t *testing.T) {
 
 	t.Run("max_blocks still caps", func(t *testing.T) {
 		hashes := randomHashes(8192, 3)
-		resp := post(t, s, "/v1/bookings", bookingJSON("capped", "capped", "prefill-0", copyJSON("prefill-1", "tcp://p1:1", hashes)))
+		resp := post(t, s, "/v1/bookings", bookingJSON("capped", "aggregated", "prefill-0", copyJSON("prefill-1", "tcp://p1:1", hashes)))
 		if resp.status != http.StatusOK {
 			t.Fatalf("status %d: %s", resp.status, resp.body)
 		}
@@ -153,7 +153,7 @@ func TestLongPromptsOverHTTP(t *testing.T) {
 
 	t.Run("a sleeping custom policy still loses its actions", func(t *testing.T) {
 		hashes := randomHashes(8192, 4)
-		resp := post(t, s, "/v1/bookings", bookingJSON("sleepy", "sleepy", "prefill-0", copyJSON("prefill-1", "tcp://p1:1", hashes)))
+		resp := post(t, s, "/v1/bookings", bookingJSON("sleepy", "encode", "prefill-0", copyJSON("prefill-1", "tcp://p1:1", hashes)))
 		if resp.status != http.StatusOK {
 			t.Fatalf("status %d: %s", resp.status, resp.body)
 		}
@@ -161,10 +161,10 @@ func TestLongPromptsOverHTTP(t *testing.T) {
 		if diff := cmp.Diff([]string{"kv.fetch"}, types); diff != "" || len(got) != 8192 {
 			t.Errorf("actions (-want +got), %d hashes:\n%s", len(got), diff)
 		}
-		if n := counter(t, s.Metrics, "failures", "sleepy", "test-slow", "test-slow", "deadline"); n != 1 {
+		if n := counter(t, s.Metrics, "failures", "encode", "test-slow", "test-slow", "deadline"); n != 1 {
 			t.Errorf("test-slow deadline failures = %v, want 1", n)
 		}
-		if n := counter(t, s.Metrics, "failures", "sleepy", "kv-fetch", "kv-fetch", "deadline"); n != 0 {
+		if n := counter(t, s.Metrics, "failures", "encode", "kv-fetch", "kv-fetch", "deadline"); n != 0 {
 			t.Errorf("kv-fetch deadline failures = %v, want 0", n)
 		}
 	})
@@ -350,11 +350,10 @@ func TestWorkerTypeValidated(t *testing.T) {
 // takes any worker.
 func TestPoolsStandalone(t *testing.T) {
 	const cfg = `
-router_mode: kv
 worker_selection:
   prefill: {type: kvcr, hints: [{type: kv-fetch}]}
   decode: {type: dynamo-default-cost-fn, hints: [{type: kv-evict}]}
-  any: {type: dynamo-default-cost-fn, hints: [{type: kv-evict}]}
+  aggregated: {type: dynamo-default-cost-fn, hints: [{type: kv-evict}]}
 `
 	s := startSidecarWithConfig(t, testCatalog(t), cfg, nil)
 	p, d := startWorker(t, "p0"), startWorker(t, "d0")
@@ -383,8 +382,8 @@ worker_selection:
 		{"prefill", "d0", "not_in_pool"},
 		{"decode", "d0", "hinted"},
 		{"decode", "p0", "not_in_pool"},
-		{"any", "p0", "hinted"},
-		{"any", "d0", "hinted"},
+		{"aggregated", "p0", "hinted"},
+		{"aggregated", "d0", "hinted"},
 	} {
 		resp := post(t, s, "/v1/bookings", bookingJSON("r", tc.role, tc.worker, final))
 		if got := resp.header.Get(HeaderOutcome); got != tc.outcome {
@@ -416,16 +415,15 @@ worker_selection:
 	}
 }
 
-// TestPoolsFromMountedConfigMap: a mounted ConfigMap's
-// worker-selectors.yaml makes the pools, as the watched ConfigMap's does.
+// TestPoolsFromMountedConfigMap: a mounted ConfigMap's roles.yaml
+// workerSelectors make the pools, as the watched ConfigMap's do.
 func TestPoolsFromMountedConfigMap(t *testing.T) {
 	dir := t.TempDir()
 	writeFile(t, filepath.Join(dir, ConfigMapKey), `
-router_mode: kv
 worker_selection:
   decode: {type: dynamo-default-cost-fn, hints: [{type: kv-evict}]}
 `)
-	writeFile(t, filepath.Join(dir, WorkerSelectorsKey), "decode:\n  matchLabels: {component: decode}\n")
+	writeFile(t, filepath.Join(dir, RolesKey), "decode:\n  routerMode: kv\n  workerSelector:\n    matchLabels: {component: decode}\n")
 	s := startSidecar(t, testCatalog(t), "", func(o *Options) { o.ConfigFile, o.ConfigDir = "", dir })
 	for _, w := range []struct{ id, component string }{{"d0", "decode"}, {"p0", "prefill"}} {
 		if err := s.Workers.Set(SourceAPI, WorkerSpec{ID: w.id, Capabilities: []string{CapabilityRouterHint}, Labels: map[string]string{"component": w.component}}); err != nil {

@@ -43,7 +43,7 @@ func TestShutdownDrainsHintsFirst(t *testing.T) {
 	registerWorker(t, s, w)
 	const hints = 10
 	for i := range hints {
-		if r := post(t, s, "/v1/bookings", bookingJSON(fmt.Sprint("sd-", i), "panics", "w", "")); r.status != http.StatusOK {
+		if r := post(t, s, "/v1/bookings", bookingJSON(fmt.Sprint("sd-", i), "aggregated", "w", "")); r.status != http.StatusOK {
 			t.Fatalf("booking: %d %s", r.status, r.body)
 		}
 	}

@@ -284,7 +284,7 @@ func bookingBody(id, role, worker string, hashes int) []byte {
 // hintsConfig: prefill sends kv.fetch for every committed copy (large
 // hints), decode kv.evict on a session's final turn (small ones).
 func hintsConfig(tag int) string {
-	return fmt.Sprintf(`router_mode: kv
+	return fmt.Sprintf(`
 worker_selection:
   prefill:
     type: kvcr

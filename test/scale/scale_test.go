@@ -7,8 +7,9 @@
 //	KVHINT_SCALE=1 KUBEBUILDER_ASSETS=$(hack/envtest-assets.sh) \
 //	  go test ./test/scale/ -run TestManagerScale -v -count=1 -timeout 15m
 //
-// KVHINT_SCALE_ROLES (default 1000) and KVHINT_SCALE_ROUTERS (default 100)
-// set the size; KVHINT_E2E_REPORT, when set, names a file the one-line
+// KVHINT_SCALE_ROLES (default 1000) and KVHINT_SCALE_ROUTERS (default 250)
+// set the size (a router runs at most the four worker types, so at most
+// four roles); KVHINT_E2E_REPORT, when set, names a file the one-line
 // summary is appended to. KVHINT_SCALE_BIN, when set, is the kvhint binary
 // to measure instead of one built from this tree (to measure a given
 // commit while the tree holds other work in progress).
@@ -64,9 +65,13 @@ func TestManagerScale(t *testing.T) {
 		t.Skip("KUBEBUILDER_ASSETS is not set; use KUBEBUILDER_ASSETS=$(hack/envtest-assets.sh)")
 	}
 	nRoles := envInt(t, "KVHINT_SCALE_ROLES", 1000)
-	nRouters := envInt(t, "KVHINT_SCALE_ROUTERS", 100)
+	nRouters := envInt(t, "KVHINT_SCALE_ROUTERS", 250)
 	if nRouters < 1 || nRoles < nRouters {
 		t.Fatalf("need at least one router and at least one role per router; have %d roles, %d routers", nRoles, nRouters)
+	}
+	if nRoles > len(workerTypes)*nRouters {
+		t.Fatalf("%d roles over %d routers: a router runs at most %d roles (%s), so use at least %d routers",
+			nRoles, nRouters, len(workerTypes), strings.Join(workerTypes, ", "), (nRoles+len(workerTypes)-1)/len(workerTypes))
 	}
 
 	// Leave a minute of the go test deadline for reporting and clean-up;
@@ -237,8 +242,10 @@ func startManager(ctx context.Context, t *testing.T, bin, kubeconfig, dir string
 }
 
 // objects returns a realistic mix: a handful of shared HintPolicies, one
-// router Pod per router and, for each router, roles cycling through the
-// kinds below, spread evenly (role i goes to router i mod nRouters).
+// router Pod per router and, for each router, roles of the worker types in
+// turn, spread evenly (role i goes to router i mod nRouters); each role is
+// one of the kinds below of its worker type, the routers cycling through
+// them, so every kind runs.
 func objects(nRoles, nRouters int) (policies, pods, roles []client.Object) {
 	for _, p := range sharedPolicies {
 		policies = append(policies, &v1alpha1.HintPolicy{
@@ -264,12 +271,14 @@ func objects(nRoles, nRouters int) (policies, pods, roles []client.Object) {
 	}
 	for r := 0; r < nRouters; r++ {
 		for k := 0; k < perRouter[r]; k++ {
-			kind := roleKinds[k%len(roleKinds)]
-			role := kind.role
-			if k >= len(roleKinds) {
-				role = fmt.Sprintf("%s-%d", kind.role, k/len(roleKinds))
+			role := workerTypes[k]
+			var kinds []int
+			for i, kind := range roleKinds {
+				if kind.role == role {
+					kinds = append(kinds, i)
+				}
 			}
-			spec := kind.spec()
+			spec := roleKinds[kinds[r%len(kinds)]].spec()
 			spec.Router = routerName(r)
 			spec.Role = role
 			roles = append(roles, &v1alpha1.RouterRole{
@@ -292,10 +301,14 @@ var sharedPolicies = []struct{ name, typ, params string }{
 	{"retain-hot", "kv-retain", `{"ttl_seconds":1800,"priority":90}`},
 }
 
-// roleKinds are the ten roles each router runs (cycled, with a suffix, when
-// a router has more): KV prefill with kvcr and kv-fetch inline or by
-// reference, KV decode with session policies by reference, the defaults,
-// no hints at all, and roles off the KV path.
+// workerTypes are the roles a router may run, Dynamo's worker types, in
+// the order a router gets them.
+var workerTypes = []string{v1alpha1.RolePrefill, v1alpha1.RoleDecode, v1alpha1.RoleAggregated, v1alpha1.RoleEncode}
+
+// roleKinds are the ten kinds of role the routers run, each for one
+// worker type: KV prefill with kvcr and kv-fetch inline or by reference,
+// KV decode with session policies by reference, the defaults, no hints at
+// all, and roles off the KV path.
 var roleKinds = []struct {
 	role string
 	spec func() v1alpha1.RouterRoleSpec
@@ -307,25 +320,33 @@ var roleKinds = []struct {
 	{"decode", func() v1alpha1.RouterRoleSpec {
 		return kv("dynamo-default-cost-fn", `{"overlap_score_credit":2}`, ref("session-retain"), ref("session-evict"))
 	}},
-	{"prefill-long", func() v1alpha1.RouterRoleSpec {
+	{"prefill", func() v1alpha1.RouterRoleSpec {
+		// A long-prompt prefill.
 		return kv("kvcr", `{"shared_cache_multiplier":1}`, ref("fetch-large"), inline("kv-evict", "", ""))
 	}},
-	{"decode-chat", func() v1alpha1.RouterRoleSpec {
+	{"decode", func() v1alpha1.RouterRoleSpec {
+		// A chat decode.
 		return kv("dynamo-default-cost-fn", ``, ref("session-retain-short"), ref("session-evict"))
 	}},
 	{"aggregated", func() v1alpha1.RouterRoleSpec {
 		// hints left out: the defaults registered under kvcr run.
 		return kv("kvcr", ``)
 	}},
-	{"decode-hot", func() v1alpha1.RouterRoleSpec {
+	{"decode", func() v1alpha1.RouterRoleSpec {
+		// A hot decode.
 		return kv("dynamo-default-cost-fn", `{"router_temperature":0.5}`, ref("retain-hot"),
 			inline("kv-retain", "retain-tail", `{"ttl_seconds":30}`), ref("session-evict"))
 	}},
-	{"prefill-peer", func() v1alpha1.RouterRoleSpec {
+	{"prefill", func() v1alpha1.RouterRoleSpec {
+		// A prefill fetching from its peers.
 		return kv("kvcr", `{"shared_cache_multiplier":0.25}`, ref("fetch-any"))
 	}},
-	{"embed", func() v1alpha1.RouterRoleSpec { return other(v1alpha1.RouterModeRoundRobin, "round-robin") }},
-	{"rerank", func() v1alpha1.RouterRoleSpec { return other(v1alpha1.RouterModeLeastLoaded, "least-loaded") }},
+	{"aggregated", func() v1alpha1.RouterRoleSpec {
+		return other(v1alpha1.RouterModeRoundRobin, "dynamo-round-robin")
+	}},
+	{"encode", func() v1alpha1.RouterRoleSpec {
+		return other(v1alpha1.RouterModeLeastLoaded, "dynamo-least-loaded")
+	}},
 	{"encode", func() v1alpha1.RouterRoleSpec {
 		// On the KV path with hints set to []: no hint runs.
 		s := kv("dynamo-default-cost-fn", ``)
