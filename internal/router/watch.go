@@ -163,13 +163,19 @@ func (s FileSource) Run(ctx context.Context, d *core.Dispatcher, log logr.Logger
 }
 
 func (s FileSource) runDir(ctx context.Context, d *core.Dispatcher, log logr.Logger) {
-	policy := filepath.Join(s.Dir, compiled.PolicyKey)
-	roles := filepath.Join(s.Dir, compiled.RolesKey)
 	log = log.WithValues("dir", s.Dir)
-	watchFile(ctx, roles, s.Poll, log, func() {
+	watchFile(ctx, filepath.Join(s.Dir, compiled.RolesKey), s.Poll, log, func() {
+		// Kubelet publishes a ConfigMap volume as a timestamped directory
+		// behind the ..data symlink, and swaps the link. Both files are
+		// read from the one directory it points at now, so a swap between
+		// the two reads cannot pair files of two versions.
+		dir := s.Dir
+		if real, err := filepath.EvalSymlinks(filepath.Join(s.Dir, "..data")); err == nil {
+			dir = real
+		}
 		data := map[string]string{}
-		for key, path := range map[string]string{compiled.PolicyKey: policy, compiled.RolesKey: roles} {
-			b, err := readLimited(path, hintsconfig.MaxConfigBytes)
+		for _, key := range []string{compiled.PolicyKey, compiled.RolesKey} {
+			b, err := readLimited(filepath.Join(dir, key), hintsconfig.MaxConfigBytes)
 			switch {
 			case errors.Is(err, fs.ErrNotExist) && key == compiled.PolicyKey:
 				// No role is accepted: the ConfigMap holds the role
