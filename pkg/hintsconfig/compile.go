@@ -153,11 +153,11 @@ func (c *roleCompiler) selection(e *RoleEntry) (*Selection, bool) {
 	}
 	p, ok := c.cat.Selection(e.Type)
 	if !ok {
-		what := fmt.Sprintf("worker-selection type %q", e.Type)
+		what := fmt.Sprintf("worker-selection type %q is not linked into this build (nor the name of a worker_selection instance)", e.Type)
 		if e.Instance != "" {
-			what = fmt.Sprintf("instance %q has worker-selection type %q, which", e.Instance, e.Type)
+			what = fmt.Sprintf("instance %q has worker-selection type %q, which is not linked into this build", e.Instance, e.Type)
 		}
-		c.fail(ReasonUnknownWorkerSelection, NoHint, e.Type, "", "%s is not linked into this build (nor the name of a worker_selection instance); linked types: %s", what, strings.Join(c.cat.SelectionTypes(), ", "))
+		c.fail(ReasonUnknownWorkerSelection, NoHint, e.Type, "", "%s; linked types: %s", what, strings.Join(c.cat.SelectionTypes(), ", "))
 		return nil, false
 	}
 	policy, err := safeParse(func() (hints.SelectionPolicy, error) { return p.Parse(e.Parameters) })
