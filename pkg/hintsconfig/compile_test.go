@@ -253,6 +253,13 @@ func TestCompileRules(t *testing.T) {
 			msgWords: []string{"seed"},
 		},
 		{
+			name:     "an instance of a type not linked",
+			doc:      "worker_selection:\n  aggregated: sita\n  instances: [{name: sita, type: dynamo-sita-cost-fn}]\n",
+			want:     []problemKey{{E, hintsconfig.ReasonUnknownWorkerSelection, "aggregated", hintsconfig.NoHint, ""}},
+			roles:    []string{},
+			msgWords: []string{`instance "sita" has worker-selection type "dynamo-sita-cost-fn", which is not linked`},
+		},
+		{
 			name:  "default is the router's built-in selector",
 			doc:   "worker_selection:\n  prefill: default\n",
 			roles: []string{"prefill"},
