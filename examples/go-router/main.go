@@ -6,7 +6,7 @@
 // handler reads it, or, with --hint-path, at a top-level kv_hints (the
 // vLLM and SGLang proposals) or the legacy kv_transfer_params.router_hint.
 //
-//	go-router --hints hints.yaml --role decode \
+//	go-router --hints hints.yaml --role decode --router-mode kv \
 //	    --worker decode-0=http://10.0.0.5:8000,router_hint --worker decode-1=http://10.0.0.6:8000
 package main
 
@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
+	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
 	"github.com/kvrouter/kv-hint-operator/pkg/router"
 )
 
@@ -44,6 +45,7 @@ func main() {
 	listen := flag.String("listen", "127.0.0.1:8080", "address to serve requests on")
 	hintsFile := flag.String("hints", "hints.yaml", "hints config (the ConfigMap's hints.yaml)")
 	role := flag.String("role", "decode", "the role this router books workers for")
+	mode := flag.String("router-mode", "kv", "the router's mode, which every role of the hints config runs under, as Dynamo's --router-mode; hints run only under kv")
 	flag.Var(&workers, "worker", "a worker, ID=URL[,router_hint]; repeat for each")
 	hintPath := router.InBandKVHint
 	flag.Var(&hintPath, "hint-path", "where the forwarded request carries the hint: kv_transfer_params.kv_hint, kv_hints or kv_transfer_params.router_hint")
@@ -55,7 +57,7 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	d := router.NewDispatcher(router.Options{Catalog: builtin.NewCatalog(), Workers: Capabilities(workers)})
+	d := router.NewDispatcher(router.Options{Catalog: builtin.NewCatalog(), Workers: Capabilities(workers), RouterMode: hintsconfig.RouterMode(*mode)})
 	if err := d.Load(doc, *hintsFile); err != nil {
 		log.Fatal(err)
 	}
