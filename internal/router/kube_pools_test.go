@@ -15,6 +15,7 @@ import (
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
 	"github.com/kvrouter/kv-hint-operator/internal/rolegraph"
+	"github.com/kvrouter/kv-hint-operator/pkg/wellknown"
 )
 
 // TestKubernetesRolePools runs a sidecar with only its router's ConfigMap,
@@ -70,8 +71,8 @@ func TestKubernetesRolePools(t *testing.T) {
 	}})
 	cm := out.Router("llama").ConfigMap.DeepCopy()
 	cm.OwnerReferences = nil // the RouterRoles are not in the API here
-	if _, ok := cm.Data[WorkerSelectorsKey]; !ok {
-		t.Fatalf("compiled ConfigMap has no %s: %v", WorkerSelectorsKey, cm.Data)
+	if _, ok := cm.Data[wellknown.RolesKey]; !ok {
+		t.Fatalf("compiled ConfigMap has no %s: %v", wellknown.RolesKey, cm.Data)
 	}
 	if _, err := kc.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 	core "github.com/kvrouter/kv-hint-operator/pkg/router"
+	"github.com/kvrouter/kv-hint-operator/pkg/wellknown"
 )
 
 // longConfig is a prefill role that sends the committed copy whole
@@ -417,15 +418,14 @@ worker_selection:
 }
 
 // TestPoolsFromMountedConfigMap: a mounted ConfigMap's
-// worker-selectors.yaml makes the pools, as the watched ConfigMap's does.
+// roles.yaml makes the pools, as the watched ConfigMap's does.
 func TestPoolsFromMountedConfigMap(t *testing.T) {
 	dir := t.TempDir()
 	writeFile(t, filepath.Join(dir, ConfigMapKey), `
-router_mode: kv
 worker_selection:
   decode: {type: dynamo-default-cost-fn, hints: [{type: kv-evict}]}
 `)
-	writeFile(t, filepath.Join(dir, WorkerSelectorsKey), "decode:\n  matchLabels: {component: decode}\n")
+	writeFile(t, filepath.Join(dir, wellknown.RolesKey), "decode:\n  routerMode: kv\n  workerSelector: {matchLabels: {component: decode}}\n")
 	s := startSidecar(t, testCatalog(t), "", func(o *Options) { o.ConfigFile, o.ConfigDir = "", dir })
 	for _, w := range []struct{ id, component string }{{"d0", "decode"}, {"p0", "prefill"}} {
 		if err := s.Workers.Set(SourceAPI, WorkerSpec{ID: w.id, Capabilities: []string{CapabilityRouterHint}, Labels: map[string]string{"component": w.component}}); err != nil {
