@@ -14,7 +14,9 @@
 # a kv.fetch of 192 blocks, a decode kv.retain, a 204 (prefill without a
 # copy) and a kv.retain again. CPU = the server's utime+stime over the
 # offer, per booking completed. The sidecar and the floor alternate at each
-# rate and transport, REPS times; the summary is the median of each.
+# rate and transport (which goes first alternates too), REPS times; the
+# summary is the median of each and their ratio, and the median of the
+# ratios of each adjacent pair.
 #
 # A sidecar run is valid only if it built hints (bookings answered
 # "hinted", 200 with a body), pushed none (hints_sent_total 0) and counted
@@ -90,13 +92,18 @@ run() {
 	printf '%-8s %-5s %6d/s  completed %7s/%-7s errors %-3s p50 %-10s p99 %-10s hints %7s  200 %7s 204 %7s pushed %s booking-errors %s  %s  server %6sus/booking  %s\n' \
 		"$server" "$transport" "$rate" "${completed:--}" "${offered:--}" "${errors:--}" "$p50" "$p99" "${hints:--}" \
 		"$hinted" "$nohint" "$sent" "$berr" "$cores" "$cost" "$([ $ok = 1 ] && echo valid || echo INVALID)"
-	if [ $ok = 1 ]; then costs[$server-$transport-$rate]+="$cost "; else invalid=$((invalid + 1)); fi
+	if [ $ok = 1 ]; then
+		costs[$server-$transport-$rate]+="$cost "
+		last[$server]=$cost
+	else
+		invalid=$((invalid + 1)) last[$server]=
+	fi
 }
 
 # median VALUES...: the median of numbers.
 median() { [ $# -gt 0 ] || { echo -; return; }; printf '%s\n' "$@" | sort -g | awk '{v[NR] = $1} END {if (NR) print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2); else print "-"}'; }
 
-declare -A costs
+declare -A costs pairs last
 invalid=0
 echo "start $(date -u +%H:%M:%S) UTC, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 capture
@@ -106,18 +113,24 @@ for rep in $(seq "$REPS"); do
 			# Alternate which server runs first.
 			if [ $((rep % 2)) = 1 ]; then order="sidecar floor"; else order="floor sidecar"; fi
 			for server in $order; do run "$server" "$transport" "$rate"; done
+			# The pair's own ratio: the two runs next to each other saw
+			# the most nearly the same machine.
+			if [ -n "${last[sidecar]}" ] && [ -n "${last[floor]}" ]; then
+				pairs[$transport-$rate]+="$(awk -v s="${last[sidecar]}" -v f="${last[floor]}" 'BEGIN {printf "%.2f", s / f}') "
+			fi
 		done
 	done
 	echo "rep $rep done $(date -u +%H:%M:%S) UTC, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 done
 echo
-printf '%-8s %-5s %-28s %-28s %s\n' rate transport "sidecar us/booking (median)" "floor us/booking (median)" "ratio sidecar/floor"
+printf '%-8s %-5s %-34s %-34s %-8s %s\n' rate transport "sidecar us/booking: median (runs)" "floor us/booking: median (runs)" "ratio" "pairs' ratios: median (each)"
 for rate in $RATES; do
 	for transport in $TRANSPORTS; do
 		# shellcheck disable=SC2086
 		s=$(median ${costs[sidecar-$transport-$rate]:-}) f=$(median ${costs[floor-$transport-$rate]:-})
-		printf '%-8s %-5s %-28s %-28s %s\n' "$rate" "$transport" "$s (${costs[sidecar-$transport-$rate]:-none})" "$f (${costs[floor-$transport-$rate]:-none})" \
-			"$(awk -v s="$s" -v f="$f" 'BEGIN {print (s != "-" && f != "-" && f > 0) ? sprintf("%.2f", s / f) : "-"}')"
+		printf '%-8s %-5s %-34s %-34s %-8s %s\n' "$rate" "$transport" "$s (${costs[sidecar-$transport-$rate]:-none})" "$f (${costs[floor-$transport-$rate]:-none})" \
+			"$(awk -v s="$s" -v f="$f" 'BEGIN {print (s != "-" && f != "-" && f > 0) ? sprintf("%.2f", s / f) : "-"}')" \
+			"$(median ${pairs[$transport-$rate]:-}) (${pairs[$transport-$rate]:-none})"
 	done
 done
 echo "invalid runs: $invalid; end $(date -u +%H:%M:%S) UTC, load average $(cut -d' ' -f1-3 /proc/loadavg)"
