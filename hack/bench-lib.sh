@@ -4,7 +4,8 @@
 #
 # bench_setup builds kvhint and the router test binary (whose
 # TestFloorServer is the do-nothing floor), writes the hints and workers
-# files, and starts the four sink workers (one process) on core 0.
+# files, and starts the four sink workers (one process) on core 0; with
+# BENCH_INBAND=1 the workers have no hint endpoint and no sinks start.
 # start_server runs the sidecar or the floor on core 1, and offer runs the
 # load generator on core 0 against it.
 
@@ -23,6 +24,18 @@ worker_selection:
   prefill: {type: kvcr, hints: [{type: kv-fetch, parameters: {min_blocks: 4}}]}
   decode: {type: dynamo-default-cost-fn, hints: [{type: kv-retain}, {type: kv-evict}]}
 YAML
+	if [ "${BENCH_INBAND:-0}" = 1 ]; then
+		# In-band only: hint-capable workers without a hint endpoint, so
+		# the sidecar answers each hint and pushes nothing; no sinks.
+		cat >"$W/workers.yaml" <<'YAML'
+workers:
+- {id: p0, capabilities: [router_hint], worker_type: prefill}
+- {id: p1, capabilities: [router_hint], worker_type: prefill}
+- {id: d0, capabilities: [router_hint], worker_type: decode}
+- {id: d1, capabilities: [router_hint], worker_type: decode}
+YAML
+		return
+	fi
 	cat >"$W/workers.yaml" <<'YAML'
 workers:
 - {id: p0, capabilities: [router_hint], hint_endpoint: "http://127.0.0.1:9601/v1/hints", worker_type: prefill}
@@ -56,14 +69,15 @@ all_registered() {
 
 # start_server SERVER TRANSPORT: start the sidecar (metrics on
 # 127.0.0.1:9471) or the floor pinned to core 1, wait until it serves, and
-# set SERVER_PID.
+# set SERVER_PID. The floor answers 204, or with FLOOR_BODY set the
+# bodies it names in turn (TestFloorServer's KVHINT_FLOOR_BODY).
 start_server() {
 	local server=$1 transport=$2 listen
 	listen=$(target "$transport")
 	listen=${listen#http://}
 	if [ "$server" = sidecar ]; then
 		taskset -c 1 "$W/kvhint" sidecar --config-file "$W/hints.yaml" --workers-file "$W/workers.yaml" \
-			--listen "$listen" --metrics-listen 127.0.0.1:9471 >"$W/server.log" 2>&1 &
+			--listen "$listen" --metrics-listen 127.0.0.1:9471 ${SIDECAR_ARGS:-} >"$W/server.log" 2>&1 &
 		SERVER_PID=$!
 		wait_for curl -sf http://127.0.0.1:9471/readyz
 		# Ready means the config loaded; the workers file loads beside it.
@@ -71,7 +85,7 @@ start_server() {
 		# unknown_worker, without a hint.
 		wait_for all_registered "$transport"
 	else
-		KVHINT_FLOOR_LISTEN=$listen taskset -c 1 "$W/router.test" -test.run '^TestFloorServer$' >"$W/server.log" 2>&1 &
+		KVHINT_FLOOR_LISTEN=$listen KVHINT_FLOOR_BODY=${FLOOR_BODY:-} taskset -c 1 "$W/router.test" -test.run '^TestFloorServer$' >"$W/server.log" 2>&1 &
 		SERVER_PID=$!
 		if [ "$transport" = unix ]; then wait_for test -S "$W/booking.sock"; else wait_for bash -c 'echo >/dev/tcp/127.0.0.1/9470'; fi
 	fi
