@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
-	"github.com/kvrouter/kv-hint-operator/internal/dynamopolicy"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/kvrouter/kv-hint-operator/internal/dynamopolicy"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
 )
 

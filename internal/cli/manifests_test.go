@@ -2,8 +2,6 @@ package cli
 
 import (
 	"bytes"
-	"github.com/kvrouter/kv-hint-operator/internal/compiled"
-	"github.com/kvrouter/kv-hint-operator/internal/dynamopolicy"
 	"os"
 	"path/filepath"
 	"slices"
@@ -11,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+	"github.com/kvrouter/kv-hint-operator/internal/compiled"
+	"github.com/kvrouter/kv-hint-operator/internal/dynamopolicy"
 	"github.com/kvrouter/kv-hint-operator/internal/rolegraph"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
 )
