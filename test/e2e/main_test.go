@@ -57,7 +57,12 @@ func run(m *testing.M) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	env, err = devenv.Start(ctx, devenv.Options{Bin: bin, Assets: assets, Dir: dir, Namespace: namespace, Progress: os.Stderr})
+	// The suite books straight at the sidecars and reads, at each worker,
+	// the exact hints it received, so its workers opt in to push
+	// (PushHints): nothing carries a booking's answer in-band here.
+	// TestDevCommand runs the in-band path, through kvhint dev's front
+	// routers.
+	env, err = devenv.Start(ctx, devenv.Options{Bin: bin, Assets: assets, Dir: dir, Namespace: namespace, Progress: os.Stderr, PushHints: true})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "starting the environment: %v\n", err)
 		return 1
