@@ -73,3 +73,38 @@ worker_selection:
 		}
 	}
 }
+
+// TestFetchOnlyFromTheCopySender: a policy that does not declare KVCopy
+// and sends a kv.fetch loses its actions as malformed, and the role's real
+// copy goes out. Before, its fetch went first and the real copy was dropped
+// as the hint's second kv.fetch.
+func TestFetchOnlyFromTheCopySender(t *testing.T) {
+	cat := builtin.NewCatalog()
+	rawPolicy(t, cat, "undeclared-fetch", "kv.fetch", `{"block_hashes":[1,2,3],"source_control_endpoint":"tcp://10.9.9.9:1"}`)
+	metrics := NewMetrics(nil)
+	d := NewDispatcher(Options{Catalog: cat, Workers: StaticWorkers{"w1": true}, Metrics: metrics, Log: logr.Discard()})
+	if err := d.Load([]byte(`
+worker_selection:
+  decode:
+    type: kvcr
+    hints: [{type: undeclared-fetch}, {type: kv-fetch}]
+`), "test"); err != nil {
+		t.Fatal(err)
+	}
+	h, err := d.Build(context.Background(), &Booking{RequestID: "r1", Role: "decode", Worker: "w1",
+		KVCopy: &hints.CommittedCopy{SourceWorker: "w2", SourceEndpoint: "tcp://10.0.0.7:23280", BlockHashes: []uint64{11, 22}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"protocol_version":"0.1","message_id":"r1","actions":[` +
+		`{"action_id":"a1","action_type":"kv.fetch","action_version":"1.0","payload":{"block_hashes":[11,22],"source_control_endpoint":"tcp://10.0.0.7:23280"}}]}`
+	if diff := cmp.Diff(want, string(h.Message)); diff != "" {
+		t.Errorf("message (-want +got):\n%s", diff)
+	}
+	if n := testutil.ToFloat64(metrics.failures.WithLabelValues("decode", "undeclared-fetch", "undeclared-fetch", "malformed")); n != 1 {
+		t.Errorf("undeclared-fetch: %v malformed failures, want 1", n)
+	}
+	if n := testutil.ToFloat64(metrics.actions.WithLabelValues("decode", "kv-fetch", "kv-fetch")); n != 1 {
+		t.Errorf("kv-fetch: %v actions kept, want 1", n)
+	}
+}
