@@ -17,6 +17,12 @@ const MaxHintsPerRole = 32
 // every problem, not only the first. The graph holds the roles that passed;
 // a caller that needs all-or-nothing (the sidecar) refuses the config when
 // Problems.HasErrors.
+//
+// Compile checks what a config says, not what its policies will send: a
+// provider declares no set of action types, so the rule that only a role's
+// KV copy sender may emit kv.fetch is held where actions exist, by the
+// dispatcher (pkg/router, which drops any other policy's fetch as
+// malformed) and by the conformance kit (pkg/hints/hintstest).
 func Compile(cat *hints.Catalog, cfg *Config, modes Modes) (*Graph, Problems) {
 	var probs Problems
 	for _, key := range slices.Sorted(maps.Keys(cfg.Unchecked)) {
@@ -82,7 +88,7 @@ func (c *roleCompiler) fromDefaults(what string) string {
 	for _, p := range c.cat.DefaultHints(c.defaults) {
 		listed = append(listed, "{type: "+p.Type+"}")
 	}
-	return fmt.Sprintf(" (%s came from the defaults of worker-selection %s, since the role lists no hints: list the role's hints instead, e.g. hints: [%s] with the ones you want, or hints: [] for none; `kvhint catalog` shows each selection's defaults)",
+	return fmt.Sprintf(" (%s came from the defaults of worker-selection %s, since the role lists no hints: list the role's hints instead, e.g. hints: [%s] with the ones you want, or hints: [] for none)",
 		what, c.defaults, strings.Join(listed, ", "))
 }
 

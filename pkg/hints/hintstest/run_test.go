@@ -218,6 +218,11 @@ func TestCheckFindsTheAuthorsFaults(t *testing.T) {
 			return p
 		}(), suite: hintstest.Suite{Bookings: []hintstest.Booking{{RequestID: "r1", Role: "decode", Worker: "w"}}},
 			want: []string{"booking r1: BuildHints blocked although the provider declares NeverBlocks: it was off the CPU for", "over the dispatcher's default deadline of 1ms, and its thread slept"}},
+		{name: "a 5 ms sleep", linux: true, p: provider("plain-sleeper", 0, func(*hints.HintContext) ([]hints.Action, error) {
+			time.Sleep(5 * time.Millisecond)
+			return fire("vendor.sleep"), nil
+		}), suite: hintstest.Suite{Bookings: []hintstest.Booking{{RequestID: "r1", Role: "decode", Worker: "w"}}},
+			want: []string{"booking r1: BuildHints blocked: it was off the CPU for", "the dispatcher drops the actions of a policy that overruns its deadline"}},
 		{name: "an unchecked float range", p: hints.HintProvider{Type: "unchecked", Parse: func(raw hints.Params) (hints.HintPolicy, error) {
 			p := struct {
 				Weight float64 `json:"weight"`
