@@ -142,6 +142,12 @@ func session(r *http.Request) hints.Session {
 		return s
 	}
 	s.Turn, _ = strconv.Atoi(r.Header.Get("X-Session-Turn"))
+	if s.Turn < 1 {
+		// Turns count from 1, and the dispatcher refuses a session's turn
+		// 0: a front end that does not count them sends every request as
+		// a first turn.
+		s.Turn = 1
+	}
 	s.Final = r.Header.Get("X-Session-Final") == "true"
 	return s
 }

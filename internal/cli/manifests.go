@@ -158,7 +158,7 @@ func (s *manifestSet) report(kind, ns, name string, findings rolegraph.Findings)
 			where += " " + l
 		}
 		s.add1(problem{
-			File: file, Line: s.positions[file].field(key, f.Field), Object: key, Location: f.Field, Type: f.Detail,
+			File: file, Line: s.positions[file].field(key, f.KeyField()), Object: key, Location: f.Field, Type: f.Detail, Key: f.Key,
 			Reason: string(f.Reason), Message: f.Message, Severity: f.Severity.String(), where: where,
 		})
 	}

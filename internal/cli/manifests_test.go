@@ -2,11 +2,14 @@ package cli
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
 	"github.com/kvrouter/kv-hint-operator/internal/compiled"
@@ -52,7 +55,7 @@ func TestValidateInvalidSamples(t *testing.T) {
 		"hintpolicy-not-found.yaml":     "14: RouterRole hintpolicy-not-found spec.hints[0]: HintPolicyNotFound: ",
 		"hints-require-kv-mode.yaml":    "14: RouterRole hints-require-kv-mode spec.hints: HintsRequireKVMode: ",
 		"invalid-hint-name.yaml":        "13: RouterRole invalid-hint-name spec.hints[0] (kv-retain): InvalidHintName: ",
-		"invalid-parameters.yaml":       "13: RouterRole invalid-parameters spec.hints[0] (kv-retain): InvalidParameters: ",
+		"invalid-parameters.yaml":       "15: RouterRole invalid-parameters spec.hints[0] (kv-retain): InvalidParameters: ",
 		"invalid-role.yaml":             "10: RouterRole invalid-role spec.role: InvalidRole: ",
 		"invalid-router-mode.yaml":      "10: RouterRole invalid-router-mode spec.routerMode: InvalidRouterMode: ",
 		"invalid-worker-selector.yaml":  "12: RouterRole invalid-worker-selector spec.workerSelector: InvalidWorkerSelector: ",
@@ -263,4 +266,60 @@ func FuzzValidateManifests(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestManifestParameterProblemsPointAtTheKey: in RouterRole and HintPolicy
+// manifests, a parameter problem's line is the key's, and the JSON report
+// names the key, as it does for a hints YAML. Before, the line was the hint
+// item's and the JSON had no key.
+func TestManifestParameterProblemsPointAtTheKey(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "objects.yaml")
+	doc := `apiVersion: hints.kvrouter.io/v1alpha1
+kind: RouterRole
+metadata: {name: decode, namespace: chat}
+spec:
+  router: chat
+  role: decode
+  workerSelection: {type: dynamo-default-cost-fn}
+  hints:
+  - type: kv-retain
+    parameters:
+      priority: 10
+      ttl_seconds: 0
+---
+apiVersion: hints.kvrouter.io/v1alpha1
+kind: HintPolicy
+metadata: {name: retain, namespace: chat}
+spec:
+  type: kv-retain
+  parameters:
+    ttl_seconds: 60
+    priority: 500
+`
+	if err := os.WriteFile(file, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := runCLI("validate", "-o", "json", "-f", file)
+	if code != ExitInvalid {
+		t.Fatalf("exit %d:\n%s%s", code, out, errOut)
+	}
+	var rep struct {
+		Problems []problem `json:"problems"`
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("%v:\n%s", err, out)
+	}
+	type place struct {
+		Object, Key string
+		Line        int
+	}
+	var got []place
+	for _, p := range rep.Problems {
+		got = append(got, place{p.Object, p.Key, p.Line})
+	}
+	want := []place{{"RouterRole chat/decode", "ttl_seconds", 12}, {"HintPolicy chat/retain", "priority", 21}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("problems (-want +got):\n%s\n%s", diff, out)
+	}
 }

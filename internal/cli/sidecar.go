@@ -124,7 +124,7 @@ pod IP only, where probes and scrapers reach them; pprof is on loopback.`,
 	f.StringVar(&routerName, "router", "", "router name: watch ConfigMap <router>-hints in --namespace")
 	f.StringVar(&o.Namespace, "namespace", os.Getenv("POD_NAMESPACE"), "namespace of the ConfigMap and the worker pods (default $POD_NAMESPACE)")
 	f.DurationVar(&o.Poll, "poll-interval", router.DefaultPollInterval, "reread interval of --config-file, --config-dir and --workers-file, whatever file events say")
-	f.StringVar(&o.WorkersFile, "workers-file", "", "YAML list of standalone workers (id, capabilities, hint_endpoint, worker_type)")
+	f.StringVar(&o.WorkersFile, "workers-file", "", "YAML file of standalone workers: a list of workers (id, capabilities, hint_endpoint, worker_type, ...), under a workers key or bare")
 	f.BoolVar(&o.WorkerPods, "worker-pods", false, "register worker pods of --namespace: those the RouterRoles' workerSelectors pick (default true with --router or --configmap)")
 	f.StringVar(&selector, "worker-selector", "", "deprecated, not needed: limit the worker pod watch to this label selector; the RouterRoles' workerSelectors make the pools")
 	_ = f.MarkDeprecated("worker-selector", "each RouterRole's spec.workerSelector, compiled into the ConfigMap, makes its role's worker pool")

@@ -310,6 +310,9 @@ func sessionOf(r *http.Request) *sessionJSON {
 		return nil
 	}
 	turn, _ := strconv.Atoi(r.Header.Get("X-Session-Turn"))
+	if turn < 1 {
+		turn = 1 // turns count from 1; a front end that counts none sends first turns
+	}
 	return &sessionJSON{ID: id, Turn: turn, Final: r.Header.Get("X-Session-Final") == "true"}
 }
 

@@ -19,8 +19,26 @@ type Finding struct {
 	Field string
 	// Detail names what is at Field when that helps: a policy type, or the
 	// HintPolicy a policyRef item runs.
-	Detail  string
+	Detail string
+	// Key is the parameter key concerned, when the problem is one
+	// parameter's (its path, such as adaptive.load_scale, when nested).
+	Key     string
 	Message string
+}
+
+// KeyField is the field of the parameter key the finding concerns, such
+// as "spec.hints[1].parameters.ttl_seconds", or Field when the finding
+// names no key or its field holds no parameters.
+func (f Finding) KeyField() string {
+	switch {
+	case f.Key == "":
+		return f.Field
+	case strings.HasSuffix(f.Field, ".parameters"):
+		return f.Field + "." + f.Key
+	case strings.HasPrefix(f.Field, "spec.hints[") && !strings.Contains(f.Field, "]."):
+		return f.Field + ".parameters." + f.Key
+	}
+	return f.Field
 }
 
 // Location renders where the finding is: "spec.hints[1] (kv-retain)".
@@ -97,6 +115,7 @@ func roleFinding(p hintsconfig.Problem, spec *v1alpha1.RouterRoleSpec) Finding {
 		Condition: v1alpha1.ConditionAccepted,
 		Reason:    v1alpha1.ConditionReason(p.Reason),
 		Detail:    p.Type,
+		Key:       p.Key,
 		Message:   p.Message,
 	}
 	switch {

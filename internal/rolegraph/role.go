@@ -173,7 +173,7 @@ func checkPolicy(cat *hints.Catalog, hp *v1alpha1.HintPolicy) Findings {
 		}
 		fs = append(fs, Finding{
 			Severity: p.Severity, Condition: v1alpha1.ConditionAccepted, Reason: v1alpha1.ConditionReason(p.Reason),
-			Field: field, Detail: p.Type, Message: p.Message,
+			Field: field, Detail: p.Type, Key: p.Key, Message: p.Message,
 		})
 	}
 	return fs

@@ -44,6 +44,8 @@ func TestBookingAPIErrors(t *testing.T) {
 		{"empty copy", bookingJSON("r", "decode", "worker-0", `"committed_kv_copy":{"block_hashes":[]}`), 400, "block_hashes is empty"},
 		{"session without id", bookingJSON("r", "decode", "worker-0", `"session":{"turn":2}`), 400, "session.id is required"},
 		{"negative prompt", `{"request_id":"r","role":"decode","worker":"w","prompt_tokens":-1,"block_size":1}`, 400, "prompt_tokens is -1"},
+		{"zero block size", `{"request_id":"r","role":"decode","worker":"w","prompt_tokens":1,"block_size":0}`, 400, "block_size is 0; a KV block holds at least 1 token"},
+		{"turn 0 in a session", bookingJSON("r", "decode", "worker-0", `"session":{"id":"s","turn":0}`), 400, "session.turn is 0; turns count from 1"},
 		{"string count", `{"request_id":"r","role":"decode","worker":"w","prompt_tokens":"12","block_size":1}`, 400, "prompt_tokens: got string"},
 		{"oversize body", bookingJSON("r", "decode", "worker-0", `"committed_kv_copy":{"block_hashes":[`+strings.Repeat("1,", MaxBookingBytes/2)+`1]}`), 413, "over the 1048576-byte limit"},
 		{"long request id", bookingJSON(strings.Repeat("r", core.MaxRequestIDBytes+1), "decode", "worker-0", ""), 400, "request_id is 257 bytes"},

@@ -77,6 +77,11 @@ func (r *bookingRequest) booking() (*core.Booking, error) {
 	if len(missing) > 0 {
 		return nil, fmt.Errorf("%w: missing required field(s): %s", core.ErrInvalidBooking, strings.Join(missing, ", "))
 	}
+	if *r.BlockSize == 0 {
+		// A zero says no more than a missing field does: a block holds at
+		// least one token.
+		return nil, fmt.Errorf("%w: block_size is 0; a KV block holds at least 1 token", core.ErrInvalidBooking)
+	}
 	b := &core.Booking{RequestID: r.RequestID, Role: r.Role, Worker: r.Worker, PromptTokens: *r.PromptTokens, BlockSize: *r.BlockSize}
 	if s := r.Session; s != nil {
 		if s.ID == "" {

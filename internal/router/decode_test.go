@@ -3,6 +3,7 @@ package router
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -404,5 +405,26 @@ func BenchmarkDecodeLong(b *testing.B) {
 			b.ReportMetric(float64(floor.Nanoseconds())/float64(b.N), "floor-ns/op")
 			b.ReportMetric(float64(dec)/float64(floor), "decode/floor")
 		})
+	}
+}
+
+// TestBookingFieldRules: a zero block_size is refused as a missing one
+// is, and a session's turn 0 as the dispatcher refuses it in process.
+// Before, block_size 0 was accepted while a missing one was refused.
+func TestBookingFieldRules(t *testing.T) {
+	for _, tc := range []struct {
+		body, want string
+	}{
+		{`{"request_id":"r","role":"decode","worker":"w","prompt_tokens":1}`, "missing required field(s): block_size"},
+		{`{"request_id":"r","role":"decode","worker":"w","prompt_tokens":1,"block_size":0}`, "block_size is 0; a KV block holds at least 1 token"},
+		{`{"request_id":"r","role":"decode","worker":"w","prompt_tokens":1,"block_size":16,"committed_kv_copy":{"block_hashes":[]}}`, "block_hashes is empty"},
+	} {
+		var req bookingRequest
+		if err := json.Unmarshal([]byte(tc.body), &req); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := req.booking(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v; want %q", tc.body, err, tc.want)
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -190,5 +191,35 @@ func TestPodWatchSelector(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestParseWorkersFileForms: a workers file is a mapping with a workers
+// key or the list itself, as --workers-file's help says. Before, the help
+// said "YAML list" and a list was refused with a message about a request
+// body.
+func TestParseWorkersFileForms(t *testing.T) {
+	want := []WorkerSpec{{ID: "decode-0", Capabilities: []string{"router_hint"}}}
+	for _, doc := range []string{
+		"workers:\n- id: decode-0\n  capabilities: [router_hint]\n",
+		"- id: decode-0\n  capabilities: [router_hint]\n",
+	} {
+		got, err := ParseWorkersFile([]byte(doc))
+		if err != nil {
+			t.Errorf("%q: %v", doc, err)
+			continue
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("%q (-want +got):\n%s", doc, diff)
+		}
+	}
+	for doc, msg := range map[string]string{
+		"just a string\n":       "a workers file holds a mapping with a workers key, or a list of workers",
+		"- id: d\n  extra: 1\n": `workers file: unknown field "extra"`,
+		"workers: [{id: ''}]\n": "workers[0]:",
+	} {
+		if _, err := ParseWorkersFile([]byte(doc)); err == nil || !strings.Contains(err.Error(), msg) || strings.Contains(err.Error(), "body") {
+			t.Errorf("%q: %v; want an error saying %q, and nothing about a body", doc, err, msg)
+		}
 	}
 }

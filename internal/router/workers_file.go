@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -15,29 +17,42 @@ import (
 // maxWorkersFileBytes caps a workers file.
 const maxWorkersFileBytes = 4 << 20
 
-// WorkersFile is the standalone list of workers, YAML or JSON:
+// WorkersFile is the standalone list of workers, YAML or JSON: a mapping
+// whose workers key holds the list,
 //
 //	workers:
 //	  - id: decode-0
 //	    capabilities: [router_hint]
 //	    hint_endpoint: http://127.0.0.1:9001/v1/hints
 //	    worker_type: decode
+//
+// or the list itself, without the key.
 type WorkersFile struct {
 	Workers []WorkerSpec `json:"workers"`
 }
 
 // ParseWorkersFile reads a workers file strictly: unknown keys and invalid
-// workers are errors.
+// workers are errors. The file is a mapping with a workers key, or a bare
+// list of workers.
 func ParseWorkersFile(data []byte) ([]WorkerSpec, error) {
 	js, err := yaml.YAMLToJSONStrict(data)
 	if err != nil {
 		return nil, fmt.Errorf("not valid YAML: %w", err)
 	}
+	js = bytes.TrimSpace(js)
 	dec := json.NewDecoder(bytes.NewReader(js))
 	dec.DisallowUnknownFields()
 	var f WorkersFile
-	if err := dec.Decode(&f); err != nil {
-		return nil, describeBodyError(err)
+	switch {
+	case len(js) > 0 && js[0] == '[':
+		err = dec.Decode(&f.Workers)
+	case len(js) > 0 && js[0] == '{':
+		err = dec.Decode(&f)
+	default:
+		return nil, fmt.Errorf("a workers file holds a mapping with a workers key, or a list of workers; this one holds %s", shorten(js))
+	}
+	if err != nil {
+		return nil, describeFileError(err)
 	}
 	for i := range f.Workers {
 		if err := f.Workers[i].Validate(); err != nil {
@@ -45,6 +60,27 @@ func ParseWorkersFile(data []byte) ([]WorkerSpec, error) {
 		}
 	}
 	return f.Workers, nil
+}
+
+// describeFileError says what is wrong with a workers file's contents, in
+// the words of a file rather than of a request body.
+func describeFileError(err error) error {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) && te.Field != "" {
+		return fmt.Errorf("workers file: %s: got %s, want %s", te.Field, te.Value, jsonKind(te.Type))
+	}
+	return fmt.Errorf("workers file: %s", strings.TrimPrefix(err.Error(), "json: "))
+}
+
+// shorten cuts a file's text for a message.
+func shorten(js []byte) string {
+	if len(js) == 0 {
+		return "nothing"
+	}
+	if len(js) > 40 {
+		return string(js[:37]) + "..."
+	}
+	return string(js)
 }
 
 // WorkersFileSource keeps the registry's file workers equal to a file's

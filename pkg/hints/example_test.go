@@ -3,8 +3,10 @@ package hints_test
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
+	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints/hintstest"
 )
 
@@ -47,7 +49,7 @@ func pinProvider() hints.HintProvider {
 // policy as a role's parameters would, and run it on a booking the way the
 // dispatcher does.
 func Example() {
-	cat := hints.NewCatalog()
+	cat := builtin.NewCatalog() // holds kvcr, which the provider hosts
 	if err := cat.RegisterHint(pinProvider()); err != nil {
 		panic(err)
 	}
@@ -66,7 +68,7 @@ func Example() {
 	for _, a := range actions {
 		fmt.Printf("%s@%s %s\n", a.Type, a.Version, a.Payload.Bytes())
 	}
-	fmt.Println("runs by default under kvcr:", len(cat.DefaultHints("kvcr")) == 1)
+	fmt.Println("runs by default under kvcr:", slices.ContainsFunc(cat.DefaultHints("kvcr"), func(p *hints.HintProvider) bool { return p.Type == "kv-pin" }))
 	// Output:
 	// vendor.kv-pin@1.0 {"tier":"dram","ttl_seconds":60}
 	// runs by default under kvcr: true

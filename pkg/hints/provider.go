@@ -18,6 +18,10 @@ type HintProvider struct {
 	Commitments Commitments
 	// DefaultHosts names the worker-selection policies this hint runs under
 	// when a role does not list its hints. Empty: only where a role lists it.
+	// A default runs with no parameters, so Parse must accept none; and a
+	// KVCopy policy may be a default only under a selection that has no
+	// other default KVCopy policy (Catalog.RegisterHint refuses both, and
+	// Catalog.SetDefaultHosts changes a registered type's hosts).
 	DefaultHosts []HintHost
 	// Parse turns parameters into a ready policy. It must be strict: unknown
 	// keys, wrong types and out-of-range values are errors, preferably a
@@ -41,7 +45,8 @@ type HintHost struct {
 	any       bool
 }
 
-// WorkerSelection hosts a hint under one worker-selection policy type.
+// WorkerSelection hosts a hint under one worker-selection policy type,
+// which must be registered in the catalog before the hint.
 func WorkerSelection(selectionType string) HintHost { return HintHost{selection: selectionType} }
 
 // AnyWorkerSelection hosts a hint under every worker-selection policy.

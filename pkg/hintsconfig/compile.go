@@ -17,6 +17,12 @@ const MaxHintsPerRole = 32
 // every problem, not only the first. The graph holds the roles that passed;
 // a caller that needs all-or-nothing (the sidecar) refuses the config when
 // Problems.HasErrors.
+//
+// Compile checks what a config says, not what its policies will send: a
+// provider declares no set of action types, so the rule that only a role's
+// KV copy sender may emit kv.fetch is held where actions exist, by the
+// dispatcher (pkg/router, which drops any other policy's fetch as
+// malformed) and by the conformance kit (pkg/hints/hintstest).
 func Compile(cat *hints.Catalog, cfg *Config, modes Modes) (*Graph, Problems) {
 	var probs Problems
 	for _, key := range slices.Sorted(maps.Keys(cfg.Unchecked)) {
@@ -66,6 +72,24 @@ type roleCompiler struct {
 	role  string
 	modes Modes
 	probs Problems
+	// defaults is the worker-selection type whose defaults the role runs,
+	// when it lists no hints; messages then say where the policies came
+	// from.
+	defaults string
+}
+
+// fromDefaults is what a message about a role that runs its selection's
+// defaults adds: where the policies came from, and how to choose others.
+func (c *roleCompiler) fromDefaults(what string) string {
+	if c.defaults == "" {
+		return ""
+	}
+	listed := []string{}
+	for _, p := range c.cat.DefaultHints(c.defaults) {
+		listed = append(listed, "{type: "+p.Type+"}")
+	}
+	return fmt.Sprintf(" (%s came from the defaults of worker-selection %s, since the role lists no hints: list the role's hints instead, e.g. hints: [%s] with the ones you want, or hints: [] for none)",
+		what, c.defaults, strings.Join(listed, ", "))
 }
 
 func (c *roleCompiler) fail(reason Reason, hint int, typ, key, format string, args ...any) {
@@ -113,6 +137,7 @@ func (c *roleCompiler) compile(e *RoleEntry, mode RouterMode) *Role {
 		}
 	case kvPath && selOK:
 		r.Defaulted = true
+		c.defaults = e.Type
 		for _, p := range c.cat.DefaultHints(e.Type) {
 			specs = append(specs, HintSpec{Type: p.Type})
 		}
@@ -215,7 +240,7 @@ func (c *roleCompiler) hint(idx int, spec HintSpec, seen map[string]seenHint) *H
 	}
 	policy, err := safeParse(func() (hints.HintPolicy, error) { return p.Parse(spec.Parameters) })
 	if err != nil {
-		c.fail(ReasonInvalidParameters, idx, spec.Type, paramKey(err), "%v", err)
+		c.fail(ReasonInvalidParameters, idx, spec.Type, paramKey(err), "%v%s", err, c.fromDefaults("hint policy "+spec.Type+", run with no parameters,"))
 		ok = false
 	}
 	h := &Hint{Type: spec.Type, Name: spec.Name, Commitments: p.Commitments, NeverBlocks: p.NeverBlocks, Policy: policy}
@@ -233,9 +258,9 @@ func (c *roleCompiler) checkKVCopy(sel *Selection, senders []string) {
 	commits := sel.Policy != nil && sel.Policy.CommitsKVCopies()
 	switch {
 	case commits && len(senders) == 0:
-		c.fail(ReasonKVCopySenderMissing, NoHint, sel.Type, "", "worker-selection %s commits KV copies, but no hint policy sends them; list exactly one KVCopy hint policy (%s)", sel.Type, strings.Join(c.kvCopyTypes(), ", "))
+		c.fail(ReasonKVCopySenderMissing, NoHint, sel.Type, "", "worker-selection %s commits KV copies, but no hint policy sends them; list exactly one KVCopy hint policy (%s)%s", sel.Type, strings.Join(c.kvCopyTypes(), ", "), c.fromDefaults("the role's hint policies"))
 	case commits && len(senders) > 1:
-		c.fail(ReasonKVCopySenderDuplicate, NoHint, sel.Type, "", "worker-selection %s commits KV copies, and %d hint policies send them (%s); keep exactly one", sel.Type, len(senders), strings.Join(senders, ", "))
+		c.fail(ReasonKVCopySenderDuplicate, NoHint, sel.Type, "", "worker-selection %s commits KV copies, and %d hint policies send them (%s); keep exactly one%s", sel.Type, len(senders), strings.Join(senders, ", "), c.fromDefaults(strings.Join(senders, " and ")))
 	case !commits && len(senders) > 0 && sel.Policy != nil:
 		c.warn(ReasonKVCopySenderUnused, NoHint, sel.Type, "hint policies %s send committed KV copies, but worker-selection %s as configured never commits any; they will send nothing", strings.Join(senders, ", "), sel.Type)
 	}

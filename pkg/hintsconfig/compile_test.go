@@ -401,3 +401,28 @@ func TestCompileProviderPanicIsAnError(t *testing.T) {
 		t.Fatalf("want one InvalidParameters problem about a panic, got %v", probs)
 	}
 }
+
+// TestCompileDefaultsSayWhereTheyCameFrom: a problem of a role that runs its
+// selection's defaults says the policies came from the defaults and how to
+// list hints instead; a build that took kv-fetch out of kvcr's defaults
+// (Catalog.SetDefaultHosts) makes a bare kvcr role miss its sender.
+func TestCompileDefaultsSayWhereTheyCameFrom(t *testing.T) {
+	cat := builtin.NewCatalog()
+	if err := cat.SetDefaultHosts(builtin.TypeKVFetch); err != nil {
+		t.Fatal(err)
+	}
+	_, probs := hintsconfig.Compile(cat, mustParse(t, "worker_selection:\n  decode: kvcr\n"), hintsconfig.Modes{})
+	if len(probs) != 1 || probs[0].Reason != hintsconfig.ReasonKVCopySenderMissing {
+		t.Fatalf("problems: %v; want one KVCopySenderMissing", probs)
+	}
+	for _, want := range []string{"came from the defaults of worker-selection kvcr, since the role lists no hints", "list the role's hints instead, e.g. hints: [{type: kv-evict}]"} {
+		if !strings.Contains(probs[0].Message, want) {
+			t.Errorf("message %q lacks %q", probs[0].Message, want)
+		}
+	}
+	// A role that lists its hints is told nothing about defaults.
+	_, probs = hintsconfig.Compile(cat, mustParse(t, "worker_selection:\n  decode: {type: kvcr, hints: [{type: kv-evict}]}\n"), hintsconfig.Modes{})
+	if len(probs) != 1 || strings.Contains(probs[0].Message, "defaults") {
+		t.Errorf("problems of a listed role: %v", probs)
+	}
+}

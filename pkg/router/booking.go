@@ -48,11 +48,15 @@ type Booking struct {
 	Worker string
 	// PromptTokens is the prompt length in tokens.
 	PromptTokens int
-	// BlockSize is the number of tokens per KV block.
+	// BlockSize is the number of tokens per KV block; 0 when the caller
+	// does not know it (the HTTP API requires it, and refuses 0 as it
+	// refuses a missing one).
 	BlockSize int
-	// Session is the request's session; Session.ID is empty outside one.
+	// Session is the request's session; Session.ID is empty outside one,
+	// and Session.Turn counts from 1 within one (0 is refused).
 	Session hints.Session
-	// KVCopy is the worker-selection policy's committed KV copy, or nil.
+	// KVCopy is the worker-selection policy's committed KV copy, or nil;
+	// a copy with no block hashes is refused (leave KVCopy nil instead).
 	KVCopy *hints.CommittedCopy
 }
 
@@ -74,8 +78,10 @@ func (b *Booking) validate() error {
 		return fmt.Errorf("%w: block_size is %d; it must be 0 or more", ErrInvalidBooking, b.BlockSize)
 	case b.Session.ID == "" && (b.Session.Turn != 0 || b.Session.Final):
 		return fmt.Errorf("%w: session.id is required when session.turn or session.final is set", ErrInvalidBooking)
-	case b.Session.Turn < 0:
+	case b.Session.ID != "" && b.Session.Turn < 1:
 		return fmt.Errorf("%w: session.turn is %d; turns count from 1", ErrInvalidBooking, b.Session.Turn)
+	case b.KVCopy != nil && len(b.KVCopy.BlockHashes) == 0:
+		return fmt.Errorf("%w: committed_kv_copy.block_hashes is empty; omit committed_kv_copy when nothing is copied", ErrInvalidBooking)
 	case b.KVCopy != nil && b.KVCopy.SourceRank < 0:
 		return fmt.Errorf("%w: committed_kv_copy.source_rank is %d; ranks count from 0", ErrInvalidBooking, b.KVCopy.SourceRank)
 	case b.KVCopy != nil && len(b.KVCopy.SourceEndpoint) > MaxSourceEndpointBytes:
@@ -122,12 +128,18 @@ func (d *Dispatcher) RecordInvalidBooking() { d.metrics.errInvalid.Inc() }
 // the too_large reason of the booking errors.
 func (d *Dispatcher) RecordTooLargeBooking() { d.metrics.errTooLarge.Inc() }
 
-// Outcome says what became of a booking that was accepted.
+// Outcome says what became of a booking that was accepted. Its zero value,
+// OutcomeNone, is what a Hint holds when Book or Build returns an error:
+// nothing happened.
 type Outcome int
 
 const (
+	// OutcomeNone: the booking was refused (Book returned an error), so
+	// nothing was built or sent. It is never the outcome of an accepted
+	// booking.
+	OutcomeNone Outcome = iota
 	// OutcomeHinted: a hint was built and handed to delivery.
-	OutcomeHinted Outcome = iota
+	OutcomeHinted
 	// OutcomeNoActions: the role's policies kept no action, so no message.
 	OutcomeNoActions
 	// OutcomeNotHintCapable: the worker does not advertise router_hint; the
@@ -145,6 +157,8 @@ const (
 // String is the outcome as the API and the metrics spell it.
 func (o Outcome) String() string {
 	switch o {
+	case OutcomeNone:
+		return "none"
 	case OutcomeHinted:
 		return outcomeHinted
 	case OutcomeNoActions:

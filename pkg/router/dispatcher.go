@@ -441,7 +441,7 @@ func (d *Dispatcher) runPolicies(ctx context.Context, rr *roleRun, hc *hints.Hin
 		case len(actions) == 0:
 			continue
 		}
-		hasFetch, bad := checkActions(actions, fetchKept, d.maxPayload)
+		hasFetch, bad := checkActions(actions, hr.hint.Commitments.Has(hints.KVCopy), fetchKept, d.maxPayload)
 		if bad != nil {
 			d.fail(hr, DropMalformed, len(actions), t1, bad)
 			continue
@@ -495,16 +495,22 @@ func (d *Dispatcher) deadlineOf(hr *hintRun, copyBudget time.Duration) time.Dura
 }
 
 // checkActions holds one policy's actions to hints.CheckActionWithin and to
-// the rule that a hint carries at most one kv.fetch: an engine runs only
-// the first, so a later one would be sent and silently ignored. It reports
-// whether the actions carry a kv.fetch.
-func checkActions(actions []hints.Action, fetchKept bool, maxPayload int) (hasFetch bool, err error) {
+// the rules on kv.fetch: only the role's KV copy sender (the one policy
+// that declares hints.KVCopy, sendsCopy) may emit one, since any other
+// policy's fetch would displace the committed copy; and a hint carries at
+// most one, since an engine runs only the first and a later one would be
+// sent and silently ignored. It reports whether the actions carry a
+// kv.fetch.
+func checkActions(actions []hints.Action, sendsCopy, fetchKept bool, maxPayload int) (hasFetch bool, err error) {
 	for i := range actions {
 		a := &actions[i]
 		if err := hints.CheckActionWithin(a, maxPayload); err != nil {
 			return false, fmt.Errorf("action %d of %d: %w", i+1, len(actions), err)
 		}
 		if a.Type == hints.ActionKVFetch {
+			if !sendsCopy {
+				return false, fmt.Errorf("action %d of %d: a kv.fetch from a policy that does not declare hints.KVCopy; only the role's KV copy sender may send one", i+1, len(actions))
+			}
 			if fetchKept || hasFetch {
 				return false, fmt.Errorf("action %d of %d: a second kv.fetch in one hint; engines run only the first", i+1, len(actions))
 			}

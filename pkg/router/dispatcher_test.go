@@ -3,6 +3,8 @@ package router
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"strings"
 	"testing"
 
 	"github.com/go-logr/logr"
@@ -71,5 +73,79 @@ worker_selection:
 		if n := testutil.ToFloat64(metrics.actions.WithLabelValues("decode", policy, policy)); n != 1 {
 			t.Errorf("%s: %v actions kept, want 1", policy, n)
 		}
+	}
+}
+
+// TestFetchOnlyFromTheCopySender: a policy that does not declare KVCopy
+// and sends a kv.fetch loses its actions as malformed, and the role's real
+// copy goes out. Before, its fetch went first and the real copy was dropped
+// as the hint's second kv.fetch.
+func TestFetchOnlyFromTheCopySender(t *testing.T) {
+	cat := builtin.NewCatalog()
+	rawPolicy(t, cat, "undeclared-fetch", "kv.fetch", `{"block_hashes":[1,2,3],"source_control_endpoint":"tcp://10.9.9.9:1"}`)
+	metrics := NewMetrics(nil)
+	d := NewDispatcher(Options{Catalog: cat, Workers: StaticWorkers{"w1": true}, Metrics: metrics, Log: logr.Discard()})
+	if err := d.Load([]byte(`
+worker_selection:
+  decode:
+    type: kvcr
+    hints: [{type: undeclared-fetch}, {type: kv-fetch}]
+`), "test"); err != nil {
+		t.Fatal(err)
+	}
+	h, err := d.Build(context.Background(), &Booking{RequestID: "r1", Role: "decode", Worker: "w1",
+		KVCopy: &hints.CommittedCopy{SourceWorker: "w2", SourceEndpoint: "tcp://10.0.0.7:23280", BlockHashes: []uint64{11, 22}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"protocol_version":"0.1","message_id":"r1","actions":[` +
+		`{"action_id":"a1","action_type":"kv.fetch","action_version":"1.0","payload":{"block_hashes":[11,22],"source_control_endpoint":"tcp://10.0.0.7:23280"}}]}`
+	if diff := cmp.Diff(want, string(h.Message)); diff != "" {
+		t.Errorf("message (-want +got):\n%s", diff)
+	}
+	if n := testutil.ToFloat64(metrics.failures.WithLabelValues("decode", "undeclared-fetch", "undeclared-fetch", "malformed")); n != 1 {
+		t.Errorf("undeclared-fetch: %v malformed failures, want 1", n)
+	}
+	if n := testutil.ToFloat64(metrics.actions.WithLabelValues("decode", "kv-fetch", "kv-fetch")); n != 1 {
+		t.Errorf("kv-fetch: %v actions kept, want 1", n)
+	}
+}
+
+// TestBookingRulesInProcess: in process, a booking is refused where the
+// HTTP API refuses it, and a refused booking's Hint says nothing happened.
+// Before, turn 0 of a session was accepted, an empty copy gave no_actions
+// where the HTTP API answers 400, and the Hint of a refused booking read
+// hinted (Outcome's zero value).
+func TestBookingRulesInProcess(t *testing.T) {
+	d := NewDispatcher(Options{Catalog: builtin.NewCatalog(), Workers: StaticWorkers{"w1": true}, Log: logr.Discard()})
+	if err := d.Load([]byte("worker_selection:\n  decode: kvcr\n"), "test"); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		b    Booking
+		want string
+	}{
+		{"turn 0 in a session", Booking{RequestID: "r1", Role: "decode", Worker: "w1", Session: hints.Session{ID: "s", Turn: 0}}, "session.turn is 0; turns count from 1"},
+		{"empty copy", Booking{RequestID: "r1", Role: "decode", Worker: "w1", KVCopy: &hints.CommittedCopy{SourceEndpoint: "tcp://x:1"}}, "committed_kv_copy.block_hashes is empty"},
+		{"no worker", Booking{RequestID: "r1", Role: "decode"}, "worker is required"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h, err := d.Book(context.Background(), &tc.b)
+			if !errors.Is(err, ErrInvalidBooking) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Book: %v; want ErrInvalidBooking saying %q", err, tc.want)
+			}
+			if h.Outcome != OutcomeNone || h.Outcome.String() != "none" || h.Outcome == OutcomeHinted {
+				t.Errorf("Outcome of a refused booking = %v; want none", h.Outcome)
+			}
+		})
+	}
+	var zero Hint
+	if zero.Outcome != OutcomeNone {
+		t.Errorf("the zero Hint's Outcome is %v; want none", zero.Outcome)
+	}
+	// A session's first turn is fine.
+	if h, err := d.Book(context.Background(), &Booking{RequestID: "r2", Role: "decode", Worker: "w1", Session: hints.Session{ID: "s", Turn: 1}}); err != nil || h.Outcome == OutcomeNone {
+		t.Errorf("Book of turn 1: %v, %v", h.Outcome, err)
 	}
 }

@@ -7,16 +7,24 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
+	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
+	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
+	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
 	"github.com/kvrouter/kv-hint-operator/pkg/internal/hostbridge"
 )
 
 // Suite says what to run a provider's policies on. Its zero value runs the
-// default bookings with no parameters.
+// default bookings with no parameters, in the built-in catalog.
 type Suite struct {
 	// Params are parameter objects, as JSON, that the provider must
 	// accept; every check runs on a policy parsed from each. Empty: `{}`.
@@ -24,22 +32,54 @@ type Suite struct {
 	// BadParams maps parameter objects that the provider must refuse to
 	// the key each refusal must name; "" for an error of the whole object.
 	// They add to the refusals Run derives itself: an unknown key, and for
-	// every parameter it can see, a value of the wrong type, NaN, and
-	// infinities.
+	// every parameter it can see, a value of the wrong type, and for a
+	// number the values the hints YAML's .nan, .inf and -.inf reach Parse as.
 	BadParams map[string]string
 	// Bookings are run through every policy. Empty: DefaultBookings.
 	Bookings []Booking
 	// Concurrency is how many goroutines run the bookings at once in the
 	// concurrency check; 0 means 8. Run the test with -race.
 	Concurrency int
+	// Catalog is the catalog of the build the provider is linked into, as
+	// it stands before the provider is registered; nil means
+	// builtin.NewCatalog(). Run registers the provider in a copy of it, so
+	// that what the build would refuse (a second default KVCopy sender
+	// under one selection, say) fails the test. A build that changes the
+	// defaults with hints.Catalog.SetDefaultHosts passes its catalog here.
+	Catalog *hints.Catalog
+	// Unbounded names number parameters that take any finite value on
+	// purpose. Run refuses a number parameter that accepts both the
+	// largest and the smallest float64 unless it is named here.
+	Unbounded []string
+	// NeverFires says that a policy producing no action on any booking is
+	// intended. Without it, such a suite fails: a policy that never fires
+	// was not tested, whatever else passed.
+	NeverFires bool
 }
 
-// DefaultBookings are the bookings Run uses when a Suite names none: a
-// request outside any session, a session's first and last turns, committed
-// copies of 1, 64 and 8,192 blocks (a 128k-token prompt at block size 16),
-// and a committed copy whose source advertised no control endpoint, which
-// a policy must not turn into a kv.fetch (the engines refuse a fetch
-// without a source).
+// Limits the kit holds policies to, the dispatcher's (pkg/router): its
+// default booking limit of 1 MiB of block hashes in decimal, and the most
+// actions one hint carries.
+const (
+	bookingLimitBytes = 1 << 20
+	maxActions        = 32
+	// limitBlocks is the longest copy a dispatcher with the default limit
+	// accepts whatever the hashes: 21 bytes each, and room for the endpoint.
+	limitBlocks = (bookingLimitBytes - 4<<10) / 21
+	// policyDeadline is the dispatcher's default deadline for a policy.
+	policyDeadline = time.Millisecond
+	// timedBlocks is the longest copy on which runs are timed.
+	timedBlocks = 64
+)
+
+// DefaultBookings are the bookings Run uses when a Suite names none, a
+// spread meant to reach every branch a policy's parameters allow: prompts
+// from 1 token to the dispatcher's booking limit (block sizes 16 and 64),
+// requests outside any session and a session's first, middle and final
+// turns, committed copies from 1 block to the limit (a copy of the whole
+// of a 784k-token prompt, at block size 16), and a committed copy whose
+// source advertised no control endpoint, which a policy must not turn into
+// a kv.fetch (the engines refuse a fetch without a source).
 func DefaultBookings() []Booking {
 	rng := rand.New(rand.NewPCG(7, 11))
 	hashes := func(n int) []uint64 {
@@ -52,17 +92,21 @@ func DefaultBookings() []Booking {
 	kvCopy := func(n int) *hints.CommittedCopy {
 		return &hints.CommittedCopy{SourceWorker: "worker-src", SourceEndpoint: "tcp://10.0.0.7:23280", BlockHashes: hashes(n)}
 	}
+	first := func(id string) hints.Session { return hints.Session{ID: id, Turn: 1} }
+	middle := func(id string) hints.Session { return hints.Session{ID: id, Turn: 3} }
+	final := func(id string) hints.Session { return hints.Session{ID: id, Turn: 6, Final: true} }
 	return []Booking{
 		{RequestID: "plain", Role: "decode", Worker: "worker-0", PromptTokens: 512, BlockSize: 16},
-		{RequestID: "session-first", Role: "decode", Worker: "worker-0", PromptTokens: 4096, BlockSize: 16,
-			Session: hints.Session{ID: "s-1", Turn: 1}},
-		{RequestID: "session-final", Role: "decode", Worker: "worker-0", PromptTokens: 8192, BlockSize: 16,
-			Session: hints.Session{ID: "s-1", Turn: 4, Final: true}},
+		{RequestID: "tiny-prompt", Role: "decode", Worker: "worker-0", PromptTokens: 1, BlockSize: 16},
+		{RequestID: "session-first", Role: "decode", Worker: "worker-0", PromptTokens: 4096, BlockSize: 16, Session: first("s-1")},
+		{RequestID: "session-middle", Role: "decode", Worker: "worker-0", PromptTokens: 32768, BlockSize: 16, Session: middle("s-1")},
+		{RequestID: "session-final", Role: "decode", Worker: "worker-0", PromptTokens: 8192, BlockSize: 16, Session: final("s-1")},
+		{RequestID: "long-prompt", Role: "aggregated", Worker: "worker-0", PromptTokens: 200_000, BlockSize: 64, Session: middle("s-4")},
+		{RequestID: "limit-prompt", Role: "prefill", Worker: "worker-0", PromptTokens: limitBlocks * 16, BlockSize: 16, Session: first("s-5")},
 		{RequestID: "copy-1", Role: "prefill", Worker: "worker-1", PromptTokens: 16, BlockSize: 16, KVCopy: kvCopy(1)},
-		{RequestID: "copy-64", Role: "prefill", Worker: "worker-1", PromptTokens: 1024, BlockSize: 16,
-			Session: hints.Session{ID: "s-2", Turn: 2}, KVCopy: kvCopy(64)},
-		{RequestID: "copy-8192", Role: "decode", Worker: "worker-1", PromptTokens: 131072, BlockSize: 16,
-			Session: hints.Session{ID: "s-3", Turn: 1, Final: true}, KVCopy: kvCopy(8192)},
+		{RequestID: "copy-64", Role: "prefill", Worker: "worker-1", PromptTokens: 1024, BlockSize: 16, Session: middle("s-2"), KVCopy: kvCopy(64)},
+		{RequestID: "copy-8192", Role: "decode", Worker: "worker-1", PromptTokens: 131072, BlockSize: 16, Session: final("s-3"), KVCopy: kvCopy(8192)},
+		{RequestID: "copy-limit", Role: "prefill", Worker: "worker-1", PromptTokens: limitBlocks * 16, BlockSize: 16, Session: first("s-6"), KVCopy: kvCopy(limitBlocks)},
 		{RequestID: "copy-no-endpoint", Role: "prefill", Worker: "worker-1", PromptTokens: 256, BlockSize: 16,
 			KVCopy: &hints.CommittedCopy{SourceWorker: "worker-src", BlockHashes: hashes(16)}},
 	}
@@ -70,42 +114,77 @@ func DefaultBookings() []Booking {
 
 // Run checks that the provider's policies do what every hint policy must
 // (DESIGN section 6, and the contract documented on hints.HintPolicy and
-// hints.HintProvider):
+// hints.HintProvider), and logs, per booking, what each policy fired:
 //
-//   - the provider registers in a catalog (a DNS-label type, a Parse);
-//   - Parse is strict: an unknown key, a value of the wrong type, NaN and
-//     infinities are refused with a *hints.ParamError naming the key, and
-//     every Suite.BadParams entry is refused;
+//   - the provider registers in the build's catalog (Suite.Catalog): a
+//     DNS-label type, a Parse, default hosts that name registered
+//     selections, a default-hosted Parse that accepts no parameters, and no
+//     second default KVCopy sender under one selection;
+//   - Parse is strict: an unknown key and a value of the wrong type are
+//     refused with a *hints.ParamError naming the key, and so is a number
+//     parameter given both .inf and -.inf in the hints YAML (which reach
+//     Parse as the largest and smallest float64; Compile refuses the
+//     non-finite values themselves), unless Suite.Unbounded names it; every
+//     Suite.BadParams entry is refused;
+//   - BuildHints neither panics nor returns an error (the dispatcher drops
+//     the policy's actions and counts a failure for either), an ObjectWriter
+//     error the policy passes on included;
 //   - every action passes hints.CheckAction: a valid type and version, a
 //     well-formed payload within hints.MaxPayloadBytes (plus room for the
 //     booking's block hashes, which a kv.fetch carries whole), and the engine
 //     consumer rules of its type (a kv.fetch carries a non-empty list of
 //     block hashes and a non-empty source_control_endpoint, so a policy
 //     sends no fetch for a copy without a source endpoint);
+//   - a kv.fetch comes only from a provider that declares hints.KVCopy,
+//     and at most one per booking; a booking yields at most 32 actions;
 //   - the same booking gives the same actions, byte for byte, whatever ran
 //     before it on the same HintContext and payload arena;
 //   - the policy is safe for concurrent use: many goroutines on one policy
 //     give each booking its own actions (run with -race);
 //   - it keeps nothing of the HintContext or the booking after it returns:
 //     Run overwrites both, and the arena, once BuildHints returns, and the
-//     actions must not change;
+//     actions must not change; a payload that holds what Run wrote into a
+//     returned context is reported as a retained HintContext;
+//   - it does not block: a run that spent longer than the dispatcher's
+//     deadline off the CPU, its thread asleep, on three tries, is reported
+//     (checked on Linux, where the thread's CPU time and context switches
+//     are counted, and on bookings with no copy or one of at most 64
+//     blocks), in stronger words when the provider declares NeverBlocks;
 //   - it does not modify the booking's block hashes;
 //   - it asks for the committed KV copy only if its provider declares
-//     hints.KVCopy.
+//     hints.KVCopy;
+//   - it fires on at least one booking, unless Suite.NeverFires.
+//
+// What Run cannot catch: a policy that misbehaves only on bookings that
+// neither Suite.Bookings nor DefaultBookings reach; a block too short to
+// overrun the deadline, or one only on long copies, which are not timed;
+// blocking off Linux; and a race that -race does not see in the runs it
+// makes. Payloads in its messages are escaped text: bytes that are not
+// printable UTF-8 read as \xNN.
 func Run(t *testing.T, p hints.HintProvider, s Suite) {
 	t.Helper()
-	for _, err := range Check(p, s) {
+	r := check(p, s)
+	for _, line := range r.fired {
+		t.Log(line)
+	}
+	for _, err := range r.errs {
 		t.Error(err)
 	}
 }
 
 // Check runs the checks of Run and returns what failed, for tools that
 // report outside a test.
-func Check(p hints.HintProvider, s Suite) []error {
-	var r report
-	if err := hints.NewCatalog().RegisterHint(p); err != nil {
-		r.errorf("provider does not register: %v", err)
-		return r.errs
+func Check(p hints.HintProvider, s Suite) []error { return check(p, s).errs }
+
+func check(p hints.HintProvider, s Suite) *report {
+	r := &report{}
+	base := s.Catalog
+	if base == nil {
+		base = builtin.NewCatalog()
+	}
+	if err := registerInBuild(base, p); err != nil {
+		r.errorf("provider does not register in the build's catalog (Suite.Catalog; builtin.NewCatalog() when nil): %v", err)
+		return r
 	}
 	params := s.Params
 	if len(params) == 0 {
@@ -115,21 +194,60 @@ func Check(p hints.HintProvider, s Suite) []error {
 	if len(bookings) == 0 {
 		bookings = DefaultBookings()
 	}
-	checkStrict(&r, p, params, s.BadParams)
+	checkStrict(r, p, params, s.BadParams, s.Unbounded)
 	for i, raw := range params {
 		policy, err := parse(p, raw)
 		if err != nil {
 			r.errorf("Params[%d] %s: refused: %v", i, raw, err)
 			continue
 		}
-		pr := report{prefix: fmt.Sprintf("parameters %s: ", raw)}
-		want := checkBookings(&pr, p, policy, bookings)
+		pr := &report{prefix: fmt.Sprintf("parameters %s: ", raw)}
+		want := checkBookings(pr, p, policy, bookings)
+		fired := 0
+		for j, out := range want {
+			line := fmt.Sprintf("parameters %s: booking %s: ", raw, bookings[j].RequestID)
+			switch {
+			case out.panic != "":
+				line += "panicked"
+			case out.err != "":
+				line += "error: " + escape(brief(out.err))
+			case len(out.actions) == 0:
+				line += "no actions"
+			default:
+				fired++
+				line += fmt.Sprintf("%d action(s): %s", len(out.actions), briefBuilt(out))
+			}
+			r.fired = append(r.fired, line)
+		}
+		if fired == 0 && !s.NeverFires && len(pr.errs) == 0 {
+			pr.errorf("the policy produced no action on any of the %d bookings, so nothing it sends was checked; give Suite.Bookings that make it fire, or set Suite.NeverFires if that is intended", len(bookings))
+		}
 		if len(pr.errs) == 0 {
-			checkConcurrent(&pr, p, policy, bookings, want, s.Concurrency)
+			checkConcurrent(pr, p, policy, bookings, want, s.Concurrency)
 		}
 		r.errs = append(r.errs, pr.errs...)
 	}
-	return r.errs
+	return r
+}
+
+// registerInBuild registers p in a copy of base, as the build would, so
+// that the catalog's refusals are the kit's. base is left as it is.
+func registerInBuild(base *hints.Catalog, p hints.HintProvider) error {
+	cat := hints.NewCatalog()
+	for _, sp := range base.SelectionProviders() {
+		if err := cat.RegisterSelection(*sp); err != nil {
+			return err
+		}
+	}
+	for _, hp := range base.HintProviders() {
+		if hp.Type == p.Type {
+			continue // the provider under test, when it is a built-in
+		}
+		if err := cat.RegisterHint(*hp); err != nil {
+			return err
+		}
+	}
+	return cat.RegisterHint(p)
 }
 
 // report collects problems; it is safe for concurrent use.
@@ -137,6 +255,7 @@ type report struct {
 	mu     sync.Mutex
 	prefix string
 	errs   []error
+	fired  []string // what fired, per booking, for the test log
 }
 
 func (r *report) errorf(format string, args ...any) {
@@ -158,12 +277,13 @@ func parse(p hints.HintProvider, raw string) (policy hints.HintPolicy, err error
 const unknownKey = "hintstest_unknown_key"
 
 // checkStrict feeds the provider parameters it must refuse.
-func checkStrict(t *report, p hints.HintProvider, params []string, bad map[string]string) {
+func checkStrict(t *report, p hints.HintProvider, params []string, bad map[string]string, unbounded []string) {
 	refusals := map[string]string{`{"` + unknownKey + `": 1}`: unknownKey}
 	for raw, key := range bad {
 		refusals[raw] = key
 	}
-	for key, val := range knownParams(p, params) {
+	known := knownParams(p, params)
+	for key, val := range known {
 		wrongType := `"a string"`
 		if _, isString := val.(string); isString {
 			wrongType = `12345`
@@ -172,9 +292,9 @@ func checkStrict(t *report, p hints.HintProvider, params []string, bad map[strin
 			refusals[fmt.Sprintf(`{%q: %s}`, key, v)] = key
 		}
 		if _, isNumber := val.(float64); isNumber {
-			// JSON has no NaN or infinity: they arrive as out-of-range
-			// literals or as the strings YAML and JavaScript spell them.
-			for _, v := range []string{`1e400`, `-1e400`, `"NaN"`, `".nan"`, `"Infinity"`, `".inf"`} {
+			// JSON has no NaN or infinity: written as out-of-range literals
+			// they must be refused as numbers of the wrong kind.
+			for _, v := range []string{`1e400`, `-1e400`} {
 				refusals[fmt.Sprintf(`{%q: %s}`, key, v)] = key
 			}
 		}
@@ -186,14 +306,68 @@ func checkStrict(t *report, p hints.HintProvider, params []string, bad map[strin
 			t.errorf("parameters %s: accepted; want a refusal naming %q", raw, key)
 			continue
 		}
-		pe, ok := errors.AsType[*hints.ParamError](err)
-		switch {
-		case !ok && key != "":
-			t.errorf("parameters %s: error %q is a %T; want a *hints.ParamError naming %q (hints.DecodeParams returns one)", raw, err, err, key)
-		case ok && pe.Key != key:
-			t.errorf("parameters %s: error %q names key %q; want %q", raw, err, pe.Key, key)
-		}
+		checkRefusal(t, "parameters "+raw, err, key)
 	}
+	for _, key := range slices.Sorted(mapKeys(known)) {
+		if _, isNumber := known[key].(float64); !isNumber || slices.Contains(unbounded, key) {
+			continue
+		}
+		checkRange(t, p, key)
+	}
+}
+
+// checkRefusal checks that err names key as a *hints.ParamError should.
+func checkRefusal(t *report, what string, err error, key string) {
+	pe, ok := errors.AsType[*hints.ParamError](err)
+	switch {
+	case !ok && key != "":
+		t.errorf("%s: error %q is a %T; want a *hints.ParamError naming %q (hints.DecodeParams returns one)", what, err, err, key)
+	case ok && pe.Key != key:
+		t.errorf("%s: error %q names key %q; want %q", what, err, pe.Key, key)
+	}
+}
+
+// checkRange gives a number parameter .nan, .inf and -.inf through the
+// hints YAML, as a role would write them, and hands Parse what the YAML
+// read made of them. Compile refuses the non-finite values whatever Parse
+// says, but what Parse receives is the largest float64 and its negation,
+// and a parameter that accepts both has no range at all: any number a
+// person writes runs.
+func checkRange(t *report, p hints.HintProvider, key string) {
+	accepted := 0
+	for _, v := range []string{".inf", "-.inf", ".nan"} {
+		raw, err := yamlParams(key, v)
+		if err != nil {
+			t.errorf("parameter %q: the kit could not write %s in a hints YAML: %v", key, v, err)
+			return
+		}
+		_, err = parse(p, string(raw))
+		if err == nil {
+			if v != ".nan" {
+				accepted++
+			}
+			continue
+		}
+		checkRefusal(t, fmt.Sprintf("parameter %q: %s from the hints YAML (Parse receives %s)", key, v, raw), err, key)
+	}
+	if accepted == 2 {
+		t.errorf("parameter %q takes any number: .inf and -.inf in the hints YAML reach Parse as the largest and smallest float64, and both were accepted; check its range (hints.FloatInRange, FloatAtLeast or IntInRange), or name it in Suite.Unbounded if any value is meant to run", key)
+	}
+}
+
+// yamlParams writes one parameter in a hints YAML and returns the
+// parameters object the config's parser hands a provider.
+func yamlParams(key, value string) (hints.Params, error) {
+	doc := fmt.Sprintf("worker_selection:\n  decode:\n    type: kvcr\n    hints:\n    - type: probe\n      parameters: {%s: %s}\n", strconv.Quote(key), value)
+	cfg, err := hintsconfig.ParseConfig([]byte(doc))
+	if err != nil {
+		return nil, err
+	}
+	e := cfg.WorkerSelection["decode"]
+	if e == nil || e.Hints == nil || len(*e.Hints) != 1 {
+		return nil, errors.New("the parsed config has no hint item")
+	}
+	return (*e.Hints)[0].Parameters, nil
 }
 
 // knownParams returns the parameters the provider shows: the effective
@@ -239,6 +413,7 @@ func mapKeys[V any](m map[string]V) func(func(string) bool) {
 type built struct {
 	actions []string
 	err     string
+	panic   string
 }
 
 // scratch is reused across bookings as the dispatcher's pooled scratch is.
@@ -247,10 +422,25 @@ type scratch struct {
 	arena []byte
 }
 
+// returnedMarker is what Run writes into a HintContext once BuildHints has
+// returned; a payload that holds it was built from a context the policy
+// kept.
+const returnedMarker = "hintstest-context-after-return"
+
 // runOne builds one booking on sc as the dispatcher does, checks what the
 // policy did with the context and the booking, copies the actions out, and
-// then poisons everything the policy could have kept.
+// then poisons everything the policy could have kept. With timed, it also
+// reports whether the run blocked past the dispatcher's deadline.
 func runOne(ctx context.Context, p hints.HintProvider, policy hints.HintPolicy, b Booking, sc *scratch) (built, []error) {
+	out, problems, _ := runTimed(ctx, p, policy, b, sc, false)
+	return out, problems
+}
+
+// blocked describes a run that overran the deadline and slept; empty if
+// it did not, or if it was not timed.
+type blocked string
+
+func runTimed(ctx context.Context, p hints.HintProvider, policy hints.HintPolicy, b Booking, sc *scratch, timed bool) (built, []error, blocked) {
 	var problems []error
 	bk := cloneBooking(b)
 	sc.hc = hints.HintContext{RequestID: bk.RequestID, Role: bk.Role, Worker: bk.Worker,
@@ -259,48 +449,114 @@ func runOne(ctx context.Context, p hints.HintProvider, policy hints.HintPolicy, 
 	host.KVCopy = bk.KVCopy
 	host.Arena = sc.arena[:0]
 	host.Granted = uint8(p.Commitments)
-	actions, err := policy.BuildHints(ctx, &sc.hc)
+	var out built
+	// Only bookings whose work is small are timed: a policy that writes a
+	// copy of tens of thousands of blocks allocates a megabyte, and may
+	// wait for the garbage collector, under -race for longer than the
+	// deadline, without blocking on anything of its own.
+	timed = timed && (b.KVCopy == nil || len(b.KVCopy.BlockHashes) <= timedBlocks)
+	actions, err, offCPU, slept := call(ctx, policy, &sc.hc, timed)
+	var block blocked
+	if timed && slept && offCPU > policyDeadline {
+		block = blocked(fmt.Sprintf("was off the CPU for %v, over the dispatcher's default deadline of %v, and its thread slept", offCPU.Round(time.Microsecond), policyDeadline))
+	}
+	if pe, ok := err.(*panicError); ok {
+		out.panic = pe.Error()
+		problems = append(problems, fmt.Errorf("BuildHints panicked: %s; the dispatcher recovers it, drops the policy's actions and counts a failure", escape(pe.Error())))
+		actions = nil
+	} else if err != nil {
+		out.err = err.Error()
+		problems = append(problems, fmt.Errorf("BuildHints returned an error: %s; the dispatcher drops the policy's actions on the booking and counts a failure", escape(err.Error())))
+	}
 	if host.Denied {
 		problems = append(problems, errors.New("the policy asked for the committed KV copy, but its provider does not declare hints.KVCopy, so it never sees one"))
 	}
 	if b.KVCopy != nil && !slices.Equal(b.KVCopy.BlockHashes, bk.KVCopy.BlockHashes) {
 		problems = append(problems, errors.New("the policy modified the booking's block hashes; they belong to the router"))
 	}
-	var out built
-	if err != nil {
-		out.err = err.Error()
+	if len(actions) > maxActions {
+		problems = append(problems, fmt.Errorf("returned %d actions; a hint carries at most %d, and the dispatcher drops and counts the rest", len(actions), maxActions))
 	}
+	fetches := 0
 	for i := range actions {
 		a := &actions[i]
 		if err := hints.CheckActionWithin(a, payloadLimit(b)); err != nil {
-			problems = append(problems, fmt.Errorf("action %d: %w", i+1, err))
+			problems = append(problems, fmt.Errorf("action %d: %s", i+1, escape(err.Error())))
 		}
-		out.actions = append(out.actions, a.Type+"@"+a.Version+" "+string(a.Payload.Bytes()))
+		if a.Type == hints.ActionKVFetch {
+			fetches++
+			if !p.Commitments.Has(hints.KVCopy) {
+				problems = append(problems, fmt.Errorf("action %d: a kv.fetch from a provider that does not declare hints.KVCopy; only the role's KV copy sender may send one, so the dispatcher drops every action of the policy as malformed", i+1))
+			}
+			if fetches == 2 {
+				problems = append(problems, fmt.Errorf("action %d: a second kv.fetch from one policy; engines run only a hint's first, so the dispatcher drops every action of the policy as malformed", i+1))
+			}
+		}
+		got := a.Type + "@" + a.Version + " " + string(a.Payload.Bytes())
+		if strings.Contains(got, returnedMarker) {
+			problems = append(problems, fmt.Errorf("action %d holds %q, which the kit writes into a HintContext once BuildHints has returned: the policy keeps the HintContext (or memory it reaches) past its return", i+1, returnedMarker))
+		}
+		out.actions = append(out.actions, got)
 	}
 	// Overwrite the context and the booking: a policy that kept either, or
 	// returned memory that aliases them, shows up as changed actions.
 	// Payloads may live in the arena until the hint is encoded, which the
 	// copies above stand for; the arena is overwritten after the check, so
 	// that the next booking on this scratch finds no stale payload.
-	sc.hc = hints.HintContext{RequestID: "poisoned", Role: "poisoned", Worker: "poisoned", PromptTokens: -1, BlockSize: -1}
+	sc.hc = hints.HintContext{RequestID: returnedMarker, Role: returnedMarker, Worker: returnedMarker, PromptTokens: -1, BlockSize: -1,
+		Session: hints.Session{ID: returnedMarker}}
 	if bk.KVCopy != nil {
 		for i := range bk.KVCopy.BlockHashes {
 			bk.KVCopy.BlockHashes[i] = 0
 		}
-		bk.KVCopy.SourceEndpoint, bk.KVCopy.SourceWorker = "poisoned", "poisoned"
+		bk.KVCopy.SourceEndpoint, bk.KVCopy.SourceWorker = returnedMarker, returnedMarker
 	}
 	for i := range actions {
 		a := &actions[i]
 		if got := a.Type + "@" + a.Version + " " + string(a.Payload.Bytes()); got != out.actions[i] {
 			problems = append(problems, fmt.Errorf("action %d changed once BuildHints had returned: it aliases the HintContext or the booking (%s, then %s)",
-				i+1, brief(out.actions[i]), brief(got)))
+				i+1, escape(brief(out.actions[i])), escape(brief(got))))
 		}
 	}
 	poison := sc.arena[:cap(sc.arena)]
 	for i := range poison {
 		poison[i] = 0xff
 	}
-	return out, problems
+	return out, problems, block
+}
+
+// panicError is a panic recovered from BuildHints.
+type panicError struct{ value any }
+
+func (p *panicError) Error() string { return fmt.Sprint(p.value) }
+
+// call runs BuildHints, recovering a panic into a *panicError. Timed, the
+// goroutine is locked to its thread, and call reports how long the run was
+// off the CPU (wall time less the thread's CPU time) and whether the
+// thread gave up the CPU of its own accord meanwhile: a run that slept.
+func call(ctx context.Context, policy hints.HintPolicy, hc *hints.HintContext, timed bool) (actions []hints.Action, err error, offCPU time.Duration, slept bool) {
+	var v0 int64
+	var cpu0 time.Duration
+	counted := false
+	if timed {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		v0, cpu0, counted = threadUsage()
+	}
+	start := time.Now()
+	defer func() {
+		if r := recover(); r != nil {
+			actions, err = nil, &panicError{value: r}
+		}
+		if counted {
+			wall := time.Since(start)
+			if v1, cpu1, ok := threadUsage(); ok {
+				offCPU, slept = wall-(cpu1-cpu0), v1 > v0
+			}
+		}
+	}()
+	actions, err = policy.BuildHints(ctx, hc)
+	return actions, err, 0, false
 }
 
 // payloadLimit is the payload cap a dispatcher applies at the least to
@@ -325,29 +581,60 @@ func cloneBooking(b Booking) Booking {
 
 func newScratch() *scratch { return &scratch{arena: make([]byte, 0, 16<<10)} }
 
-// checkBookings runs every booking twice on one scratch, in order and then
-// in reverse, and returns each booking's actions.
+// blockTries is how many runs of a booking must all overrun and sleep
+// before the kit reports that the policy blocks: a single run may overrun
+// on a busy machine, and the runtime may park the thread once in a while.
+const blockTries = 3
+
+// checkBookings runs every booking once on one scratch, timed, and then in
+// reverse order, alternating with a second scratch, and returns each
+// booking's actions.
 func checkBookings(t *report, p hints.HintProvider, policy hints.HintPolicy, bookings []Booking) []built {
 	ctx := context.Background()
-	sc := newScratch()
+	sc, other := newScratch(), newScratch()
 	first := make([]built, len(bookings))
 	for i, b := range bookings {
-		out, problems := runOne(ctx, p, policy, b, sc)
+		out, problems, block := runTimed(ctx, p, policy, b, sc, true)
+		for try := 1; block != "" && try < blockTries; try++ {
+			_, _, block = runTimed(ctx, p, policy, b, sc, true)
+		}
 		for _, err := range problems {
 			t.errorf("booking %s: %v", b.RequestID, err)
+		}
+		switch {
+		case block != "" && p.NeverBlocks:
+			t.errorf("booking %s: BuildHints blocked although the provider declares NeverBlocks: it %s, on %d runs out of %d; a policy that declares NeverBlocks may only compute (the dispatcher keeps the actions of a NeverBlocks policy that overran)", b.RequestID, block, blockTries, blockTries)
+		case block != "":
+			t.errorf("booking %s: BuildHints blocked: it %s, on %d runs out of %d; the dispatcher drops the actions of a policy that overruns its deadline", b.RequestID, block, blockTries, blockTries)
 		}
 		first[i] = out
 	}
 	for i := len(bookings) - 1; i >= 0; i-- {
-		out, _ := runOne(ctx, p, policy, bookings[i], sc)
+		if i%2 == 1 {
+			sc, other = other, sc
+		}
+		out, problems := runOne(ctx, p, policy, bookings[i], sc)
 		if !sameBuilt(out, first[i]) {
-			t.errorf("booking %s: not deterministic: first %s, then %s", bookings[i].RequestID, briefBuilt(first[i]), briefBuilt(out))
+			t.errorf("booking %s: not deterministic: first %s, then %s%s", bookings[i].RequestID, briefBuilt(first[i]), briefBuilt(out), retained(problems))
 		}
 	}
 	return first
 }
 
-func sameBuilt(a, b built) bool { return a.err == b.err && slices.Equal(a.actions, b.actions) }
+// retained names a retained HintContext among a run's problems, for a
+// message that would otherwise only say the output changed.
+func retained(problems []error) string {
+	for _, err := range problems {
+		if strings.Contains(err.Error(), returnedMarker) {
+			return "; " + err.Error()
+		}
+	}
+	return ""
+}
+
+func sameBuilt(a, b built) bool {
+	return a.err == b.err && a.panic == b.panic && slices.Equal(a.actions, b.actions)
+}
 
 // checkConcurrent runs the bookings from many goroutines on one policy.
 func checkConcurrent(t *report, p hints.HintProvider, policy hints.HintPolicy, bookings []Booking, want []built, n int) {
@@ -361,9 +648,9 @@ func checkConcurrent(t *report, p hints.HintProvider, policy hints.HintPolicy, b
 			sc := newScratch()
 			for r := range 4 {
 				i := (g + r) % len(bookings)
-				out, _ := runOne(ctx, p, policy, bookings[i], sc)
+				out, problems := runOne(ctx, p, policy, bookings[i], sc)
 				if !sameBuilt(out, want[i]) {
-					t.errorf("booking %s from %d goroutines: got %v, want %v", bookings[i].RequestID, n, briefBuilt(out), briefBuilt(want[i]))
+					t.errorf("booking %s from %d goroutines: got %v, want %v%s", bookings[i].RequestID, n, briefBuilt(out), briefBuilt(want[i]), retained(problems))
 				}
 			}
 		})
@@ -371,16 +658,20 @@ func checkConcurrent(t *report, p hints.HintProvider, policy hints.HintPolicy, b
 	wg.Wait()
 }
 
-// briefBuilt shortens actions for a message: a fetch of 8,192 blocks is
-// 170 KB.
+// briefBuilt shortens actions for a message, escaped: a fetch of 8,192
+// blocks is 170 KB, and a payload read from a reused arena may hold any
+// byte.
 func briefBuilt(b built) string {
 	var buf bytes.Buffer
 	for _, a := range b.actions {
-		buf.WriteString(brief(a))
+		buf.WriteString(escape(brief(a)))
 		buf.WriteByte(';')
 	}
 	if b.err != "" {
-		buf.WriteString("error: " + b.err)
+		buf.WriteString("error: " + escape(brief(b.err)))
+	}
+	if b.panic != "" {
+		buf.WriteString("panic: " + escape(brief(b.panic)))
 	}
 	return buf.String()
 }
@@ -390,4 +681,25 @@ func brief(s string) string {
 		return s[:117] + "..."
 	}
 	return s
+}
+
+// escape returns s as text a terminal and grep read as text: printable
+// UTF-8 as it is, any other byte as \xNN and other runes as \uNNNN.
+func escape(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case r == '\\':
+			b.WriteString(`\\`)
+		case !unicode.IsPrint(r):
+			fmt.Fprintf(&b, `\u%04x`, r)
+		default:
+			b.WriteString(s[i : i+size])
+		}
+		i += size
+	}
+	return b.String()
 }

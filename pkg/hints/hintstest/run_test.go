@@ -3,14 +3,19 @@ package hintstest_test
 import (
 	"context"
 	"encoding/json"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
+	"unicode/utf8"
 
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
+	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints/hintstest"
+	"github.com/kvrouter/kv-hint-operator/pkg/router"
 )
 
 // strictParams is a well-behaved parameter set.
@@ -80,7 +85,7 @@ func TestCheckFinds(t *testing.T) {
 				return nil, hints.ParamErrorf("", "unknown")
 			}
 			return hints.HintPolicyFunc(func(context.Context, *hints.HintContext) ([]hints.Action, error) { return nil, nil }), nil
-		}}, hintstest.Suite{Params: []string{`{"ttl_seconds": 5}`}}, `{"ttl_seconds": "NaN"}: accepted`},
+		}}, hintstest.Suite{Params: []string{`{"ttl_seconds": 5}`}}, `parameter "ttl_seconds" takes any number: .inf and -.inf in the hints YAML`},
 		{"error without the key", hints.HintProvider{Type: "vague", Parse: func(raw hints.Params) (hints.HintPolicy, error) {
 			if _, err := strictParse(raw); err != nil {
 				return nil, context.DeadlineExceeded
@@ -123,7 +128,7 @@ func TestCheckFinds(t *testing.T) {
 			}
 			p, err := w.Payload()
 			return []hints.Action{{Type: "vendor.keep", Version: "1.0", Payload: p}}, err
-		}), hintstest.Suite{}, "not deterministic"},
+		}), hintstest.Suite{}, "the policy keeps the HintContext (or memory it reaches) past its return"},
 		{"sorts the hashes", provider("sorter", hints.KVCopy, func(hc *hints.HintContext) ([]hints.Action, error) {
 			if c := hc.CommittedKVCopy(); c != nil {
 				slices.Sort(c.BlockHashes)
@@ -149,5 +154,214 @@ func TestCheckFinds(t *testing.T) {
 				t.Fatalf("Check reported %d problems:\n%s\nwant one containing %q", len(errs), strings.Join(msgs, "\n"), tc.want)
 			}
 		})
+	}
+}
+
+// fire returns one well-formed action.
+func fire(typ string) []hints.Action {
+	w := hints.NewObjectWriter(nil)
+	w.Int("n", 1)
+	p, _ := w.Payload()
+	return []hints.Action{{Type: typ, Version: "1.0", Payload: p}}
+}
+
+// fetchOf writes a kv.fetch of the booking's copy, or nil.
+func fetchOf(hc *hints.HintContext) []hints.Action {
+	c := hc.CommittedKVCopy()
+	if c == nil || c.SourceEndpoint == "" {
+		return nil
+	}
+	w := hc.PayloadWriter(64 + 21*len(c.BlockHashes))
+	w.Uint64s("block_hashes", c.BlockHashes)
+	w.String("source_control_endpoint", c.SourceEndpoint)
+	p, _ := hc.ClosePayload(&w)
+	return []hints.Action{{Type: "kv.fetch", Version: "1.0", Payload: p}}
+}
+
+func reportOf(errs []error) string {
+	var msgs []string
+	for _, err := range errs {
+		msgs = append(msgs, err.Error())
+	}
+	return strings.Join(msgs, "\n")
+}
+
+// TestCheckFindsTheAuthorsFaults: the faults a plugin author made from the
+// tutorial (issue 20), each fed to the kit, each reported in words that say
+// what is wrong. Before, the kit passed every one of them.
+func TestCheckFindsTheAuthorsFaults(t *testing.T) {
+	var cached atomic.Pointer[hints.Payload]
+	kvcr := []hints.HintHost{hints.WorkerSelection("kvcr")}
+	for _, tc := range []struct {
+		name  string
+		p     hints.HintProvider
+		suite hintstest.Suite
+		want  []string
+		linux bool // the check counts the thread's context switches
+	}{
+		{name: "an ObjectWriter error the policy returns", p: provider("writer-error", 0, func(hc *hints.HintContext) ([]hints.Action, error) {
+			w := hints.NewObjectWriter(nil)
+			w.Int("z", 1)
+			w.Int("a", 2)
+			p, err := w.Payload()
+			return []hints.Action{{Type: "vendor.x", Version: "1.0", Payload: p}}, err
+		}), want: []string{"booking plain: BuildHints returned an error:", "the dispatcher drops the policy's actions on the booking and counts a failure"}},
+		{name: "an error on every booking", p: provider("always-errs", 0, func(*hints.HintContext) ([]hints.Action, error) {
+			return nil, context.Canceled
+		}), want: []string{"booking session-final: BuildHints returned an error: context canceled"}},
+		{name: "a 5 ms sleep under NeverBlocks", linux: true, p: func() hints.HintProvider {
+			p := provider("sleeper", 0, func(*hints.HintContext) ([]hints.Action, error) {
+				time.Sleep(5 * time.Millisecond)
+				return fire("vendor.sleep"), nil
+			})
+			p.NeverBlocks = true
+			return p
+		}(), suite: hintstest.Suite{Bookings: []hintstest.Booking{{RequestID: "r1", Role: "decode", Worker: "w"}}},
+			want: []string{"booking r1: BuildHints blocked although the provider declares NeverBlocks: it was off the CPU for", "over the dispatcher's default deadline of 1ms, and its thread slept"}},
+		{name: "a 5 ms sleep", linux: true, p: provider("plain-sleeper", 0, func(*hints.HintContext) ([]hints.Action, error) {
+			time.Sleep(5 * time.Millisecond)
+			return fire("vendor.sleep"), nil
+		}), suite: hintstest.Suite{Bookings: []hintstest.Booking{{RequestID: "r1", Role: "decode", Worker: "w"}}},
+			want: []string{"booking r1: BuildHints blocked: it was off the CPU for", "the dispatcher drops the actions of a policy that overruns its deadline"}},
+		{name: "an unchecked float range", p: hints.HintProvider{Type: "unchecked", Parse: func(raw hints.Params) (hints.HintPolicy, error) {
+			p := struct {
+				Weight float64 `json:"weight"`
+			}{Weight: 1}
+			if err := hints.DecodeParams(raw, &p); err != nil {
+				return nil, err
+			}
+			return hints.HintPolicyFunc(func(context.Context, *hints.HintContext) ([]hints.Action, error) { return fire("vendor.w"), nil }), nil
+		}}, suite: hintstest.Suite{Params: []string{`{"weight": 2}`}}, want: []string{`parameter "weight" takes any number`}},
+		{name: "two kv.fetch from one policy", p: provider("double-fetch", hints.KVCopy, func(hc *hints.HintContext) ([]hints.Action, error) {
+			return append(fetchOf(hc), fetchOf(hc)...), nil
+		}), want: []string{"booking copy-1: action 2: a second kv.fetch from one policy"}},
+		{name: "kv.fetch without KVCopy", p: provider("undeclared-fetch", 0, func(*hints.HintContext) ([]hints.Action, error) {
+			return []hints.Action{{Type: "kv.fetch", Version: "1.0", Payload: hints.RawPayload([]byte(`{"block_hashes":[1,2,3],"source_control_endpoint":"tcp://x:1"}`))}}, nil
+		}), want: []string{"action 1: a kv.fetch from a provider that does not declare hints.KVCopy; only the role's KV copy sender may send one"}},
+		{name: "40 actions", p: provider("forty", 0, func(*hints.HintContext) ([]hints.Action, error) {
+			var out []hints.Action
+			for range 40 {
+				out = append(out, fire("vendor.many")...)
+			}
+			return out, nil
+		}), want: []string{"returned 40 actions; a hint carries at most 32"}},
+		{name: "a default-hosted Parse that fails with no parameters", p: hints.HintProvider{Type: "needs-limit", DefaultHosts: kvcr, Parse: func(raw hints.Params) (hints.HintPolicy, error) {
+			var p struct {
+				Limit *int `json:"limit"`
+			}
+			if err := hints.DecodeParams(raw, &p); err != nil {
+				return nil, err
+			}
+			if p.Limit == nil {
+				return nil, hints.ParamErrorf("limit", "is required")
+			}
+			return hints.HintPolicyFunc(func(context.Context, *hints.HintContext) ([]hints.Action, error) { return nil, nil }), nil
+		}}, suite: hintstest.Suite{Params: []string{`{"limit": 3}`}},
+			want: []string{"provider does not register in the build's catalog", `its Parse refuses no parameters, which is what a role that leaves hints out runs it with: parameter "limit": is required`}},
+		{name: "the tutorial's default-hosted KVCopy policy", p: func() hints.HintProvider {
+			p := provider("copy-audit", hints.KVCopy, func(hc *hints.HintContext) ([]hints.Action, error) { return fetchOf(hc), nil })
+			p.DefaultHosts = kvcr
+			return p
+		}(), want: []string{`"copy-audit" declares KVCopy and would run by default under worker-selection kvcr, where "kv-fetch" already sends the committed KV copy by default`}},
+		{name: "a policy that never fires", p: provider("silent", 0, func(*hints.HintContext) ([]hints.Action, error) { return nil, nil }),
+			want: []string{"the policy produced no action on any of the 12 bookings", "Suite.NeverFires"}},
+		{name: "unsorted keys only on 200k-token prompts", p: provider("long-only", 0, func(hc *hints.HintContext) ([]hints.Action, error) {
+			if hc.PromptTokens < 200_000 {
+				return nil, nil
+			}
+			return []hints.Action{{Type: "vendor.long", Version: "1.0", Payload: hints.RawPayload([]byte(`{"z":1,"a":2}`))}}, nil
+		}), want: []string{"booking long-prompt: action 1:", "keys must ascend"}},
+		{name: "a panicking policy", p: provider("panicker", 0, func(*hints.HintContext) ([]hints.Action, error) { panic("boom") }),
+			want: []string{"booking plain: BuildHints panicked: boom"}},
+		{name: "a cached arena payload", p: provider("cacher", 0, func(hc *hints.HintContext) ([]hints.Action, error) {
+			if p := cached.Load(); p != nil {
+				return []hints.Action{{Type: "vendor.cache", Version: "1.0", Payload: *p}}, nil
+			}
+			w := hc.PayloadWriter(32)
+			w.String("tier", "hbm")
+			p, err := hc.ClosePayload(&w)
+			cached.Store(&p)
+			return []hints.Action{{Type: "vendor.cache", Version: "1.0", Payload: p}}, err
+		}), want: []string{`\xff\xff`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.linux && runtime.GOOS != "linux" {
+				t.Skip("the blocking check counts context switches, on Linux only")
+			}
+			errs := hintstest.Check(tc.p, tc.suite)
+			got := reportOf(errs)
+			for _, want := range tc.want {
+				if !strings.Contains(got, want) {
+					t.Errorf("Check reported %d problems:\n%s\nwant one containing %q", len(errs), got, want)
+				}
+			}
+			if strings.ContainsRune(got, utf8.RuneError) || !utf8.ValidString(got) || strings.ContainsAny(got, "\x00\xff") {
+				t.Errorf("the report is not plain text: %q", got)
+			}
+		})
+	}
+}
+
+// TestCheckOptions: the options that let an author say what is intended,
+// and the catalog a build changed with SetDefaultHosts.
+func TestCheckOptions(t *testing.T) {
+	silent := provider("silent", 0, func(*hints.HintContext) ([]hints.Action, error) { return nil, nil })
+	if errs := hintstest.Check(silent, hintstest.Suite{NeverFires: true}); len(errs) > 0 {
+		t.Errorf("NeverFires: %s", reportOf(errs))
+	}
+	unbounded := hints.HintProvider{Type: "unbounded", Parse: func(raw hints.Params) (hints.HintPolicy, error) {
+		p := struct {
+			Bias float64 `json:"bias"`
+		}{}
+		if err := hints.DecodeParams(raw, &p); err != nil {
+			return nil, err
+		}
+		return hints.HintPolicyFunc(func(context.Context, *hints.HintContext) ([]hints.Action, error) { return fire("vendor.bias"), nil }), nil
+	}}
+	if errs := hintstest.Check(unbounded, hintstest.Suite{Params: []string{`{"bias": -3}`}, Unbounded: []string{"bias"}}); len(errs) > 0 {
+		t.Errorf("Unbounded: %s", reportOf(errs))
+	}
+	// The tutorial's default-hosted KVCopy policy passes in a build that
+	// took kv-fetch out of kvcr's defaults.
+	cat := builtin.NewCatalog()
+	if err := cat.SetDefaultHosts(builtin.TypeKVFetch); err != nil {
+		t.Fatal(err)
+	}
+	audit := provider("copy-audit", hints.KVCopy, func(hc *hints.HintContext) ([]hints.Action, error) { return fetchOf(hc), nil })
+	audit.DefaultHosts = []hints.HintHost{hints.WorkerSelection("kvcr")}
+	audit.NeverBlocks = true
+	if errs := hintstest.Check(audit, hintstest.Suite{Catalog: cat}); len(errs) > 0 {
+		t.Errorf("copy-audit in a build without kv-fetch's default: %s", reportOf(errs))
+	}
+}
+
+// TestKitLimitsAreTheDispatchers: the kit's bookings reach the dispatcher's
+// default booking limit and no further, and its action limit is the
+// dispatcher's.
+func TestKitLimitsAreTheDispatchers(t *testing.T) {
+	longest := 0
+	for _, b := range hintstest.DefaultBookings() {
+		if b.KVCopy == nil {
+			continue
+		}
+		n := 21*len(b.KVCopy.BlockHashes) + len(b.KVCopy.SourceEndpoint)
+		if n > router.DefaultMaxBookingBytes {
+			t.Errorf("booking %s: its copy may take %d bytes, over the dispatcher's limit of %d", b.RequestID, n, router.DefaultMaxBookingBytes)
+		}
+		longest = max(longest, len(b.KVCopy.BlockHashes))
+	}
+	if 21*(longest+200) < router.DefaultMaxBookingBytes {
+		t.Errorf("the longest copy is %d blocks, well short of the dispatcher's limit", longest)
+	}
+	n := router.MaxActions
+	p := provider("at-the-limit", 0, func(*hints.HintContext) ([]hints.Action, error) {
+		var out []hints.Action
+		for range n {
+			out = append(out, fire("vendor.many")...)
+		}
+		return out, nil
+	})
+	if errs := hintstest.Check(p, hintstest.Suite{}); len(errs) > 0 {
+		t.Errorf("%d actions: %s", n, reportOf(errs))
 	}
 }
