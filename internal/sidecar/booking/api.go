@@ -107,7 +107,7 @@ func (a *API) bookingLimit() int {
 }
 
 // requestBody is the request's body as a reader: the stream the server
-// reads it from (newBookingServer streams bodies), or, for a request the
+// reads it from (NewServer streams bodies), or, for a request the
 // server read whole or without a body, its bytes.
 func requestBody(ctx *fasthttp.RequestCtx) io.Reader {
 	if r := ctx.RequestBodyStream(); r != nil {

@@ -117,7 +117,7 @@ var decodeSeeds = []string{
 	`{"request_id":"r"`,
 }
 
-// refDecode is the reference: encoding/json as decodeJSON runs it.
+// refDecode is the reference: encoding/json as jsonbody.Decode runs it.
 func refDecode(body []byte) (bookingRequest, int, string) {
 	var req bookingRequest
 	status, err := jsonbody.Decode(body, &req)
@@ -155,7 +155,7 @@ func errString(err error) string {
 }
 
 // checkDecodeBooking: the booking handler's read and decode (readBooking)
-// answers every body as readJSON, the worker handler's, does: status,
+// answers every body as jsonbody.Read, the worker handler's, does: status,
 // error message and value. declared is the body's Content-Length, -1 for
 // one sent without (chunked).
 func checkDecodeBooking(t *testing.T, body []byte, declared int) {
@@ -166,11 +166,11 @@ func checkDecodeBooking(t *testing.T, body []byte, declared int) {
 	// A body over the limit gets the booking API's own message, which
 	// names the flag that sets the limit.
 	if gotStatus != wantStatus || errString(gotErr) != errString(wantErr) && gotStatus != http.StatusRequestEntityTooLarge {
-		t.Fatalf("readBooking(%q) = %d %q, readJSON %d %q", body, gotStatus, gotErr, wantStatus, wantErr)
+		t.Fatalf("readBooking(%q) = %d %q, jsonbody.Read %d %q", body, gotStatus, gotErr, wantStatus, wantErr)
 	}
 	if wantErr == nil {
 		if diff := cmp.Diff(want, got); diff != "" {
-			t.Fatalf("readBooking(%q) (-readJSON +readBooking):\n%s", body, diff)
+			t.Fatalf("readBooking(%q) (-jsonbody.Read +readBooking):\n%s", body, diff)
 		}
 	}
 }
@@ -211,7 +211,7 @@ func TestFastDecodeBooking(t *testing.T) {
 	t.Logf("%d bodies, %d decoded by the fast path", n, fast)
 }
 
-// TestDecodeBookingOversize: a body over the limit gets readJSON's 413,
+// TestDecodeBookingOversize: a body over the limit gets jsonbody.Read's 413,
 // with the booking API's message, whichever path would have decoded it:
 // refused up front when its Content-Length says so, and after one byte
 // past the limit when it is sent without one, or arrives a byte at a time.
@@ -254,7 +254,7 @@ func TestDecodeBookingOversize(t *testing.T) {
 	}
 }
 
-// FuzzDecodeBooking: whatever the body, decodeBooking answers as decodeJSON
+// FuzzDecodeBooking: whatever the body, decodeBooking answers as jsonbody.Decode
 // does, and the fast decoder never accepts what encoding/json refuses or
 // decodes it differently.
 func FuzzDecodeBooking(f *testing.F) {

@@ -51,7 +51,7 @@ var errIdleConnClosed = errors.New("the worker closed the idle connection; nothi
 // cutDeadline is a deadline in the past: every read and write fails at once.
 var cutDeadline = time.Unix(1, 0)
 
-// dialHint dials a worker within timeout, through checkDialAddress, and
+// dialHint dials a worker within timeout, through endpoint.CheckDialAddress, and
 // ties the connection to base.
 func dialHint(base context.Context, addr string, timeout time.Duration) (*hintConn, error) {
 	ctx, cancel := context.WithTimeout(base, timeout)
