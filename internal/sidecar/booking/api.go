@@ -144,7 +144,7 @@ func (a *API) ExpectBody(ctx *fasthttp.RequestCtx) int {
 // admin routes for the other spellings of that path (escaped, say) that
 // net/http's ServeMux matches to it.
 func (a *API) Book(ctx *fasthttp.RequestCtx) {
-	var req bookingRequest
+	var req decoded
 	if status, err := readBooking(requestBody(ctx), ctx.Request.Header.ContentLength(), a.bookingLimit(), &req); err != nil {
 		switch status {
 		case fasthttp.StatusRequestEntityTooLarge:

@@ -24,9 +24,64 @@ import (
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 )
 
-// bookingRequest is the JSON body of POST /v1/bookings. Counts are
-// pointers so that a missing field is told apart from a zero.
-type bookingRequest struct {
+// decoded is a booking body as both decoders leave it: pkg/router's
+// Booking, which is what the dispatcher books, and which of the fields
+// that a zero cannot stand for were present. One allocation holds it all,
+// the committed copy included.
+type decoded struct {
+	router.Booking
+	// has says which of prompt_tokens, block_size, session and
+	// committed_kv_copy the body held.
+	has uint8
+	// kvCopy is where Booking.KVCopy points when the body held a copy.
+	kvCopy hints.CommittedCopy
+}
+
+// The bits of decoded.has.
+const (
+	hasPromptTokens = 1 << iota
+	hasBlockSize
+	hasSession
+	hasCopy
+)
+
+// booking checks what only the body can tell (the required fields it
+// left out, a session without its ID, a copy without hashes) and returns
+// the booking; the dispatcher checks the rest (Booking's own rules).
+func (d *decoded) booking() (*router.Booking, error) {
+	var missing []string
+	if d.RequestID == "" {
+		missing = append(missing, "request_id")
+	}
+	if d.Role == "" {
+		missing = append(missing, "role")
+	}
+	if d.Worker == "" {
+		missing = append(missing, "worker")
+	}
+	if d.has&hasPromptTokens == 0 {
+		missing = append(missing, "prompt_tokens")
+	}
+	if d.has&hasBlockSize == 0 {
+		missing = append(missing, "block_size")
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("%w: missing required field(s): %s", router.ErrInvalidBooking, strings.Join(missing, ", "))
+	}
+	if d.has&hasSession != 0 && d.Session.ID == "" {
+		return nil, fmt.Errorf("%w: session.id is required when session is given", router.ErrInvalidBooking)
+	}
+	if d.has&hasCopy != 0 && len(d.kvCopy.BlockHashes) == 0 {
+		return nil, fmt.Errorf("%w: committed_kv_copy.block_hashes is empty; omit committed_kv_copy when nothing is copied", router.ErrInvalidBooking)
+	}
+	return &d.Booking, nil
+}
+
+// bookingJSON is the JSON schema of POST /v1/bookings as encoding/json
+// reads it, for the bodies the fast decoder leaves to it. Counts and the
+// nested objects are pointers so that a missing field is told apart from
+// a zero. set turns it into a decoded.
+type bookingJSON struct {
 	RequestID       string       `json:"request_id"`
 	Role            string       `json:"role"`
 	Worker          string       `json:"worker"`
@@ -54,47 +109,33 @@ type kvCopyJSON struct {
 	BlockHashes []uint64 `json:"block_hashes"`
 }
 
-// booking checks the request and converts it.
-func (r *bookingRequest) booking() (*router.Booking, error) {
-	var missing []string
-	if r.RequestID == "" {
-		missing = append(missing, "request_id")
+// set makes d what the fast decoder makes of a body encoding/json decoded
+// into j.
+func (d *decoded) set(j *bookingJSON) {
+	*d = decoded{Booking: router.Booking{RequestID: j.RequestID, Role: j.Role, Worker: j.Worker}}
+	if j.PromptTokens != nil {
+		d.has |= hasPromptTokens
+		d.PromptTokens = *j.PromptTokens
 	}
-	if r.Role == "" {
-		missing = append(missing, "role")
+	if j.BlockSize != nil {
+		d.has |= hasBlockSize
+		d.BlockSize = *j.BlockSize
 	}
-	if r.Worker == "" {
-		missing = append(missing, "worker")
+	if s := j.Session; s != nil {
+		d.has |= hasSession
+		d.Session = hints.Session{ID: s.ID, Turn: s.Turn, Final: s.Final}
 	}
-	if r.PromptTokens == nil {
-		missing = append(missing, "prompt_tokens")
+	if c := j.CommittedKVCopy; c != nil {
+		d.has |= hasCopy
+		d.kvCopy = hints.CommittedCopy{SourceWorker: c.SourceWorker, SourceEndpoint: c.SourceEndpoint, SourceRank: c.SourceRank, BlockHashes: c.BlockHashes}
+		d.KVCopy = &d.kvCopy
 	}
-	if r.BlockSize == nil {
-		missing = append(missing, "block_size")
-	}
-	if len(missing) > 0 {
-		return nil, fmt.Errorf("%w: missing required field(s): %s", router.ErrInvalidBooking, strings.Join(missing, ", "))
-	}
-	b := &router.Booking{RequestID: r.RequestID, Role: r.Role, Worker: r.Worker, PromptTokens: *r.PromptTokens, BlockSize: *r.BlockSize}
-	if s := r.Session; s != nil {
-		if s.ID == "" {
-			return nil, fmt.Errorf("%w: session.id is required when session is given", router.ErrInvalidBooking)
-		}
-		b.Session = hints.Session{ID: s.ID, Turn: s.Turn, Final: s.Final}
-	}
-	if c := r.CommittedKVCopy; c != nil {
-		if len(c.BlockHashes) == 0 {
-			return nil, fmt.Errorf("%w: committed_kv_copy.block_hashes is empty; omit committed_kv_copy when nothing is copied", router.ErrInvalidBooking)
-		}
-		b.KVCopy = &hints.CommittedCopy{SourceWorker: c.SourceWorker, SourceEndpoint: c.SourceEndpoint, SourceRank: c.SourceRank, BlockHashes: c.BlockHashes}
-	}
-	return b, nil
 }
 
 // readBooking reads a booking body as jsonbody.Read does, with the same
 // answers but for the 413's, which say what the limit holds and which flag
 // sets it. It decodes the body with decodeBooking.
-func readBooking(r io.Reader, declared, limit int, req *bookingRequest) (int, error) {
+func readBooking(r io.Reader, declared, limit int, req *decoded) (int, error) {
 	if declared > limit {
 		return http.StatusRequestEntityTooLarge, bookingTooLarge(limit)
 	}
@@ -118,13 +159,14 @@ func readBooking(r io.Reader, declared, limit int, req *bookingRequest) (int, er
 // every quirk: case-insensitive keys, duplicate keys, nulls, escapes) is
 // encoding/json's own. The strings and hashes of req never point into
 // body.
-func decodeBooking(body []byte, req *bookingRequest) (int, error) {
-	var st fastBookingState
-	if fastDecodeBooking(body, req, &st) {
+func decodeBooking(body []byte, req *decoded) (int, error) {
+	if fastDecodeBooking(body, req) {
 		return 0, nil
 	}
-	*req = bookingRequest{}
-	return jsonbody.Decode(body, req)
+	var j bookingJSON
+	status, err := jsonbody.Decode(body, &j)
+	req.set(&j)
+	return status, err
 }
 
 // bookingTooLarge is the 413 answer's error: the limit, what fits in it
@@ -132,16 +174,6 @@ func decodeBooking(body []byte, req *bookingRequest) (int, error) {
 func bookingTooLarge(limit int) error {
 	return fmt.Errorf("booking body is over the %d-byte limit, which holds a committed_kv_copy of about %d block hashes; "+
 		"the sidecar's %s sets it", limit, limit/21, MaxBookingBytesFlag)
-}
-
-// fastBookingState is the scratch space of fastDecodeBooking, kept in the
-// caller's frame: the counts and the nested objects req points into, so
-// that a booking costs one allocation for its strings and one for its
-// block hashes.
-type fastBookingState struct {
-	promptTokens, blockSize int
-	session                 sessionJSON
-	kvCopy                  kvCopyJSON
 }
 
 // fastDecodeBooking decodes body into req when it is a booking that
@@ -154,7 +186,8 @@ type fastBookingState struct {
 // without escapes or control characters, in valid UTF-8; integers in range
 // without fraction or exponent; true and false; no null. The block hashes
 // decode as unsigned 64-bit integers, so none goes through a float64.
-func fastDecodeBooking(body []byte, req *bookingRequest, st *fastBookingState) bool {
+func fastDecodeBooking(body []byte, req *decoded) bool {
+	*req = decoded{}
 	d := fastDecoder{buf: body}
 	// The strings are copied into one allocation at the end; until then
 	// they are offsets into body.
@@ -186,9 +219,9 @@ func fastDecodeBooking(body []byte, req *bookingRequest, st *fastBookingState) b
 		case "worker":
 			bit, ok = seenWorker, d.str(worker)
 		case "prompt_tokens":
-			bit, ok = seenPrompt, d.integer(&st.promptTokens)
+			bit, ok = seenPrompt, d.integer(&req.PromptTokens)
 		case "block_size":
-			bit, ok = seenBlockSize, d.integer(&st.blockSize)
+			bit, ok = seenBlockSize, d.integer(&req.BlockSize)
 		case "session":
 			bit = seenSession
 			var inner uint8
@@ -199,9 +232,9 @@ func fastDecodeBooking(body []byte, req *bookingRequest, st *fastBookingState) b
 				case "id":
 					b, ok = 1, d.str(sessionID)
 				case "turn":
-					b, ok = 2, d.integer(&st.session.Turn)
+					b, ok = 2, d.integer(&req.Session.Turn)
 				case "final":
-					b, ok = 4, d.boolean(&st.session.Final)
+					b, ok = 4, d.boolean(&req.Session.Final)
 				}
 				if !ok || inner&b != 0 {
 					return false
@@ -225,7 +258,7 @@ func fastDecodeBooking(body []byte, req *bookingRequest, st *fastBookingState) b
 					hashes, ok = d.uints()
 					hashesSet = ok
 				case "source_rank":
-					b, ok = 8, d.integer(&st.kvCopy.SourceRank)
+					b, ok = 8, d.integer(&req.kvCopy.SourceRank)
 				}
 				if !ok || inner&b != 0 {
 					return false
@@ -264,23 +297,24 @@ func fastDecodeBooking(body []byte, req *bookingRequest, st *fastBookingState) b
 		off += l
 		return v
 	}
-	*req = bookingRequest{RequestID: str(requestID), Role: str(role), Worker: str(worker)}
+	req.RequestID, req.Role, req.Worker = str(requestID), str(role), str(worker)
 	if seen&seenPrompt != 0 {
-		req.PromptTokens = &st.promptTokens
+		req.has |= hasPromptTokens
 	}
 	if seen&seenBlockSize != 0 {
-		req.BlockSize = &st.blockSize
+		req.has |= hasBlockSize
 	}
-	st.session.ID = str(sessionID)
+	req.Session.ID = str(sessionID)
 	if seen&seenSession != 0 {
-		req.Session = &st.session
+		req.has |= hasSession
 	}
-	st.kvCopy.SourceWorker, st.kvCopy.SourceEndpoint = str(sourceWorker), str(sourceEndpnt)
+	req.kvCopy.SourceWorker, req.kvCopy.SourceEndpoint = str(sourceWorker), str(sourceEndpnt)
 	if seen&seenCopy != 0 {
 		if hashesSet {
-			st.kvCopy.BlockHashes = hashes
+			req.kvCopy.BlockHashes = hashes
 		}
-		req.CommittedKVCopy = &st.kvCopy
+		req.has |= hasCopy
+		req.KVCopy = &req.kvCopy
 	}
 	return true
 }
