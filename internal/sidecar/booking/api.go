@@ -5,9 +5,9 @@
 // request on the listener goes to API.Other: the worker and config routes
 // (package admin).
 //
-// It imports pkg/router (the dispatcher and its Booking), listen (the
-// listener's limits and lingering close), jsonbody and fasthttp; nothing
-// else of the sidecar.
+// It imports pkg/router (the dispatcher and its Booking), pkg/hints,
+// listen (the listener's limits and lingering close), jsonbody and
+// fasthttp; nothing else of the sidecar.
 package booking
 
 import (

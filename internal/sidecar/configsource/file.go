@@ -4,9 +4,9 @@
 // the API. Every source validates before it swaps and keeps the last good
 // config; a compiled config and its worker pools load as one unit.
 //
-// It imports pkg/router (Dispatcher.Load and LoadConfig), internal/compiled
-// (the ConfigMap's format), filewatch and client-go; nothing else of the
-// sidecar.
+// It imports pkg/router (Dispatcher.Load and LoadConfig), pkg/hintsconfig,
+// internal/compiled (the ConfigMap's format), internal/apiwatch, filewatch
+// and client-go; nothing else of the sidecar.
 package configsource
 
 import (

@@ -5,7 +5,8 @@
 // Delivery interface below.
 //
 // It imports pkg/router, pkg/wellknown, endpoint (the hint endpoint
-// checks), filewatch, jsonbody, client-go and Prometheus; never delivery.
+// checks), filewatch, jsonbody, internal/apiwatch, client-go and
+// Prometheus; never delivery.
 package workers
 
 import (
