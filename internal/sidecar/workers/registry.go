@@ -301,7 +301,7 @@ func (r *Registry) List() []Worker {
 // Set registers or replaces one worker for a source.
 func (r *Registry) Set(source string, spec WorkerSpec) error {
 	if err := spec.Validate(); err != nil {
-		r.CountRefused(source)
+		r.countRefused(source)
 		return err
 	}
 	r.mu.Lock()
@@ -336,7 +336,7 @@ func (r *Registry) Replace(source string, specs []WorkerSpec) error {
 	seen := make(map[string]bool, len(specs))
 	for i := range specs {
 		if err := specs[i].Validate(); err != nil {
-			r.CountRefused(source)
+			r.countRefused(source)
 			return err
 		}
 		if seen[specs[i].ID] {
@@ -387,8 +387,8 @@ func (r *Registry) put(next map[string]*Worker, source string, spec WorkerSpec) 
 	next[spec.ID] = w
 }
 
-// CountRefused counts a registration refused as invalid.
-func (r *Registry) CountRefused(source string) {
+// countRefused counts a registration refused as invalid.
+func (r *Registry) countRefused(source string) {
 	if r.refused != nil {
 		r.refused.WithLabelValues(source).Inc()
 	}

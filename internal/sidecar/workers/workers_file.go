@@ -74,7 +74,7 @@ func (s FileSource) Run(ctx context.Context, reg *Registry, log logr.Logger) {
 				// An invalid worker (a worker_type other than aggregated,
 				// prefill or decode, say) refuses the whole file: counted
 				// once per distinct error, like the log below.
-				reg.CountRefused(SourceFile)
+				reg.countRefused(SourceFile)
 			}
 		}
 		if err == nil {

@@ -122,7 +122,7 @@ func (p *PodWorkers) specOf(pod *corev1.Pod) (WorkerSpec, bool) {
 		err = spec.Validate()
 	}
 	if err != nil {
-		p.Registry.CountRefused(SourcePods)
+		p.Registry.countRefused(SourcePods)
 		p.log.Error(err, "Ignoring worker pod", "pod", pod.Name)
 		return WorkerSpec{}, false
 	}
