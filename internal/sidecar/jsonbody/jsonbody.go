@@ -98,6 +98,8 @@ func ReadBody(r io.Reader, declared, limit int, buf []byte) ([]byte, int, error)
 			return buf, http.StatusRequestEntityTooLarge, OverLimit(limit)
 		case err == io.EOF:
 			return buf, 0, nil
+		case err == nil:
+			// More to read. (isTimeout would allocate for a nil error.)
 		case isTimeout(err):
 			// The read timeout passed with the body still arriving: the
 			// client was too slow, the booking was not wrong.
