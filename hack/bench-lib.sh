@@ -18,7 +18,7 @@ wait_for() {
 
 bench_setup() {
 	go build -o "$W/kvhint" ./cmd/kvhint
-	go test -c -o "$W/router.test" ./internal/router
+	go test -c -o "$W/router.test" ./internal/sidecar/booking
 	cat >"$W/hints.yaml" <<'YAML'
 worker_selection:
   prefill: {type: kvcr, hints: [{type: kv-fetch, parameters: {min_blocks: 4}}]}

@@ -12,20 +12,24 @@ import (
 	"strconv"
 	"syscall"
 
-	core "github.com/kvrouter/kv-hint-operator/pkg/router"
+	"github.com/kvrouter/kv-hint-operator/pkg/router"
+	"github.com/kvrouter/kv-hint-operator/pkg/wellknown"
 
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/kvrouter/kv-hint-operator/internal/router"
+	"github.com/kvrouter/kv-hint-operator/internal/sidecar"
+	"github.com/kvrouter/kv-hint-operator/internal/sidecar/delivery"
+	"github.com/kvrouter/kv-hint-operator/internal/sidecar/filewatch"
+	"github.com/kvrouter/kv-hint-operator/internal/sidecar/listen"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
 )
 
 func newSidecarCommand(cat *hints.Catalog) *cobra.Command {
-	o := router.Options{Catalog: cat}
+	o := sidecar.Options{Catalog: cat}
 	var (
 		routerName, selector, kubeconfig string
 		listenMode                       string
@@ -78,7 +82,7 @@ pod IP only, where probes and scrapers reach them; pprof is on loopback.`,
 				if o.ConfigMap != "" {
 					return errors.New("give --router or --configmap, not both")
 				}
-				o.ConfigMap = router.ConfigMapName(routerName)
+				o.ConfigMap = wellknown.ConfigMapName(routerName)
 			}
 			if !cmd.Flags().Changed("worker-pods") && o.ConfigMap != "" {
 				// In Kubernetes the roles' pools come with the ConfigMap.
@@ -107,7 +111,7 @@ pod IP only, where probes and scrapers reach them; pprof is on loopback.`,
 					o.PodNamespace = o.Namespace
 				}
 			}
-			s, err := router.New(o)
+			s, err := sidecar.New(o)
 			if err != nil {
 				return err
 			}
@@ -123,7 +127,7 @@ pod IP only, where probes and scrapers reach them; pprof is on loopback.`,
 	f.StringVar(&o.ConfigMap, "configmap", "", "ConfigMap to watch in --namespace")
 	f.StringVar(&routerName, "router", "", "router name: watch ConfigMap <router>-hints in --namespace")
 	f.StringVar(&o.Namespace, "namespace", os.Getenv("POD_NAMESPACE"), "namespace of the ConfigMap and the worker pods (default $POD_NAMESPACE)")
-	f.DurationVar(&o.Poll, "poll-interval", router.DefaultPollInterval, "reread interval of --config-file, --config-dir and --workers-file, whatever file events say")
+	f.DurationVar(&o.Poll, "poll-interval", filewatch.DefaultPollInterval, "reread interval of --config-file, --config-dir and --workers-file, whatever file events say")
 	f.StringVar(&o.WorkersFile, "workers-file", "", "YAML file of standalone workers: a list of workers (id, capabilities, hint_endpoint, worker_type, ...), under a workers key or bare")
 	f.BoolVar(&o.WorkerPods, "worker-pods", false, "register worker pods of --namespace: those the RouterRoles' workerSelectors pick (default true with --router or --configmap)")
 	f.StringVar(&selector, "worker-selector", "", "deprecated, not needed: limit the worker pod watch to this label selector; the RouterRoles' workerSelectors make the pools")
@@ -132,32 +136,32 @@ pod IP only, where probes and scrapers reach them; pprof is on loopback.`,
 	f.StringVar(&o.PodName, "pod-name", os.Getenv("POD_NAME"), "the sidecar's own pod, to write the applied hash on (default $POD_NAME; empty disables)")
 	f.StringVar(&o.PodNamespace, "pod-namespace", os.Getenv("POD_NAMESPACE"), "the sidecar's own namespace (default $POD_NAMESPACE)")
 	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, then $KUBECONFIG and ~/.kube/config)")
-	f.StringVar(&o.Listen, "listen", router.DefaultListen, "booking API address: a loopback HOST:PORT, or unix:///PATH for a Unix socket in a volume the router's container shares")
-	f.StringVar(&listenMode, "listen-mode", fmt.Sprintf("%#o", router.DefaultListenMode), "file mode (octal) of the --listen unix:///PATH socket: connecting needs write permission, so it says which users and groups may book")
+	f.StringVar(&o.Listen, "listen", sidecar.DefaultListen, "booking API address: a loopback HOST:PORT, or unix:///PATH for a Unix socket in a volume the router's container shares")
+	f.StringVar(&listenMode, "listen-mode", fmt.Sprintf("%#o", listen.DefaultListenMode), "file mode (octal) of the --listen unix:///PATH socket: connecting needs write permission, so it says which users and groups may book")
 	f.StringVar(&o.OpsListen, "metrics-listen", defaultOpsListen(), "address of /metrics, /healthz and /readyz (default $POD_IP:8791 where POD_IP is set, for kubelet probes and scrapers; else loopback)")
-	f.DurationVar(&o.PolicyDeadline, "policy-deadline", core.DefaultPolicyDeadline, "how long one hint policy may run on a booking; checked when it returns")
-	f.DurationVar(&o.PolicyDeadlinePerBlock, "policy-deadline-per-block", core.DefaultPolicyDeadlinePerBlock, "added to the deadline of a policy that reads the committed copy (kv-fetch), per block of the copy")
-	f.IntVar(&o.MaxBookingBytes, "max-booking-bytes", core.DefaultMaxBookingBytes, "largest booking body accepted (413 above); the payload limit follows it (1 MiB holds about 49,000 block hashes)")
-	f.IntVar(&o.QueueSize, "queue-size", router.DefaultQueueSize, "hints queued per worker; when full the newest is dropped")
-	f.Int64Var(&o.MaxQueuedBytes, "max-queued-hint-bytes", router.DefaultMaxQueuedBytes, "bytes of hints queued across all workers; a hint past it is dropped and counted (memory_budget)")
-	f.DurationVar(&o.DeliveryTimeout, "delivery-timeout", router.DefaultDeliveryTimeout, "timeout of one hint post, connection included")
-	f.DurationVar(&o.HintTTL, "hint-ttl", router.DefaultHintTTL, "a hint queued longer is dropped unsent")
-	f.DurationVar(&o.ShutdownWait, "shutdown-timeout", router.DefaultShutdownWait, "how long shutdown drains queued hints")
+	f.DurationVar(&o.PolicyDeadline, "policy-deadline", router.DefaultPolicyDeadline, "how long one hint policy may run on a booking; checked when it returns")
+	f.DurationVar(&o.PolicyDeadlinePerBlock, "policy-deadline-per-block", router.DefaultPolicyDeadlinePerBlock, "added to the deadline of a policy that reads the committed copy (kv-fetch), per block of the copy")
+	f.IntVar(&o.MaxBookingBytes, "max-booking-bytes", router.DefaultMaxBookingBytes, "largest booking body accepted (413 above); the payload limit follows it (1 MiB holds about 49,000 block hashes)")
+	f.IntVar(&o.QueueSize, "queue-size", delivery.DefaultQueueSize, "hints queued per worker; when full the newest is dropped")
+	f.Int64Var(&o.MaxQueuedBytes, "max-queued-hint-bytes", delivery.DefaultMaxQueuedBytes, "bytes of hints queued across all workers; a hint past it is dropped and counted (memory_budget)")
+	f.DurationVar(&o.DeliveryTimeout, "delivery-timeout", delivery.DefaultDeliveryTimeout, "timeout of one hint post, connection included")
+	f.DurationVar(&o.HintTTL, "hint-ttl", delivery.DefaultHintTTL, "a hint queued longer is dropped unsent")
+	f.DurationVar(&o.ShutdownWait, "shutdown-timeout", sidecar.DefaultShutdownWait, "how long shutdown drains queued hints")
 	f.BoolVar(&o.Pprof, "pprof", false, "serve net/http/pprof under /debug/pprof/ on --pprof-listen")
-	f.StringVar(&o.PprofListen, "pprof-listen", router.DefaultPprofListen, "address of pprof; must be on loopback")
-	f.DurationVar(&o.ReadTimeout, "http-read-timeout", router.DefaultReadTimeout, "longest read of one request, body included, on the booking and ops listeners (request heads on the ops listener: at most 2s)")
-	f.DurationVar(&o.WriteTimeout, "http-write-timeout", router.DefaultWriteTimeout, "longest write of one answer on the booking and ops listeners")
-	f.DurationVar(&o.IdleTimeout, "http-idle-timeout", router.DefaultIdleTimeout, "how long a keep-alive connection may wait for its next request")
-	f.IntVar(&o.MaxBookingConns, "max-booking-connections", router.DefaultMaxBookingConns, "open connections the booking listener takes; one more is answered 503 and counted")
-	f.IntVar(&o.MaxOpsConns, "max-ops-connections", router.DefaultMaxOpsConns, "open connections the ops listener takes; one more is answered 503 and counted")
+	f.StringVar(&o.PprofListen, "pprof-listen", sidecar.DefaultPprofListen, "address of pprof; must be on loopback")
+	f.DurationVar(&o.ReadTimeout, "http-read-timeout", listen.DefaultReadTimeout, "longest read of one request, body included, on the booking and ops listeners (request heads on the ops listener: at most 2s)")
+	f.DurationVar(&o.WriteTimeout, "http-write-timeout", listen.DefaultWriteTimeout, "longest write of one answer on the booking and ops listeners")
+	f.DurationVar(&o.IdleTimeout, "http-idle-timeout", listen.DefaultIdleTimeout, "how long a keep-alive connection may wait for its next request")
+	f.IntVar(&o.MaxBookingConns, "max-booking-connections", listen.DefaultMaxBookingConns, "open connections the booking listener takes; one more is answered 503 and counted")
+	f.IntVar(&o.MaxOpsConns, "max-ops-connections", listen.DefaultMaxOpsConns, "open connections the ops listener takes; one more is answered 503 and counted")
 	f.IntVarP(&verbosity, "verbosity", "v", 0, "log verbosity (0 info, 1 debug)")
 	return cmd
 }
 
 // setListenMode sets the booking socket's mode from --listen-mode, octal.
 // The flag is refused with a TCP --listen, where it would do nothing.
-func setListenMode(o *router.Options, mode string, changed bool) error {
-	_, isUnix, err := router.SocketPath(o.Listen)
+func setListenMode(o *sidecar.Options, mode string, changed bool) error {
+	_, isUnix, err := listen.SocketPath(o.Listen)
 	if err != nil {
 		return fmt.Errorf("--listen: %w", err)
 	}
@@ -176,9 +180,9 @@ func setListenMode(o *router.Options, mode string, changed bool) error {
 // POD_IP, so that kubelet and Prometheus reach it, and loopback otherwise.
 func defaultOpsListen() string {
 	if ip := os.Getenv("POD_IP"); ip != "" {
-		return router.OpsListenFor(ip)
+		return sidecar.OpsListenFor(ip)
 	}
-	return router.DefaultOpsListen
+	return sidecar.DefaultOpsListen
 }
 
 // newLogger logs JSON lines through log/slog; logr's V(n) is slog level -n.

@@ -23,9 +23,9 @@ import (
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
 	"github.com/kvrouter/kv-hint-operator/config/samples"
-	"github.com/kvrouter/kv-hint-operator/internal/router"
 	"github.com/kvrouter/kv-hint-operator/internal/simworker"
 	core "github.com/kvrouter/kv-hint-operator/pkg/router"
+	"github.com/kvrouter/kv-hint-operator/pkg/wellknown"
 )
 
 // FieldOwner is the server-side apply field manager of what devenv writes.
@@ -252,13 +252,13 @@ func (e *Env) startWorkers(ctx context.Context) error {
 // only to a worker that opts in.
 func (e *Env) applyWorkerPod(ctx context.Context, w *Worker) error {
 	ann := map[string]string{
-		router.AnnotationWorkerType: w.Component,
+		wellknown.WorkerTypeAnnotation: w.Component,
 	}
 	if w.HintEndpoint {
-		ann[router.AnnotationHintEndpoint] = w.URL + simworker.HintPath
+		ann[wellknown.HintEndpointAnnotation] = w.URL + simworker.HintPath
 	}
 	if w.RouterHint {
-		ann[router.AnnotationCapabilities] = "router_hint"
+		ann[wellknown.CapabilitiesAnnotation] = "router_hint"
 	}
 	pod := placeholderPod(e.Opts.Namespace, w.ID, map[string]string{
 		"app.kubernetes.io/name":      w.Router,

@@ -32,7 +32,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
-	"github.com/kvrouter/kv-hint-operator/internal/router"
+	"github.com/kvrouter/kv-hint-operator/internal/sidecar/podreport"
 )
 
 var (
@@ -264,7 +264,7 @@ func TestSidecarWritesOnlyItsOwnReport(t *testing.T) {
 		// The code path kvhint sidecar runs, not a hand-made patch.
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		r := router.NewPodReporter(sidecar, ns, own.Name)
+		r := podreport.New(sidecar, ns, own.Name)
 		go r.Run(ctx, logr.Discard())
 		const reported = "00000000000000aa"
 		r.Report(reported)

@@ -23,7 +23,7 @@ import (
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
 	"github.com/kvrouter/kv-hint-operator/internal/devenv"
-	"github.com/kvrouter/kv-hint-operator/internal/router"
+	"github.com/kvrouter/kv-hint-operator/internal/sidecar/booking"
 	"github.com/kvrouter/kv-hint-operator/internal/simworker"
 )
 
@@ -136,7 +136,7 @@ func book(t *testing.T, s *devenv.Sidecar, body string) bookingReply {
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	return bookingReply{Status: resp.StatusCode, Outcome: resp.Header.Get(router.HeaderOutcome), Hash: resp.Header.Get(router.HeaderConfigHash), Body: string(b)}
+	return bookingReply{Status: resp.StatusCode, Outcome: resp.Header.Get(booking.HeaderOutcome), Hash: resp.Header.Get(booking.HeaderConfigHash), Body: string(b)}
 }
 
 func worker(t *testing.T, id string) *devenv.Worker {

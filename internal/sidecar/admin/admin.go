@@ -1,0 +1,277 @@
+// Package admin serves the booking listener's cold routes on net/http's
+// ServeMux: the worker registry and the config in force.
+//
+//	GET    /v1/workers        the registered workers
+//	GET    /v1/workers/{id}   one worker
+//	PUT    /v1/workers/{id}   register a worker (standalone mode)
+//	DELETE /v1/workers/{id}   remove a worker
+//	GET    /v1/config         the hints YAML in force, hash in Kvhint-Config-Hash
+//
+// The ServeMux does all the routing: path cleaning and its redirects, 404,
+// 405 with Allow, HEAD for GET. The routes share the booking listener, so
+// they run on its fasthttp server through Handler, which hands the
+// ServeMux a net/http request whose body is the server's stream: a body
+// is read only as far as its limit (fasthttpadaptor would buffer it whole
+// first).
+//
+// It imports workers, booking (Book, for the spellings of the booking path
+// only the ServeMux matches, and WriteError), jsonbody, listen, pkg/router
+// and fasthttp.
+package admin
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/go-logr/logr"
+	"github.com/valyala/fasthttp"
+
+	"github.com/kvrouter/kv-hint-operator/internal/sidecar/booking"
+	"github.com/kvrouter/kv-hint-operator/internal/sidecar/jsonbody"
+	"github.com/kvrouter/kv-hint-operator/internal/sidecar/listen"
+	"github.com/kvrouter/kv-hint-operator/internal/sidecar/workers"
+	"github.com/kvrouter/kv-hint-operator/pkg/router"
+)
+
+// MaxWorkerBytes caps a worker registration body.
+const MaxWorkerBytes = 64 << 10
+
+// API serves the worker and config routes.
+type API struct {
+	Dispatcher *router.Dispatcher
+	Workers    *workers.Registry
+	Log        logr.Logger
+	// Book answers a booking whose path only the ServeMux recognises as
+	// /v1/bookings (an escaped spelling, say); booking.API.Book.
+	Book fasthttp.RequestHandler
+}
+
+// BodyLimit is the body limit of a request the routes serve, for
+// booking.API.OtherBodyLimit: MaxWorkerBytes for a registration, 0 (the
+// booking limit) for anything else.
+func BodyLimit(method, path string) int {
+	if method == http.MethodPut && strings.HasPrefix(path, "/v1/workers/") {
+		return MaxWorkerBytes
+	}
+	return 0
+}
+
+// Mux is the routes' ServeMux.
+func (a *API) Mux() *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST "+booking.Path, func(w http.ResponseWriter, r *http.Request) {
+		w.(*writer).fast = true
+		a.Book(fastCtx(r))
+	})
+	mux.HandleFunc("GET /v1/workers", a.listWorkers)
+	mux.HandleFunc("GET /v1/workers/{id}", a.getWorker)
+	mux.HandleFunc("PUT /v1/workers/{id}", a.putWorker)
+	mux.HandleFunc("DELETE /v1/workers/{id}", a.deleteWorker)
+	mux.HandleFunc("GET /v1/config", a.config)
+	return mux
+}
+
+// Handler serves the routes on the booking listener's fasthttp server.
+func (a *API) Handler() fasthttp.RequestHandler {
+	mux := a.Mux()
+	return func(ctx *fasthttp.RequestCtx) { serve(ctx, mux) }
+}
+
+func (a *API) listWorkers(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{"workers": a.Workers.List()})
+}
+
+func (a *API) getWorker(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	wk, ok := a.Workers.Get(id)
+	if !ok {
+		writeError(w, http.StatusNotFound, fmt.Errorf("worker %q is not registered", id))
+		return
+	}
+	writeJSON(w, http.StatusOK, wk)
+}
+
+func (a *API) putWorker(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	var spec workers.WorkerSpec
+	ctx := fastCtx(r)
+	if status, err := jsonbody.Read(r.Body, ctx.Request.Header.ContentLength(), MaxWorkerBytes, &spec); err != nil {
+		switch status {
+		case http.StatusRequestEntityTooLarge:
+			// The rest of the body is not read: the connection cannot
+			// carry another request.
+			ctx.SetConnectionClose()
+			listen.LingerOnClose(ctx.Conn())
+		case http.StatusRequestTimeout:
+			ctx.SetConnectionClose()
+		}
+		writeError(w, status, err)
+		return
+	}
+	if spec.ID != "" && spec.ID != id {
+		writeError(w, http.StatusBadRequest, fmt.Errorf("body id %q differs from the path's %q", spec.ID, id))
+		return
+	}
+	spec.ID = id
+	if err := a.Workers.Set(workers.SourceAPI, spec); err != nil {
+		writeError(w, http.StatusBadRequest, err)
+		return
+	}
+	a.Log.Info("Registered worker", "worker", id, "endpoint", spec.HintEndpoint, "hintCapable", spec.HintCapable())
+	wk, _ := a.Workers.Get(id)
+	writeJSON(w, http.StatusOK, wk)
+}
+
+func (a *API) deleteWorker(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if !a.Workers.Delete(id) {
+		writeError(w, http.StatusNotFound, fmt.Errorf("worker %q is not registered", id))
+		return
+	}
+	a.Log.Info("Removed worker", "worker", id)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (a *API) config(w http.ResponseWriter, _ *http.Request) {
+	doc, hash := a.Dispatcher.Config()
+	if doc == nil {
+		writeError(w, http.StatusServiceUnavailable, router.ErrNotReady)
+		return
+	}
+	w.Header().Set(booking.HeaderConfigHash, hash)
+	w.Header().Set("Content-Type", "application/yaml")
+	w.Write(doc)
+}
+
+func writeError(w http.ResponseWriter, status int, err error) {
+	writeJSON(w, status, struct {
+		Error string `json:"error"`
+	}{err.Error()})
+}
+
+// writeJSON answers as booking.WriteError does: indented JSON.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
+}
+
+// ctxKey is the request context key of the fasthttp request a net/http
+// request stands for.
+type ctxKey struct{}
+
+func fastCtx(r *http.Request) *fasthttp.RequestCtx {
+	return r.Context().Value(ctxKey{}).(*fasthttp.RequestCtx)
+}
+
+// serve runs mux on a fasthttp request: it does what net/http's server
+// does before a handler (the * target, a path that does not unescape),
+// hands mux a request whose body is the server's stream, and writes the
+// answer back.
+func serve(ctx *fasthttp.RequestCtx, mux http.Handler) {
+	target := string(ctx.Request.Header.RequestURI())
+	method := string(ctx.Method())
+	if target == "*" {
+		// The request target of OPTIONS for the whole server.
+		if method == fasthttp.MethodOptions {
+			ctx.Response.Header.SetContentLength(0)
+			return
+		}
+		ctx.SetConnectionClose()
+		booking.WriteError(ctx, fasthttp.StatusBadRequest, errors.New("malformed request: * is a request target of OPTIONS only"))
+		return
+	}
+	u, err := url.ParseRequestURI(target)
+	if err != nil {
+		// net/http refuses such a request before any handler.
+		var esc url.EscapeError
+		if errors.As(err, &esc) {
+			err = esc
+		}
+		ctx.SetConnectionClose()
+		booking.WriteError(ctx, fasthttp.StatusBadRequest, fmt.Errorf("malformed request: path: %w", err))
+		return
+	}
+	r := &http.Request{
+		Method:        method,
+		URL:           u,
+		Proto:         "HTTP/1.1",
+		ProtoMajor:    1,
+		ProtoMinor:    1,
+		Header:        make(http.Header),
+		Body:          io.NopCloser(requestBody(ctx)),
+		ContentLength: int64(ctx.Request.Header.ContentLength()),
+		Host:          string(ctx.Host()),
+		RemoteAddr:    ctx.RemoteAddr().String(),
+		RequestURI:    target,
+	}
+	if !ctx.Request.Header.IsHTTP11() {
+		r.Proto, r.ProtoMinor = "HTTP/1.0", 0
+	}
+	for k, v := range ctx.Request.Header.All() {
+		r.Header.Add(string(k), string(v))
+	}
+	r = r.WithContext(context.WithValue(context.Background(), ctxKey{}, ctx))
+	w := &writer{ctx: ctx, header: make(http.Header)}
+	mux.ServeHTTP(w, r)
+	if w.fast {
+		return // the handler answered on ctx itself
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+// requestBody is the request's body as a reader: the stream the server
+// reads it from, or, for a request the server read whole or without a
+// body, its bytes.
+func requestBody(ctx *fasthttp.RequestCtx) io.Reader {
+	if r := ctx.RequestBodyStream(); r != nil {
+		return r
+	}
+	return bytes.NewReader(ctx.Request.Body())
+}
+
+// writer is an http.ResponseWriter onto a fasthttp response.
+type writer struct {
+	ctx    *fasthttp.RequestCtx
+	header http.Header
+	wrote  bool
+	// fast is set by a handler that answers on ctx itself.
+	fast bool
+}
+
+func (w *writer) Header() http.Header { return w.header }
+
+func (w *writer) WriteHeader(status int) {
+	if w.wrote {
+		return
+	}
+	w.wrote = true
+	w.ctx.SetStatusCode(status)
+	for k, vs := range w.header {
+		if k == "Content-Length" {
+			continue // fasthttp sets it from the body
+		}
+		for i, v := range vs {
+			if i == 0 {
+				w.ctx.Response.Header.Set(k, v)
+			} else {
+				w.ctx.Response.Header.Add(k, v)
+			}
+		}
+	}
+}
+
+func (w *writer) Write(b []byte) (int, error) {
+	w.WriteHeader(http.StatusOK)
+	w.ctx.Response.AppendBody(b)
+	return len(b), nil
+}

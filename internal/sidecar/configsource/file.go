@@ -1,0 +1,98 @@
+// Package configsource feeds the dispatcher its config: a policy file on
+// its own, a mounted compiled ConfigMap directory (both files read from the
+// one directory kubelet's ..data points at), or a ConfigMap watched through
+// the API. Every source validates before it swaps and keeps the last good
+// config; a compiled config and its worker pools load as one unit.
+//
+// It imports pkg/router (Dispatcher.Load and LoadConfig), pkg/hintsconfig,
+// internal/compiled (the ConfigMap's format), internal/apiwatch, filewatch
+// and client-go; nothing else of the sidecar.
+package configsource
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"time"
+
+	"github.com/kvrouter/kv-hint-operator/pkg/router"
+
+	"github.com/go-logr/logr"
+	"github.com/kvrouter/kv-hint-operator/internal/compiled"
+	"github.com/kvrouter/kv-hint-operator/internal/sidecar/filewatch"
+	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+// FileSource loads a hints config from a file, reloading it on every
+// change (fsnotify on its directory, and a poll as a fallback).
+//
+// With Dir set, the file is a mounted compiled ConfigMap: Dir/hints.yaml
+// and Dir/roles.yaml, read together and loaded as one unit (the pools go
+// to OnWorkerSelectors only when the config loads). Kubelet swaps both
+// files at once through its ..data symlink. With Path set, the file is a
+// policy file on its own, run under the dispatcher's --router-mode.
+type FileSource struct {
+	// Path is a policy file (standalone use).
+	Path string
+	// Dir is a mounted compiled ConfigMap directory.
+	Dir  string
+	Poll time.Duration
+	// OnWorkerSelectors receives the roles' worker selectors of a Dir
+	// after every successful load.
+	OnWorkerSelectors func(map[string]labels.Selector)
+}
+
+// DirSource is a FileSource for a mounted compiled ConfigMap directory.
+func DirSource(dir string, poll time.Duration) FileSource {
+	return FileSource{Dir: filepath.Clean(dir), Poll: poll}
+}
+
+// Run loads the file into d on every change until ctx is done.
+func (s FileSource) Run(ctx context.Context, d *router.Dispatcher, log logr.Logger) {
+	if s.Dir != "" {
+		s.runDir(ctx, d, log)
+		return
+	}
+	path := filepath.Clean(s.Path)
+	log = log.WithValues("path", path)
+	filewatch.Watch(ctx, path, s.Poll, log, func() {
+		data, err := filewatch.ReadLimited(path, hintsconfig.MaxConfigBytes)
+		if err != nil {
+			d.RecordSourceError(path, fmt.Errorf("%w: %w", router.ErrConfigRejected, err))
+			return
+		}
+		_ = d.Load(data, path) // Load logs and counts its own errors
+	})
+}
+
+func (s FileSource) runDir(ctx context.Context, d *router.Dispatcher, log logr.Logger) {
+	log = log.WithValues("dir", s.Dir)
+	filewatch.Watch(ctx, filepath.Join(s.Dir, compiled.RolesKey), s.Poll, log, func() {
+		// Kubelet publishes a ConfigMap volume as a timestamped directory
+		// behind the ..data symlink, and swaps the link. Both files are
+		// read from the one directory it points at now, so a swap between
+		// the two reads cannot pair files of two versions.
+		dir := s.Dir
+		if real, err := filepath.EvalSymlinks(filepath.Join(s.Dir, "..data")); err == nil {
+			dir = real
+		}
+		data := map[string]string{}
+		for _, key := range []string{compiled.PolicyKey, compiled.RolesKey} {
+			b, err := filewatch.ReadLimited(filepath.Join(dir, key), hintsconfig.MaxConfigBytes)
+			switch {
+			case errors.Is(err, fs.ErrNotExist) && key == compiled.PolicyKey:
+				// No role is accepted: the ConfigMap holds the role
+				// settings alone.
+			case err != nil:
+				d.RecordSourceError(s.Dir, fmt.Errorf("%w: %w", router.ErrConfigRejected, err))
+				return
+			default:
+				data[key] = string(b)
+			}
+		}
+		loadCompiled(d, data, s.Dir, s.OnWorkerSelectors)
+	})
+}

@@ -1,0 +1,133 @@
+package delivery
+
+import (
+	"fmt"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/testr"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvrouter/kv-hint-operator/internal/sidecar/workers"
+	"github.com/kvrouter/kv-hint-operator/internal/simworker"
+	"github.com/kvrouter/kv-hint-operator/pkg/router"
+)
+
+// registryDelivery is a Delivery as the registry takes it, as the sidecar
+// assembles them.
+type registryDelivery struct{ *Delivery }
+
+func (d registryDelivery) Queue(worker, endpoint string) workers.Queue {
+	return d.NewQueue(worker, endpoint)
+}
+
+// eventually polls cond every 10 ms until it returns nil or the timeout
+// passes, then fails with cond's last error.
+func eventually(t testing.TB, timeout time.Duration, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still false after %v: %v", timeout, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// testLogger logs through t, so a failing test shows the logs.
+func testLogger(t testing.TB) logr.Logger {
+	if tt, ok := t.(*testing.T); ok {
+		return testr.NewWithOptions(tt, testr.Options{Verbosity: 1})
+	}
+	return logr.Discard()
+}
+
+// heapInUse is the heap in use after a collection.
+func heapInUse() uint64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapInuse
+}
+
+// counter reads one series of delivery's counter vectors, as a scrape
+// would: labels are given in the order the metric declares them.
+func counter(t testing.TB, m *Metrics, name string, labels ...string) float64 {
+	t.Helper()
+	series := map[string]struct {
+		metric string
+		labels []string
+	}{
+		"hints_dropped":   {"hints_dropped_total", []string{"reason"}},
+		"delivery_errors": {"delivery_errors_total", []string{"reason"}},
+	}
+	sr, ok := series[name]
+	if !ok || len(sr.labels) != len(labels) {
+		t.Fatalf("no counter %s with %d labels", name, len(labels))
+	}
+	want := map[string]string{}
+	for i, l := range sr.labels {
+		want[l] = labels[i]
+	}
+	return gathered(t, m.reg, router.MetricsNamespace+"_"+sr.metric, want)
+}
+
+// gathered returns the value of the one series of a metric whose labels are
+// exactly want, or 0 when it has not been created.
+func gathered(t testing.TB, g prometheus.Gatherer, metric string, want map[string]string) float64 {
+	t.Helper()
+	families, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != metric {
+			continue
+		}
+	next:
+		for _, s := range f.GetMetric() {
+			if len(s.GetLabel()) != len(want) {
+				continue
+			}
+			for _, l := range s.GetLabel() {
+				if want[l.GetName()] != l.GetValue() {
+					continue next
+				}
+			}
+			switch {
+			case s.GetCounter() != nil:
+				return s.GetCounter().GetValue()
+			case s.GetGauge() != nil:
+				return s.GetGauge().GetValue()
+			}
+			t.Fatalf("%s is neither a counter nor a gauge", metric)
+		}
+	}
+	return 0
+}
+
+// startWorker runs a simulated worker on loopback until the test ends.
+func startWorker(t *testing.T, id string) *simworker.Server {
+	t.Helper()
+	srv, err := simworker.Start(simworker.New(simworker.Options{ID: id, WorkerType: "decode"}), "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	return srv
+}
+
+func staticJSON(n int, tag string) string {
+	return fmt.Sprintf(`{"action_id":"a%d","action_type":"test.static","action_version":"1.0","payload":{"tag":%q}}`, n, tag)
+}
+
+func message(id string, actions ...string) string {
+	return `{"protocol_version":"0.1","message_id":"` + id + `","actions":[` + strings.Join(actions, ",") + `]}`
+}

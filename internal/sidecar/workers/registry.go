@@ -1,0 +1,481 @@
+// Package workers is the worker registry: the workers bookings may name,
+// with their capabilities, worker type, source control endpoints and pool
+// membership, from the HTTP API, a workers file or worker pods. It is the
+// dispatcher's Workers (pkg/router). It knows delivery only through the
+// Delivery interface below.
+//
+// It imports pkg/router, pkg/wellknown, endpoint (the hint endpoint
+// checks), filewatch, jsonbody, internal/apiwatch, client-go and
+// Prometheus; never delivery.
+package workers
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/kvrouter/kv-hint-operator/internal/sidecar/endpoint"
+	"github.com/kvrouter/kv-hint-operator/pkg/router"
+)
+
+// MaxWorkerIDLength caps a worker ID: a pod name is at most 253 characters.
+const MaxWorkerIDLength = 253
+
+// Worker sources: each source replaces only the workers it registered.
+const (
+	SourceAPI  = "api"
+	SourceFile = "file"
+	SourcePods = "pods"
+)
+
+// WorkerSpec is a worker as a source registers it.
+type WorkerSpec struct {
+	// ID is the worker ID routers book (the pod name in Kubernetes).
+	ID string `json:"id"`
+	// Capabilities the worker advertises; router_hint to receive hints.
+	Capabilities []string `json:"capabilities,omitempty"`
+	// HintEndpoint is the absolute http(s) URL hints are posted to: no
+	// credentials, no query, never a link-local or metadata address.
+	HintEndpoint string `json:"hint_endpoint,omitempty"`
+	// WorkerType is the worker's router_hint_worker_type: aggregated,
+	// prefill or decode, or empty when it advertises none. Any other value
+	// is refused.
+	WorkerType string `json:"worker_type,omitempty"`
+	// SourceControlEndpoints are the worker's
+	// router_hint_source_control_endpoints: its KV control endpoint per
+	// data-parallel rank ("0", "1", ...). A booking whose committed copy
+	// names this worker as its source, without an endpoint, gets the one
+	// of its rank.
+	SourceControlEndpoints map[string]string `json:"source_control_endpoints,omitempty"`
+	// Labels are the worker's labels (a pod's own), which the roles'
+	// worker selectors match to build their pools.
+	Labels map[string]string `json:"labels,omitempty"`
+}
+
+// Limits on what a worker advertises.
+const (
+	// MaxSourceRanks caps the data-parallel ranks a worker advertises
+	// endpoints for; ranks run from 0 to MaxSourceRanks-1.
+	MaxSourceRanks = 1024
+)
+
+// validateWorkerType checks a router_hint_worker_type.
+func validateWorkerType(t string) error {
+	switch t {
+	case "", router.WorkerTypeAggregated, router.WorkerTypePrefill, router.WorkerTypeDecode:
+		return nil
+	}
+	return fmt.Errorf("worker_type %q is not a router_hint_worker_type: want %s, %s or %s",
+		t, router.WorkerTypeAggregated, router.WorkerTypePrefill, router.WorkerTypeDecode)
+}
+
+// sourceEndpoints checks the advertised endpoints and returns them indexed
+// by rank ("" where a rank has none).
+func sourceEndpoints(m map[string]string) ([]string, error) {
+	if len(m) == 0 {
+		return nil, nil
+	}
+	if len(m) > MaxSourceRanks {
+		return nil, fmt.Errorf("source_control_endpoints lists %d ranks, over the %d allowed", len(m), MaxSourceRanks)
+	}
+	top := -1
+	ranks := make(map[int]string, len(m))
+	for k, ep := range m {
+		r, err := strconv.Atoi(k)
+		if err != nil || r < 0 || r >= MaxSourceRanks || strconv.Itoa(r) != k {
+			return nil, fmt.Errorf("source_control_endpoints: rank %q must be a data-parallel rank from 0 to %d", k, MaxSourceRanks-1)
+		}
+		switch {
+		case ep == "":
+			return nil, fmt.Errorf("source_control_endpoints: rank %d has an empty endpoint", r)
+		case len(ep) > router.MaxSourceEndpointBytes:
+			return nil, fmt.Errorf("source_control_endpoints: rank %d's endpoint is %d bytes, over the %d allowed", r, len(ep), router.MaxSourceEndpointBytes)
+		case strings.ContainsFunc(ep, func(c rune) bool { return c < 0x20 || c == 0x7f || c == utf8.RuneError }):
+			return nil, fmt.Errorf("source_control_endpoints: rank %d's endpoint %q has control characters or invalid UTF-8", r, ep)
+		}
+		ranks[r] = ep
+		top = max(top, r)
+	}
+	out := make([]string, top+1)
+	for r, ep := range ranks {
+		out[r] = ep
+	}
+	return out, nil
+}
+
+// validateLabels checks labels as the API server checks a pod's.
+func validateLabels(m map[string]string) error {
+	for k, v := range m {
+		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
+			return fmt.Errorf("label key %q: %s", k, strings.Join(errs, "; "))
+		}
+		if errs := validation.IsValidLabelValue(v); len(errs) > 0 {
+			return fmt.Errorf("label %s value %q: %s", k, v, strings.Join(errs, "; "))
+		}
+	}
+	return nil
+}
+
+// Validate reports why the spec cannot be registered, or nil.
+func (s *WorkerSpec) Validate() error {
+	if s.ID == "" {
+		return fmt.Errorf("worker id is required")
+	}
+	if len(s.ID) > MaxWorkerIDLength {
+		return fmt.Errorf("worker id is %d characters, over the %d allowed", len(s.ID), MaxWorkerIDLength)
+	}
+	if s.HintEndpoint != "" {
+		if err := endpoint.ValidateHintEndpoint(s.HintEndpoint); err != nil {
+			return fmt.Errorf("worker %s: %w", s.ID, err)
+		}
+	}
+	if err := validateWorkerType(s.WorkerType); err != nil {
+		return fmt.Errorf("worker %s: %w", s.ID, err)
+	}
+	if _, err := sourceEndpoints(s.SourceControlEndpoints); err != nil {
+		return fmt.Errorf("worker %s: %w", s.ID, err)
+	}
+	if err := validateLabels(s.Labels); err != nil {
+		return fmt.Errorf("worker %s: %w", s.ID, err)
+	}
+	return nil
+}
+
+// HintCapable reports whether the spec advertises router_hint.
+func (s *WorkerSpec) HintCapable() bool {
+	return slices.Contains(s.Capabilities, router.CapabilityRouterHint)
+}
+
+// Worker is a registered worker. It is immutable; a change registers a new
+// one.
+type Worker struct {
+	WorkerSpec
+	// Capable is set when the worker advertises router_hint.
+	Capable bool `json:"hint_capable"`
+	// Source is the source that registered it: api, file or pods.
+	Source string `json:"source"`
+	// InPools lists the roles whose worker pools the worker is in.
+	InPools []string `json:"pools,omitempty"`
+
+	// q is the worker's delivery queue: nil when it is not hint-capable,
+	// has no endpoint, or the registry has no Delivery.
+	q Queue
+	// delivery counts what is dropped for want of an endpoint; nil when
+	// the registry has no Delivery.
+	delivery Delivery
+	// sources are the source control endpoints by rank.
+	sources []string
+	// pools holds an entry for every role with a worker pool: whether the
+	// worker is in it. A role without one admits every worker.
+	pools map[string]bool
+}
+
+// HintCapable reports whether the worker advertises router_hint.
+func (w *Worker) HintCapable() bool { return w.Capable }
+
+// InPool reports whether the worker is in role's pool; a role without a
+// pool admits every worker.
+func (w *Worker) InPool(role string) bool {
+	in, pooled := w.pools[role]
+	return in || !pooled
+}
+
+// Pools lists the roles whose pools the worker is in, sorted.
+func (w *Worker) Pools() []string {
+	var out []string
+	for role, in := range w.pools {
+		if in {
+			out = append(out, role)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// SourceEndpoint returns the control endpoint the worker advertises for a
+// data-parallel rank.
+func (w *Worker) SourceEndpoint(rank int) (string, bool) {
+	if rank < 0 || rank >= len(w.sources) || w.sources[rank] == "" {
+		return "", false
+	}
+	return w.sources[rank], true
+}
+
+// Deliver hands a message to the worker's queue; false if it was dropped.
+func (w *Worker) Deliver(msg []byte, built time.Time) bool {
+	if w.q == nil {
+		if w.delivery != nil {
+			w.delivery.NoEndpoint()
+		}
+		return false
+	}
+	return w.q.Enqueue(msg, built)
+}
+
+// Delivery is what the registry needs of delivery: a queue for each
+// hint-capable worker with an endpoint, a count of the hints of one
+// without, and the end of a departed worker's per-worker metrics.
+type Delivery interface {
+	// Queue starts the queue and sender of a worker's endpoint.
+	Queue(worker, endpoint string) Queue
+	// NoEndpoint counts a hint dropped because its worker advertises
+	// router_hint but no endpoint.
+	NoEndpoint()
+	// Forget drops the per-worker metrics of a worker that left.
+	Forget(worker string)
+}
+
+// Queue is one worker's delivery queue.
+type Queue interface {
+	// Enqueue hands a message over without waiting; false if it was
+	// dropped.
+	Enqueue(msg []byte, built time.Time) bool
+	// Close stops the queue of a worker that left or changed endpoint.
+	Close()
+}
+
+// Registry is the set of workers that bookings may name. Lookups are on the
+// booking path and take no lock: the map is replaced whole on every change,
+// which is rare next to bookings.
+type Registry struct {
+	delivery Delivery
+	mu       sync.Mutex // serialises writers
+	workers  atomic.Pointer[map[string]*Worker]
+	// pools are the roles' worker selectors; a role absent has no pool.
+	// Guarded by mu.
+	pools map[string]labels.Selector
+	// refused counts registrations refused as invalid, by source; nil
+	// counts nothing.
+	refused *prometheus.CounterVec
+}
+
+// NewRegistry returns an empty registry whose hint-capable workers get a
+// queue in delivery. With a nil delivery, hints are built but not sent.
+func NewRegistry(delivery Delivery) *Registry {
+	r := &Registry{delivery: delivery}
+	empty := map[string]*Worker{}
+	r.workers.Store(&empty)
+	return r
+}
+
+func (r *Registry) lookup(id string) *Worker { return (*r.workers.Load())[id] }
+
+// Lookup returns the worker for the dispatcher, or nil.
+func (r *Registry) Lookup(id string) router.Worker {
+	if w := r.lookup(id); w != nil {
+		return w
+	}
+	return nil // a nil *Worker would be a non-nil router.Worker
+}
+
+// Get returns a registered worker.
+func (r *Registry) Get(id string) (Worker, bool) {
+	w := r.lookup(id)
+	if w == nil {
+		return Worker{}, false
+	}
+	return *w, true
+}
+
+// List returns the workers, sorted by ID.
+func (r *Registry) List() []Worker {
+	m := *r.workers.Load()
+	out := make([]Worker, 0, len(m))
+	for _, w := range m {
+		out = append(out, *w)
+	}
+	slices.SortFunc(out, func(a, b Worker) int { return strings.Compare(a.ID, b.ID) })
+	return out
+}
+
+// Set registers or replaces one worker for a source.
+func (r *Registry) Set(source string, spec WorkerSpec) error {
+	if err := spec.Validate(); err != nil {
+		r.countRefused(source)
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	next := r.copyMap()
+	r.put(next, source, spec)
+	r.workers.Store(&next)
+	return nil
+}
+
+// Delete removes one worker; it reports whether it was there.
+func (r *Registry) Delete(id string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	next := r.copyMap()
+	old, ok := next[id]
+	if !ok {
+		return false
+	}
+	delete(next, id)
+	r.workers.Store(&next)
+	if old.q != nil {
+		old.q.Close()
+	}
+	r.forget(id)
+	return true
+}
+
+// Replace makes specs the complete set of workers of one source, leaving
+// the other sources' workers alone. An invalid spec fails the whole call.
+func (r *Registry) Replace(source string, specs []WorkerSpec) error {
+	seen := make(map[string]bool, len(specs))
+	for i := range specs {
+		if err := specs[i].Validate(); err != nil {
+			r.countRefused(source)
+			return err
+		}
+		if seen[specs[i].ID] {
+			return fmt.Errorf("worker %s is listed twice", specs[i].ID)
+		}
+		seen[specs[i].ID] = true
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	next := r.copyMap()
+	for id, w := range next {
+		if w.Source == source && !seen[id] {
+			delete(next, id)
+			if w.q != nil {
+				w.q.Close()
+			}
+			r.forget(id)
+		}
+	}
+	for _, s := range specs {
+		r.put(next, source, s)
+	}
+	r.workers.Store(&next)
+	return nil
+}
+
+// put registers spec in next, keeping the previous entry's queue when the
+// endpoint did not change: its hints and its connection stay valid.
+func (r *Registry) put(next map[string]*Worker, source string, spec WorkerSpec) {
+	spec.Capabilities = slices.Clone(spec.Capabilities)
+	spec.Labels = maps.Clone(spec.Labels)
+	spec.SourceControlEndpoints = maps.Clone(spec.SourceControlEndpoints)
+	w := &Worker{WorkerSpec: spec, Capable: spec.HintCapable(), Source: source, delivery: r.delivery}
+	w.sources, _ = sourceEndpoints(spec.SourceControlEndpoints) // validated by the caller
+	w.pools = r.membership(spec.Labels)
+	w.InPools = w.Pools()
+	old := next[spec.ID]
+	wantQueue := w.Capable && spec.HintEndpoint != "" && r.delivery != nil
+	switch {
+	case wantQueue && old != nil && old.q != nil && old.HintEndpoint == spec.HintEndpoint:
+		w.q = old.q
+	case wantQueue:
+		w.q = r.delivery.Queue(spec.ID, spec.HintEndpoint)
+	}
+	if old != nil && old.q != nil && old.q != w.q {
+		old.q.Close()
+	}
+	next[spec.ID] = w
+}
+
+// countRefused counts a registration refused as invalid.
+func (r *Registry) countRefused(source string) {
+	if r.refused != nil {
+		r.refused.WithLabelValues(source).Inc()
+	}
+}
+
+// membership is which pools a worker with these labels is in, under the
+// pools in force. Guarded by mu.
+func (r *Registry) membership(l map[string]string) map[string]bool {
+	if len(r.pools) == 0 {
+		return nil
+	}
+	m := make(map[string]bool, len(r.pools))
+	for role, sel := range r.pools {
+		m[role] = sel.Matches(labels.Set(l))
+	}
+	return m
+}
+
+// SetPools makes pools the roles' worker pools: role to the selector of
+// its workers. A role absent has no pool and admits every worker. Every
+// registered worker's membership is recomputed at once.
+func (r *Registry) SetPools(pools map[string]labels.Selector) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.pools = maps.Clone(pools)
+	cur := *r.workers.Load()
+	next := make(map[string]*Worker, len(cur))
+	for id, w := range cur {
+		c := *w
+		c.pools = r.membership(w.Labels)
+		c.InPools = c.Pools()
+		next[id] = &c
+	}
+	r.workers.Store(&next)
+}
+
+// Pools returns the roles' worker selectors in force.
+func (r *Registry) Pools() map[string]labels.Selector {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return maps.Clone(r.pools)
+}
+
+// forget drops the per-worker series of a worker that left.
+func (r *Registry) forget(id string) {
+	if r.delivery != nil {
+		r.delivery.Forget(id)
+	}
+}
+
+func (r *Registry) copyMap() map[string]*Worker {
+	cur := *r.workers.Load()
+	next := make(map[string]*Worker, len(cur)+1)
+	for k, v := range cur {
+		next[k] = v
+	}
+	return next
+}
+
+// Stats counts the registered workers and the hint-capable ones.
+func (r *Registry) Stats() (workers, hintCapable int) {
+	for _, w := range *r.workers.Load() {
+		workers++
+		if w.Capable {
+			hintCapable++
+		}
+	}
+	return workers, hintCapable
+}
+
+// RegisterMetrics registers the registry's metrics in reg: the refused
+// registrations, and the gauges read from the registry at scrape time.
+func (r *Registry) RegisterMetrics(reg prometheus.Registerer) {
+	ns := router.MetricsNamespace
+	r.refused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: ns, Name: "workers_refused_total",
+		Help: "Worker registrations refused as invalid (a worker type other than aggregated, prefill or decode, bad source endpoints, a bad hint endpoint), by source (api, file, pods).",
+	}, []string{"source"})
+	reg.MustRegister(
+		r.refused,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: ns, Name: "workers",
+			Help: "Workers in the registry.",
+		}, func() float64 { n, _ := r.Stats(); return float64(n) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: ns, Name: "hint_capable_workers",
+			Help: "Workers in the registry that advertise router_hint.",
+		}, func() float64 { _, n := r.Stats(); return float64(n) }),
+	)
+}

@@ -1,0 +1,129 @@
+package workers
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/kvrouter/kv-hint-operator/internal/sidecar/filewatch"
+	"github.com/kvrouter/kv-hint-operator/internal/sidecar/jsonbody"
+	"sigs.k8s.io/yaml"
+)
+
+// maxWorkersFileBytes caps a workers file.
+const maxWorkersFileBytes = 4 << 20
+
+// WorkersFile is the standalone list of workers, YAML or JSON: a mapping
+// whose workers key holds the list,
+//
+//	workers:
+//	  - id: decode-0
+//	    capabilities: [router_hint]
+//	    hint_endpoint: http://127.0.0.1:9001/v1/hints
+//	    worker_type: decode
+//
+// or the list itself, without the key.
+type WorkersFile struct {
+	Workers []WorkerSpec `json:"workers"`
+}
+
+// ParseWorkersFile reads a workers file strictly: unknown keys and invalid
+// workers are errors. The file is a mapping with a workers key, or a bare
+// list of workers.
+func ParseWorkersFile(data []byte) ([]WorkerSpec, error) {
+	js, err := yaml.YAMLToJSONStrict(data)
+	if err != nil {
+		return nil, fmt.Errorf("not valid YAML: %w", err)
+	}
+	js = bytes.TrimSpace(js)
+	dec := json.NewDecoder(bytes.NewReader(js))
+	dec.DisallowUnknownFields()
+	var f WorkersFile
+	switch {
+	case len(js) > 0 && js[0] == '[':
+		err = dec.Decode(&f.Workers)
+	case len(js) > 0 && js[0] == '{':
+		err = dec.Decode(&f)
+	default:
+		return nil, fmt.Errorf("a workers file holds a mapping with a workers key, or a list of workers; this one holds %s", shorten(js))
+	}
+	if err != nil {
+		return nil, describeFileError(err)
+	}
+	for i := range f.Workers {
+		if err := f.Workers[i].Validate(); err != nil {
+			return nil, fmt.Errorf("workers[%d]: %w", i, err)
+		}
+	}
+	return f.Workers, nil
+}
+
+// describeFileError says what is wrong with a workers file's contents, in
+// the words of a file rather than of a request body.
+func describeFileError(err error) error {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) && te.Field != "" {
+		return fmt.Errorf("workers file: %s: got %s, want %s", te.Field, te.Value, jsonbody.KindOf(te.Type))
+	}
+	return fmt.Errorf("workers file: %s", strings.TrimPrefix(err.Error(), "json: "))
+}
+
+// shorten cuts a file's text for a message.
+func shorten(js []byte) string {
+	if len(js) == 0 {
+		return "nothing"
+	}
+	if len(js) > 40 {
+		return string(js[:37]) + "..."
+	}
+	return string(js)
+}
+
+// FileSource keeps the registry's file workers equal to a file's
+// list, rereading it on change like the config file. A file that cannot be
+// read or parsed leaves the workers registered from it before.
+type FileSource struct {
+	Path string
+	Poll time.Duration
+}
+
+// Run loads the file into reg until ctx is done.
+func (s FileSource) Run(ctx context.Context, reg *Registry, log logr.Logger) {
+	path := filepath.Clean(s.Path)
+	log = log.WithValues("workersFile", path)
+	var lastErr string
+	var last []byte
+	filewatch.Watch(ctx, path, s.Poll, log, func() {
+		data, err := filewatch.ReadLimited(path, maxWorkersFileBytes)
+		if err == nil && bytes.Equal(data, last) {
+			return
+		}
+		var specs []WorkerSpec
+		if err == nil {
+			if specs, err = ParseWorkersFile(data); err != nil && err.Error() != lastErr {
+				// An invalid worker (a worker_type other than aggregated,
+				// prefill or decode, say) refuses the whole file: counted
+				// once per distinct error, like the log below.
+				reg.countRefused(SourceFile)
+			}
+		}
+		if err == nil {
+			err = reg.Replace(SourceFile, specs)
+		}
+		if err != nil {
+			if err.Error() != lastErr {
+				log.Error(err, "Cannot load the workers file; keeping the workers it gave before")
+				lastErr = err.Error()
+			}
+			return
+		}
+		last, lastErr = data, ""
+		log.Info("Loaded workers file", "workers", len(specs))
+	})
+}
