@@ -8,7 +8,7 @@
 #
 # Workers are registered with router_hint and no hint_endpoint, so the
 # sidecar answers each hinted booking 200 with the hint message and pushes
-# nothing. The floor (internal/router TestFloorServer) answers the bookings
+# nothing. The floor (TestFloorServer in internal/sidecar/booking) answers the bookings
 # in turn with real answers the sidecar gave at setup for the bench's mix
 # (the generator books prefill, with a KV copy half the time, then decode):
 # a kv.fetch of 192 blocks, a decode kv.retain, a 204 (prefill without a
