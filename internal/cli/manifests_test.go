@@ -54,7 +54,7 @@ func TestValidateInvalidSamples(t *testing.T) {
 		"hints-require-kv-mode.yaml":    "14: RouterRole hints-require-kv-mode spec.hints: HintsRequireKVMode: ",
 		"invalid-hint-name.yaml":        "13: RouterRole invalid-hint-name spec.hints[0] (kv-retain): InvalidHintName: ",
 		"invalid-parameters.yaml":       "13: RouterRole invalid-parameters spec.hints[0] (kv-retain): InvalidParameters: ",
-		"invalid-role.yaml":             "9: RouterRole invalid-role spec.role: InvalidRole: ",
+		"invalid-role.yaml":             "10: RouterRole invalid-role spec.role: InvalidRole: ",
 		"invalid-router-mode.yaml":      "10: RouterRole invalid-router-mode spec.routerMode: InvalidRouterMode: ",
 		"invalid-worker-selector.yaml":  "12: RouterRole invalid-worker-selector spec.workerSelector: InvalidWorkerSelector: ",
 		"kvcopy-sender-duplicate.yaml":  "12: RouterRole kvcopy-sender-duplicate spec.hints (kvcr): KVCopySenderDuplicate: ",
