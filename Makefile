@@ -5,6 +5,7 @@ SHELL := /usr/bin/env bash -o pipefail
 
 BIN ?= $(CURDIR)/bin
 KVHINT ?= $(BIN)/kvhint
+KVHINT_DEV ?= $(BIN)/kvhint-dev
 CONTROLLER_GEN_VERSION ?= v0.23.0
 CONTROLLER_GEN ?= $(BIN)/controller-gen-$(CONTROLLER_GEN_VERSION)
 APIDIFF_VERSION ?= v0.0.0-20261113113407-e3970619a1a4
@@ -20,8 +21,12 @@ help: ## List the targets.
 	@awk 'BEGIN {FS = ":.*##"} /^[a-zA-Z_-]+:.*##/ {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: build
-build: ## Build bin/kvhint.
+build: ## Build bin/kvhint, the product binary (manager, sidecar, validate, compile).
 	go build -o $(KVHINT) ./cmd/kvhint
+
+.PHONY: build-dev
+build-dev: ## Build bin/kvhint-dev: kvhint plus dev, loadgen and sim-worker.
+	go build -o $(KVHINT_DEV) ./cmd/kvhint-dev
 
 .PHONY: envtest
 envtest: ## Build (or reuse) kube-apiserver and etcd for the tests; prints their folder.
@@ -87,5 +92,5 @@ verify: manifests generate imports-check api-check ## Fail if generated files ar
 	@test -z "$$(git status --porcelain -- api config)" || { echo "untracked generated files:"; git status --porcelain -- api config; exit 1; }
 
 .PHONY: dev
-dev: build ## Run the whole product locally (control plane, manager, sidecars, workers) until Ctrl-C.
-	$(KVHINT) dev --assets "$$(hack/envtest-assets.sh)"
+dev: build-dev ## Run the whole product locally (control plane, manager, sidecars, workers) until Ctrl-C.
+	$(KVHINT_DEV) dev --assets "$$(hack/envtest-assets.sh)"
