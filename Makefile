@@ -37,6 +37,18 @@ test: ## Run every test against a real kube-apiserver and etcd (built on first u
 	KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh)" go test $(GO_TEST_FLAGS) ./...
 	@for m in $(dir $(EXAMPLES)); do echo "go test $$m"; (cd $$m && go test $(GO_TEST_FLAGS) ./...) || exit 1; done
 
+# make unit: every package's own tests, in -short, with no API server: the
+# tests that need kube-apiserver and etcd skip when KUBEBUILDER_ASSETS is
+# unset (and it is unset here, even if your shell sets it), the ones that
+# build and run the binaries skip in -short, and the suites under test/
+# (end to end, fault, scale, admission: real processes, run by make test)
+# are left out. Go's test cache applies: a second run is instant.
+UNIT_PKGS = $$(go list ./... | grep -v '/test/')
+
+.PHONY: unit
+unit: ## Run the unit tests: no API server, no binaries built, no test/ suites; under a minute on a warm cache.
+	env -u KUBEBUILDER_ASSETS go test -short $(UNIT_PKGS)
+
 .PHONY: soak
 soak: ## Run the 10-minute soak of the sidecar binary (steady bookings, config flips); figures in docs/benchmarks.md.
 	KVHINT_SOAK=1 KVHINT_SOAK_REPORT=$${KVHINT_SOAK_REPORT:-$(CURDIR)/bin/soak-report.md} go test $(GO_TEST_FLAGS) ./test/fault/ -run '^TestSoak$$' -v -timeout 20m
