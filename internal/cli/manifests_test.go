@@ -2,14 +2,14 @@ package cli
 
 import (
 	"bytes"
-	"github.com/kvrouter/kv-hint-operator/internal/compiled"
-	"github.com/kvrouter/kv-hint-operator/internal/dynamopolicy"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/kvrouter/kv-hint-operator/internal/compiled"
+	"github.com/kvrouter/kv-hint-operator/internal/dynamopolicy"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
 	"github.com/kvrouter/kv-hint-operator/internal/rolegraph"

@@ -69,7 +69,7 @@ func DefaultBookings() []Booking {
 }
 
 // Run checks that the provider's policies do what every hint policy must
-// (DESIGN section 6, and the contract documented on hints.HintPolicy and
+// (docs/design.md, section 6, and the contract documented on hints.HintPolicy and
 // hints.HintProvider):
 //
 //   - the provider registers in a catalog (a DNS-label type, a Parse);
@@ -149,6 +149,7 @@ func (r *report) errorf(format string, args ...any) {
 func parse(p hints.HintProvider, raw string) (policy hints.HintPolicy, err error) {
 	defer func() {
 		if r := recover(); r != nil {
+			//lint:ignore ST1005 the message starts with the method's name, Parse
 			policy, err = nil, fmt.Errorf("Parse panicked: %v", r)
 		}
 	}()
