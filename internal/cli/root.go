@@ -74,6 +74,7 @@ func NewRootCommand(cat *hints.Catalog) *cobra.Command {
 		newCompileCommand(cat),
 		newManagerCommand(cat),
 		newSidecarCommand(cat),
+		newCatalogCommand(cat),
 	)
 	return root
 }
