@@ -14,6 +14,13 @@ import (
 // rolegraph.ReadManifests splits them (the Kubernetes YAML reader: a line
 // starting with "---" ends a document, empty documents are skipped), so a
 // document number in its errors finds its line here.
+//
+// It is not pkg/hintsconfig's locator (source.go), though both walk
+// yaml.v3 nodes: that one reads one policy file, resolves its aliases,
+// refuses coerced keys and locates worker_selection paths; this one splits
+// multi-document manifests as the Kubernetes reader does and locates
+// objects by kind and name, then their spec fields. They share three small
+// node helpers and no rules.
 type manifestPositions struct {
 	// documents are the first line of each document, by number - 1.
 	documents []int
