@@ -1,5 +1,5 @@
 // Package e2e tests the product end to end: the real kvhint binary (manager,
-// sidecars) and kvhint-dev (simulated workers, kvhint dev) as separate
+// sidecars) and kvhint-dev (simulated workers, kvhint-dev dev) as separate
 // processes against a real
 // kube-apiserver and etcd, driven with the real kubectl.
 package e2e
