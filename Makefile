@@ -5,10 +5,20 @@ SHELL := /usr/bin/env bash -o pipefail
 
 BIN ?= $(CURDIR)/bin
 KVHINT ?= $(BIN)/kvhint
+KVHINT_DEV ?= $(BIN)/kvhint-dev
 CONTROLLER_GEN_VERSION ?= v0.23.0
 CONTROLLER_GEN ?= $(BIN)/controller-gen-$(CONTROLLER_GEN_VERSION)
 APIDIFF_VERSION ?= v0.0.0-20261113113407-e3970619a1a4
 APIDIFF ?= $(BIN)/apidiff-$(APIDIFF_VERSION)
+STATICCHECK_VERSION ?= v0.8.2
+STATICCHECK ?= $(BIN)/staticcheck-$(STATICCHECK_VERSION)
+GOIMPORTS_VERSION ?= v0.52.0
+GOIMPORTS ?= $(BIN)/goimports-$(GOIMPORTS_VERSION)
+LOCAL_MODULE := github.com/kvrouter/kv-hint-operator
+LINT_PKGS = $$(go list ./...)
+# goimports -local on every Go file but controller-gen's output
+# (zz_generated.*, which make generate rewrites as controller-gen does).
+GOIMPORTS_FILES = $$(git ls-files -co --exclude-standard '*.go' | grep -v -e 'zz_generated')
 # The examples are modules of their own, as a team's plugin or router is.
 EXAMPLES := $(wildcard examples/*/go.mod)
 # -count=1: the end-to-end tests build and run kvhint themselves, which Go's
@@ -20,8 +30,12 @@ help: ## List the targets.
 	@awk 'BEGIN {FS = ":.*##"} /^[a-zA-Z_-]+:.*##/ {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: build
-build: ## Build bin/kvhint.
+build: ## Build bin/kvhint, the product binary (manager, sidecar, validate, compile).
 	go build -o $(KVHINT) ./cmd/kvhint
+
+.PHONY: build-dev
+build-dev: ## Build bin/kvhint-dev: kvhint plus dev, loadgen and sim-worker.
+	go build -o $(KVHINT_DEV) ./cmd/kvhint-dev
 
 .PHONY: envtest
 envtest: ## Build (or reuse) kube-apiserver and etcd for the tests; prints their folder.
@@ -31,6 +45,18 @@ envtest: ## Build (or reuse) kube-apiserver and etcd for the tests; prints their
 test: ## Run every test against a real kube-apiserver and etcd (built on first use), the examples' modules included.
 	KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh)" go test $(GO_TEST_FLAGS) ./...
 	@for m in $(dir $(EXAMPLES)); do echo "go test $$m"; (cd $$m && go test $(GO_TEST_FLAGS) ./...) || exit 1; done
+
+# make unit: every package's own tests, in -short, with no API server: the
+# tests that need kube-apiserver and etcd skip when KUBEBUILDER_ASSETS is
+# unset (and it is unset here, even if your shell sets it), the ones that
+# build and run the binaries skip in -short, and the suites under test/
+# (end to end, fault, scale, admission: real processes, run by make test)
+# are left out. Go's test cache applies: a second run is instant.
+UNIT_PKGS = $$(go list ./... | grep -v '/test/')
+
+.PHONY: unit
+unit: ## Run the unit tests: no API server, no binaries built, no test/ suites; under a minute on a warm cache.
+	env -u KUBEBUILDER_ASSETS go test -short $(UNIT_PKGS)
 
 .PHONY: soak
 soak: ## Run the 10-minute soak of the sidecar binary (steady bookings, config flips); figures in docs/benchmarks.md.
@@ -66,6 +92,30 @@ $(APIDIFF):
 	GOBIN=$(BIN) go install golang.org/x/exp/cmd/apidiff@$(APIDIFF_VERSION)
 	mv $(BIN)/apidiff $(APIDIFF)
 
+.PHONY: staticcheck
+staticcheck: $(STATICCHECK)
+$(STATICCHECK):
+	@mkdir -p $(BIN)
+	GOBIN=$(BIN) go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	mv $(BIN)/staticcheck $(STATICCHECK)
+
+.PHONY: goimports
+goimports: $(GOIMPORTS)
+$(GOIMPORTS):
+	@mkdir -p $(BIN)
+	GOBIN=$(BIN) go install golang.org/x/tools/cmd/goimports@$(GOIMPORTS_VERSION)
+	mv $(BIN)/goimports $(GOIMPORTS)
+
+.PHONY: imports
+imports: $(GOIMPORTS) ## goimports -local the tree (generated files aside).
+	$(GOIMPORTS) -local $(LOCAL_MODULE) -w $(GOIMPORTS_FILES)
+
+.PHONY: lint
+lint: $(STATICCHECK) $(GOIMPORTS) ## staticcheck (default checks) and goimports -local, on the module and the examples.
+	@test -z "$$($(GOIMPORTS) -local $(LOCAL_MODULE) -l $(GOIMPORTS_FILES))" || { echo "goimports needed (make imports):"; $(GOIMPORTS) -local $(LOCAL_MODULE) -l $(GOIMPORTS_FILES); exit 1; }
+	$(STATICCHECK) $(LINT_PKGS)
+	@for m in $(dir $(EXAMPLES)); do (cd $$m && $(STATICCHECK) ./...) || exit 1; done
+
 .PHONY: api-check
 api-check: $(APIDIFF) ## Fail on an incompatible change to the public packages (pkg/) against hack/api.
 	@APIDIFF=$(APIDIFF) hack/api.sh check
@@ -79,7 +129,7 @@ imports-check: ## Fail if a public package or an example imports internal/.
 	@hack/imports-check.sh
 
 .PHONY: verify
-verify: manifests generate imports-check api-check ## Fail if generated files are stale, the public API broke, or the tree is not gofmt/vet clean.
+verify: manifests generate imports-check api-check lint ## Fail if generated files are stale, the public API broke, or the tree is not gofmt/vet/staticcheck/goimports clean.
 	@test -z "$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files -co --exclude-standard '*.go'); exit 1; }
 	go vet ./...
 	@for m in $(dir $(EXAMPLES)); do (cd $$m && go vet ./...) || exit 1; done
@@ -87,5 +137,5 @@ verify: manifests generate imports-check api-check ## Fail if generated files ar
 	@test -z "$$(git status --porcelain -- api config)" || { echo "untracked generated files:"; git status --porcelain -- api config; exit 1; }
 
 .PHONY: dev
-dev: build ## Run the whole product locally (control plane, manager, sidecars, workers) until Ctrl-C.
-	$(KVHINT) dev --assets "$$(hack/envtest-assets.sh)"
+dev: build-dev ## Run the whole product locally (control plane, manager, sidecars, workers) until Ctrl-C.
+	$(KVHINT_DEV) dev --assets "$$(hack/envtest-assets.sh)"

@@ -177,6 +177,7 @@ type gitopsCase struct {
 // served by the API server, for every condition reason: before the
 // manager has processed them, after, and right after a change.
 func TestGitopsStatus(t *testing.T) {
+	requireAPIServer(t)
 	var cases []*gitopsCase
 	for _, s := range invalidSamples {
 		if s.rejected != "" {
@@ -344,6 +345,7 @@ func conditionOf(t *testing.T, ns, name string, typ v1alpha1.ConditionType) meta
 // snippet the README tells Argo CD users to install, equal to the scripts
 // the tests run, and installs it the way the README says.
 func TestArgoCDConfigMapSnippet(t *testing.T) {
+	requireAPIServer(t)
 	data, err := os.ReadFile(filepath.Join("..", "config", "argocd", "argocd-cm.yaml"))
 	if err != nil {
 		t.Fatal(err)

@@ -58,6 +58,7 @@ func TestKubectlWaitReady(t *testing.T) {
 // TestKubectlExplain reads the field documentation back from the API
 // server, as a person would.
 func TestKubectlExplain(t *testing.T) {
+	requireAPIServer(t)
 	for field, want := range map[string]string{
 		"routerroles.spec.routerMode":            "routerMode is how the router books workers for this role",
 		"routerroles.spec.hints.policyRef":       "policyRef runs a HintPolicy of this namespace",
@@ -78,6 +79,7 @@ func TestKubectlExplain(t *testing.T) {
 // RBAC, the manager Deployment, the admission policies) without creating anything. The namespace
 // must exist for the namespaced objects, so the test creates it.
 func TestKustomizeDefaultDryRun(t *testing.T) {
+	requireAPIServer(t)
 	sys := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kvhint-system"}}
 	if err := k8s.Create(context.Background(), sys); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
@@ -111,6 +113,7 @@ func TestKustomizeDefaultDryRun(t *testing.T) {
 // the metrics reviews. The rest of the overlay is checked with a server
 // side dry run.
 func TestNamespacedInstallCannotTouchOtherNamespaces(t *testing.T) {
+	requireAPIServer(t)
 	ctx := context.Background()
 	for _, name := range []string{"kvhint-system", "routers"} {
 		if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil && !apierrors.IsAlreadyExists(err) {

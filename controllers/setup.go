@@ -116,7 +116,7 @@ func sidecarReport(mf metav1.ManagedFieldsEntry) bool {
 			Annotations map[string]json.RawMessage `json:"f:annotations"`
 		} `json:"f:metadata"`
 	}
-	if err := json.Unmarshal(mf.FieldsV1.Raw, &fields); err != nil {
+	if err := json.Unmarshal(mf.FieldsV1.GetRawBytes(), &fields); err != nil {
 		return false
 	}
 	_, ok := fields.Metadata.Annotations["f:"+v1alpha1.AppliedHashAnnotation]

@@ -17,9 +17,9 @@ func TestTrimPodIdempotent(t *testing.T) {
 	owned := func(manager string) []metav1.ManagedFieldsEntry {
 		return []metav1.ManagedFieldsEntry{
 			{Manager: "kubectl-create", Operation: metav1.ManagedFieldsOperationUpdate,
-				FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:labels":{"f:hints.kvrouter.io/router":{}}}}`)}},
+				FieldsV1: metav1.NewFieldsV1(`{"f:metadata":{"f:labels":{"f:hints.kvrouter.io/router":{}}}}`)},
 			{Manager: manager, Operation: metav1.ManagedFieldsOperationUpdate,
-				FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:annotations":{".":{},"f:hints.kvrouter.io/applied-hash":{}}}}`)}},
+				FieldsV1: metav1.NewFieldsV1(`{"f:metadata":{"f:annotations":{".":{},"f:hints.kvrouter.io/applied-hash":{}}}}`)},
 		}
 	}
 	for _, tc := range []struct {

@@ -2,10 +2,11 @@
 # run their servers on. Source it from the repository root with W set to a
 # scratch directory.
 #
-# bench_setup builds kvhint and the router test binary (whose
-# TestFloorServer is the do-nothing floor), writes the hints and workers
-# files, and starts the four sink workers (one process) on core 0; with
-# BENCH_INBAND=1 the workers have no hint endpoint and no sinks start.
+# bench_setup builds kvhint, kvhint-dev (for sim-worker and loadgen) and
+# the booking test binary (whose TestFloorServer is the do-nothing floor),
+# writes the hints and workers files, and starts the four sink workers (one
+# process) on core 0; with BENCH_INBAND=1 the workers have no hint endpoint
+# and no sinks start.
 # start_server runs the sidecar or the floor on core 1, and offer runs the
 # load generator on core 0 against it.
 
@@ -17,7 +18,7 @@ wait_for() {
 }
 
 bench_setup() {
-	go build -o "$W/kvhint" ./cmd/kvhint
+	go build -o "$W/" ./cmd/kvhint ./cmd/kvhint-dev
 	go test -c -o "$W/router.test" ./internal/sidecar/booking
 	cat >"$W/hints.yaml" <<'YAML'
 worker_selection:
@@ -46,7 +47,7 @@ YAML
 	# The four workers are one sink process: four processes on one core,
 	# each woken on its own for every hint, took 15-19% more of its CPU
 	# and delayed the generator's sends behind them.
-	taskset -c 0 "$W/kvhint" sim-worker --sink --id p0 --listen 127.0.0.1:9601 --id p1 --listen 127.0.0.1:9602 \
+	taskset -c 0 "$W/kvhint-dev" sim-worker --sink --id p0 --listen 127.0.0.1:9601 --id p1 --listen 127.0.0.1:9602 \
 		--id d0 --listen 127.0.0.1:9603 --id d1 --listen 127.0.0.1:9604 >"$W/workers.log" 2>&1 &
 }
 
@@ -125,7 +126,7 @@ cpu_busy() {
 offer() {
 	local before
 	before=$(cpu_ticks)
-	GOMAXPROCS=2 taskset -c 0 "$W/kvhint" loadgen --target "$(target "$1")" --rate "$2" --duration "${3}s" \
+	GOMAXPROCS=2 taskset -c 0 "$W/kvhint-dev" loadgen --target "$(target "$1")" --rate "$2" --duration "${3}s" \
 		--connections 16 --role prefill=p0,p1:copy=0.5 --role decode=d0,d1 2>&1 || true
 	echo "cores $(cpu_busy "$before" "$(cpu_ticks)")"
 }

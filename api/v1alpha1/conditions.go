@@ -53,9 +53,9 @@ const (
 )
 
 // Reasons of Accepted=False that come from the catalog rules. Their values
-// are those of the Reason constants of the hints core (internal/hints),
-// which the CLI and the sidecar report for the same rule; a test keeps the
-// two lists equal.
+// are those of the Reason constants of the rules (pkg/hintsconfig), which
+// the CLI and the sidecar report for the same rule; a test
+// (internal/rolegraph/reasons_test.go) keeps the two lists equal.
 const (
 	ReasonInvalidConfig          ConditionReason = "InvalidConfig"
 	ReasonInvalidRole            ConditionReason = "InvalidRole"

@@ -7,17 +7,26 @@
 package v1alpha1
 
 import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"sigs.k8s.io/controller-runtime/pkg/scheme"
 )
 
 var (
 	// GroupVersion is the API group and version of this package.
 	GroupVersion = schema.GroupVersion{Group: "hints.kvrouter.io", Version: "v1alpha1"}
 
-	// SchemeBuilder registers the types of this package in a scheme.
-	SchemeBuilder = &scheme.Builder{GroupVersion: GroupVersion}
+	// SchemeBuilder registers the types of this package in a scheme. It is
+	// apimachinery's, as in k8s.io/api, so that importing the types needs
+	// no controller-runtime (whose scheme.Builder is deprecated for that).
+	SchemeBuilder = runtime.NewSchemeBuilder(addKnownTypes)
 
 	// AddToScheme adds the types of this package to a scheme.
 	AddToScheme = SchemeBuilder.AddToScheme
 )
+
+func addKnownTypes(s *runtime.Scheme) error {
+	s.AddKnownTypes(GroupVersion, &RouterRole{}, &RouterRoleList{}, &HintPolicy{}, &HintPolicyList{})
+	metav1.AddToGroupVersion(s, GroupVersion)
+	return nil
+}

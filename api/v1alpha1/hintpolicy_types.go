@@ -88,7 +88,3 @@ type HintPolicyList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []HintPolicy `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&HintPolicy{}, &HintPolicyList{})
-}

@@ -311,7 +311,3 @@ type RouterRoleList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []RouterRole `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&RouterRole{}, &RouterRoleList{})
-}

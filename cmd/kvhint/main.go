@@ -1,5 +1,6 @@
-// Command kvhint is kv-hint-operator's one binary: the operator, the router
-// sidecar, the offline checks and the local development environment.
+// Command kvhint is kv-hint-operator's product binary: the operator
+// (manager), the router sidecar and the offline checks (validate, compile).
+// The development tools (dev, loadgen, sim-worker) are cmd/kvhint-dev's.
 //
 // A build with custom plugins is this file with one more import: register
 // the plugin's providers in the catalog before calling app.Main (see

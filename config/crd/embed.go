@@ -1,6 +1,6 @@
 // Package crd carries the generated CustomResourceDefinitions inside the
-// binary, so `kvhint dev` and the end-to-end tests install exactly the CRDs
-// this build was generated with, wherever they run from.
+// development binary, so `kvhint-dev dev` and the end-to-end tests install
+// exactly the CRDs this build was generated with, wherever they run from.
 package crd
 
 import (

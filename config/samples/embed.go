@@ -1,5 +1,5 @@
-// Package samples carries config/samples inside the binary, so `kvhint dev`
-// applies the same manifests a person would with kubectl apply -k.
+// Package samples carries config/samples inside the development binary, so
+// `kvhint-dev dev` applies the same manifests a person would with kubectl apply -k.
 package samples
 
 import (

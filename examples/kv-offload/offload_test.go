@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	kvoffload "example.com/kv-offload"
+
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints/hintstest"

@@ -164,3 +164,28 @@ func TestValidateReadsStdin(t *testing.T) {
 		t.Errorf("output %q", out.String())
 	}
 }
+
+// TestCatalog: kvhint catalog lists every linked type, the hints with their
+// commitments and default hosts.
+func TestCatalog(t *testing.T) {
+	code, out, stderr := runCLI("catalog")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	for _, want := range []string{"WORKER SELECTION", "dynamo-default-cost-fn ", "kvcr ", "HINT", "COMMITMENTS", "DEFAULT HOSTS"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	for _, row := range [][]string{{"kv-fetch", "KVCopy", "kvcr"}, {"kv-retain", "none", "-"}, {"kv-evict", "none", "*"}} {
+		found := false
+		for _, line := range strings.Split(out, "\n") {
+			if f := strings.Fields(line); len(f) >= 3 && f[0] == row[0] && f[1] == row[1] && f[2] == row[2] {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("no row %v in:\n%s", row, out)
+		}
+	}
+}

@@ -14,6 +14,14 @@ import (
 // rolegraph.ReadManifests splits them (the Kubernetes YAML reader: a line
 // starting with "---" ends a document, empty documents are skipped), so a
 // document number in its errors finds its line here.
+//
+// It is not pkg/hintsconfig's locator (source.go), though both read
+// yaml.v3 nodes: that one is part of reading one policy file (it resolves
+// aliases, refuses coerced keys, rewrites non-finite numbers) and maps a
+// Problem's role, hint, key and reason to a line of a worker_selection
+// path; this one splits multi-document manifests as the Kubernetes reader
+// does and finds objects by kind and name, then their spec fields. They
+// have inputs, path grammars and callers of their own.
 type manifestPositions struct {
 	// documents are the first line of each document, by number - 1.
 	documents []int

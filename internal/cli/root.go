@@ -1,5 +1,8 @@
-// Package cli holds kvhint's subcommands. Main is the entry point every
-// kvhint build shares, the standard one and custom ones with more plugins.
+// Package cli holds the product's subcommands: manager, sidecar, validate
+// and compile. Main is the entry point every kvhint build shares, the
+// standard one and custom ones with more plugins. The development
+// subcommands (dev, loadgen, sim-worker) are in internal/devcli, so that
+// kvhint links neither envtest nor the simulators.
 package cli
 
 import (
@@ -26,13 +29,22 @@ type exitError struct{ code int }
 
 func (e exitError) Error() string { return fmt.Sprintf("exit %d", e.code) }
 
+// Exit returns the error a subcommand returns to make Execute exit with
+// code after printing its own message.
+func Exit(code int) error { return exitError{code: code} }
+
 // Main runs kvhint with the policies linked in cat and returns the exit code.
 func Main(cat *hints.Catalog, args []string) int {
 	return run(cat, args, os.Stdout, os.Stderr)
 }
 
 func run(cat *hints.Catalog, args []string, stdout, stderr io.Writer) int {
-	root := NewRootCommand(cat)
+	return Execute(NewRootCommand(cat), args, stdout, stderr)
+}
+
+// Execute runs a command tree (NewRootCommand's, or one with more
+// subcommands) on args and returns the exit code.
+func Execute(root *cobra.Command, args []string, stdout, stderr io.Writer) int {
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
@@ -44,7 +56,7 @@ func run(cat *hints.Catalog, args []string, stdout, stderr io.Writer) int {
 	case errors.As(err, &ee):
 		return ee.code
 	default:
-		fmt.Fprintln(stderr, "kvhint:", err)
+		fmt.Fprintln(stderr, root.Name()+":", err)
 		return ExitUsage
 	}
 }
@@ -61,10 +73,8 @@ func NewRootCommand(cat *hints.Catalog) *cobra.Command {
 		newValidateCommand(cat),
 		newCompileCommand(cat),
 		newManagerCommand(cat),
-		newLoadgenCommand(),
-		newDevCommand(),
 		newSidecarCommand(cat),
-		newSimWorkerCommand(),
+		newCatalogCommand(cat),
 	)
 	return root
 }

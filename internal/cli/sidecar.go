@@ -115,7 +115,7 @@ pod IP only, where probes and scrapers reach them; pprof is on loopback.`,
 			if err != nil {
 				return err
 			}
-			ctx, stop := signal.NotifyContext(contextOrBackground(cmd), os.Interrupt, syscall.SIGTERM)
+			ctx, stop := signal.NotifyContext(ContextOrBackground(cmd), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			return s.Run(ctx)
 		},
@@ -202,8 +202,8 @@ func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
 	return kubernetes.NewForConfig(cfg)
 }
 
-// contextOrBackground is cobra's context, which is nil outside Execute.
-func contextOrBackground(cmd *cobra.Command) context.Context {
+// ContextOrBackground is cobra's context, which is nil outside Execute.
+func ContextOrBackground(cmd *cobra.Command) context.Context {
 	if ctx := cmd.Context(); ctx != nil {
 		return ctx
 	}

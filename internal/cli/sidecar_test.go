@@ -14,12 +14,12 @@ import (
 	"time"
 )
 
-// TestSidecarAndSimWorkerProcesses runs the real binary: `kvhint sidecar`
-// on a config file and `kvhint sim-worker --register` as two processes, a
+// TestSidecarAndSimWorkerProcesses runs the real binaries: `kvhint sidecar`
+// on a config file and `kvhint-dev sim-worker --register` as two processes, a
 // booking over loopback HTTP, the hint read back from the worker, and a
 // clean exit on SIGTERM.
 func TestSidecarAndSimWorkerProcesses(t *testing.T) {
-	bin, config := buildForProcessTest(t)
+	bin, devBin, config := buildForProcessTest(t)
 
 	sidecar := exec.Command(bin, "sidecar", "--config-file", config, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0")
 	stderr, err := sidecar.StderrPipe()
@@ -45,7 +45,7 @@ func TestSidecarAndSimWorkerProcesses(t *testing.T) {
 	}
 	go func() { _, _ = io.Copy(io.Discard, stderr); exited <- sidecar.Wait() }()
 
-	worker := exec.Command(bin, "sim-worker", "--id", "decode-0", "--register", bookings, "--print-endpoint")
+	worker := exec.Command(devBin, "sim-worker", "--id", "decode-0", "--register", bookings, "--print-endpoint")
 	stdout, err := worker.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -109,10 +109,10 @@ func TestSidecarAndSimWorkerProcesses(t *testing.T) {
 }
 
 // TestSidecarOnUnixSocket runs the real binary with --listen unix:///PATH
-// and --listen-mode: the socket has that mode, kvhint loadgen books over
+// and --listen-mode: the socket has that mode, kvhint-dev loadgen books over
 // it, and SIGTERM removes it.
 func TestSidecarOnUnixSocket(t *testing.T) {
-	bin, config := buildForProcessTest(t)
+	bin, devBin, config := buildForProcessTest(t)
 	sockDir, err := os.MkdirTemp("", "kvs-")
 	if err != nil {
 		t.Fatal(err)
@@ -150,13 +150,13 @@ func TestSidecarOnUnixSocket(t *testing.T) {
 	// 503 until it has. Workers are unknown: every answer is 204.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		out, err := exec.Command(bin, "loadgen", "--target", "unix://"+sock, "--rate", "200", "--duration", "250ms",
+		out, err := exec.Command(devBin, "loadgen", "--target", "unix://"+sock, "--rate", "200", "--duration", "250ms",
 			"--connections", "2", "--role", "decode=d0").CombinedOutput()
 		if err == nil && strings.Contains(string(out), "completed 50 ") && strings.Contains(string(out), " 0 errors") {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("kvhint loadgen over the socket: %v\n%s", err, out)
+			t.Fatalf("kvhint-dev loadgen over the socket: %v\n%s", err, out)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -167,16 +167,17 @@ func TestSidecarOnUnixSocket(t *testing.T) {
 	}
 }
 
-// buildForProcessTest builds the kvhint binary into a temporary folder and
-// writes a hints config of one decode role beside it; it skips in -short.
-func buildForProcessTest(t *testing.T) (bin, config string) {
+// buildForProcessTest builds the product binary (kvhint) and the
+// development one (kvhint-dev, for sim-worker and loadgen) into a temporary
+// folder and writes a hints config of one decode role beside them; it skips
+// in -short.
+func buildForProcessTest(t *testing.T) (bin, devBin, config string) {
 	t.Helper()
 	if testing.Short() {
-		t.Skip("builds and runs the kvhint binary")
+		t.Skip("builds and runs the kvhint and kvhint-dev binaries")
 	}
 	dir := t.TempDir()
-	bin = filepath.Join(dir, "kvhint")
-	build := exec.Command("go", "build", "-o", bin, "github.com/kvrouter/kv-hint-operator/cmd/kvhint")
+	build := exec.Command("go", "build", "-o", dir+"/", "github.com/kvrouter/kv-hint-operator/cmd/kvhint", "github.com/kvrouter/kv-hint-operator/cmd/kvhint-dev")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
@@ -184,7 +185,7 @@ func buildForProcessTest(t *testing.T) (bin, config string) {
 	if err := os.WriteFile(config, []byte("worker_selection:\n  decode:\n    type: kvcr\n    hints: [{type: kv-fetch}, {type: kv-evict}]\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return bin, config
+	return filepath.Join(dir, "kvhint"), filepath.Join(dir, "kvhint-dev"), config
 }
 
 // stopBySIGTERM sends a kvhint process SIGTERM and fails unless it exits
@@ -202,95 +203,5 @@ func stopBySIGTERM(t *testing.T, proc *exec.Cmd, exited <-chan error) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatalf("%s did not exit within 10s of SIGTERM", name)
-	}
-}
-
-// TestSimWorkerSeveralSinks runs the real binary as two sink workers in one
-// process, as the load scripts do: each listens where it was told, counts
-// its own hints and answers with its own ID.
-func TestSimWorkerSeveralSinks(t *testing.T) {
-	bin, _ := buildForProcessTest(t)
-	worker := exec.Command(bin, "sim-worker", "--sink", "--id", "p0", "--listen", "127.0.0.1:0", "--id", "p1", "--listen", "127.0.0.1:0")
-	stdout, err := worker.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := worker.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = worker.Process.Kill() }) // waited for below, once it is told to stop
-	out := bufio.NewReader(stdout)
-	base := map[string]string{}
-	for range 2 {
-		line, err := out.ReadString('\n')
-		if err != nil {
-			t.Fatalf("sim-worker printed %d of 2 workers: %v", len(base), err)
-		}
-		// "sim-worker ID listening as a sink (...): hint endpoint URL, counts at URL/hints"
-		f := strings.Fields(line)
-		if len(f) < 2 {
-			t.Fatalf("unexpected line %q", line)
-		}
-		_, counts, ok := strings.Cut(line, "counts at ")
-		if !ok {
-			t.Fatalf("no counts URL in %q", line)
-		}
-		base[f[1]] = strings.TrimSuffix(strings.TrimSpace(counts), "/hints")
-	}
-	if len(base) != 2 || base["p0"] == "" || base["p1"] == "" || base["p0"] == base["p1"] {
-		t.Fatalf("workers listening at %v, want p0 and p1 apart", base)
-	}
-	post := func(id string) {
-		resp, err := http.Post(base[id]+"/v1/hints", "application/json", strings.NewReader(`{"protocol_version":"0.1","message_id":"m","actions":[]}`))
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusNoContent {
-			t.Fatalf("hint to %s: %s", id, resp.Status)
-		}
-	}
-	post("p0")
-	post("p1")
-	post("p1")
-	for id, want := range map[string]int{"p0": 1, "p1": 2} {
-		resp, err := http.Get(base[id] + "/hints")
-		if err != nil {
-			t.Fatal(err)
-		}
-		var counts struct {
-			Worker   string `json:"worker"`
-			Accepted int    `json:"accepted"`
-			Sink     bool   `json:"sink"`
-		}
-		err = json.NewDecoder(resp.Body).Decode(&counts)
-		resp.Body.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if counts.Worker != id || counts.Accepted != want || !counts.Sink {
-			t.Errorf("%s reports %+v, want worker %s, %d accepted, sink", id, counts, id, want)
-		}
-	}
-	exited := make(chan error, 1)
-	go func() { _, _ = io.Copy(io.Discard, out); exited <- worker.Wait() }()
-	stopBySIGTERM(t, worker, exited)
-}
-
-// TestSimWorkerSeveralWorkersUsage: several workers in one process are for
-// sinks only, given in --id/--listen pairs, and never registered.
-func TestSimWorkerSeveralWorkersUsage(t *testing.T) {
-	for _, tc := range []struct {
-		args []string
-		want string
-	}{
-		{[]string{"--id", "a", "--id", "b"}, "only a --sink runs several workers"},
-		{[]string{"--sink", "--id", "a", "--id", "b", "--listen", "127.0.0.1:0"}, "2 --id but 1 --listen"},
-		{[]string{"--sink", "--id", "a", "--listen", "127.0.0.1:0", "--id", "b", "--listen", "127.0.0.1:0", "--register", "http://127.0.0.1:1"}, "take one worker"},
-	} {
-		code, _, stderr := runCLI(append([]string{"sim-worker"}, tc.args...)...)
-		if code != 2 || !strings.Contains(stderr, tc.want) {
-			t.Errorf("sim-worker %v: exit %d, stderr %q; want 2 and %q", tc.args, code, stderr, tc.want)
-		}
 	}
 }

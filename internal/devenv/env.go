@@ -33,8 +33,12 @@ const FieldOwner = "kvhint-dev"
 
 // Options shape an environment.
 type Options struct {
-	// Bin is the kvhint binary the child processes run.
+	// Bin is the kvhint binary the manager and the sidecars run.
 	Bin string
+	// WorkerBin is the binary whose sim-worker subcommand runs the
+	// simulated workers: kvhint-dev, as kvhint has no sim-worker. Empty:
+	// Bin (kvhint-dev dev, whose one binary has every subcommand).
+	WorkerBin string
 	// Assets holds kube-apiserver and etcd.
 	Assets string
 	// Dir receives the kubeconfig and the processes' logs.
@@ -54,6 +58,14 @@ type Options struct {
 	// so that the sidecars push every hint to it as well. Off, as no
 	// engine known today opens one: hints arrive in-band only.
 	PushHints bool
+}
+
+// workerBin is the binary the simulated workers run.
+func (e *Env) workerBin() string {
+	if e.Opts.WorkerBin != "" {
+		return e.Opts.WorkerBin
+	}
+	return e.Opts.Bin
 }
 
 // Worker is a simulated worker process and the Pod object that advertises it.
@@ -225,7 +237,7 @@ func (e *Env) startWorkers(ctx context.Context) error {
 			}
 			w.URL = "http://127.0.0.1:" + strconv.Itoa(port)
 			typ := w.Component
-			w.Proc = NewProcess("worker-"+w.ID, e.Opts.Bin, []string{"sim-worker", "--id", w.ID,
+			w.Proc = NewProcess("worker-"+w.ID, e.workerBin(), []string{"sim-worker", "--id", w.ID,
 				"--listen", "127.0.0.1:" + strconv.Itoa(port), "--worker-type", typ}, nil, e.Opts.Dir)
 			if err := w.Proc.Start(); err != nil {
 				return err

@@ -4,10 +4,11 @@
 // router, the compiled hints YAML and the ConfigMap that carries it, and the
 // status of every input object.
 //
-// The rules are those of the hints core (internal/hints), the same code the
-// CLI and the router sidecar run: rolegraph only resolves references,
-// decides which RouterRole owns a router's role, keeps the last accepted
-// entry of a role whose new spec is invalid, and turns problems into
-// conditions. The manager, `kvhint validate` and `kvhint compile` all call
+// The rules are those of pkg/hintsconfig, the same code the CLI and the
+// router sidecar run, and the compiled ConfigMap's format (hints.yaml,
+// roles.yaml, the hash) is internal/compiled's: rolegraph only resolves
+// references, decides which RouterRole owns a router's role, keeps the last
+// accepted entry of a role whose new spec is invalid, and turns problems
+// into conditions. The manager, `kvhint validate` and `kvhint compile` all call
 // Compile, so they cannot disagree.
 package rolegraph

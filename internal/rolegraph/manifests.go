@@ -141,6 +141,7 @@ func readDocument(doc []byte, in *Input) error {
 		// read leniently.
 		var pod corev1.Pod
 		if err := json.Unmarshal(js, &pod); err != nil {
+			//lint:ignore ST1005 the message starts with the Kind, as the others here do
 			return fmt.Errorf("Pod: %w", err)
 		}
 		in.Pods = append(in.Pods, pod)

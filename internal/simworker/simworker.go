@@ -2,7 +2,7 @@
 // environment. It serves engine-style completion requests and takes the
 // hint a router carries on them, in-band, as engines do; it also takes
 // hints pushed to its own hint endpoint, for the sidecar's opt-in push. It
-// checks every hint against the wire format an engine accepts (DESIGN 8a)
+// checks every hint against the wire format an engine accepts (docs/design.md, 8a)
 // and records it, the in-band and the pushed ones apart, so that a test or
 // a person can read exactly what arrived and how.
 package simworker

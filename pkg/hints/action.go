@@ -18,7 +18,7 @@ const (
 // same rules. A type is a dotted lower-case name such as kv.fetch; a
 // version is dotted digits such as 1.0; the payload is one JSON object
 // within MaxPayloadBytes whose keys ascend and never repeat; and a payload
-// of a type whose engine consumer has known rules keeps them (DESIGN 8a):
+// of a type whose engine consumer has known rules keeps them (docs/design.md, 8a):
 // a kv.fetch carries a non-empty block_hashes list of integers in
 // [0, 2^64) and a non-empty source_control_endpoint string (a fetch that
 // does not say where to fetch from is refused).

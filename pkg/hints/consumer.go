@@ -9,7 +9,7 @@ import (
 	"strconv"
 )
 
-// Action types whose engine consumers have known rules (DESIGN 8a). Any
+// Action types whose engine consumers have known rules (docs/design.md, 8a). Any
 // other type passes through as it is, as it does in Dynamo.
 const (
 	// ActionKVFetch asks the booked worker to pull blocks from a peer.

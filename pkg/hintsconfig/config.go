@@ -11,8 +11,9 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 	"sigs.k8s.io/yaml"
+
+	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 )
 
 // MaxConfigBytes caps a hints YAML file; a larger one is refused unread.

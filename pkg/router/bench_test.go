@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints/hintstest"
@@ -173,7 +174,7 @@ func BenchmarkBookParallel(b *testing.B) {
 
 // BenchmarkFormatHashes is strconv.AppendUint on the booking's 64 block
 // hashes and nothing else: the least any encoder of a kv.fetch payload in
-// decimal JSON (DESIGN 8a) pays on this machine.
+// decimal JSON (docs/design.md, 8a) pays on this machine.
 func BenchmarkFormatHashes(b *testing.B) {
 	hashes := benchBooking(true).KVCopy.BlockHashes
 	buf := make([]byte, 0, 21*len(hashes))

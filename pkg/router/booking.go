@@ -204,7 +204,7 @@ func (c CopyDrop) String() string {
 type Hint struct {
 	// Outcome says whether a message was built, and if not why.
 	Outcome Outcome
-	// Message is the encoded hint (DESIGN 8a), the exact bytes the router
+	// Message is the encoded hint (docs/design.md, 8a), the exact bytes the router
 	// carries on the request it forwards (CarryHint) and, for a worker
 	// that advertises a hint endpoint, that delivery posts; nil unless
 	// Outcome is OutcomeHinted. The caller owns it but must not modify it:

@@ -6,7 +6,7 @@ import (
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 )
 
-// ProtocolVersion is the hint envelope version (DESIGN 8a), the one
+// ProtocolVersion is the hint envelope version (docs/design.md, 8a), the one
 // Dynamo-compatible engines accept.
 const ProtocolVersion = "0.1"
 

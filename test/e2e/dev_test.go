@@ -8,12 +8,12 @@ import (
 )
 
 // TestDevCommand runs the README's first command as a person would, bounded:
-// kvhint dev starts its own control plane and processes, and exits 0 only
-// when every sample role is Ready and hints reached, in-band, exactly the
-// workers that advertise router_hint.
+// kvhint-dev dev (what make dev runs) starts its own control plane and
+// processes, and exits 0 only when every sample role is Ready and hints
+// reached, in-band, exactly the workers that advertise router_hint.
 func TestDevCommand(t *testing.T) {
 	requireEnv(t)
-	cmd := exec.Command(kvhint, "dev", "--duration", "20s", "--interval", "4s", "--assets", os.Getenv("KUBEBUILDER_ASSETS"))
+	cmd := exec.Command(devBin, "dev", "--duration", "20s", "--interval", "4s", "--assets", os.Getenv("KUBEBUILDER_ASSETS"))
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("kvhint dev: %v\n%s", err, out)
@@ -57,11 +57,11 @@ func TestDevCommand(t *testing.T) {
 	}
 }
 
-// TestDevCommandBookingSocket: kvhint dev --booking-socket runs the
+// TestDevCommandBookingSocket: kvhint-dev dev --booking-socket runs the
 // sidecars on Unix sockets and books over them, with the same verdict.
 func TestDevCommandBookingSocket(t *testing.T) {
 	requireEnv(t)
-	cmd := exec.Command(kvhint, "dev", "--booking-socket", "--duration", "20s", "--interval", "4s", "--assets", os.Getenv("KUBEBUILDER_ASSETS"))
+	cmd := exec.Command(devBin, "dev", "--booking-socket", "--duration", "20s", "--interval", "4s", "--assets", os.Getenv("KUBEBUILDER_ASSETS"))
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("kvhint dev --booking-socket: %v\n%s", err, out)

@@ -1,5 +1,6 @@
 // Package e2e tests the product end to end: the real kvhint binary (manager,
-// sidecars, simulated workers as separate processes) against a real
+// sidecars) and kvhint-dev (simulated workers, kvhint-dev dev) as separate
+// processes against a real
 // kube-apiserver and etcd, driven with the real kubectl.
 package e2e
 
@@ -21,6 +22,7 @@ var (
 	env     *devenv.Env
 	repo    string // module root, for config/samples
 	kvhint  string // the kvhint binary under test
+	devBin  string // kvhint-dev: sim-worker and dev
 	skipWhy string
 )
 
@@ -48,11 +50,11 @@ func run(m *testing.M) int {
 	defer os.RemoveAll(dir)
 
 	bin := filepath.Join(dir, "kvhint")
-	kvhint = bin
-	build := exec.Command("go", "build", "-o", bin, "./cmd/kvhint")
+	kvhint, devBin = bin, filepath.Join(dir, "kvhint-dev")
+	build := exec.Command("go", "build", "-o", dir+"/", "./cmd/kvhint", "./cmd/kvhint-dev")
 	build.Dir = repo
 	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "building kvhint: %v\n%s", err, out)
+		fmt.Fprintf(os.Stderr, "building kvhint and kvhint-dev: %v\n%s", err, out)
 		return 1
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -62,7 +64,7 @@ func run(m *testing.M) int {
 	// (PushHints): nothing carries a booking's answer in-band here.
 	// TestDevCommand runs the in-band path, through kvhint dev's front
 	// routers.
-	env, err = devenv.Start(ctx, devenv.Options{Bin: bin, Assets: assets, Dir: dir, Namespace: namespace, Progress: os.Stderr, PushHints: true})
+	env, err = devenv.Start(ctx, devenv.Options{Bin: bin, WorkerBin: devBin, Assets: assets, Dir: dir, Namespace: namespace, Progress: os.Stderr, PushHints: true})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "starting the environment: %v\n", err)
 		return 1

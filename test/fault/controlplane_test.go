@@ -53,7 +53,7 @@ func testEnv(t *testing.T) *devenv.Env {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
-		env, envErr = devenv.Start(ctx, devenv.Options{Bin: kvhint, Assets: assets, Dir: dir, Namespace: namespace})
+		env, envErr = devenv.Start(ctx, devenv.Options{Bin: kvhint, WorkerBin: devBin, Assets: assets, Dir: dir, Namespace: namespace})
 		if envErr != nil {
 			return
 		}

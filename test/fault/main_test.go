@@ -22,6 +22,7 @@ import (
 
 var (
 	kvhint string // the binary under test
+	devBin string // kvhint-dev, whose sim-worker runs the environment's workers
 	tmpDir string
 )
 
@@ -41,8 +42,8 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	kvhint = filepath.Join(tmpDir, "kvhint")
-	build := exec.Command("go", "build", "-o", kvhint, "./cmd/kvhint")
+	kvhint, devBin = filepath.Join(tmpDir, "kvhint"), filepath.Join(tmpDir, "kvhint-dev")
+	build := exec.Command("go", "build", "-o", tmpDir+"/", "./cmd/kvhint", "./cmd/kvhint-dev")
 	build.Dir = repo
 	if out, err := build.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "building kvhint: %v\n%s", err, out)

@@ -445,12 +445,6 @@ func (w *watchers) setStart(t time.Time) {
 	w.mu.Unlock()
 }
 
-func (w *watchers) lastCMAt() time.Duration {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.lastCM
-}
-
 func (w *watchers) readyCount() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -11,7 +11,7 @@
 //		os.Exit(app.Main(cat, os.Args[1:]))
 //	}
 //
-// Every subcommand of that build (manager, sidecar, validate, compile, dev)
+// Every subcommand of that build (manager, sidecar, validate, compile)
 // then knows the plugins' types, so the operator and the sidecar can never
 // disagree on what a type means. Experimental until v1: see CHANGELOG.md.
 package app

@@ -9,7 +9,7 @@ import (
 type kvEvictParams struct{}
 
 func kvEvictProvider() hints.HintProvider {
-	evict := staticAction("kv.evict", "1.0", func(w *hints.ObjectWriter) {
+	evict := staticAction(hints.ActionKVEvict, "1.0", func(w *hints.ObjectWriter) {
 		w.Uint64s("block_hashes", nil)
 		w.String("execute_at", "request_completion")
 		w.Bool("include_current_request", true)

@@ -71,5 +71,5 @@ func (f *kvFetch) BuildHints(_ context.Context, hc *hints.HintContext) ([]hints.
 	if err != nil {
 		return nil, err
 	}
-	return []hints.Action{{Type: "kv.fetch", Version: "1.0", Payload: p}}, nil
+	return []hints.Action{{Type: hints.ActionKVFetch, Version: "1.0", Payload: p}}, nil
 }

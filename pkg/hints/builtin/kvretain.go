@@ -36,7 +36,7 @@ func kvRetainProvider() hints.HintProvider {
 			if err := hints.IntInRange("min_prompt_tokens", int64(p.MinPromptTokens), 0, 1<<30); err != nil {
 				return nil, err
 			}
-			return &kvRetain{params: p, actions: staticAction("kv.retain", "1.0", func(w *hints.ObjectWriter) {
+			return &kvRetain{params: p, actions: staticAction(hints.ActionKVRetain, "1.0", func(w *hints.ObjectWriter) {
 				w.Uint64s("block_hashes", nil)
 				w.String("execute_at", "request_completion")
 				w.Bool("include_current_request", true)

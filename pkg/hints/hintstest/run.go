@@ -113,7 +113,7 @@ func DefaultBookings() []Booking {
 }
 
 // Run checks that the provider's policies do what every hint policy must
-// (DESIGN section 6, and the contract documented on hints.HintPolicy and
+// (docs/design.md, section 6, and the contract documented on hints.HintPolicy and
 // hints.HintProvider), and logs, per booking, what each policy fired:
 //
 //   - the provider registers in the build's catalog (Suite.Catalog): a
@@ -268,6 +268,7 @@ func (r *report) errorf(format string, args ...any) {
 func parse(p hints.HintProvider, raw string) (policy hints.HintPolicy, err error) {
 	defer func() {
 		if r := recover(); r != nil {
+			//lint:ignore ST1005 the message starts with the method's name, Parse
 			policy, err = nil, fmt.Errorf("Parse panicked: %v", r)
 		}
 	}()

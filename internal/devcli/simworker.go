@@ -1,4 +1,4 @@
-package cli
+package devcli
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kvrouter/kv-hint-operator/internal/cli"
 	"github.com/kvrouter/kv-hint-operator/internal/simworker"
 )
 
@@ -83,7 +84,7 @@ output once it listens: the whole line with --print-endpoint, for scripts.`,
 				}
 				srvs = append(srvs, srv)
 			}
-			ctx, stop := signal.NotifyContext(contextOrBackground(cmd), os.Interrupt, syscall.SIGTERM)
+			ctx, stop := signal.NotifyContext(cli.ContextOrBackground(cmd), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			if register != "" {
 				rctx, cancel := context.WithTimeout(ctx, 10*time.Second)

@@ -1,4 +1,4 @@
-package cli
+package devcli
 
 import (
 	"bytes"
@@ -8,7 +8,7 @@ import (
 	"github.com/kvrouter/kv-hint-operator/internal/devenv"
 )
 
-// TestDevVerdict: a bounded kvhint dev run passes only when hints reached,
+// TestDevVerdict: a bounded kvhint-dev dev run passes only when hints reached,
 // in-band, exactly the workers that advertise router_hint, none refused,
 // and nothing was pushed to a worker that did not opt in.
 func TestDevVerdict(t *testing.T) {

@@ -1,4 +1,4 @@
-package cli
+package devcli
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kvrouter/kv-hint-operator/internal/cli"
 	"github.com/kvrouter/kv-hint-operator/internal/devenv"
 	core "github.com/kvrouter/kv-hint-operator/pkg/router"
 )
@@ -54,7 +55,7 @@ Ctrl-C (or --duration), then stops everything and removes its files. It
 writes a kubeconfig, so kubectl get rr,hp works from another shell.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, stop := signal.NotifyContext(contextOrBackground(cmd), os.Interrupt, syscall.SIGTERM)
+			ctx, stop := signal.NotifyContext(cli.ContextOrBackground(cmd), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			if runFor > 0 {
 				var cancel context.CancelFunc
@@ -173,11 +174,11 @@ func runDev(ctx context.Context, cmd *cobra.Command, o devenv.Options, rate floa
 func devVerdict(out interface{ Write([]byte) (int, error) }, st *devenv.Status, push bool) error {
 	if st == nil || !st.AllReady() {
 		fmt.Fprintln(out, "kvhint dev: FAIL: not every RouterRole became Ready")
-		return exitError{code: 1}
+		return cli.Exit(1)
 	}
 	fail := func(format string, args ...any) error {
 		fmt.Fprintf(out, "kvhint dev: FAIL: "+format+"\n", args...)
-		return exitError{code: 1}
+		return cli.Exit(1)
 	}
 	for _, w := range st.Workers {
 		switch {
