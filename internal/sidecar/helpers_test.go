@@ -1,9 +1,7 @@
 package sidecar
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -387,14 +385,4 @@ func gathered(t testing.TB, g prometheus.Gatherer, metric string, want map[strin
 		}
 	}
 	return 0
-}
-
-// compactJSON normalises a JSON text for comparison in failure messages.
-func compactJSON(t testing.TB, s string) string {
-	t.Helper()
-	var b bytes.Buffer
-	if err := json.Compact(&b, []byte(s)); err != nil {
-		t.Fatalf("not JSON: %v: %s", err, s)
-	}
-	return b.String()
 }

@@ -10,13 +10,14 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/kvrouter/kv-hint-operator/internal/sidecar/podreport"
-	"github.com/kvrouter/kv-hint-operator/pkg/wellknown"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/kvrouter/kv-hint-operator/internal/sidecar/podreport"
+	"github.com/kvrouter/kv-hint-operator/pkg/wellknown"
 )
 
 // A real kube-apiserver and etcd, shared by the tests of this file; each

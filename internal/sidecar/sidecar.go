@@ -34,6 +34,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/admin"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/booking"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/configsource"
@@ -43,7 +45,6 @@ import (
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/podreport"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/workers"
 	"github.com/kvrouter/kv-hint-operator/pkg/router"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/go-logr/logr"
 	"github.com/valyala/fasthttp"

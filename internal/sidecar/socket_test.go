@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/listen"
 	"github.com/kvrouter/kv-hint-operator/pkg/router"
 )

@@ -123,6 +123,7 @@ func (c *Catalog) checkDefaults(p *HintProvider, hosts []HintHost) error {
 func parseNoParams(p *HintProvider) (policy HintPolicy, err error) {
 	defer func() {
 		if r := recover(); r != nil {
+			//lint:ignore ST1005 the message starts with the name of the method that panicked
 			policy, err = nil, fmt.Errorf("Parse panicked: %v", r)
 		}
 	}()

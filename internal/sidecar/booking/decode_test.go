@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/jsonbody"
 	"github.com/kvrouter/kv-hint-operator/pkg/router"
 )

@@ -6,8 +6,9 @@ import (
 	"net"
 
 	"github.com/go-logr/logr"
-	"github.com/kvrouter/kv-hint-operator/internal/sidecar/listen"
 	"github.com/valyala/fasthttp"
+
+	"github.com/kvrouter/kv-hint-operator/internal/sidecar/listen"
 )
 
 // NewServer is the booking listener's server, with the limits every

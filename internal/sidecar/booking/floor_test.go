@@ -11,9 +11,10 @@ import (
 	"testing"
 
 	"github.com/go-logr/logr"
-	"github.com/kvrouter/kv-hint-operator/internal/sidecar/listen"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
+
+	"github.com/kvrouter/kv-hint-operator/internal/sidecar/listen"
 )
 
 // TestFloorServer is not a test: with KVHINT_FLOOR_LISTEN set (an address

@@ -20,10 +20,11 @@ import (
 	"github.com/kvrouter/kv-hint-operator/pkg/router"
 
 	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/labels"
+
 	"github.com/kvrouter/kv-hint-operator/internal/compiled"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/filewatch"
 	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
-	"k8s.io/apimachinery/pkg/labels"
 )
 
 // FileSource loads a hints config from a file, reloading it on every

@@ -7,9 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/workers"
 	"github.com/kvrouter/kv-hint-operator/pkg/router"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // TestDeliveryByteBudget is the report's memory attack, scaled down: 20

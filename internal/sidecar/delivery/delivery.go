@@ -21,10 +21,11 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/kvrouter/kv-hint-operator/internal/ratelog"
-	"github.com/kvrouter/kv-hint-operator/internal/sidecar/endpoint"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
+
+	"github.com/kvrouter/kv-hint-operator/internal/ratelog"
+	"github.com/kvrouter/kv-hint-operator/internal/sidecar/endpoint"
 )
 
 // Delivery defaults.

@@ -64,13 +64,14 @@ func TestHintConnIdleCheck(t *testing.T) {
 		})
 	}
 
-	c, s := hintConnPair(t, context.Background())
+	// The worker's side of the first pair stays silent.
+	c, _ := hintConnPair(t, context.Background())
 	idle(c)
 	if _, err := c.Write([]byte("POST")); err != nil {
 		t.Fatalf("write into an open, silent idle connection: %v", err)
 	}
 
-	c, s = hintConnPair(t, context.Background())
+	c, s := hintConnPair(t, context.Background())
 	s.Write([]byte("HTTP/1.1 200 OK\r\n\r\n"))
 	waitUnfit(c)
 	idle(c)

@@ -9,11 +9,12 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/kvrouter/kv-hint-operator/pkg/router"
-	"github.com/kvrouter/kv-hint-operator/pkg/wellknown"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/kvrouter/kv-hint-operator/pkg/router"
+	"github.com/kvrouter/kv-hint-operator/pkg/wellknown"
 )
 
 func TestPodWorkerSpec(t *testing.T) {

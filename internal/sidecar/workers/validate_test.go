@@ -4,10 +4,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvrouter/kv-hint-operator/pkg/router"
-	"github.com/kvrouter/kv-hint-operator/pkg/wellknown"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kvrouter/kv-hint-operator/pkg/router"
+	"github.com/kvrouter/kv-hint-operator/pkg/wellknown"
 )
 
 // TestHintEndpointValidation: endpoints that carry credentials, or name a

@@ -11,9 +11,10 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"sigs.k8s.io/yaml"
+
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/filewatch"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/jsonbody"
-	"sigs.k8s.io/yaml"
 )
 
 // maxWorkersFileBytes caps a workers file.

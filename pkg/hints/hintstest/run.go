@@ -456,7 +456,7 @@ func runTimed(ctx context.Context, p hints.HintProvider, policy hints.HintPolicy
 	// wait for the garbage collector, under -race for longer than the
 	// deadline, without blocking on anything of its own.
 	timed = timed && (b.KVCopy == nil || len(b.KVCopy.BlockHashes) <= timedBlocks)
-	actions, err, offCPU, slept := call(ctx, policy, &sc.hc, timed)
+	actions, offCPU, slept, err := call(ctx, policy, &sc.hc, timed)
 	var block blocked
 	if timed && slept && offCPU > policyDeadline {
 		block = blocked(fmt.Sprintf("was off the CPU for %v, over the dispatcher's default deadline of %v, and its thread slept", offCPU.Round(time.Microsecond), policyDeadline))
@@ -535,7 +535,7 @@ func (p *panicError) Error() string { return fmt.Sprint(p.value) }
 // goroutine is locked to its thread, and call reports how long the run was
 // off the CPU (wall time less the thread's CPU time) and whether the
 // thread gave up the CPU of its own accord meanwhile: a run that slept.
-func call(ctx context.Context, policy hints.HintPolicy, hc *hints.HintContext, timed bool) (actions []hints.Action, err error, offCPU time.Duration, slept bool) {
+func call(ctx context.Context, policy hints.HintPolicy, hc *hints.HintContext, timed bool) (actions []hints.Action, offCPU time.Duration, slept bool, err error) {
 	var v0 int64
 	var cpu0 time.Duration
 	counted := false
@@ -557,7 +557,7 @@ func call(ctx context.Context, policy hints.HintPolicy, hc *hints.HintContext, t
 		}
 	}()
 	actions, err = policy.BuildHints(ctx, hc)
-	return actions, err, 0, false
+	return actions, 0, false, err
 }
 
 // payloadLimit is the payload cap a dispatcher applies at the least to
