@@ -20,7 +20,6 @@ import (
 // KV copy (sent by kv-fetch), kv-retain keeps a session's blocks and kv-evict
 // frees them at its end.
 const benchConfig = `
-router_mode: kv
 worker_selection:
   decode:
     type: kvcr
