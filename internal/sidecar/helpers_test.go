@@ -6,15 +6,15 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/kvrouter/kv-hint-operator/internal/sidecar/sidecartest"
+
 	"github.com/go-logr/logr"
-	"github.com/go-logr/logr/testr"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvrouter/kv-hint-operator/internal/simworker"
@@ -22,24 +22,6 @@ import (
 	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
 	"github.com/kvrouter/kv-hint-operator/pkg/router"
 )
-
-// eventually polls cond every 10 ms until it returns nil or the timeout
-// passes, then fails with cond's last error. Tests wait with it rather than
-// sleeping: a sleep either wastes time or flakes.
-func eventually(t testing.TB, timeout time.Duration, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("still false after %v: %v", timeout, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
 
 // policyRuns counts the runs of the test-count policy, to prove which
 // policies ran.
@@ -199,27 +181,6 @@ func testCatalog(t testing.TB) *hints.Catalog {
 	return cat
 }
 
-// testLogger logs through t, so a failing test shows the sidecar's logs.
-func testLogger(t testing.TB) logr.Logger {
-	if tt, ok := t.(*testing.T); ok {
-		return testr.NewWithOptions(tt, testr.Options{Verbosity: 1})
-	}
-	return logr.Discard()
-}
-
-// writeFile writes data to dir/name atomically (write and rename), so a
-// watcher never reads half a file.
-func writeFile(t testing.TB, path, data string) {
-	t.Helper()
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(data), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // startSidecar runs a standalone sidecar on loopback with the config file
 // path (which may not exist yet), until the test ends.
 func startSidecar(t *testing.T, cat *hints.Catalog, configFile string, tweak func(*Options)) *Sidecar {
@@ -353,36 +314,23 @@ func counter(t testing.TB, m prometheus.Gatherer, name string, labels ...string)
 	return gathered(t, m, router.MetricsNamespace+"_"+sr.metric, want)
 }
 
-// gathered returns the value of the one series of a metric whose labels are
-// exactly want, or 0 when it has not been created.
+// eventually is sidecartest.Eventually.
+func eventually(t testing.TB, timeout time.Duration, cond func() error) {
+	t.Helper()
+	sidecartest.Eventually(t, timeout, cond)
+}
+
+// testLogger is sidecartest.Logger.
+func testLogger(t testing.TB) logr.Logger { return sidecartest.Logger(t) }
+
+// writeFile is sidecartest.WriteFile.
+func writeFile(t testing.TB, path, data string) {
+	t.Helper()
+	sidecartest.WriteFile(t, path, data)
+}
+
+// gathered is sidecartest.Gathered.
 func gathered(t testing.TB, g prometheus.Gatherer, metric string, want map[string]string) float64 {
 	t.Helper()
-	families, err := g.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range families {
-		if f.GetName() != metric {
-			continue
-		}
-	next:
-		for _, s := range f.GetMetric() {
-			if len(s.GetLabel()) != len(want) {
-				continue
-			}
-			for _, l := range s.GetLabel() {
-				if want[l.GetName()] != l.GetValue() {
-					continue next
-				}
-			}
-			switch {
-			case s.GetCounter() != nil:
-				return s.GetCounter().GetValue()
-			case s.GetGauge() != nil:
-				return s.GetGauge().GetValue()
-			}
-			t.Fatalf("%s is neither a counter nor a gauge", metric)
-		}
-	}
-	return 0
+	return sidecartest.Gathered(t, g, metric, want)
 }

@@ -7,8 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvrouter/kv-hint-operator/internal/sidecar/sidecartest"
+
 	"github.com/go-logr/logr"
-	"github.com/go-logr/logr/testr"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/workers"
@@ -22,31 +23,6 @@ type registryDelivery struct{ *Delivery }
 
 func (d registryDelivery) Queue(worker, endpoint string) workers.Queue {
 	return d.NewQueue(worker, endpoint)
-}
-
-// eventually polls cond every 10 ms until it returns nil or the timeout
-// passes, then fails with cond's last error.
-func eventually(t testing.TB, timeout time.Duration, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("still false after %v: %v", timeout, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// testLogger logs through t, so a failing test shows the logs.
-func testLogger(t testing.TB) logr.Logger {
-	if tt, ok := t.(*testing.T); ok {
-		return testr.NewWithOptions(tt, testr.Options{Verbosity: 1})
-	}
-	return logr.Discard()
 }
 
 // heapInUse is the heap in use after a collection.
@@ -79,40 +55,6 @@ func counter(t testing.TB, m *Metrics, name string, labels ...string) float64 {
 	return gathered(t, m.reg, router.MetricsNamespace+"_"+sr.metric, want)
 }
 
-// gathered returns the value of the one series of a metric whose labels are
-// exactly want, or 0 when it has not been created.
-func gathered(t testing.TB, g prometheus.Gatherer, metric string, want map[string]string) float64 {
-	t.Helper()
-	families, err := g.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range families {
-		if f.GetName() != metric {
-			continue
-		}
-	next:
-		for _, s := range f.GetMetric() {
-			if len(s.GetLabel()) != len(want) {
-				continue
-			}
-			for _, l := range s.GetLabel() {
-				if want[l.GetName()] != l.GetValue() {
-					continue next
-				}
-			}
-			switch {
-			case s.GetCounter() != nil:
-				return s.GetCounter().GetValue()
-			case s.GetGauge() != nil:
-				return s.GetGauge().GetValue()
-			}
-			t.Fatalf("%s is neither a counter nor a gauge", metric)
-		}
-	}
-	return 0
-}
-
 // startWorker runs a simulated worker on loopback until the test ends.
 func startWorker(t *testing.T, id string) *simworker.Server {
 	t.Helper()
@@ -130,4 +72,19 @@ func staticJSON(n int, tag string) string {
 
 func message(id string, actions ...string) string {
 	return `{"protocol_version":"0.1","message_id":"` + id + `","actions":[` + strings.Join(actions, ",") + `]}`
+}
+
+// eventually is sidecartest.Eventually.
+func eventually(t testing.TB, timeout time.Duration, cond func() error) {
+	t.Helper()
+	sidecartest.Eventually(t, timeout, cond)
+}
+
+// testLogger is sidecartest.Logger.
+func testLogger(t testing.TB) logr.Logger { return sidecartest.Logger(t) }
+
+// gathered is sidecartest.Gathered.
+func gathered(t testing.TB, g prometheus.Gatherer, metric string, want map[string]string) float64 {
+	t.Helper()
+	return sidecartest.Gathered(t, g, metric, want)
 }

@@ -1,12 +1,12 @@
 package workers
 
 import (
-	"os"
 	"testing"
 	"time"
 
+	"github.com/kvrouter/kv-hint-operator/internal/sidecar/sidecartest"
+
 	"github.com/go-logr/logr"
-	"github.com/go-logr/logr/testr"
 )
 
 // fakeDelivery stands in for delivery: its queues take every hint.
@@ -25,40 +25,17 @@ func (d *fakeDelivery) Forget(string)               {}
 func (q *fakeQueue) Enqueue([]byte, time.Time) bool { return !q.closed }
 func (q *fakeQueue) Close()                         { q.closed = true }
 
-// eventually polls cond every 10 ms until it returns nil or the timeout
-// passes, then fails with cond's last error.
+// eventually is sidecartest.Eventually.
 func eventually(t testing.TB, timeout time.Duration, cond func() error) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("still false after %v: %v", timeout, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	sidecartest.Eventually(t, timeout, cond)
 }
 
-// testLogger logs through t, so a failing test shows the logs.
-func testLogger(t testing.TB) logr.Logger {
-	if tt, ok := t.(*testing.T); ok {
-		return testr.NewWithOptions(tt, testr.Options{Verbosity: 1})
-	}
-	return logr.Discard()
-}
+// testLogger is sidecartest.Logger.
+func testLogger(t testing.TB) logr.Logger { return sidecartest.Logger(t) }
 
-// writeFile writes data to path atomically (write and rename), so a
-// watcher never reads half a file.
+// writeFile is sidecartest.WriteFile.
 func writeFile(t testing.TB, path, data string) {
 	t.Helper()
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(data), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		t.Fatal(err)
-	}
+	sidecartest.WriteFile(t, path, data)
 }
