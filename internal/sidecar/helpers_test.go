@@ -235,7 +235,7 @@ func startWorker(t *testing.T, id string) *simworker.Server {
 }
 
 // registerWorker registers a simulated worker through the sidecar's API, as
-// `kvhint sim-worker --register` does.
+// `kvhint-dev sim-worker --register` does.
 func registerWorker(t *testing.T, s *Sidecar, w *simworker.Server) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
