@@ -216,9 +216,11 @@ func TestDirSourceRolesRefusedWhole(t *testing.T) {
 	}
 	good := compiledData(roleConfig("v1"), pooled("decode"))
 	waitHash(t, d, compiled.Hash(good))
+	// A load puts the pools in force in two steps (compiledLoader): the
+	// transition's, then the config's.
 	eventually(t, 5*time.Second, func() error {
-		if n, p := lastPool(); n != 1 || p != "map[decode:component=decode]" {
-			return fmt.Errorf("%d pool updates, last %s; want 1, decode's", n, p)
+		if n, p := lastPool(); n != 2 || p != "map[decode:component=decode]" {
+			return fmt.Errorf("%d pool updates, last %s; want 2, decode's", n, p)
 		}
 		return nil
 	})
@@ -251,7 +253,7 @@ func TestDirSourceRolesRefusedWhole(t *testing.T) {
 		if v := gathered(t, m, "kvhint_router_config_last_reload_successful", nil); v != 0 {
 			t.Errorf("%s: config_last_reload_successful = %v, want 0", bad.name, v)
 		}
-		if n, p := lastPool(); n != 1 || p != "map[decode:component=decode]" {
+		if n, p := lastPool(); n != 2 || p != "map[decode:component=decode]" {
 			t.Errorf("%s: %d pool updates, last %s; want the pools in force untouched", bad.name, n, p)
 		}
 	}
@@ -264,8 +266,15 @@ func TestDirSourceRolesRefusedWhole(t *testing.T) {
 	k.swapData(next)
 	waitHash(t, d, compiled.Hash(next))
 	eventually(t, 5*time.Second, func() error {
-		if n, p := lastPool(); n != 2 || p != "map[decode:component=decode-v3]" {
-			return fmt.Errorf("%d pool updates, last %s; want 2, decode-v3's", n, p)
+		if n, p := lastPool(); n != 4 || p != "map[decode:component=decode-v3]" {
+			return fmt.Errorf("%d pool updates, last %s; want 4, decode-v3's", n, p)
+		}
+		// Between the swaps, decode admitted only workers in both its
+		// old pool and its new one.
+		mu.Lock()
+		defer mu.Unlock()
+		if p := fmt.Sprint(pools[2]); p != "map[decode:component=decode,component=decode-v3]" {
+			return fmt.Errorf("the transition's pools are %s; want both of decode's selectors at once", p)
 		}
 		return nil
 	})

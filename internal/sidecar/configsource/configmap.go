@@ -3,6 +3,8 @@ package configsource
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/kvrouter/kv-hint-operator/pkg/router"
 
@@ -29,8 +31,8 @@ type ConfigMapSource struct {
 	// Name is the ConfigMap's name, <router>-hints.
 	Name string
 	// OnWorkerSelectors, when set, receives the roles' worker selectors
-	// (from the role settings, wellknown.RolesKey) after every successful load of
-	// the config, and only then: a role without a selector is absent.
+	// (from the role settings, wellknown.RolesKey) with every load of the
+	// config, as compiledLoader says: a role without a selector is absent.
 	OnWorkerSelectors func(map[string]labels.Selector)
 }
 
@@ -39,12 +41,13 @@ type ConfigMapSource struct {
 func (s ConfigMapSource) Run(ctx context.Context, d *router.Dispatcher, log logr.Logger) {
 	origin := fmt.Sprintf("configmap %s/%s", s.Namespace, s.Name)
 	log = log.WithValues("configmap", s.Namespace+"/"+s.Name)
+	var loader compiledLoader
 	apply := func(obj any) {
 		cm, ok := obj.(*corev1.ConfigMap)
 		if !ok {
 			return
 		}
-		loadCompiled(d, cm.Data, origin, s.OnWorkerSelectors)
+		loader.load(d, cm.Data, origin, s.OnWorkerSelectors)
 	}
 	lw := cache.NewFilteredListWatchFromClient(s.Client.CoreV1().RESTClient(), "configmaps", s.Namespace,
 		func(o *metav1.ListOptions) {
@@ -65,21 +68,74 @@ func (s ConfigMapSource) Run(ctx context.Context, d *router.Dispatcher, log logr
 	ctrl.RunWithContext(ctx)
 }
 
-// loadCompiled loads a compiled ConfigMap's data (from the API or a
-// mounted directory): the policy file under each role's router mode, and,
-// only when that load succeeds, the roles' worker pools. A config and its
-// pools are one unit: a malformed role settings key, or a refused policy
-// file, keeps both as they were.
-func loadCompiled(d *router.Dispatcher, data map[string]string, origin string, onPools func(map[string]labels.Selector)) {
+// compiledLoader loads a compiled ConfigMap's data (from the API or a
+// mounted directory): the policy file under each role's router mode, and
+// the roles' worker pools with it. One loader serves one source, from one
+// goroutine.
+//
+// A config and its pools are one unit: a malformed role settings key, or
+// a refused policy file, keeps both as they were. The dispatcher's swap
+// and the registry's are two steps, so between them the loader puts in
+// force, for every role of either config, the stricter of its two pools
+// (both selectors at once where both have one): no booking of the old
+// config or the new one can reach a worker outside the role's pool of
+// either, and a role new to the config is never without its pool.
+type compiledLoader struct {
+	// pools are the pools of the config in force, as last applied.
+	pools map[string]labels.Selector
+}
+
+func (l *compiledLoader) load(d *router.Dispatcher, data map[string]string, origin string, onPools func(map[string]labels.Selector)) {
 	dec, err := compiled.Decode(data)
 	if err != nil {
 		d.RecordSourceError(origin, fmt.Errorf("%w: %w", router.ErrConfigRejected, err))
 		return
 	}
-	if err := d.LoadConfig(router.Config{Doc: dec.Policy, Modes: dec.Modes(), Hash: dec.Hash}, origin); err != nil {
-		return // logged and counted by LoadConfig
+	cfg := router.Config{Doc: dec.Policy, Modes: dec.Modes(), Hash: dec.Hash}
+	if onPools == nil {
+		_ = d.LoadConfig(cfg, origin) // logged and counted by LoadConfig
+		return
 	}
-	if onPools != nil {
-		onPools(dec.Selectors)
+	onPools(transitionPools(d.Roles(), l.pools, slices.Collect(maps.Keys(dec.Roles)), dec.Selectors))
+	if err := d.LoadConfig(cfg, origin); err != nil {
+		onPools(l.pools) // the config in force stays, and so do its pools
+		return
 	}
+	onPools(dec.Selectors)
+	l.pools = dec.Selectors
+}
+
+// transitionPools are the pools in force while the dispatcher swaps from a
+// config with oldRoles and oldPools to one with newRoles and newPools: for
+// each role of either, the pool of both where both have one (the
+// selectors' requirements together), else the one there is. A role
+// without a selector in both configs admits every worker, as it does in
+// each.
+func transitionPools(oldRoles []string, oldPools map[string]labels.Selector, newRoles []string, newPools map[string]labels.Selector) map[string]labels.Selector {
+	out := map[string]labels.Selector{}
+	for _, role := range append(slices.Clone(oldRoles), newRoles...) {
+		a, inOld := oldPools[role]
+		b, inNew := newPools[role]
+		inOld = inOld && slices.Contains(oldRoles, role)
+		inNew = inNew && slices.Contains(newRoles, role)
+		switch {
+		case inOld && inNew:
+			out[role] = both(a, b)
+		case inOld:
+			out[role] = a
+		case inNew:
+			out[role] = b
+		}
+	}
+	return out
+}
+
+// both selects what a and b both select.
+func both(a, b labels.Selector) labels.Selector {
+	ra, okA := a.Requirements()
+	rb, okB := b.Requirements()
+	if !okA || !okB {
+		return labels.Nothing()
+	}
+	return labels.NewSelector().Add(ra...).Add(rb...)
 }

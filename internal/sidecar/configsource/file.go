@@ -31,8 +31,8 @@ import (
 // change (fsnotify on its directory, and a poll as a fallback).
 //
 // With Dir set, the file is a mounted compiled ConfigMap: Dir/hints.yaml
-// and Dir/roles.yaml, read together and loaded as one unit (the pools go
-// to OnWorkerSelectors only when the config loads). Kubelet swaps both
+// and Dir/roles.yaml, read together and loaded as one unit with their
+// pools (see compiledLoader). Kubelet swaps both
 // files at once through its ..data symlink. With Path set, the file is a
 // policy file on its own, run under the dispatcher's --router-mode.
 type FileSource struct {
@@ -41,8 +41,8 @@ type FileSource struct {
 	// Dir is a mounted compiled ConfigMap directory.
 	Dir  string
 	Poll time.Duration
-	// OnWorkerSelectors receives the roles' worker selectors of a Dir
-	// after every successful load.
+	// OnWorkerSelectors receives the roles' worker selectors of a Dir with
+	// every load, as compiledLoader says.
 	OnWorkerSelectors func(map[string]labels.Selector)
 }
 
@@ -71,6 +71,7 @@ func (s FileSource) Run(ctx context.Context, d *router.Dispatcher, log logr.Logg
 
 func (s FileSource) runDir(ctx context.Context, d *router.Dispatcher, log logr.Logger) {
 	log = log.WithValues("dir", s.Dir)
+	var loader compiledLoader
 	filewatch.Watch(ctx, filepath.Join(s.Dir, compiled.RolesKey), s.Poll, log, func() {
 		// Kubelet publishes a ConfigMap volume as a timestamped directory
 		// behind the ..data symlink, and swaps the link. Both files are
@@ -94,6 +95,6 @@ func (s FileSource) runDir(ctx context.Context, d *router.Dispatcher, log logr.L
 				data[key] = string(b)
 			}
 		}
-		loadCompiled(d, data, s.Dir, s.OnWorkerSelectors)
+		loader.load(d, data, s.Dir, s.OnWorkerSelectors)
 	})
 }
