@@ -478,3 +478,38 @@ func TestDirSourceRouterModes(t *testing.T) {
 		t.Errorf("worker-0 received %d hints (first %q), want only r-kv's", len(got), got[0].MessageID)
 	}
 }
+
+// TestNoRoleConfigIsReady: while no role of a router is accepted, its
+// compiled ConfigMap holds roles.yaml alone and no hints.yaml. A sidecar
+// on it runs no role and is ready, and GET /v1/config answers the empty
+// policy file with the config's hash (it answered 503, reading "no policy
+// file" as "not loaded").
+func TestNoRoleConfigIsReady(t *testing.T) {
+	k := &kubeletDir{t: t, dir: t.TempDir()}
+	data := map[string]string{wellknown.RolesKey: "{}\n"}
+	k.swapData(data)
+	if err := os.Symlink(filepath.Join("..data", wellknown.RolesKey), filepath.Join(k.dir, wellknown.RolesKey)); err != nil {
+		t.Fatal(err)
+	}
+	s := startSidecar(t, testCatalog(t), "", func(o *Options) { o.ConfigDir = k.dir })
+	waitHash(t, s.Dispatcher, compiled.Hash(data))
+	resp, err := http.Get("http://" + s.OpsAddr() + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("/readyz: %d, want 200", resp.StatusCode)
+	}
+	req, err := http.NewRequest(http.MethodGet, "http://"+s.BookingAddr()+"/v1/config", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := roundTrip(t, http.DefaultClient, req)
+	if r.status != http.StatusOK || r.body != "" || r.header.Get(booking.HeaderConfigHash) != compiled.Hash(data) {
+		t.Errorf("GET /v1/config: %d %q, hash %q; want 200, an empty body and %s", r.status, r.body, r.header.Get(booking.HeaderConfigHash), compiled.Hash(data))
+	}
+	if roles := s.Dispatcher.Roles(); len(roles) != 0 {
+		t.Errorf("roles %v; want none", roles)
+	}
+}

@@ -177,7 +177,10 @@ func (d *Dispatcher) ConfigHash() string {
 	return ""
 }
 
-// Config returns the hints YAML in force and its hash; nil before the first.
+// Config returns the policy file in force and the hash the config is known
+// by (see Config.Hash); both empty before the first load. A config loaded
+// with no policy file (no role) returns a nil doc and its hash: tell it
+// from "not loaded" with Ready.
 func (d *Dispatcher) Config() (doc []byte, hash string) {
 	if s := d.snap.Load(); s != nil {
 		return s.doc, s.hash

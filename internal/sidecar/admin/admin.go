@@ -5,7 +5,7 @@
 //	GET    /v1/workers/{id}   one worker
 //	PUT    /v1/workers/{id}   register a worker (standalone mode)
 //	DELETE /v1/workers/{id}   remove a worker
-//	GET    /v1/config         the hints YAML in force, hash in Kvhint-Config-Hash
+//	GET    /v1/config         the policy file in force, the config's hash in Kvhint-Config-Hash
 //
 // The ServeMux does all the routing: path cleaning and its redirects, 404,
 // 405 with Allow, HEAD for GET. The routes share the booking listener, so
@@ -140,11 +140,15 @@ func (a *API) deleteWorker(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *API) config(w http.ResponseWriter, _ *http.Request) {
-	doc, hash := a.Dispatcher.Config()
-	if doc == nil {
+	if !a.Dispatcher.Ready() {
 		writeError(w, http.StatusServiceUnavailable, router.ErrNotReady)
 		return
 	}
+	// A compiled config with no accepted role has no policy file: the
+	// body is empty. The hash is the config's (for a compiled ConfigMap,
+	// over hints.yaml and roles.yaml), so it can be compared with the
+	// ConfigMap's annotation, not with the body's own hash.
+	doc, hash := a.Dispatcher.Config()
 	w.Header().Set(booking.HeaderConfigHash, hash)
 	w.Header().Set("Content-Type", "application/yaml")
 	w.Write(doc)
