@@ -42,8 +42,12 @@ func newSidecarCommand(cat *hints.Catalog) *cobra.Command {
 change (keeping the last good one when a change is invalid), and serves the
 booking API on loopback, or on a Unix socket with --listen unix:///PATH:
 POST /v1/bookings with the booking, answered with
-the hint it built (200) or nothing (204). Hints are posted to the booked
-worker's hint endpoint off the booking path.
+the hint it built (200) or nothing (204). The answer is the message the
+router carries in-band on the request it forwards to the booked worker
+(router.CarryHint: kv_transfer_params.kv_hint, kv_hints or the legacy
+kv_transfer_params.router_hint). Only to a worker that advertises a hint
+endpoint (opt-in; no engine known today opens one) is the hint also
+posted, off the booking path.
 
 Config sources (exactly one):
   --config-file FILE   a policy file (standalone), every role under

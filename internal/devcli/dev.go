@@ -92,12 +92,12 @@ func runDev(ctx context.Context, cmd *cobra.Command, o devenv.Options, rate floa
 	}
 	defer func() {
 		if keep {
-			fmt.Fprintf(out, "kvhint dev: kept %s\n", dir)
+			fmt.Fprintf(out, "kvhint-dev dev: kept %s\n", dir)
 			return
 		}
 		os.RemoveAll(dir)
 	}()
-	fmt.Fprintln(out, "kvhint dev: finding kube-apiserver and etcd (the first run builds them: about ten minutes)")
+	fmt.Fprintln(out, "kvhint-dev dev: finding kube-apiserver and etcd (the first run builds them: about ten minutes)")
 	o.Assets, err = devenv.FindAssets(o.Assets, os.Stderr)
 	if err != nil {
 		return err
@@ -112,20 +112,20 @@ func runDev(ctx context.Context, cmd *cobra.Command, o devenv.Options, rate floa
 		return err
 	}
 	defer func() {
-		fmt.Fprintln(out, "kvhint dev: stopping sidecars, manager, workers and the control plane")
+		fmt.Fprintln(out, "kvhint-dev dev: stopping sidecars, manager, workers and the control plane")
 		env.Stop()
 	}()
 	n, err := env.ApplySamples(ctx)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "kvhint dev: applied %d objects of config/samples to namespace %s\n", n, namespace)
-	fmt.Fprintf(out, "kvhint dev: from another shell: export KUBECONFIG=%s; kubectl get rr,hp -n %s\n", env.CP.Kubeconfig, namespace)
-	fmt.Fprintf(out, "kvhint dev: logs in %s\n", dir)
+	fmt.Fprintf(out, "kvhint-dev dev: applied %d objects of config/samples to namespace %s\n", n, namespace)
+	fmt.Fprintf(out, "kvhint-dev dev: from another shell: export KUBECONFIG=%s; kubectl get rr,hp -n %s\n", env.CP.Kubeconfig, namespace)
+	fmt.Fprintf(out, "kvhint-dev dev: logs in %s\n", dir)
 	if err := env.WaitSidecarsReady(ctx, time.Minute); err != nil {
 		return err
 	}
-	fmt.Fprintln(out, "kvhint dev: every sidecar runs a compiled config; sending completion requests through the routers")
+	fmt.Fprintln(out, "kvhint-dev dev: every sidecar runs a compiled config; sending completion requests through the routers")
 	traffic := env.DriveRequests(ctx, rate)
 
 	var last *devenv.Status
@@ -145,7 +145,7 @@ func runDev(ctx context.Context, cmd *cobra.Command, o devenv.Options, rate floa
 			if ctx.Err() != nil {
 				continue
 			}
-			fmt.Fprintf(out, "kvhint dev: reading status: %v\n", err)
+			fmt.Fprintf(out, "kvhint-dev dev: reading status: %v\n", err)
 			continue
 		}
 		last = st
@@ -173,11 +173,11 @@ func runDev(ctx context.Context, cmd *cobra.Command, o devenv.Options, rate floa
 // refused; with push, pushed to exactly those too, and without, to none.
 func devVerdict(out interface{ Write([]byte) (int, error) }, st *devenv.Status, push bool) error {
 	if st == nil || !st.AllReady() {
-		fmt.Fprintln(out, "kvhint dev: FAIL: not every RouterRole became Ready")
+		fmt.Fprintln(out, "kvhint-dev dev: FAIL: not every RouterRole became Ready")
 		return cli.Exit(1)
 	}
 	fail := func(format string, args ...any) error {
-		fmt.Fprintf(out, "kvhint dev: FAIL: "+format+"\n", args...)
+		fmt.Fprintf(out, "kvhint-dev dev: FAIL: "+format+"\n", args...)
 		return cli.Exit(1)
 	}
 	for _, w := range st.Workers {
@@ -196,6 +196,6 @@ func devVerdict(out interface{ Write([]byte) (int, error) }, st *devenv.Status, 
 			return fail("worker %s does not advertise router_hint but %d hints were pushed to it", w.ID, w.Pushed)
 		}
 	}
-	fmt.Fprintln(out, "kvhint dev: OK: every RouterRole is Ready and hints reached, in-band, exactly the workers that advertise router_hint")
+	fmt.Fprintln(out, "kvhint-dev dev: OK: every RouterRole is Ready and hints reached, in-band, exactly the workers that advertise router_hint")
 	return nil
 }

@@ -134,7 +134,7 @@ var topology = []struct {
 
 func (e *Env) say(format string, args ...any) {
 	if e.Opts.Progress != nil {
-		fmt.Fprintf(e.Opts.Progress, "kvhint dev: "+format+"\n", args...)
+		fmt.Fprintf(e.Opts.Progress, "kvhint-dev dev: "+format+"\n", args...)
 	}
 }
 

@@ -80,7 +80,7 @@ func TestCompileRules(t *testing.T) {
 			doc:      "worker_selection:\n  decode: nope\n",
 			want:     []problemKey{{E, hintsconfig.ReasonUnknownWorkerSelection, "decode", hintsconfig.NoHint, ""}},
 			roles:    []string{},
-			msgWords: []string{`"nope"`, "kvcr", "dynamo-default-cost-fn", "round-robin"},
+			msgWords: []string{`"nope"`, "kvcr", "dynamo-default-cost-fn", "dynamo-round-robin", "dynamo-two-tier-cost-fn"},
 		},
 		{
 			name:     "rule 1: unknown hint type lists the linked types",

@@ -16,13 +16,13 @@ func TestDevCommand(t *testing.T) {
 	cmd := exec.Command(devBin, "dev", "--duration", "20s", "--interval", "4s", "--assets", os.Getenv("KUBEBUILDER_ASSETS"))
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("kvhint dev: %v\n%s", err, out)
+		t.Fatalf("kvhint-dev dev: %v\n%s", err, out)
 	}
 	for _, want := range []string{
-		"kvhint dev: applied 6 objects of config/samples",
+		"kvhint-dev dev: applied 6 objects of config/samples",
 		"export KUBECONFIG=",
 		"COMPILED HASH",
-		"kvhint dev: OK: every RouterRole is Ready",
+		"kvhint-dev dev: OK: every RouterRole is Ready",
 	} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
@@ -64,11 +64,11 @@ func TestDevCommandBookingSocket(t *testing.T) {
 	cmd := exec.Command(devBin, "dev", "--booking-socket", "--duration", "20s", "--interval", "4s", "--assets", os.Getenv("KUBEBUILDER_ASSETS"))
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("kvhint dev --booking-socket: %v\n%s", err, out)
+		t.Fatalf("kvhint-dev dev --booking-socket: %v\n%s", err, out)
 	}
 	for _, want := range []string{
 		"sidecars up, one per router, booking on Unix sockets in ",
-		"kvhint dev: OK: every RouterRole is Ready",
+		"kvhint-dev dev: OK: every RouterRole is Ready",
 	} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("output lacks %q:\n%s", want, out)

@@ -62,7 +62,7 @@ func run(m *testing.M) int {
 	// The suite books straight at the sidecars and reads, at each worker,
 	// the exact hints it received, so its workers opt in to push
 	// (PushHints): nothing carries a booking's answer in-band here.
-	// TestDevCommand runs the in-band path, through kvhint dev's front
+	// TestDevCommand runs the in-band path, through kvhint-dev dev's front
 	// routers.
 	env, err = devenv.Start(ctx, devenv.Options{Bin: bin, WorkerBin: devBin, Assets: assets, Dir: dir, Namespace: namespace, Progress: os.Stderr, PushHints: true})
 	if err != nil {
