@@ -287,33 +287,6 @@ func bookingJSON(reqID, role, worker string, extra string) string {
 	return s + "}"
 }
 
-// counter reads one series of a counter vector from the sidecar's registry,
-// as a scrape would: labels are given in the order the metric declares them.
-func counter(t testing.TB, m prometheus.Gatherer, name string, labels ...string) float64 {
-	t.Helper()
-	series := map[string]struct {
-		metric string
-		labels []string
-	}{
-		"failures":        {"policy_failures_total", []string{"role", "policy", "policy_type", "reason"}},
-		"dropped":         {"actions_dropped_total", []string{"role", "policy", "policy_type", "reason"}},
-		"actions":         {"actions_total", []string{"role", "policy", "policy_type"}},
-		"bookings":        {"bookings_total", []string{"role", "outcome"}},
-		"hints_dropped":   {"hints_dropped_total", []string{"reason"}},
-		"delivery_errors": {"delivery_errors_total", []string{"reason"}},
-		"reloads":         {"config_reloads_total", []string{"result"}},
-	}
-	sr, ok := series[name]
-	if !ok || len(sr.labels) != len(labels) {
-		t.Fatalf("no counter %s with %d labels", name, len(labels))
-	}
-	want := map[string]string{}
-	for i, l := range sr.labels {
-		want[l] = labels[i]
-	}
-	return gathered(t, m, router.MetricsNamespace+"_"+sr.metric, want)
-}
-
 // eventually is sidecartest.Eventually.
 func eventually(t testing.TB, timeout time.Duration, cond func() error) {
 	t.Helper()
@@ -333,4 +306,22 @@ func writeFile(t testing.TB, path, data string) {
 func gathered(t testing.TB, g prometheus.Gatherer, metric string, want map[string]string) float64 {
 	t.Helper()
 	return sidecartest.Gathered(t, g, metric, want)
+}
+
+// sidecarCounters are the sidecar's counter vectors, for counter.
+var sidecarCounters = map[string]sidecartest.Series{
+	"failures":        {Metric: router.MetricsNamespace + "_policy_failures_total", Labels: []string{"role", "policy", "policy_type", "reason"}},
+	"dropped":         {Metric: router.MetricsNamespace + "_actions_dropped_total", Labels: []string{"role", "policy", "policy_type", "reason"}},
+	"actions":         {Metric: router.MetricsNamespace + "_actions_total", Labels: []string{"role", "policy", "policy_type"}},
+	"bookings":        {Metric: router.MetricsNamespace + "_bookings_total", Labels: []string{"role", "outcome"}},
+	"hints_dropped":   {Metric: router.MetricsNamespace + "_hints_dropped_total", Labels: []string{"reason"}},
+	"delivery_errors": {Metric: router.MetricsNamespace + "_delivery_errors_total", Labels: []string{"reason"}},
+	"reloads":         {Metric: router.MetricsNamespace + "_config_reloads_total", Labels: []string{"result"}},
+}
+
+// counter reads one series of a counter vector from the sidecar's registry,
+// as a scrape would: labels are given in the order the metric declares them.
+func counter(t testing.TB, m prometheus.Gatherer, name string, labels ...string) float64 {
+	t.Helper()
+	return sidecartest.Counter(t, m, sidecarCounters, name, labels...)
 }

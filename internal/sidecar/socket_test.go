@@ -14,23 +14,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvrouter/kv-hint-operator/internal/sidecar/sidecartest"
+
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/listen"
 	"github.com/kvrouter/kv-hint-operator/pkg/router"
 )
-
-// socketDir is a short directory for sockets: t.TempDir's paths can pass
-// the 107 bytes a socket address holds.
-func socketDir(t *testing.T) string {
-	t.Helper()
-	d, err := os.MkdirTemp("", "kvs-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(d) })
-	return d
-}
 
 // unixClient is an HTTP client that dials the socket at path whatever the
 // URL's host, as curl --unix-socket does.
@@ -46,7 +36,7 @@ func unixClient(path string) *http.Client {
 // link at the socket path is refused with an error that says what is there,
 // and left as it was.
 func TestSocketNeverRemovesAFile(t *testing.T) {
-	dir := socketDir(t)
+	dir := sidecartest.SocketDir(t)
 	target := filepath.Join(dir, "precious")
 	if err := os.WriteFile(target, []byte("keep me"), 0o600); err != nil {
 		t.Fatal(err)
@@ -97,7 +87,7 @@ func TestSocketMode(t *testing.T) {
 	defer syscall.Umask(old)
 	for _, mode := range []fs.FileMode{0, 0o600, 0o660, 0o666} {
 		t.Run(fmt.Sprintf("%#o", mode), func(t *testing.T) {
-			path := filepath.Join(socketDir(t), "booking.sock")
+			path := filepath.Join(sidecartest.SocketDir(t), "booking.sock")
 			s := startSidecarWithConfig(t, testCatalog(t), dispatchConfig, func(o *Options) {
 				o.Listen, o.ListenMode = listen.UnixScheme+path, mode
 			})
@@ -117,7 +107,7 @@ func TestSocketMode(t *testing.T) {
 			}
 		})
 	}
-	if _, err := listen.Unix(filepath.Join(socketDir(t), "s"), 0o4660); err == nil {
+	if _, err := listen.Unix(filepath.Join(sidecartest.SocketDir(t), "s"), 0o4660); err == nil {
 		t.Error("a setuid mode was taken")
 	}
 }
@@ -127,7 +117,7 @@ func TestSocketMode(t *testing.T) {
 // the date, and body. The socket listener keeps the connection cap, and
 // the shutdown removes the socket.
 func TestSocketBooksAsTCP(t *testing.T) {
-	path := filepath.Join(socketDir(t), "booking.sock")
+	path := filepath.Join(sidecartest.SocketDir(t), "booking.sock")
 	tcp := startSidecarWithConfig(t, testCatalog(t), dispatchConfig, nil)
 	unix := startSidecarWithConfig(t, testCatalog(t), dispatchConfig, func(o *Options) {
 		o.Listen = listen.UnixScheme + path

@@ -33,28 +33,6 @@ func heapInUse() uint64 {
 	return ms.HeapInuse
 }
 
-// counter reads one series of delivery's counter vectors, as a scrape
-// would: labels are given in the order the metric declares them.
-func counter(t testing.TB, m *Metrics, name string, labels ...string) float64 {
-	t.Helper()
-	series := map[string]struct {
-		metric string
-		labels []string
-	}{
-		"hints_dropped":   {"hints_dropped_total", []string{"reason"}},
-		"delivery_errors": {"delivery_errors_total", []string{"reason"}},
-	}
-	sr, ok := series[name]
-	if !ok || len(sr.labels) != len(labels) {
-		t.Fatalf("no counter %s with %d labels", name, len(labels))
-	}
-	want := map[string]string{}
-	for i, l := range sr.labels {
-		want[l] = labels[i]
-	}
-	return gathered(t, m.reg, router.MetricsNamespace+"_"+sr.metric, want)
-}
-
 // startWorker runs a simulated worker on loopback until the test ends.
 func startWorker(t *testing.T, id string) *simworker.Server {
 	t.Helper()
@@ -87,4 +65,17 @@ func testLogger(t testing.TB) logr.Logger { return sidecartest.Logger(t) }
 func gathered(t testing.TB, g prometheus.Gatherer, metric string, want map[string]string) float64 {
 	t.Helper()
 	return sidecartest.Gathered(t, g, metric, want)
+}
+
+// deliveryCounters are delivery's counter vectors, for counter.
+var deliveryCounters = map[string]sidecartest.Series{
+	"hints_dropped":   {Metric: router.MetricsNamespace + "_hints_dropped_total", Labels: []string{"reason"}},
+	"delivery_errors": {Metric: router.MetricsNamespace + "_delivery_errors_total", Labels: []string{"reason"}},
+}
+
+// counter reads one series of delivery's counter vectors, as a scrape
+// would: labels are given in the order the metric declares them.
+func counter(t testing.TB, m *Metrics, name string, labels ...string) float64 {
+	t.Helper()
+	return sidecartest.Counter(t, m.reg, deliveryCounters, name, labels...)
 }

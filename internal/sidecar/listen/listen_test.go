@@ -10,19 +10,9 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-)
 
-// socketDir is a short directory for sockets: t.TempDir's paths can pass
-// the 107 bytes a socket address holds.
-func socketDir(t *testing.T) string {
-	t.Helper()
-	d, err := os.MkdirTemp("", "kvs-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(d) })
-	return d
-}
+	"github.com/kvrouter/kv-hint-operator/internal/sidecar/sidecartest"
+)
 
 func TestSocketPath(t *testing.T) {
 	long := "/" + strings.Repeat("d", 120)
@@ -50,7 +40,7 @@ func TestSocketPath(t *testing.T) {
 // (nobody listens) is replaced; one a live process listens on is not taken
 // over.
 func TestSocketStaleReplacedLiveRefused(t *testing.T) {
-	dir := socketDir(t)
+	dir := sidecartest.SocketDir(t)
 	path := filepath.Join(dir, "booking.sock")
 
 	live, err := net.Listen("unix", path)
@@ -84,7 +74,7 @@ func TestSocketStaleReplacedLiveRefused(t *testing.T) {
 // TestSocketCloseLeavesASuccessorsSocket: closing removes the path only
 // while it is this listener's socket.
 func TestSocketCloseLeavesASuccessorsSocket(t *testing.T) {
-	path := filepath.Join(socketDir(t), "booking.sock")
+	path := filepath.Join(sidecartest.SocketDir(t), "booking.sock")
 	old, err := Unix(path, DefaultListenMode)
 	if err != nil {
 		t.Fatal(err)
@@ -113,7 +103,7 @@ func TestSocketUnwritableDirectory(t *testing.T) {
 		fmt.Printf("LISTEN-ERROR: %v\n", err)
 		return
 	}
-	base := socketDir(t)
+	base := sidecartest.SocketDir(t)
 	if err := os.Chmod(base, 0o755); err != nil {
 		t.Fatal(err)
 	}

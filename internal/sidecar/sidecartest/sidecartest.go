@@ -86,3 +86,38 @@ func Gathered(t testing.TB, g prometheus.Gatherer, metric string, want map[strin
 	}
 	return 0
 }
+
+// Series names a counter vector for Counter: its metric name and its
+// label names, in the order the metric declares them.
+type Series struct {
+	Metric string
+	Labels []string
+}
+
+// Counter reads one series of a counter vector, as a scrape would: name
+// is a key of table, and values are the series' label values in the
+// order Series.Labels gives them.
+func Counter(t testing.TB, g prometheus.Gatherer, table map[string]Series, name string, values ...string) float64 {
+	t.Helper()
+	sr, ok := table[name]
+	if !ok || len(sr.Labels) != len(values) {
+		t.Fatalf("no counter %s with %d labels", name, len(values))
+	}
+	want := make(map[string]string, len(values))
+	for i, l := range sr.Labels {
+		want[l] = values[i]
+	}
+	return Gathered(t, g, sr.Metric, want)
+}
+
+// SocketDir is a short directory for Unix sockets, removed when the test
+// ends: t.TempDir's paths can pass the 107 bytes a socket address holds.
+func SocketDir(t testing.TB) string {
+	t.Helper()
+	d, err := os.MkdirTemp("", "kvs-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+	return d
+}
