@@ -9,9 +9,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kvrouter/kv-hint-operator/internal/proctest"
 )
 
 // TestSidecarAndSimWorkerProcesses runs the real binaries: `kvhint sidecar`
@@ -105,7 +106,7 @@ func TestSidecarAndSimWorkerProcesses(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 
-	stopBySIGTERM(t, sidecar, exited)
+	proctest.StopBySIGTERM(t, sidecar, exited)
 }
 
 // TestSidecarOnUnixSocket runs the real binary with --listen unix:///PATH
@@ -161,7 +162,7 @@ func TestSidecarOnUnixSocket(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 
-	stopBySIGTERM(t, sidecar, exited)
+	proctest.StopBySIGTERM(t, sidecar, exited)
 	if _, err := os.Lstat(sock); !os.IsNotExist(err) {
 		t.Errorf("the socket is still there after SIGTERM: %v", err)
 	}
@@ -186,22 +187,4 @@ func buildForProcessTest(t *testing.T) (bin, devBin, config string) {
 		t.Fatal(err)
 	}
 	return filepath.Join(dir, "kvhint"), filepath.Join(dir, "kvhint-dev"), config
-}
-
-// stopBySIGTERM sends a kvhint process SIGTERM and fails unless it exits
-// cleanly within 10 s; exited receives its Wait result.
-func stopBySIGTERM(t *testing.T, proc *exec.Cmd, exited <-chan error) {
-	t.Helper()
-	name := "kvhint " + proc.Args[1]
-	if err := proc.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Errorf("%s exit after SIGTERM: %v", name, err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatalf("%s did not exit within 10s of SIGTERM", name)
-	}
 }

@@ -8,9 +8,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
+
+	"github.com/kvrouter/kv-hint-operator/internal/proctest"
 
 	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
 )
@@ -105,7 +105,7 @@ func TestSimWorkerSeveralSinks(t *testing.T) {
 	}
 	exited := make(chan error, 1)
 	go func() { _, _ = io.Copy(io.Discard, out); exited <- worker.Wait() }()
-	stopBySIGTERM(t, worker, exited)
+	proctest.StopBySIGTERM(t, worker, exited)
 }
 
 // TestSimWorkerSeveralWorkersUsage: several workers in one process are for
@@ -123,23 +123,5 @@ func TestSimWorkerSeveralWorkersUsage(t *testing.T) {
 		if code != 2 || !strings.Contains(stderr, tc.want) {
 			t.Errorf("sim-worker %v: exit %d, stderr %q; want 2 and %q", tc.args, code, stderr, tc.want)
 		}
-	}
-}
-
-// stopBySIGTERM sends a kvhint process SIGTERM and fails unless it exits
-// cleanly within 10 s; exited receives its Wait result.
-func stopBySIGTERM(t *testing.T, proc *exec.Cmd, exited <-chan error) {
-	t.Helper()
-	name := "kvhint-dev " + proc.Args[1]
-	if err := proc.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Errorf("%s exit after SIGTERM: %v", name, err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatalf("%s did not exit within 10s of SIGTERM", name)
 	}
 }
