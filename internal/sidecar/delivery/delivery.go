@@ -18,6 +18,7 @@ import (
 	"net/url"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -55,6 +56,11 @@ type Options struct {
 	// queues together; a hint that would pass it is dropped and counted.
 	// 0 means DefaultMaxQueuedBytes.
 	MaxQueuedBytes int64
+	// DialControl checks the address every connection to a worker is
+	// about to connect to, once its name is resolved (net.Dialer.Control):
+	// the sidecar's endpoint.Policy.CheckDial. Nil applies
+	// endpoint.CheckDialAddress, the rules that hold whatever the policy.
+	DialControl func(network, address string, c syscall.RawConn) error
 	// Metrics receives delivery metrics; nil creates a private set.
 	Metrics *Metrics
 	// Log receives delivery errors, rate-limited per worker.
@@ -113,6 +119,9 @@ func New(o Options) *Delivery {
 	if o.Metrics == nil {
 		o.Metrics = NewMetrics(prometheus.NewRegistry())
 	}
+	if o.DialControl == nil {
+		o.DialControl = endpoint.CheckDialAddress
+	}
 	d := &Delivery{opts: o, metrics: o.Metrics, log: o.Log, closing: make(chan struct{}), live: make(map[*Queue]struct{})}
 	o.Metrics.observe(d)
 	d.base, d.cancelBase = context.WithCancel(context.Background())
@@ -158,7 +167,7 @@ func (d *Delivery) NewQueue(worker, endpoint string) *Queue {
 	d.live[q] = struct{}{}
 	d.mu.Unlock()
 	q.drops = d.metrics.forWorker(worker)
-	q.p = newPoster(d.base, endpoint, d.opts.Timeout, d.tlsRoots)
+	q.p = newPoster(d.base, endpoint, d.opts.Timeout, d.tlsRoots, d.opts.DialControl)
 	d.wg.Add(1)
 	d.queues.Add(1)
 	go q.run()
@@ -385,9 +394,9 @@ const (
 // newPoster returns the poster of an endpoint. The scheme is read with
 // net/url, so HTTP:// and HTTPS:// work: fasthttp refuses a request whose
 // scheme, as it spells it, differs from its HostClient's. Connections are
-// tied to base, which cuts them short when it is cancelled. roots nil means
-// the system roots.
-func newPoster(base context.Context, rawURL string, timeout time.Duration, roots *x509.CertPool) *poster {
+// tied to base, which cuts them short when it is cancelled, and dialled
+// through control (see dialHint). roots nil means the system roots.
+func newPoster(base context.Context, rawURL string, timeout time.Duration, roots *x509.CertPool, control dialControl) *poster {
 	p := &poster{timeout: timeout}
 	u, err := url.Parse(rawURL)
 	switch {
@@ -415,7 +424,7 @@ func newPoster(base context.Context, rawURL string, timeout time.Duration, roots
 			if timeout <= 0 {
 				timeout = p.timeout
 			}
-			return dialHint(base, addr, timeout)
+			return dialHint(base, addr, timeout, control)
 		},
 		IsTLS:                     isTLS,
 		MaxConns:                  MaxConnsPerWorker,

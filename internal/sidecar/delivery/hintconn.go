@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/endpoint"
@@ -51,12 +52,21 @@ var errIdleConnClosed = errors.New("the worker closed the idle connection; nothi
 // cutDeadline is a deadline in the past: every read and write fails at once.
 var cutDeadline = time.Unix(1, 0)
 
-// dialHint dials a worker within timeout, through endpoint.CheckDialAddress, and
-// ties the connection to base.
-func dialHint(base context.Context, addr string, timeout time.Duration) (*hintConn, error) {
+// dialControl is a net.Dialer Control hook: the endpoint policy's check of
+// the resolved address before connect.
+type dialControl = func(network, address string, c syscall.RawConn) error
+
+// dialHint dials a worker within timeout, through control (nil:
+// endpoint.CheckDialAddress), which sees the address the name resolved
+// to, so a name that resolves to a refused address (DNS rebinding to
+// loopback) connects nowhere. It ties the connection to base.
+func dialHint(base context.Context, addr string, timeout time.Duration, control dialControl) (*hintConn, error) {
 	ctx, cancel := context.WithTimeout(base, timeout)
 	defer cancel()
-	d := net.Dialer{KeepAlive: 30 * time.Second, Control: endpoint.CheckDialAddress}
+	if control == nil {
+		control = endpoint.CheckDialAddress
+	}
+	d := net.Dialer{KeepAlive: 30 * time.Second, Control: control}
 	nc, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, err

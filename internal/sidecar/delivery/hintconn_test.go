@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,7 +14,7 @@ import (
 // hintConnPair dials a listener through dialHint and returns both ends.
 func hintConnPair(t *testing.T, base context.Context) (*hintConn, net.Conn) {
 	t.Helper()
-	return connPair(t, func(addr string) (*hintConn, error) { return dialHint(base, addr, 5*time.Second) })
+	return connPair(t, func(addr string) (*hintConn, error) { return dialHint(base, addr, 5*time.Second, nil) })
 }
 
 // connPair dials a new loopback listener with dial and returns the dialled
@@ -129,7 +130,7 @@ func TestHintConnCut(t *testing.T) {
 	if _, err := c.Read(b[:]); !isTimeout(err) || time.Since(start) > time.Second {
 		t.Errorf("read after a new deadline: %v after %v, want an immediate timeout", err, time.Since(start))
 	}
-	if _, err := dialHint(base, c.RemoteAddr().String(), time.Second); err == nil {
+	if _, err := dialHint(base, c.RemoteAddr().String(), time.Second, nil); err == nil {
 		t.Error("dialled with a cancelled base context")
 	}
 }
@@ -138,8 +139,49 @@ func TestHintConnCut(t *testing.T) {
 // check runs before connect, so no packet leaves.
 func TestDialHintRefused(t *testing.T) {
 	for _, addr := range []string{"169.254.169.254:80", "0.0.0.0:1"} {
-		if _, err := dialHint(context.Background(), addr, time.Second); !errors.Is(err, endpoint.ErrRefusedAddress) {
+		if _, err := dialHint(context.Background(), addr, time.Second, nil); !errors.Is(err, endpoint.ErrRefusedAddress) {
 			t.Errorf("dial to %s: %v, want ErrRefusedAddress", addr, err)
 		}
+	}
+}
+
+// TestDialHintChecksResolvedAddress: the dialer's hook sees the address a
+// name resolves to, so a worker whose name resolves to loopback when it is
+// dialled (DNS rebinding; localhost stands in for the rebound name here)
+// connects nowhere under a policy that refuses loopback: the listener on
+// loopback accepts nothing.
+func TestDialHintChecksResolvedAddress(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var accepted atomic.Int64
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			c.Close()
+		}
+	}()
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	strict := &endpoint.Policy{}
+	for _, addr := range []string{"localhost:" + port, ln.Addr().String()} {
+		if _, err := dialHint(context.Background(), addr, time.Second, strict.CheckDial); !errors.Is(err, endpoint.ErrRefusedAddress) {
+			t.Errorf("dial %s: %v, want ErrRefusedAddress", addr, err)
+		}
+	}
+	// The same listener under a development policy is reached.
+	c, err := dialHint(context.Background(), ln.Addr().String(), time.Second, (&endpoint.Policy{AllowLoopback: true}).CheckDial)
+	if err != nil {
+		t.Fatalf("development policy: %v", err)
+	}
+	c.Close()
+	ln.Close()
+	if n := accepted.Load(); n > 1 {
+		t.Errorf("the loopback listener accepted %d connections, want only the development one", n)
 	}
 }
