@@ -78,7 +78,7 @@ start_server() {
 	listen=${listen#http://}
 	if [ "$server" = sidecar ]; then
 		taskset -c 1 "$W/kvhint" sidecar --config-file "$W/hints.yaml" --workers-file "$W/workers.yaml" \
-			--listen "$listen" --metrics-listen 127.0.0.1:9471 ${SIDECAR_ARGS:-} >"$W/server.log" 2>&1 &
+			--allow-loopback-hint-endpoints --listen "$listen" --metrics-listen 127.0.0.1:9471 ${SIDECAR_ARGS:-} >"$W/server.log" 2>&1 &
 		SERVER_PID=$!
 		wait_for curl -sf http://127.0.0.1:9471/readyz
 		# Ready means the config loaded; the workers file loads beside it.

@@ -66,7 +66,21 @@ without a selector takes any registered worker). Capabilities, hint endpoint,
 worker type and source endpoints come from the pod annotations
 hints.kvrouter.io/capabilities, hint-endpoint, worker-type and
 source-control-endpoints; the hint endpoint is ":PORT/PATH" on the pod's own
-IP, absolute URLs only with --allow-absolute-hint-endpoints.
+IP, absolute URLs only with --allow-absolute-hint-endpoints. PUT and DELETE
+/v1/workers/{id} answer only in standalone mode (403 with worker pods), and
+never replace or remove a worker of the workers file or of a pod.
+
+Hint endpoints never reach the router pod itself or the cloud around it:
+loopback in any spelling, the pod's own addresses and the sidecar's
+listeners, link-local and cloud metadata addresses (also inside NAT64 or
+IPv4-mapped IPv6), unspecified, multicast and non-canonical numeric hosts
+are refused when a worker registers and again when its name is resolved
+for a dial. --allow-loopback-hint-endpoints lets loopback through for
+development with simulated workers on the same machine.
+
+No route of the booking listener is authenticated: --listen must be
+loopback or a Unix socket; any other TCP address needs
+--listen-insecure-any-address, which says the risk.
 
 Bookings over --max-booking-bytes are refused with 413; the payload limit
 follows it, so a committed copy the API accepts is always sent whole.
@@ -137,6 +151,8 @@ pod IP only, where probes and scrapers reach them; pprof is on loopback.`,
 	f.StringVar(&selector, "worker-selector", "", "deprecated, not needed: limit the worker pod watch to this label selector; the RouterRoles' workerSelectors make the pools")
 	_ = f.MarkDeprecated("worker-selector", "each RouterRole's spec.workerSelector, compiled into the ConfigMap, makes its role's worker pool")
 	f.BoolVar(&o.AllowAbsoluteHintEndpoints, "allow-absolute-hint-endpoints", false, "take absolute URLs from worker pods' hint-endpoint annotations (default: only \":PORT/PATH\" on the pod's own IP)")
+	f.BoolVar(&o.AllowLoopbackHintEndpoints, "allow-loopback-hint-endpoints", false, "development only: take hint endpoints on loopback (127.0.0.0/8, ::1, localhost), for simulated workers on this machine; the sidecar's own listeners stay refused")
+	f.BoolVar(&o.ListenInsecureAnyAddress, "listen-insecure-any-address", false, "let --listen take a TCP address other than loopback (0.0.0.0, ::, a pod IP): its routes are not authenticated, so anyone who reaches it can book and, standalone, register workers")
 	f.StringVar(&o.PodName, "pod-name", os.Getenv("POD_NAME"), "the sidecar's own pod, to write the applied hash on (default $POD_NAME; empty disables)")
 	f.StringVar(&o.PodNamespace, "pod-namespace", os.Getenv("POD_NAMESPACE"), "the sidecar's own namespace (default $POD_NAMESPACE)")
 	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, then $KUBECONFIG and ~/.kube/config)")

@@ -22,7 +22,8 @@ import (
 func TestSidecarAndSimWorkerProcesses(t *testing.T) {
 	bin, devBin, config := buildForProcessTest(t)
 
-	sidecar := exec.Command(bin, "sidecar", "--config-file", config, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0")
+	// The simulated worker runs on loopback: development.
+	sidecar := exec.Command(bin, "sidecar", "--config-file", config, "--allow-loopback-hint-endpoints", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0")
 	stderr, err := sidecar.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -47,7 +47,8 @@ Go scheduler there instead of one per worker, each woken on its own for
 every hint.
 
 With --register it registers itself with a standalone sidecar
-(PUT SIDECAR_URL/v1/workers/ID). It prints its hint endpoint on standard
+(PUT SIDECAR_URL/v1/workers/ID), which takes a worker on loopback only
+when it runs with --allow-loopback-hint-endpoints (development). It prints its hint endpoint on standard
 output once it listens: the whole line with --print-endpoint, for scripts.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

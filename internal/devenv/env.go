@@ -344,8 +344,9 @@ func (e *Env) startSidecars(ctx context.Context) error {
 		s.Proc = NewProcess("sidecar-"+t.router, e.Opts.Bin, []string{"sidecar",
 			"--router", t.router, "--namespace", e.Opts.Namespace, "--kubeconfig", e.CP.Kubeconfig,
 			// The simulated workers run on loopback, not on their pods' IPs
-			// (no kubelet gives them one), so their pods advertise absolute URLs.
-			"--allow-absolute-hint-endpoints",
+			// (no kubelet gives them one), so their pods advertise absolute
+			// URLs on loopback, which only development allows.
+			"--allow-absolute-hint-endpoints", "--allow-loopback-hint-endpoints",
 			"--pod-name", s.PodName, "--pod-namespace", e.Opts.Namespace,
 			"--listen", listen, "--metrics-listen", "127.0.0.1:" + strconv.Itoa(ops)}, nil, e.Opts.Dir)
 		if err := s.Proc.Start(); err != nil {

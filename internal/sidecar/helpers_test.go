@@ -188,6 +188,8 @@ func startSidecar(t *testing.T, cat *hints.Catalog, configFile string, tweak fun
 	o := Options{
 		Catalog: cat, ConfigFile: configFile, Poll: 50 * time.Millisecond,
 		Listen: "127.0.0.1:0", OpsListen: "127.0.0.1:0", Log: testLogger(t),
+		// The simulated workers run on loopback.
+		AllowLoopbackHintEndpoints: true,
 	}
 	if tweak != nil {
 		tweak(&o)

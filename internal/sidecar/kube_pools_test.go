@@ -83,8 +83,8 @@ func TestKubernetesRolePools(t *testing.T) {
 	s, err := New(Options{
 		Catalog: testCatalog(t), ConfigMap: wellknown.ConfigMapName("llama"), Namespace: ns, WorkerPods: true, Kube: kc,
 		// The simulated workers listen on loopback, not on their pods' IPs.
-		AllowAbsoluteHintEndpoints: true,
-		Listen:                     "127.0.0.1:0", OpsListen: "127.0.0.1:0", Log: testLogger(t),
+		AllowAbsoluteHintEndpoints: true, AllowLoopbackHintEndpoints: true,
+		Listen: "127.0.0.1:0", OpsListen: "127.0.0.1:0", Log: testLogger(t),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -108,6 +108,24 @@ func TestKubernetesRolePools(t *testing.T) {
 	eventually(t, 10*time.Second, pools)
 	if n := gathered(t, s.Metrics, "kvhint_router_workers_refused_total", map[string]string{"source": "pods"}); n < 1 {
 		t.Errorf("the banana pod was not counted as refused")
+	}
+
+	// In pod mode nobody who reaches the listener registers or removes a
+	// worker: the pods are the workers (the report: PUT and DELETE
+	// answered under --router, and DELETE removed a pod's worker).
+	for _, tc := range []struct{ method, id, body string }{
+		{http.MethodPut, "intruder-0", `{"capabilities":["router_hint"],"hint_endpoint":"http://10.0.0.66:1/v1/hints"}`},
+		{http.MethodPut, "decode-0", `{"capabilities":["router_hint"],"hint_endpoint":"http://10.0.0.66:1/v1/hints"}`},
+		{http.MethodDelete, "decode-0", ""},
+	} {
+		req, _ := http.NewRequest(tc.method, "http://"+s.BookingAddr()+"/v1/workers/"+tc.id, strings.NewReader(tc.body))
+		resp := roundTrip(t, http.DefaultClient, req)
+		if resp.status != http.StatusForbidden || !strings.Contains(resp.body, "registration over the API is off") {
+			t.Errorf("%s /v1/workers/%s in pod mode: %d %s, want 403", tc.method, tc.id, resp.status, resp.body)
+		}
+	}
+	if err := pools(); err != nil {
+		t.Errorf("after the API attempts: %v", err)
 	}
 
 	book := func(id, role, worker, extra string) response {

@@ -125,8 +125,8 @@ func TestKubernetesSidecar(t *testing.T) {
 	s, err := New(Options{
 		Catalog: testCatalog(t), ConfigMap: wellknown.ConfigMapName("llama"), Namespace: ns,
 		WorkerPods: true, WorkerSelector: labels.SelectorFromSet(labels.Set{"app": "llama-worker"}),
-		AllowAbsoluteHintEndpoints: true, // the worker runs on loopback, not on a pod IP
-		PodName:                    "router-0", PodNamespace: ns, Kube: kc,
+		AllowAbsoluteHintEndpoints: true, AllowLoopbackHintEndpoints: true, // the worker runs on loopback, not on a pod IP
+		PodName: "router-0", PodNamespace: ns, Kube: kc,
 		Listen: "127.0.0.1:0", OpsListen: "127.0.0.1:0", Log: testLogger(t),
 	})
 	if err != nil {

@@ -351,8 +351,9 @@ func TestWorkerTypeValidated(t *testing.T) {
 }
 
 // TestPoolsStandalone: with pools set, a role's bookings reach only its
-// pool's workers (labels given at registration); a role without a pool
-// takes any worker.
+// pool's workers (labels given at registration); a role whose pool selects
+// everything (no workerSelector) takes any worker, and a role the pools
+// miss takes none: it fails closed.
 func TestPoolsStandalone(t *testing.T) {
 	const cfg = `
 worker_selection:
@@ -377,10 +378,12 @@ worker_selection:
 		}
 		resp.Body.Close()
 	}
-	s.applyPools(map[string]labels.Selector{
-		"prefill": labels.SelectorFromSet(labels.Set{"component": "prefill"}),
-		"decode":  labels.SelectorFromSet(labels.Set{"component": "decode"}),
-	})
+	pools := map[string]labels.Selector{
+		"prefill":    labels.SelectorFromSet(labels.Set{"component": "prefill"}),
+		"decode":     labels.SelectorFromSet(labels.Set{"component": "decode"}),
+		"aggregated": labels.Everything(),
+	}
+	s.applyPools(pools)
 	final := `"session":{"id":"s","turn":1,"final":true},` + copyJSON("p1", "tcp://p1:1", []uint64{1, 2, 3})
 	for _, tc := range []struct{ role, worker, outcome string }{
 		{"prefill", "p0", "hinted"},
@@ -400,6 +403,12 @@ worker_selection:
 	}
 	if n := counter(t, s.Metrics, "bookings", "prefill", "not_in_pool"); n != 1 {
 		t.Errorf("prefill not_in_pool = %v, want 1", n)
+	}
+	// A role the pools miss admits no worker, not every worker.
+	delete(pools, "aggregated")
+	s.applyPools(pools)
+	if got := post(t, s, "/v1/bookings", bookingJSON("r", "aggregated", "p0", final)).header.Get(booking.HeaderOutcome); got != "not_in_pool" {
+		t.Errorf("aggregated, missing from the pools, on p0: outcome %q, want not_in_pool", got)
 	}
 	// No prefill hint (a kv.fetch) reached the decode worker.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

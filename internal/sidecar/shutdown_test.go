@@ -24,6 +24,7 @@ func TestShutdownDrainsHintsFirst(t *testing.T) {
 		Catalog: testCatalog(t), Poll: 50 * time.Millisecond,
 		Listen: "127.0.0.1:0", OpsListen: "127.0.0.1:0", Log: testLogger(t),
 		ShutdownWait: 3 * time.Second, ReadTimeout: 30 * time.Second, HintTTL: time.Minute,
+		AllowLoopbackHintEndpoints: true,
 	}
 	o.ConfigFile = t.TempDir() + "/hints.yaml"
 	writeFile(t, o.ConfigFile, dispatchConfig)

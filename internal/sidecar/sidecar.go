@@ -29,6 +29,7 @@ import (
 	"io/fs"
 	"net"
 	"net/http"
+	"net/netip"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -40,6 +41,7 @@ import (
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/booking"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/configsource"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/delivery"
+	"github.com/kvrouter/kv-hint-operator/internal/sidecar/endpoint"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/listen"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/ops"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/podreport"
@@ -108,6 +110,17 @@ type Options struct {
 	// hint-endpoint annotations. Off, a pod gives only a port and a path
 	// on its own IP.
 	AllowAbsoluteHintEndpoints bool
+	// AllowLoopbackHintEndpoints takes hint endpoints on loopback, for
+	// development, where the simulated workers run on the same machine
+	// (--allow-loopback-hint-endpoints). Off, as in every real
+	// deployment, an endpoint that reaches the router pod itself is
+	// refused at registration and at dial (endpoint.Policy); the
+	// sidecar's own listeners are refused either way.
+	AllowLoopbackHintEndpoints bool
+	// ListenInsecureAnyAddress lets Listen be a TCP address other than
+	// loopback (--listen-insecure-any-address): the booking listener has
+	// no authentication, so only the pod should reach it.
+	ListenInsecureAnyAddress bool
 
 	// PodName and PodNamespace identify the sidecar's own pod, to write
 	// the applied hash on; empty disables it.
@@ -180,6 +193,11 @@ func (o *Options) check() error {
 	if _, _, err := listen.SocketPath(o.Listen); err != nil {
 		return err
 	}
+	if o.Listen != "" && !o.ListenInsecureAnyAddress {
+		if err := listen.CheckLoopback(o.Listen); err != nil {
+			return err
+		}
+	}
 	if o.ListenMode&^fs.ModePerm != 0 {
 		return fmt.Errorf("listen mode %#o has bits other than permissions (at most 0777)", o.ListenMode)
 	}
@@ -207,6 +225,8 @@ type Sidecar struct {
 	Workers    *workers.Registry
 	Delivery   *delivery.Delivery
 	pods       *workers.PodWorkers
+	file       *workers.FileSource
+	endpoints  *endpoint.Policy
 	reporter   *podreport.Reporter
 	listeners  *listen.Metrics
 
@@ -255,16 +275,23 @@ func New(o Options) (*Sidecar, error) {
 		o.MaxOpsConns = listen.DefaultMaxOpsConns
 	}
 	m := ops.NewRegistry()
+	// One policy for every hint endpoint: checked by the registry when a
+	// worker registers, by delivery's dialer on the resolved address.
+	eps := &endpoint.Policy{AllowLoopback: o.AllowLoopbackHintEndpoints}
 	del := delivery.New(delivery.Options{QueueSize: o.QueueSize, Timeout: o.DeliveryTimeout, HintTTL: o.HintTTL, MaxQueuedBytes: o.MaxQueuedBytes,
-		Metrics: delivery.NewMetrics(m), Log: o.Log.WithName("delivery")})
+		DialControl: eps.CheckDial, Metrics: delivery.NewMetrics(m), Log: o.Log.WithName("delivery")})
 	reg := workers.NewRegistry(registryDelivery{del})
+	reg.Endpoints = eps
 	reg.RegisterMetrics(m)
 	if o.MaxBookingBytes <= 0 {
 		o.MaxBookingBytes = router.DefaultMaxBookingBytes
 	}
 	d := router.NewDispatcher(router.Options{Catalog: o.Catalog, Workers: reg, Metrics: router.NewMetrics(m), PolicyDeadline: o.PolicyDeadline,
 		PolicyDeadlinePerBlock: o.PolicyDeadlinePerBlock, MaxBookingBytes: o.MaxBookingBytes, RouterMode: o.RouterMode, Log: o.Log.WithName("dispatcher")})
-	s := &Sidecar{opts: o, Metrics: m, Dispatcher: d, Workers: reg, Delivery: del, listeners: listen.NewMetrics(m)}
+	s := &Sidecar{opts: o, Metrics: m, Dispatcher: d, Workers: reg, Delivery: del, endpoints: eps, listeners: listen.NewMetrics(m)}
+	if o.WorkersFile != "" {
+		s.file = &workers.FileSource{Path: o.WorkersFile, Poll: o.Poll}
+	}
 	if o.WorkerPods {
 		s.pods = &workers.PodWorkers{Client: o.Kube, Namespace: o.Namespace, Selector: o.WorkerSelector, Registry: reg, AllowAbsoluteEndpoints: o.AllowAbsoluteHintEndpoints}
 	}
@@ -315,11 +342,26 @@ func (s *Sidecar) Start(ctx context.Context) error {
 	}
 	ctx, s.cancel = context.WithCancel(ctx)
 	log := s.opts.Log
+	s.endpoints.SetOwn(endpoint.LocalAddrs(), tcpAddrs(s.bookingLn, s.opsLn, s.pprofLn))
+	if s.opts.AllowLoopbackHintEndpoints {
+		log.Info("Hint endpoints on loopback are allowed (--allow-loopback-hint-endpoints): for development only; a worker's word can then send hints to this machine")
+	}
 	book := &booking.API{Dispatcher: s.Dispatcher, Log: log.WithName("api"), MaxBookingBytes: s.opts.MaxBookingBytes, OtherBodyLimit: admin.BodyLimit}
-	book.Other = (&admin.API{Dispatcher: s.Dispatcher, Workers: s.Workers, Log: log.WithName("api"), Book: book.Book}).Handler()
-	var ready func() error
+	book.Other = (&admin.API{Dispatcher: s.Dispatcher, Workers: s.Workers, Log: log.WithName("api"), Book: book.Book, RegistrationOff: s.registrationOff()}).Handler()
+	var checks []func() error
 	if s.pods != nil {
-		ready = s.pods.Synced
+		checks = append(checks, s.pods.Synced)
+	}
+	if s.file != nil {
+		checks = append(checks, s.file.Ready)
+	}
+	ready := func() error {
+		for _, c := range checks {
+			if err := c(); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 
 	s.goRun(func() {
@@ -334,9 +376,9 @@ func (s *Sidecar) Start(ctx context.Context) error {
 			configsource.ConfigMapSource{Client: o.Kube, Namespace: o.Namespace, Name: o.ConfigMap, OnWorkerSelectors: s.applyPools}.Run(ctx, s.Dispatcher, log.WithName("config"))
 		}
 	})
-	if s.opts.WorkersFile != "" {
+	if s.file != nil {
 		s.goRun(func() {
-			workers.FileSource{Path: s.opts.WorkersFile, Poll: s.opts.Poll}.Run(ctx, s.Workers, log.WithName("workers"))
+			s.file.Run(ctx, s.Workers, log.WithName("workers"))
 		})
 	}
 	if s.pods != nil {
@@ -383,18 +425,38 @@ func (s *Sidecar) Start(ctx context.Context) error {
 	return nil
 }
 
-// applyPools makes the roles' worker selectors of the config source the
-// registry's worker pools. Pods outside every pool stop being workers
-// unless some role of the config in force has no selector (or none are
-// known), which admits every worker as before pools existed.
-func (s *Sidecar) applyPools(pools map[string]labels.Selector) {
-	open := pools == nil
-	roles := s.Dispatcher.Roles()
-	if len(roles) == 0 {
-		open = true
+// registrationOff is why the API may not register workers, or "": it may
+// only in standalone mode, where a workers file or the API is the source.
+func (s *Sidecar) registrationOff() string {
+	if s.opts.ConfigMap != "" || s.opts.WorkerPods {
+		return "the sidecar watches worker pods (--router, --configmap or --worker-pods); its workers are the pods the RouterRoles' workerSelectors pick"
 	}
-	for _, r := range roles {
-		if _, ok := pools[r]; !ok {
+	return ""
+}
+
+// tcpAddrs are the TCP addresses of the listeners that are open.
+func tcpAddrs(lns ...net.Listener) []netip.AddrPort {
+	var out []netip.AddrPort
+	for _, ln := range lns {
+		if ln == nil {
+			continue
+		}
+		if a, ok := ln.Addr().(*net.TCPAddr); ok {
+			out = append(out, a.AddrPort())
+		}
+	}
+	return out
+}
+
+// applyPools makes the roles' worker pools of the config source the
+// registry's. Every role of a compiled config has a pool (one that
+// selects everything where the role has no selector); a role without one
+// admits no worker. Pods outside every pool stop being workers unless
+// some role takes every worker (or no pools are known).
+func (s *Sidecar) applyPools(pools map[string]labels.Selector) {
+	open := pools == nil || len(s.Dispatcher.Roles()) == 0
+	for _, sel := range pools {
+		if sel.Empty() {
 			open = true
 		}
 	}

@@ -3,8 +3,8 @@
 //
 //	GET    /v1/workers        the registered workers
 //	GET    /v1/workers/{id}   one worker
-//	PUT    /v1/workers/{id}   register a worker (standalone mode)
-//	DELETE /v1/workers/{id}   remove a worker
+//	PUT    /v1/workers/{id}   register a worker (standalone mode only)
+//	DELETE /v1/workers/{id}   remove a worker registered over the API
 //	GET    /v1/config         the policy file in force, the config's hash in Kvhint-Config-Hash
 //
 // The ServeMux does all the routing: path cleaning and its redirects, 404,
@@ -51,6 +51,12 @@ type API struct {
 	// Book answers a booking whose path only the ServeMux recognises as
 	// /v1/bookings (an escaped spelling, say); booking.API.Book.
 	Book fasthttp.RequestHandler
+	// Registration is why PUT and DELETE /v1/workers/{id} are off, or ""
+	// where they are on: only in standalone mode, where a workers file or
+	// the API is the source. In pod mode the workers are the pods the
+	// roles' selectors pick, and nobody who reaches the listener may add
+	// one.
+	RegistrationOff string
 }
 
 // BodyLimit is the body limit of a request the routes serve, for
@@ -98,8 +104,37 @@ func (a *API) getWorker(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, wk)
 }
 
+// registrable answers a PUT or DELETE that may not change the registry
+// (registration off, an invalid ID) and reports whether it may.
+func (a *API) registrable(w http.ResponseWriter, id string) bool {
+	if a.RegistrationOff != "" {
+		writeError(w, http.StatusForbidden, fmt.Errorf("worker registration over the API is off: %s", a.RegistrationOff))
+		return false
+	}
+	if err := workers.ValidateWorkerID(id); err != nil {
+		writeError(w, http.StatusBadRequest, err)
+		return false
+	}
+	return true
+}
+
+// registryStatus is the status of a refused registry change.
+func registryStatus(err error) int {
+	switch {
+	case errors.Is(err, workers.ErrOtherSource):
+		return http.StatusConflict
+	case errors.Is(err, workers.ErrNotRegistered):
+		return http.StatusNotFound
+	}
+	return http.StatusBadRequest
+}
+
 func (a *API) putWorker(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
+	if !a.registrable(w, id) {
+		fastCtx(r).SetConnectionClose() // the body is not read
+		return
+	}
 	var spec workers.WorkerSpec
 	ctx := fastCtx(r)
 	if status, err := jsonbody.Read(r.Body, ctx.Request.Header.ContentLength(), MaxWorkerBytes, &spec); err != nil {
@@ -121,7 +156,7 @@ func (a *API) putWorker(w http.ResponseWriter, r *http.Request) {
 	}
 	spec.ID = id
 	if err := a.Workers.Set(workers.SourceAPI, spec); err != nil {
-		writeError(w, http.StatusBadRequest, err)
+		writeError(w, registryStatus(err), err)
 		return
 	}
 	a.Log.Info("Registered worker", "worker", id, "endpoint", spec.HintEndpoint, "hintCapable", spec.HintCapable())
@@ -131,8 +166,11 @@ func (a *API) putWorker(w http.ResponseWriter, r *http.Request) {
 
 func (a *API) deleteWorker(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	if !a.Workers.Delete(id) {
-		writeError(w, http.StatusNotFound, fmt.Errorf("worker %q is not registered", id))
+	if !a.registrable(w, id) {
+		return
+	}
+	if err := a.Workers.Delete(workers.SourceAPI, id); err != nil {
+		writeError(w, registryStatus(err), err)
 		return
 	}
 	a.Log.Info("Removed worker", "worker", id)

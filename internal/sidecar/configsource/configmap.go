@@ -30,9 +30,9 @@ type ConfigMapSource struct {
 	Namespace string
 	// Name is the ConfigMap's name, <router>-hints.
 	Name string
-	// OnWorkerSelectors, when set, receives the roles' worker selectors
-	// (from the role settings, wellknown.RolesKey) with every load of the
-	// config, as compiledLoader says: a role without a selector is absent.
+	// OnWorkerSelectors, when set, receives the roles' worker pools (from
+	// the role settings, wellknown.RolesKey) with every load of the
+	// config, as compiledLoader says: every role has one (poolsOf).
 	OnWorkerSelectors func(map[string]labels.Selector)
 }
 
@@ -96,13 +96,31 @@ func (l *compiledLoader) load(d *router.Dispatcher, data map[string]string, orig
 		_ = d.LoadConfig(cfg, origin) // logged and counted by LoadConfig
 		return
 	}
-	onPools(transitionPools(d.Roles(), l.pools, slices.Collect(maps.Keys(dec.Roles)), dec.Selectors))
+	pools := poolsOf(dec)
+	onPools(transitionPools(d.Roles(), l.pools, slices.Collect(maps.Keys(dec.Roles)), pools))
 	if err := d.LoadConfig(cfg, origin); err != nil {
 		onPools(l.pools) // the config in force stays, and so do its pools
 		return
 	}
-	onPools(dec.Selectors)
-	l.pools = dec.Selectors
+	onPools(pools)
+	l.pools = pools
+}
+
+// poolsOf are the worker pools of a compiled config: one for every role,
+// its workerSelector's, or labels.Everything for a role without one (it
+// takes any registered worker, as the RouterRole's API says). Every role
+// has an entry, so the registry can fail closed for a role it has none
+// for.
+func poolsOf(dec *compiled.Decoded) map[string]labels.Selector {
+	out := make(map[string]labels.Selector, len(dec.Roles))
+	for role := range dec.Roles {
+		if sel, ok := dec.Selectors[role]; ok {
+			out[role] = sel
+		} else {
+			out[role] = labels.Everything()
+		}
+	}
+	return out
 }
 
 // transitionPools are the pools in force while the dispatcher swaps from a

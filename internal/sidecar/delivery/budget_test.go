@@ -74,7 +74,9 @@ func TestDeliveryByteBudget(t *testing.T) {
 
 	// A worker that leaves takes its per-worker series, and its queued
 	// bytes go back to the budget.
-	reg.Delete("w0")
+	if err := reg.Delete(workers.SourceAPI, "w0"); err != nil {
+		t.Fatal(err)
+	}
 	eventually(t, 5*time.Second, func() error {
 		if v := gathered(t, m.reg, router.MetricsNamespace+"_worker_hints_dropped_total", map[string]string{"worker": "w0", "reason": "memory_budget"}); v != 0 {
 			return fmt.Errorf("w0 still has a series: %v", v)

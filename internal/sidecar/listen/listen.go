@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -189,4 +190,27 @@ func Address(a net.Addr) string {
 		return UnixScheme + a.String()
 	}
 	return a.String()
+}
+
+// InsecureAnyAddressFlag is the flag that lets --listen take a TCP address
+// other than loopback.
+const InsecureAnyAddressFlag = "--listen-insecure-any-address"
+
+// CheckLoopback refuses a TCP --listen address that is not a loopback IP
+// (0.0.0.0, ::, an empty host, a pod IP, a host name): no route of the
+// booking listener is authenticated, so whoever reaches it books, reads
+// the config and, in standalone mode, registers workers. A Unix socket is
+// fine; its mode is its access control.
+func CheckLoopback(addr string) error {
+	if _, isUnix, err := SocketPath(addr); err != nil || isUnix {
+		return err
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("listen address %q: %w", addr, err)
+	}
+	if ip, err := netip.ParseAddr(host); err == nil && ip.Unmap().IsLoopback() {
+		return nil
+	}
+	return fmt.Errorf("listen address %q is not a loopback IP: the booking API is not authenticated, so anyone who reaches that address could book and register workers; listen on 127.0.0.1:PORT or unix:///PATH, or accept the risk with %s", addr, InsecureAnyAddressFlag)
 }

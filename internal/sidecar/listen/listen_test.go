@@ -156,3 +156,19 @@ func TestSocketUnwritableDirectory(t *testing.T) {
 		t.Errorf("left in %s: %v", dir, ents)
 	}
 }
+
+// TestCheckLoopback: the booking listener takes loopback IPs and Unix
+// sockets; every other TCP address (every interface, a pod IP, a name) is
+// refused with the flag that accepts the risk named.
+func TestCheckLoopback(t *testing.T) {
+	for _, addr := range []string{"127.0.0.1:8790", "127.0.0.2:0", "[::1]:8790", "[::ffff:127.0.0.1]:1", "unix:///run/kvhint/booking.sock"} {
+		if err := CheckLoopback(addr); err != nil {
+			t.Errorf("%s refused: %v", addr, err)
+		}
+	}
+	for _, addr := range []string{"0.0.0.0:8790", "[::]:8790", ":8790", "10.0.0.5:8790", "localhost:8790", "node.example:8790"} {
+		if err := CheckLoopback(addr); err == nil || !strings.Contains(err.Error(), InsecureAnyAddressFlag) {
+			t.Errorf("%s: %v, want a refusal naming %s", addr, err, InsecureAnyAddressFlag)
+		}
+	}
+}

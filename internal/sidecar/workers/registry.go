@@ -10,6 +10,7 @@
 package workers
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -30,6 +31,46 @@ import (
 
 // MaxWorkerIDLength caps a worker ID: a pod name is at most 253 characters.
 const MaxWorkerIDLength = 253
+
+// ValidateWorkerID checks a worker ID: valid UTF-8, 1 to MaxWorkerIDLength
+// bytes of ASCII letters, digits, '-', '.' and '_', starting and ending
+// with a letter or digit. Every pod name is one; so are the IDs routers
+// give standalone workers. An ID is shown in logs, listings and metric
+// labels, so control characters, bidirectional marks and invalid UTF-8
+// have no place in it.
+func ValidateWorkerID(id string) error {
+	switch {
+	case id == "":
+		return errors.New("worker id is required")
+	case !utf8.ValidString(id):
+		return fmt.Errorf("worker id %q is not valid UTF-8", id)
+	case len(id) > MaxWorkerIDLength:
+		return fmt.Errorf("worker id is %d bytes, over the %d allowed", len(id), MaxWorkerIDLength)
+	}
+	for i, c := range id {
+		if !idChar(c) {
+			return fmt.Errorf("worker id %q has %q at byte %d: an id holds ASCII letters, digits, '-', '.' and '_' only", id, c, i)
+		}
+	}
+	if !alnum(rune(id[0])) || !alnum(rune(id[len(id)-1])) {
+		return fmt.Errorf("worker id %q must start and end with a letter or digit", id)
+	}
+	return nil
+}
+
+func alnum(c rune) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
+}
+
+func idChar(c rune) bool { return alnum(c) || c == '-' || c == '.' || c == '_' }
+
+// ErrOtherSource is the refusal to replace or remove a worker another
+// source registered: a registration over the API never takes the place of
+// a pod's or the workers file's worker of the same ID.
+var ErrOtherSource = errors.New("registered by another source")
+
+// ErrNotRegistered is Delete's answer for an ID nobody registered.
+var ErrNotRegistered = errors.New("not registered")
 
 // Worker sources: each source replaces only the workers it registered.
 const (
@@ -128,11 +169,8 @@ func validateLabels(m map[string]string) error {
 
 // Validate reports why the spec cannot be registered, or nil.
 func (s *WorkerSpec) Validate() error {
-	if s.ID == "" {
-		return fmt.Errorf("worker id is required")
-	}
-	if len(s.ID) > MaxWorkerIDLength {
-		return fmt.Errorf("worker id is %d characters, over the %d allowed", len(s.ID), MaxWorkerIDLength)
+	if err := ValidateWorkerID(s.ID); err != nil {
+		return err
 	}
 	if s.HintEndpoint != "" {
 		if err := endpoint.ValidateHintEndpoint(s.HintEndpoint); err != nil {
@@ -175,19 +213,24 @@ type Worker struct {
 	delivery Delivery
 	// sources are the source control endpoints by rank.
 	sources []string
-	// pools holds an entry for every role with a worker pool: whether the
-	// worker is in it. A role without one admits every worker.
+	// pools holds an entry for every role of the pools in force: whether
+	// the worker is in it. Nil while no pools are in force (a policy file
+	// on its own), when every role admits every worker.
 	pools map[string]bool
 }
 
 // HintCapable reports whether the worker advertises router_hint.
 func (w *Worker) HintCapable() bool { return w.Capable }
 
-// InPool reports whether the worker is in role's pool; a role without a
-// pool admits every worker.
+// InPool reports whether the worker is in role's pool. While pools are in
+// force, a role without one admits no worker: a role the pools miss fails
+// closed. A role that takes every worker has a pool that selects
+// everything.
 func (w *Worker) InPool(role string) bool {
-	in, pooled := w.pools[role]
-	return in || !pooled
+	if w.pools == nil {
+		return true
+	}
+	return w.pools[role]
 }
 
 // Pools lists the roles whose pools the worker is in, sorted.
@@ -251,9 +294,14 @@ type Registry struct {
 	delivery Delivery
 	mu       sync.Mutex // serialises writers
 	workers  atomic.Pointer[map[string]*Worker]
-	// pools are the roles' worker selectors; a role absent has no pool.
+	// pools are the roles' worker selectors; nil while none are in force.
 	// Guarded by mu.
 	pools map[string]labels.Selector
+	// Endpoints are the hint endpoint rules every registration is held
+	// to, whatever its source; nil holds them to the rules that always
+	// hold (endpoint.ValidateHintEndpoint). Set before the first
+	// registration.
+	Endpoints *endpoint.Policy
 	// refused counts registrations refused as invalid, by source; nil
 	// counts nothing.
 	refused *prometheus.CounterVec
@@ -298,28 +346,65 @@ func (r *Registry) List() []Worker {
 	return out
 }
 
-// Set registers or replaces one worker for a source.
-func (r *Registry) Set(source string, spec WorkerSpec) error {
+// check validates a spec and holds its endpoint to the registry's rules.
+func (r *Registry) check(spec *WorkerSpec) error {
 	if err := spec.Validate(); err != nil {
+		return err
+	}
+	if spec.HintEndpoint != "" && r.Endpoints != nil {
+		if err := r.Endpoints.Check(spec.HintEndpoint); err != nil {
+			return fmt.Errorf("worker %s: %w", spec.ID, err)
+		}
+	}
+	return nil
+}
+
+// otherSource is the refusal of a change by source to a worker another
+// source registered, or nil. Guarded by mu.
+func otherSource(next map[string]*Worker, source, id string) error {
+	if old, ok := next[id]; ok && old.Source != source {
+		return fmt.Errorf("worker %s is %w (%s), not %s", id, ErrOtherSource, old.Source, source)
+	}
+	return nil
+}
+
+// HeldByOther reports whether another source than source registered id.
+func (r *Registry) HeldByOther(source, id string) bool {
+	w := r.lookup(id)
+	return w != nil && w.Source != source
+}
+
+// Set registers or replaces one worker for a source. A worker of the same
+// ID from another source stays: the call fails with ErrOtherSource.
+func (r *Registry) Set(source string, spec WorkerSpec) error {
+	if err := r.check(&spec); err != nil {
 		r.countRefused(source)
 		return err
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	next := r.copyMap()
+	if err := otherSource(next, source, spec.ID); err != nil {
+		return err
+	}
 	r.put(next, source, spec)
 	r.workers.Store(&next)
 	return nil
 }
 
-// Delete removes one worker; it reports whether it was there.
-func (r *Registry) Delete(id string) bool {
+// Delete removes one worker of a source: ErrNotRegistered when no worker
+// has the ID, ErrOtherSource when another source registered it (it
+// stays).
+func (r *Registry) Delete(source, id string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	next := r.copyMap()
 	old, ok := next[id]
 	if !ok {
-		return false
+		return fmt.Errorf("worker %q is %w", id, ErrNotRegistered)
+	}
+	if err := otherSource(next, source, id); err != nil {
+		return err
 	}
 	delete(next, id)
 	r.workers.Store(&next)
@@ -327,26 +412,42 @@ func (r *Registry) Delete(id string) bool {
 		old.q.Close()
 	}
 	r.forget(id)
-	return true
+	return nil
 }
 
 // Replace makes specs the complete set of workers of one source, leaving
-// the other sources' workers alone. An invalid spec fails the whole call.
+// the other sources' workers alone. It is all or nothing: an invalid spec,
+// an ID listed twice or one another source registered fails the whole
+// call, and the error names every such entry by its place in specs
+// (workers[i]). The caller counts the refusal: a file reread many times
+// is one refusal.
 func (r *Registry) Replace(source string, specs []WorkerSpec) error {
 	seen := make(map[string]bool, len(specs))
+	var errs []error
 	for i := range specs {
-		if err := specs[i].Validate(); err != nil {
-			r.countRefused(source)
-			return err
+		if err := r.check(&specs[i]); err != nil {
+			errs = append(errs, fmt.Errorf("workers[%d]: %w", i, err))
+			continue
 		}
 		if seen[specs[i].ID] {
-			return fmt.Errorf("worker %s is listed twice", specs[i].ID)
+			errs = append(errs, fmt.Errorf("workers[%d]: worker %s is listed twice", i, specs[i].ID))
 		}
 		seen[specs[i].ID] = true
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	next := r.copyMap()
+	for i, s := range specs {
+		if err := otherSource(next, source, s.ID); err != nil {
+			errs = append(errs, fmt.Errorf("workers[%d]: %w", i, err))
+		}
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
 	for id, w := range next {
 		if w.Source == source && !seen[id] {
 			delete(next, id)
@@ -397,7 +498,7 @@ func (r *Registry) countRefused(source string) {
 // membership is which pools a worker with these labels is in, under the
 // pools in force. Guarded by mu.
 func (r *Registry) membership(l map[string]string) map[string]bool {
-	if len(r.pools) == 0 {
+	if r.pools == nil {
 		return nil
 	}
 	m := make(map[string]bool, len(r.pools))
@@ -408,12 +509,13 @@ func (r *Registry) membership(l map[string]string) map[string]bool {
 }
 
 // SetPools makes pools the roles' worker pools: role to the selector of
-// its workers. A role absent has no pool and admits every worker. Every
-// registered worker's membership is recomputed at once.
+// its workers. A role absent admits no worker (labels.Everything admits
+// every one); nil pools put none in force, and every role admits every
+// worker. Every registered worker's membership is recomputed at once.
 func (r *Registry) SetPools(pools map[string]labels.Selector) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.pools = maps.Clone(pools)
+	r.pools = maps.Clone(pools) // nil stays nil
 	cur := *r.workers.Load()
 	next := make(map[string]*Worker, len(cur))
 	for id, w := range cur {

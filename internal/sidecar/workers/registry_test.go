@@ -124,7 +124,7 @@ func TestWorkersFile(t *testing.T) {
 	r := NewRegistry(nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); FileSource{Path: path, Poll: time.Hour}.Run(ctx, r, testLogger(t)) }()
+	go func() { defer close(done); (&FileSource{Path: path, Poll: time.Hour}).Run(ctx, r, testLogger(t)) }()
 	t.Cleanup(func() { cancel(); <-done })
 
 	ids := func() string {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -35,9 +36,30 @@ type WorkersFile struct {
 }
 
 // ParseWorkersFile reads a workers file strictly: unknown keys and invalid
-// workers are errors. The file is a mapping with a workers key, or a bare
-// list of workers.
+// workers are errors, every invalid worker named. The file is a mapping
+// with a workers key, or a bare list of workers.
 func ParseWorkersFile(data []byte) ([]WorkerSpec, error) {
+	specs, err := decodeWorkersFile(data)
+	if err != nil {
+		return nil, err
+	}
+	// Every bad entry is named, not only the first: the file is refused
+	// whole, and whoever fixes it should see all there is to fix.
+	var errs []error
+	for i := range specs {
+		if err := specs[i].Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("workers[%d]: %w", i, err))
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return specs, nil
+}
+
+// decodeWorkersFile reads a workers file's structure strictly, without
+// checking the workers.
+func decodeWorkersFile(data []byte) ([]WorkerSpec, error) {
 	js, err := yaml.YAMLToJSONStrict(data)
 	if err != nil {
 		return nil, fmt.Errorf("not valid YAML: %w", err)
@@ -56,11 +78,6 @@ func ParseWorkersFile(data []byte) ([]WorkerSpec, error) {
 	}
 	if err != nil {
 		return nil, describeFileError(err)
-	}
-	for i := range f.Workers {
-		if err := f.Workers[i].Validate(); err != nil {
-			return nil, fmt.Errorf("workers[%d]: %w", i, err)
-		}
 	}
 	return f.Workers, nil
 }
@@ -88,14 +105,32 @@ func shorten(js []byte) string {
 
 // FileSource keeps the registry's file workers equal to a file's
 // list, rereading it on change like the config file. A file that cannot be
-// read or parsed leaves the workers registered from it before.
+// read or parsed, or has a bad entry, is refused whole and leaves the
+// workers registered from it before; the error names every bad entry.
+// Until one file has loaded, Ready says why not: a sidecar that started
+// with a bad file has no workers and must not say it is ready.
 type FileSource struct {
 	Path string
 	Poll time.Duration
+
+	// loaded is set once a file has loaded; why is the last refusal.
+	loaded atomic.Bool
+	why    atomic.Pointer[string]
+}
+
+// Ready reports whether a workers file has loaded, for /readyz.
+func (s *FileSource) Ready() error {
+	if s.loaded.Load() {
+		return nil
+	}
+	if why := s.why.Load(); why != nil {
+		return fmt.Errorf("workers file %s not loaded: %s", s.Path, *why)
+	}
+	return fmt.Errorf("workers file %s not loaded yet", s.Path)
 }
 
 // Run loads the file into reg until ctx is done.
-func (s FileSource) Run(ctx context.Context, reg *Registry, log logr.Logger) {
+func (s *FileSource) Run(ctx context.Context, reg *Registry, log logr.Logger) {
 	path := filepath.Clean(s.Path)
 	log = log.WithValues("workersFile", path)
 	var lastErr string
@@ -107,24 +142,30 @@ func (s FileSource) Run(ctx context.Context, reg *Registry, log logr.Logger) {
 		}
 		var specs []WorkerSpec
 		if err == nil {
-			if specs, err = ParseWorkersFile(data); err != nil && err.Error() != lastErr {
-				// An invalid worker (a worker_type other than aggregated,
-				// prefill or decode, say) refuses the whole file: counted
-				// once per distinct error, like the log below.
-				reg.countRefused(SourceFile)
-			}
+			specs, err = decodeWorkersFile(data)
 		}
 		if err == nil {
+			// Replace checks every worker, under the registry's endpoint
+			// rules too, and names each bad one.
 			err = reg.Replace(SourceFile, specs)
+		}
+		if err != nil && err.Error() != lastErr {
+			// An invalid worker (a worker_type other than aggregated,
+			// prefill or decode, say) refuses the whole file: counted
+			// once per distinct error, like the log below.
+			reg.countRefused(SourceFile)
 		}
 		if err != nil {
 			if err.Error() != lastErr {
 				log.Error(err, "Cannot load the workers file; keeping the workers it gave before")
 				lastErr = err.Error()
+				why := lastErr
+				s.why.Store(&why)
 			}
 			return
 		}
 		last, lastErr = data, ""
+		s.loaded.Store(true)
 		log.Info("Loaded workers file", "workers", len(specs))
 	})
 }

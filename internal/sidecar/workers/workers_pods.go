@@ -119,7 +119,7 @@ func (p *PodWorkers) specOf(pod *corev1.Pod) (WorkerSpec, bool) {
 	}
 	spec, ok, err := PodWorkerSpec(pod, p.AllowAbsoluteEndpoints)
 	if err == nil && ok {
-		err = spec.Validate()
+		err = p.Registry.check(&spec) // the registry's endpoint rules too
 	}
 	if err != nil {
 		p.Registry.countRefused(SourcePods)
@@ -173,13 +173,18 @@ func (p *PodWorkers) resyncLocked() {
 	var specs []WorkerSpec
 	for _, obj := range p.store.List() {
 		if pod, ok := obj.(*corev1.Pod); ok {
-			if spec, ok := p.specOf(pod); ok {
+			spec, ok := p.specOf(pod)
+			switch {
+			case ok && p.Registry.HeldByOther(SourcePods, spec.ID):
+				p.log.Error(fmt.Errorf("worker %s is %w", spec.ID, ErrOtherSource), "Ignoring worker pod", "pod", pod.Name)
+			case ok:
 				specs = append(specs, spec)
 			}
 		}
 	}
 	if err := p.Registry.Replace(SourcePods, specs); err != nil {
-		// specOf validated each; only a duplicate name could fail.
+		// specOf validated each; only a duplicate name, or a worker
+		// another source registered since, could fail.
 		p.log.Error(err, "Cannot re-register worker pods")
 	}
 }
@@ -203,12 +208,12 @@ func (p *PodWorkers) Run(ctx context.Context, log logr.Logger) {
 		defer p.mu.Unlock()
 		spec, ok := p.specOf(pod)
 		if !ok {
-			p.Registry.Delete(pod.Name)
+			_ = p.Registry.Delete(SourcePods, pod.Name) // only a pod's own worker; none is fine
 			return
 		}
 		if err := p.Registry.Set(SourcePods, spec); err != nil {
 			p.log.Error(err, "Ignoring worker pod", "pod", pod.Name)
-			p.Registry.Delete(pod.Name)
+			_ = p.Registry.Delete(SourcePods, pod.Name) // only a pod's own worker; none is fine
 		}
 	}
 	remove := func(obj any) {
@@ -218,7 +223,7 @@ func (p *PodWorkers) Run(ctx context.Context, log logr.Logger) {
 		if pod, ok := obj.(*corev1.Pod); ok {
 			p.mu.Lock()
 			defer p.mu.Unlock()
-			p.Registry.Delete(pod.Name)
+			_ = p.Registry.Delete(SourcePods, pod.Name) // only a pod's own worker; none is fine
 		}
 	}
 	for {
