@@ -51,6 +51,14 @@ type sidecarOpts struct {
 	workers string   // workers file YAML
 	args    []string // more flags
 	nofile  int      // RLIMIT_NOFILE, soft and hard; 0 leaves it
+	// strict runs without --allow-loopback-hint-endpoints, as a real
+	// deployment does: no worker may then be on loopback.
+	strict bool
+	// noWait returns once the process is up (/healthz), not ready.
+	noWait bool
+	// configDir runs a mounted compiled ConfigMap directory instead of
+	// the config file.
+	configDir string
 }
 
 // startSidecar runs `kvhint sidecar` on loopback with a config file and a
@@ -77,9 +85,18 @@ func startSidecar(t *testing.T, o sidecarOpts) *sidecar {
 	// load test). A 1 ms deadline on a 2-core machine that also runs
 	// 1,500 attacking clients drops a policy now and then (kv-evict once
 	// ran 1.18 ms), which would read as a failed booking here.
-	args := append([]string{"sidecar", "--config-file", s.configPath, "--workers-file", workers, "--poll-interval", "200ms",
+	source := []string{"--config-file", s.configPath}
+	if o.configDir != "" {
+		source = []string{"--config-dir", o.configDir}
+	}
+	args := append(append([]string{"sidecar"}, source...), "--workers-file", workers, "--poll-interval", "200ms",
 		"--policy-deadline", "50ms",
-		"--listen", "127.0.0.1:" + strconv.Itoa(bp), "--metrics-listen", "127.0.0.1:" + strconv.Itoa(op)}, o.args...)
+		"--listen", "127.0.0.1:"+strconv.Itoa(bp), "--metrics-listen", "127.0.0.1:"+strconv.Itoa(op))
+	if !o.strict {
+		// The simulated workers and sinks run on loopback.
+		args = append(args, "--allow-loopback-hint-endpoints")
+	}
+	args = append(args, o.args...)
 	path := kvhint
 	if o.nofile > 0 {
 		// bash sets the soft and hard limits; Go cannot raise them again.
@@ -98,7 +115,11 @@ func startSidecar(t *testing.T, o sidecarOpts) *sidecar {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := s.proc.WaitHTTP(ctx, s.ops+"/readyz"); err != nil {
+	probe := "/readyz"
+	if o.noWait {
+		probe = "/healthz"
+	}
+	if err := s.proc.WaitHTTP(ctx, s.ops+probe); err != nil {
 		t.Fatal(err)
 	}
 	return s
