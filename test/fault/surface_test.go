@@ -120,6 +120,9 @@ func TestAdminSurfaceClosed(t *testing.T) {
 	if got := listed(t, s); got["filew"] != "file" {
 		t.Errorf("after the attempts the workers are %v, want filew from the file", got)
 	}
+	if n := scrape(t, s.ops)[`kvhint_router_workers_refused_total{source="api"}`]; n < 1 {
+		t.Errorf("the PUT over the file's worker was not counted as refused: %v", n)
+	}
 	// What the API registered, the API may remove.
 	if a := do(t, http.MethodPut, s.booking+"/v1/workers/api-0.x_y", `{"hint_endpoint":"http://10.0.0.7:9/v1/hints"}`); a.code != http.StatusOK {
 		t.Fatalf("PUT of a valid worker: %d %s", a.code, a.body)

@@ -385,6 +385,7 @@ func (r *Registry) Set(source string, spec WorkerSpec) error {
 	defer r.mu.Unlock()
 	next := r.copyMap()
 	if err := otherSource(next, source, spec.ID); err != nil {
+		r.countRefused(source)
 		return err
 	}
 	r.put(next, source, spec)
@@ -567,7 +568,7 @@ func (r *Registry) RegisterMetrics(reg prometheus.Registerer) {
 	ns := router.MetricsNamespace
 	r.refused = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: ns, Name: "workers_refused_total",
-		Help: "Worker registrations refused as invalid (a worker type other than aggregated, prefill or decode, bad source endpoints, a bad hint endpoint), by source (api, file, pods).",
+		Help: "Worker registrations refused (a worker type other than aggregated, prefill or decode, bad source endpoints, a refused hint endpoint, an ID another source registered), by source (api, file, pods).",
 	}, []string{"source"})
 	reg.MustRegister(
 		r.refused,
