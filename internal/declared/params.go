@@ -47,9 +47,10 @@ func (s *paramSchema) check(ctx context.Context, raw hints.Params) (map[string]a
 		structural = append(structural, &hints.ParamError{Key: key, Message: unknownMessage(s.structural, key)})
 	}
 	structural = append(structural, nulls(obj, s.structural, "")...)
+	structural = append(structural, missing(obj, s.structural, "")...)
 	if len(structural) == 0 {
 		for _, e := range validation.ValidateCustomResource(root, obj, s.validator) {
-			if e.Type == field.ErrorTypeTypeInvalid {
+			if e.Type == field.ErrorTypeTypeInvalid && len(structural) == 0 {
 				structural = append(structural, typeProblem(s.structural, obj, e))
 			}
 		}
@@ -61,7 +62,9 @@ func (s *paramSchema) check(ctx context.Context, raw hints.Params) (map[string]a
 	defaulting.Default(obj, s.structural)
 	var bounds []*hints.ParamError
 	for _, e := range validation.ValidateCustomResource(root, obj, s.validator) {
-		bounds = append(bounds, boundProblem(s.structural, e))
+		if e.Type != field.ErrorTypeRequired { // missing reported them
+			bounds = append(bounds, boundProblem(s.structural, e))
+		}
 	}
 	if first := firstByKey(bounds); first != nil {
 		return nil, first
@@ -138,6 +141,26 @@ func nulls(v any, s *schema.Structural, prefix string) []*hints.ParamError {
 			continue
 		}
 		out = append(out, nulls(e, sub, prefix+k+".")...)
+	}
+	return out
+}
+
+// missing reports the required keys that are not given.
+func missing(v any, s *schema.Structural, prefix string) []*hints.ParamError {
+	m, ok := v.(map[string]any)
+	if !ok || s == nil {
+		return nil
+	}
+	var out []*hints.ParamError
+	if s.ValueValidation != nil {
+		for _, k := range s.ValueValidation.Required {
+			if _, ok := m[k]; !ok {
+				out = append(out, &hints.ParamError{Key: prefix + k, Message: "is required: the type has no default for it"})
+			}
+		}
+	}
+	for k, e := range m {
+		out = append(out, missing(e, propertySchema(s, k), prefix+k+".")...)
 	}
 	return out
 }
@@ -252,9 +275,6 @@ func boundProblem(s *schema.Structural, e *field.Error) *hints.ParamError {
 	node := at(s, key)
 	if msg, ok := boundMessage(node, e.BadValue); ok {
 		return &hints.ParamError{Key: key, Message: msg}
-	}
-	if e.Type == field.ErrorTypeRequired {
-		return &hints.ParamError{Key: key, Message: "is required"}
 	}
 	return &hints.ParamError{Key: key, Message: e.ErrorBody()}
 }

@@ -3,6 +3,7 @@ package declared
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
@@ -139,6 +140,11 @@ func relocate(e *field.Error, path string) string {
 		f = path + crdPath(rest)
 	}
 	msg := e.ErrorBody()
+	if e.Detail != "" {
+		// The value of a rule or a schema node is a struct dump; the
+		// detail says what is wrong with it.
+		msg = e.Type.String() + ": " + e.Detail
+	}
 	return fmt.Sprintf("%s: %s", f, msg)
 }
 
@@ -158,8 +164,12 @@ func crdPath(p string) string {
 			break
 		}
 		b.WriteString(p[:i])
-		b.WriteString(".")
-		b.WriteString(p[i+1 : i+j])
+		inner := p[i+1 : i+j]
+		if _, err := strconv.Atoi(inner); err == nil {
+			b.WriteString("[" + inner + "]")
+		} else {
+			b.WriteString("." + inner)
+		}
 		p = p[i+j+1:]
 	}
 	return b.String()
@@ -184,7 +194,9 @@ func compileCommits(s *paramSchema, expr, path string) (*commitProgram, []string
 	if declType == nil {
 		return nil, []string{fmt.Sprintf("%s: the parameter schema has no CEL type", path)}
 	}
-	declType = declType.MaybeAssignTypeName("params")
+	// A type name of its own: one equal to the variable would make
+	// params.x a qualified type name rather than a field.
+	declType = declType.MaybeAssignTypeName("kvhint.declared.Parameters")
 	envSet, err := environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion()).Extend(environment.VersionedOptions{
 		IntroducedVersion: version.MajorMinor(1, 0),
 		EnvOptions:        []cel.EnvOption{cel.Variable(commitsVar, declType.CelType())},
