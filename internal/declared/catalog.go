@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"sigs.k8s.io/yaml"
@@ -112,6 +113,10 @@ func build(doc *Document) (*Catalog, []Problem) {
 	}
 
 	cat := hints.NewCatalog()
+	var declaredSels []string
+	for _, d := range doc.WorkerSelections {
+		declaredSels = append(declaredSels, d.Type)
+	}
 	for i, d := range doc.WorkerSelections {
 		path := fmt.Sprintf("workerSelections[%d]", i)
 		p, ps := selectionProvider(d, path)
@@ -131,12 +136,17 @@ func build(doc *Document) (*Catalog, []Problem) {
 			continue
 		}
 		for j, h := range d.DefaultHosts {
-			if h != AnyHost {
-				if _, ok := cat.Selection(h); !ok {
-					fail(fmt.Sprintf("%s.defaultHosts[%d]", path, j), "%q is not a worker-selection type of this declaration; declared: %s", h, strings.Join(cat.SelectionTypes(), ", "))
-					p = nil
-				}
+			if h == AnyHost {
+				continue
 			}
+			if _, ok := cat.Selection(h); ok {
+				continue
+			}
+			if !slices.Contains(declaredSels, h) {
+				fail(fmt.Sprintf("%s.defaultHosts[%d]", path, j), "%q is not a worker-selection type of this declaration; declared: %s", h, strings.Join(declaredSels, ", "))
+			}
+			// A host declared with problems of its own: those are reported.
+			p = nil
 		}
 		if p == nil {
 			continue
@@ -197,10 +207,10 @@ func hintProvider(d Hint, path string) (*hints.HintProvider, []Problem) {
 	var commitments hints.Commitments
 	for j, c := range d.Commitments {
 		switch c {
-		case CommitmentKVCopy:
+		case CommitmentKVCopy, commitmentKVCopyRust:
 			commitments |= hints.KVCopy
 		default:
-			probs = append(probs, Problem{Path: fmt.Sprintf("%s.commitments[%d]", path, j), Message: fmt.Sprintf("%q is not a commitment; known: %s", c, CommitmentKVCopy)})
+			probs = append(probs, Problem{Path: fmt.Sprintf("%s.commitments[%d]", path, j), Message: fmt.Sprintf("%q is not a commitment; known: %s (or Dynamo's spelling, %s)", c, CommitmentKVCopy, commitmentKVCopyRust)})
 		}
 	}
 	var hosts []hints.HintHost

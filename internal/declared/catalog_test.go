@@ -41,7 +41,7 @@ func TestLoadRefusesBadDeclarations(t *testing.T) {
 			[]string{"workerSelections[0].commitsKVCopies: must be a boolean expression"}},
 		{"commits too costly", header + sel + "    parameters:\n      type: object\n      properties:\n        xs: {type: array, items: {type: string}}\n    commitsKVCopies: params.xs.all(a, params.xs.all(b, params.xs.all(c, a + b + c != '')))\n",
 			[]string{"workerSelections[0].commitsKVCopies: the expression's estimated cost", "exceeds the limit"}},
-		{"unknown commitment", header + sel + "hints:\n  - type: fetch\n    commitments: [KV_COPY]\n", []string{"line 7: hints[0].commitments[0]", `"KV_COPY" is not a commitment; known: KVCopy`}},
+		{"unknown commitment", header + sel + "hints:\n  - type: fetch\n    commitments: [KV_MOVE]\n", []string{"line 7: hints[0].commitments[0]", `"KV_MOVE" is not a commitment; known: KVCopy`}},
 		{"unknown default host", header + sel + "hints:\n  - type: fetch\n    defaultHosts: [kvcr]\n", []string{"line 7: hints[0].defaultHosts[0]", `"kvcr" is not a worker-selection type of this declaration; declared: pick`}},
 		{"default needs parameters", header + sel + "hints:\n  - type: fetch\n    defaultHosts: ['*']\n    parameters:\n      type: object\n      required: [count]\n      properties:\n        count: {type: integer}\n",
 			[]string{"hints[0]:", "refuses no parameters", `parameter "count": is required`}},

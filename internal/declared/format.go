@@ -10,9 +10,12 @@ const (
 	Kind       = "PolicyCatalog"
 )
 
-// Commitment names as a declaration writes them: pkg/hints's names.
+// Commitment names as a declaration writes them: pkg/hints's names, or
+// the names of Dynamo's Rust API (Commitments::KV_COPY), so that a
+// declaration can be written from either.
 const (
-	CommitmentKVCopy = "KVCopy"
+	CommitmentKVCopy     = "KVCopy"
+	commitmentKVCopyRust = "KV_COPY"
 )
 
 // AnyHost is the default host that stands for every worker selection
@@ -74,7 +77,7 @@ type Hint struct {
 	// Description is one line for listings.
 	Description string `json:"description,omitempty"`
 	// Commitments lists the selection decisions the policy consumes:
-	// KVCopy for a policy that sends the committed KV copy.
+	// KVCopy (or KV_COPY) for a policy that sends the committed KV copy.
 	Commitments []string `json:"commitments,omitempty"`
 	// DefaultHosts names the worker-selection types the policy runs under
 	// when a role does not list its hints, or "*" for every one.

@@ -143,7 +143,7 @@ func relocate(e *field.Error, path string) string {
 	if e.Detail != "" {
 		// The value of a rule or a schema node is a struct dump; the
 		// detail says what is wrong with it.
-		msg = e.Type.String() + ": " + e.Detail
+		msg = e.Type.String() + ": " + strings.TrimPrefix(e.Detail, " in body ")
 	}
 	return fmt.Sprintf("%s: %s", f, msg)
 }
