@@ -16,7 +16,7 @@ import (
 
 // customRouterCatalog declares types of a router's own build that the
 // manager does not link: kv-share (commits KV copies when
-// shared_cache_multiplier > 0), harness-prefetch and peer-pull (both send
+// shared_cache_multiplier > 0), harness_prefetch and peer-pull (both send
 // them).
 const customRouterCatalog = "../internal/declared/testdata/custom-router.yaml"
 
@@ -50,20 +50,20 @@ func TestDeclaredCatalogRules(t *testing.T) {
 
 	decode := newRole(ns, "decode", "dynamo", "decode", "kv-share")
 	decode.Spec.WorkerSelection.Parameters = jsonParams(map[string]any{"shared_cache_multiplier": 0.25})
-	decode.Spec.Hints = []v1alpha1.HintItem{inline("harness-prefetch", map[string]any{"max_blocks": 128})}
+	decode.Spec.Hints = []v1alpha1.HintItem{inline("harness_prefetch", map[string]any{"max_blocks": 128})}
 	prefill := newRole(ns, "prefill", "dynamo", "prefill", "kv-share")
-	prefill.Spec.Hints = []v1alpha1.HintItem{inline("harness-prefetch", map[string]any{"max_block": 64})}
+	prefill.Spec.Hints = []v1alpha1.HintItem{inline("harness_prefetch", map[string]any{"max_block": 64})}
 	aggregated := newRole(ns, "aggregated", "dynamo", "aggregated", "kv-share")
 	aggregated.Spec.WorkerSelection.Parameters = jsonParams(map[string]any{"shared_cache_multiplier": 1.5})
 	encode := newRole(ns, "encode", "dynamo", "encode", "kv-share")
-	encode.Spec.Hints = []v1alpha1.HintItem{inline("harness-prefetch", nil), inline("peer-pull", nil)}
+	encode.Spec.Hints = []v1alpha1.HintItem{inline("harness_prefetch", nil), inline("peer-pull", nil)}
 	linked := newRole(ns, "linked", "sidecar-router", "decode", "kv-share")
 	create(t, decode, prefill, aggregated, encode, linked)
 
 	waitCondition(t, decode, v1alpha1.ConditionAccepted, metav1.ConditionTrue, v1alpha1.ReasonAccepted)
 	cm := waitConfigMap(t, ns, "dynamo", func(cm *corev1.ConfigMap) error {
-		if !strings.Contains(cm.Data[v1alpha1.HintsConfigKey], "harness-prefetch") {
-			return fmt.Errorf("hints.yaml does not hold harness-prefetch yet:\n%s", cm.Data[v1alpha1.HintsConfigKey])
+		if !strings.Contains(cm.Data[v1alpha1.HintsConfigKey], "harness_prefetch") {
+			return fmt.Errorf("hints.yaml does not hold harness_prefetch yet:\n%s", cm.Data[v1alpha1.HintsConfigKey])
 		}
 		return nil
 	})
@@ -76,9 +76,9 @@ func TestDeclaredCatalogRules(t *testing.T) {
 		reason v1alpha1.ConditionReason
 		msg    string
 	}{
-		{prefill, v1alpha1.ReasonInvalidParameters, `spec.hints[0] (harness-prefetch): parameter "max_block": unknown parameter; known: max_blocks, source`},
+		{prefill, v1alpha1.ReasonInvalidParameters, `spec.hints[0] (harness_prefetch): parameter "max_block": unknown parameter; known: max_blocks, source`},
 		{aggregated, v1alpha1.ReasonInvalidParameters, `spec.workerSelection.parameters (kv-share): worker-selection kv-share: parameter "shared_cache_multiplier": 1.5 is out of range 0..1`},
-		{encode, v1alpha1.ReasonKVCopySenderDuplicate, `spec.hints (kv-share): worker-selection kv-share commits KV copies, and 2 hint policies send them (harness-prefetch, peer-pull); keep exactly one`},
+		{encode, v1alpha1.ReasonKVCopySenderDuplicate, `spec.hints (kv-share): worker-selection kv-share commits KV copies, and 2 hint policies send them (harness_prefetch, peer-pull); keep exactly one`},
 		{linked, v1alpha1.ReasonUnknownWorkerSelection, `spec.workerSelection.type (kv-share): worker-selection type "kv-share" is not linked into this build`},
 	} {
 		c := waitCondition(t, tc.rr, v1alpha1.ConditionAccepted, metav1.ConditionFalse, tc.reason)
@@ -90,10 +90,10 @@ func TestDeclaredCatalogRules(t *testing.T) {
 	// A wrong type on the accepted role: refused, and the router keeps the
 	// last good entry, checked again by the declared catalog.
 	update(t, decode, func(rr *v1alpha1.RouterRole) {
-		rr.Spec.Hints = []v1alpha1.HintItem{inline("harness-prefetch", map[string]any{"max_blocks": "lots"})}
+		rr.Spec.Hints = []v1alpha1.HintItem{inline("harness_prefetch", map[string]any{"max_blocks": "lots"})}
 	})
 	c := waitCondition(t, decode, v1alpha1.ConditionAccepted, metav1.ConditionFalse, v1alpha1.ReasonInvalidParameters)
-	if want := `spec.hints[0] (harness-prefetch): parameter "max_blocks": "lots" is not an integer. The router keeps running generation 1`; c.Message != want {
+	if want := `spec.hints[0] (harness_prefetch): parameter "max_blocks": "lots" is not an integer. The router keeps running generation 1`; c.Message != want {
 		t.Errorf("Accepted:\n  %s\nwant:\n  %s", c.Message, want)
 	}
 }
@@ -172,14 +172,14 @@ func TestDeclaredCatalogLastGood(t *testing.T) {
 // which router's it is; with no declaration the type is unknown.
 func TestDeclaredHintPolicy(t *testing.T) {
 	ns := newNamespace(t)
-	good := newPolicy(ns, "prefetch", "harness-prefetch", map[string]any{"max_blocks": 8})
-	bad := newPolicy(ns, "prefetch-zero", "harness-prefetch", map[string]any{"max_blocks": 0})
+	good := newPolicy(ns, "prefetch", "harness_prefetch", map[string]any{"max_blocks": 8})
+	bad := newPolicy(ns, "prefetch-zero", "harness_prefetch", map[string]any{"max_blocks": 0})
 	create(t, good, bad)
 	waitCondition(t, good, v1alpha1.ConditionAccepted, metav1.ConditionFalse, v1alpha1.ReasonUnknownHintType)
 
 	create(t, catalogConfigMap(t, ns, "dynamo-catalog", "dynamo", readFile(t, customRouterCatalog)))
 	waitConditionMessage(t, good, v1alpha1.ConditionAccepted, metav1.ConditionTrue, v1alpha1.ReasonAccepted,
-		"hint policy type harness-prefetch accepts the parameters (declared by the catalog of router dynamo, not linked into the manager)")
+		"hint policy type harness_prefetch accepts the parameters (declared by the catalog of router dynamo, not linked into the manager)")
 	waitConditionMessage(t, bad, v1alpha1.ConditionAccepted, metav1.ConditionFalse, v1alpha1.ReasonInvalidParameters,
-		`checked against the declared catalog of router dynamo: spec.parameters (harness-prefetch): parameter "max_blocks": 0 is out of range 1..4096`)
+		`checked against the declared catalog of router dynamo: spec.parameters (harness_prefetch): parameter "max_blocks": 0 is out of range 1..4096`)
 }

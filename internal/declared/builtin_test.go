@@ -210,7 +210,7 @@ func TestBuiltinDeclarationCompilesAlike(t *testing.T) {
 		"two senders":       "worker_selection:\n  decode:\n    type: kvcr\n    hints:\n      - {type: kv-fetch}\n      - {type: kv-fetch, name: second}\n",
 		"no sender":         "worker_selection:\n  decode:\n    type: kvcr\n    hints: [{type: kv-retain}]\n",
 		"unused sender":     "worker_selection:\n  decode:\n    type: kvcr\n    parameters: {shared_cache_multiplier: 0}\n    hints: [{type: kv-fetch}]\n",
-		"unknown hint":      "worker_selection:\n  decode:\n    type: kvcr\n    hints: [{type: kv-fetch}, {type: harness-prefetch}]\n",
+		"unknown hint":      "worker_selection:\n  decode:\n    type: kvcr\n    hints: [{type: kv-fetch}, {type: harness_prefetch}]\n",
 		"unknown selection": "worker_selection:\n  decode: {type: dynamo-kv-magic}\n",
 		"bad params":        "worker_selection:\n  decode:\n    type: dynamo-two-tier-cost-fn\n    parameters: {cache_threshold: 2}\n    hints:\n      - {type: kv-retain, parameters: {ttl_seconds: 0}}\n      - {type: kv-evict, parameters: {x: 1}}\n",
 		"non-kv":            "worker_selection:\n  decode:\n    type: dynamo-round-robin\n    hints: [{type: kv-evict}]\n",

@@ -163,8 +163,8 @@ func build(doc *Document) (*Catalog, []Problem) {
 
 func selectionProvider(d Selection, path string) (*hints.SelectionProvider, []Problem) {
 	var probs []Problem
-	if err := hints.CheckName(d.Type); err != nil {
-		probs = append(probs, Problem{Path: path + ".type", Message: fmt.Sprintf("%q %v (roles name types by DNS labels)", d.Type, err)})
+	if err := hints.CheckTypeName(d.Type); err != nil {
+		probs = append(probs, Problem{Path: path + ".type", Message: fmt.Sprintf("%q %v", d.Type, err)})
 	}
 	s, msgs := compileSchema(d.Parameters, path+".parameters")
 	probs = append(probs, located(msgs)...)
@@ -201,8 +201,8 @@ func selectionProvider(d Selection, path string) (*hints.SelectionProvider, []Pr
 
 func hintProvider(d Hint, path string) (*hints.HintProvider, []Problem) {
 	var probs []Problem
-	if err := hints.CheckName(d.Type); err != nil {
-		probs = append(probs, Problem{Path: path + ".type", Message: fmt.Sprintf("%q %v (roles name types by DNS labels)", d.Type, err)})
+	if err := hints.CheckTypeName(d.Type); err != nil {
+		probs = append(probs, Problem{Path: path + ".type", Message: fmt.Sprintf("%q %v", d.Type, err)})
 	}
 	var commitments hints.Commitments
 	for j, c := range d.Commitments {

@@ -25,7 +25,7 @@ func TestLoadRefusesBadDeclarations(t *testing.T) {
 		{"wrong kind", "apiVersion: hints.kvrouter.io/v1alpha1\nkind: Catalog\n" + sel, []string{"line 2: kind: must be PolicyCatalog"}},
 		{"no selections", header, []string{"workerSelections: declares no worker-selection type"}},
 		{"two documents", header + sel + "---\n" + header + sel, []string{"2 YAML documents"}},
-		{"type name", header + "workerSelections:\n  - type: Pick_One\n", []string{"line 4: workerSelections[0].type:", "DNS label"}},
+		{"type name", header + "workerSelections:\n  - type: pick one\n", []string{"line 4: workerSelections[0].type:", "must be a policy type name"}},
 		{"duplicate type", header + sel + "  - type: pick\n", []string{"workerSelections[1].type", "already registered"}},
 		{"schema not an object", header + sel + "    parameters: {type: string}\n", []string{"line 5: workerSelections[0].parameters.type: must be object"}},
 		{"preserve unknown fields", header + sel + "    parameters:\n      type: object\n      properties:\n        x:\n          type: object\n          x-kubernetes-preserve-unknown-fields: true\n",
@@ -70,9 +70,9 @@ func TestLoadRefusesBadDeclarations(t *testing.T) {
 // sidecar runs, does not know a declared-only type.
 func TestDeclaredHintsNeverRun(t *testing.T) {
 	cat := loadFile(t, "testdata/custom-router.yaml").Catalog
-	p, ok := cat.Hint("harness-prefetch")
+	p, ok := cat.Hint("harness_prefetch")
 	if !ok {
-		t.Fatal("harness-prefetch not declared")
+		t.Fatal("harness_prefetch not declared")
 	}
 	policy, err := p.Parse(hints.Params(`{"max_blocks": 64}`))
 	if err != nil {
@@ -85,7 +85,7 @@ func TestDeclaredHintsNeverRun(t *testing.T) {
 		t.Errorf("BuildHints: %v, want ErrDeclaredOnly", err)
 	}
 
-	doc := "worker_selection:\n  decode:\n    type: dynamo-default-cost-fn\n    hints: [{type: harness-prefetch}]\n"
+	doc := "worker_selection:\n  decode:\n    type: dynamo-default-cost-fn\n    hints: [{type: harness_prefetch}]\n"
 	cfg, err := hintsconfig.ParseConfig([]byte(doc))
 	if err != nil {
 		t.Fatal(err)
@@ -109,23 +109,23 @@ func TestDeclaredRules(t *testing.T) {
 		reason    hintsconfig.Reason
 		key, msg  string
 	}{
-		{"valid", "worker_selection:\n  decode:\n    type: kv-share\n    parameters: {shared_cache_multiplier: 0.5}\n    hints: [{type: harness-prefetch, parameters: {max_blocks: 64}}]\n", "", "", ""},
+		{"valid", "worker_selection:\n  decode:\n    type: kv-share\n    parameters: {shared_cache_multiplier: 0.5}\n    hints: [{type: harness_prefetch, parameters: {max_blocks: 64}}]\n", "", "", ""},
 		{"defaults", "worker_selection:\n  decode: {type: kv-share}\n", "", "", ""},
-		{"unknown parameter", "worker_selection:\n  decode:\n    type: kv-share\n    hints: [{type: harness-prefetch, parameters: {max_block: 64}}]\n",
+		{"unknown parameter", "worker_selection:\n  decode:\n    type: kv-share\n    hints: [{type: harness_prefetch, parameters: {max_block: 64}}]\n",
 			hintsconfig.ReasonInvalidParameters, "max_block", `parameter "max_block": unknown parameter; known: max_blocks, source`},
-		{"wrong type", "worker_selection:\n  decode:\n    type: kv-share\n    hints: [{type: harness-prefetch, parameters: {max_blocks: many}}]\n",
+		{"wrong type", "worker_selection:\n  decode:\n    type: kv-share\n    hints: [{type: harness_prefetch, parameters: {max_blocks: many}}]\n",
 			hintsconfig.ReasonInvalidParameters, "max_blocks", `parameter "max_blocks": "many" is not an integer`},
 		{"out of range", "worker_selection:\n  decode:\n    type: kv-share\n    parameters: {shared_cache_multiplier: 1.5}\n",
 			hintsconfig.ReasonInvalidParameters, "shared_cache_multiplier", `worker-selection kv-share: parameter "shared_cache_multiplier": 1.5 is out of range 0..1`},
-		{"enum", "worker_selection:\n  decode:\n    type: kv-share\n    hints: [{type: harness-prefetch, parameters: {source: disk}}]\n",
+		{"enum", "worker_selection:\n  decode:\n    type: kv-share\n    hints: [{type: harness_prefetch, parameters: {source: disk}}]\n",
 			hintsconfig.ReasonInvalidParameters, "source", `parameter "source": Unsupported value: "disk": supported values: "host", "peer"`},
-		{"two senders", "worker_selection:\n  decode:\n    type: kv-share\n    hints: [{type: harness-prefetch}, {type: peer-pull}]\n",
-			hintsconfig.ReasonKVCopySenderDuplicate, "", "worker-selection kv-share commits KV copies, and 2 hint policies send them (harness-prefetch, peer-pull); keep exactly one"},
+		{"two senders", "worker_selection:\n  decode:\n    type: kv-share\n    hints: [{type: harness_prefetch}, {type: peer-pull}]\n",
+			hintsconfig.ReasonKVCopySenderDuplicate, "", "worker-selection kv-share commits KV copies, and 2 hint policies send them (harness_prefetch, peer-pull); keep exactly one"},
 		{"no sender", "worker_selection:\n  decode:\n    type: kv-share\n    hints: []\n",
-			hintsconfig.ReasonKVCopySenderMissing, "", "worker-selection kv-share commits KV copies, but no hint policy sends them; list exactly one KVCopy hint policy (harness-prefetch, peer-pull)"},
+			hintsconfig.ReasonKVCopySenderMissing, "", "worker-selection kv-share commits KV copies, but no hint policy sends them; list exactly one KVCopy hint policy (harness_prefetch, peer-pull)"},
 		{"commits off", "worker_selection:\n  decode:\n    type: kv-share\n    parameters: {shared_cache_multiplier: 0}\n    hints: []\n", "", "", ""},
 		{"unknown type", "worker_selection:\n  decode:\n    type: dynamo-default-cost-fn\n    hints: [{type: kv-fetch}]\n",
-			hintsconfig.ReasonUnknownHintType, "", `hint policy type "kv-fetch" is not linked into this build; linked types: harness-prefetch, peer-pull`},
+			hintsconfig.ReasonUnknownHintType, "", `hint policy type "kv-fetch" is not linked into this build; linked types: harness_prefetch, peer-pull`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg, err := hintsconfig.ParseConfig([]byte(tc.doc))

@@ -5,13 +5,16 @@ import (
 	"testing"
 
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
+	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
 )
 
 // TestDynamoDeclaration loads the shipped declaration of Dynamo's
 // documented types and holds it to Dynamo's own fixtures: a load-only
 // selection refuses any key (seed: 7 under dynamo-round-robin), an unknown
 // two-tier key is refused naming it (cache_affinity_threshold), and kvcr
-// commits KV copies only when shared_cache_multiplier is set above 0.
+// commits KV copies only when shared_cache_multiplier is set above 0; the
+// dev docs' example role, harness_prefetch with max_blocks 64 under
+// dynamo-default-cost-fn, passes the rules.
 func TestDynamoDeclaration(t *testing.T) {
 	cat := loadFile(t, "../../config/catalogs/dynamo.yaml").Catalog
 	for _, tc := range []struct {
@@ -46,5 +49,14 @@ func TestDynamoDeclaration(t *testing.T) {
 		case tc.key == "" && policy.CommitsKVCopies() != tc.commits:
 			t.Errorf("%s %s: commits KV copies %v, want %v", tc.typ, tc.params, policy.CommitsKVCopies(), tc.commits)
 		}
+	}
+
+	doc := "worker_selection:\n  decode:\n    type: dynamo-default-cost-fn\n    hints:\n      - type: harness_prefetch\n        parameters: {max_blocks: 64}\n  prefill:\n    type: dynamo-default-cost-fn\n    hints: []\n"
+	cfg, err := hintsconfig.ParseConfig([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, probs := hintsconfig.Compile(cat, cfg, hintsconfig.Modes{}); len(probs) > 0 {
+		t.Errorf("the dev docs' example: %v", probs)
 	}
 }

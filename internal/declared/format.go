@@ -55,7 +55,8 @@ type Metadata struct {
 
 // Selection declares one worker-selection type.
 type Selection struct {
-	// Type is the name roles use. A DNS label.
+	// Type is the name roles use (hints.CheckTypeName): Dynamo's own
+	// spelling, such as harness_prefetch.
 	Type string `json:"type"`
 	// Description is one line for listings.
 	Description string `json:"description,omitempty"`
@@ -72,7 +73,8 @@ type Selection struct {
 
 // Hint declares one hint policy type.
 type Hint struct {
-	// Type is the name roles use. A DNS label.
+	// Type is the name roles use (hints.CheckTypeName): Dynamo's own
+	// spelling, such as harness_prefetch.
 	Type string `json:"type"`
 	// Description is one line for listings.
 	Description string `json:"description,omitempty"`

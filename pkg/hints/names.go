@@ -29,3 +29,27 @@ func CheckName(s string) error {
 	}
 	return nil
 }
+
+// CheckTypeName reports why s cannot name a policy type, or nil. A type
+// name is a CheckName label, or more widely an identifier as Dynamo's
+// router spells its policy types: letters of either case, digits, '_',
+// '.' and '-', starting and ending with a letter or digit, at most
+// MaxNameLength characters (harness_prefetch, say). Role and hint names
+// stay labels (CheckName): they name objects and metrics.
+func CheckTypeName(s string) error {
+	if s == "" {
+		return errors.New("must not be empty")
+	}
+	if len(s) > MaxNameLength {
+		return fmt.Errorf("is %d characters, over the %d allowed", len(s), MaxNameLength)
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+		if alnum || (c == '-' || c == '_' || c == '.') && i > 0 && i < len(s)-1 {
+			continue
+		}
+		return errors.New("must be a policy type name: letters, digits, '_', '.' and '-', starting and ending with a letter or digit")
+	}
+	return nil
+}
