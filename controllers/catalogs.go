@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -158,7 +159,7 @@ func (c *catalogs) load(cm *corev1.ConfigMap) (*declared.Catalog, error) {
 	if text, ok := cm.Data[CatalogKey]; ok {
 		cat, err = declared.Load([]byte(text))
 	} else {
-		err = fmt.Errorf("it has no key %s (keys: %s)", CatalogKey, strings.Join(sortedKeys(cm.Data), ", "))
+		err = fmt.Errorf("it has no key %s (keys: %s)", CatalogKey, strings.Join(slices.Sorted(maps.Keys(cm.Data)), ", "))
 	}
 	c.loaded[cm.UID] = loadedCatalog{resourceVersion: cm.ResourceVersion, cat: cat, err: err}
 	return cat, err
@@ -234,13 +235,4 @@ func catalogEvents(c *catalogs) handler.TypedEventHandler[*corev1.ConfigMap, rec
 			enqueue(q, e.Object)
 		},
 	}
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }

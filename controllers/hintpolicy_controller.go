@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -97,7 +98,7 @@ func (r *HintPolicyReconciler) status(ctx context.Context, hp *v1alpha1.HintPoli
 		st, _ := rolegraph.HintPolicyStatus(r.Catalog, hp, usedBy, now)
 		return st, nil
 	}
-	routers := sortedKeys(decls)
+	routers := slices.Sorted(maps.Keys(decls))
 	var accepted v1alpha1.HintPolicyStatus
 	for i, router := range routers {
 		st, findings := rolegraph.HintPolicyStatus(decls[router], hp, usedBy, now)

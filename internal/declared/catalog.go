@@ -162,10 +162,7 @@ func build(doc *Document) (*Catalog, []Problem) {
 }
 
 func selectionProvider(d Selection, path string) (*hints.SelectionProvider, []Problem) {
-	var probs []Problem
-	if err := hints.CheckTypeName(d.Type); err != nil {
-		probs = append(probs, Problem{Path: path + ".type", Message: fmt.Sprintf("%q %v", d.Type, err)})
-	}
+	probs := checkTypeName(d.Type, path)
 	s, msgs := compileSchema(d.Parameters, path+".parameters")
 	probs = append(probs, located(msgs)...)
 	var commits *commitProgram
@@ -200,10 +197,7 @@ func selectionProvider(d Selection, path string) (*hints.SelectionProvider, []Pr
 }
 
 func hintProvider(d Hint, path string) (*hints.HintProvider, []Problem) {
-	var probs []Problem
-	if err := hints.CheckTypeName(d.Type); err != nil {
-		probs = append(probs, Problem{Path: path + ".type", Message: fmt.Sprintf("%q %v", d.Type, err)})
-	}
+	probs := checkTypeName(d.Type, path)
 	var commitments hints.Commitments
 	for j, c := range d.Commitments {
 		switch c {
@@ -239,6 +233,14 @@ func hintProvider(d Hint, path string) (*hints.HintProvider, []Problem) {
 			return &hint{params: params}, nil
 		},
 	}, nil
+}
+
+// checkTypeName refuses a type name roles could not use.
+func checkTypeName(typ, path string) []Problem {
+	if err := hints.CheckTypeName(typ); err != nil {
+		return []Problem{{Path: path + ".type", Message: fmt.Sprintf("%q %v", typ, err)}}
+	}
+	return nil
 }
 
 // located turns "path: message" strings into problems.

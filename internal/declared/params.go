@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -200,7 +201,7 @@ func unknownMessage(s *schema.Structural, key string) string {
 	if i := strings.LastIndex(key, "."); i >= 0 {
 		parent = key[:i]
 	}
-	known := sortedKeys(at(s, parent).Properties)
+	known := slices.Sorted(maps.Keys(at(s, parent).Properties))
 	switch {
 	case len(known) == 0 && parent == "":
 		return "unknown parameter; this type takes no parameters"
@@ -347,13 +348,4 @@ func shorten(v any) string {
 		s = s[:37] + "..."
 	}
 	return s
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }

@@ -3,6 +3,8 @@ package declared
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -95,7 +97,7 @@ func strictness(s *apiextensionsv1.JSONSchemaProps, path string) []string {
 	if s.XEmbeddedResource {
 		probs = append(probs, fmt.Sprintf("%s.x-kubernetes-embedded-resource: not allowed in parameters", path))
 	}
-	for _, k := range sortedKeys(s.Properties) {
+	for _, k := range slices.Sorted(maps.Keys(s.Properties)) {
 		p := s.Properties[k]
 		probs = append(probs, strictness(&p, path+".properties."+k)...)
 	}
