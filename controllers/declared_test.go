@@ -183,3 +183,42 @@ func TestDeclaredHintPolicy(t *testing.T) {
 	waitConditionMessage(t, bad, v1alpha1.ConditionAccepted, metav1.ConditionFalse, v1alpha1.ReasonInvalidParameters,
 		`checked against the declared catalog of router dynamo: spec.parameters (harness_prefetch): parameter "max_blocks": 0 is out of range 1..4096`)
 }
+
+// TestDeclaredCatalogBrokenAcrossRestart: a manager that starts while a
+// router's declaration is broken has no last good declaration to check
+// the running entries with: it still writes nothing, and says so; the
+// running config and its hash stay as they were, and once the declaration
+// is fixed the role is accepted again with the same config.
+func TestDeclaredCatalogBrokenAcrossRestart(t *testing.T) {
+	ns := newNamespace(t)
+	good := readFile(t, customRouterCatalog)
+	decl := catalogConfigMap(t, ns, "dynamo-catalog", "dynamo", good)
+	create(t, decl)
+	rr := newRole(ns, "decode", "dynamo", "decode", "kv-share")
+	rr.Spec.Hints = []v1alpha1.HintItem{inline("harness_prefetch", map[string]any{"max_blocks": 32})}
+	create(t, rr)
+	waitCondition(t, rr, v1alpha1.ConditionAccepted, metav1.ConditionTrue, v1alpha1.ReasonAccepted)
+	before := waitConfigMap(t, ns, "dynamo", anyConfigMap)
+	routerPod(t, ns, "dynamo", "dynamo-0", before.Annotations[v1alpha1.HashAnnotation])
+	waitCondition(t, rr, v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonReady)
+
+	stopManager()
+	update(t, decl, func(cm *corev1.ConfigMap) { cm.Data[controllers.CatalogKey] = "apiVersion: hints.kvrouter.io/v1alpha1\nkind: PolicyCatalog\n" })
+	var err error
+	if stopManager, err = startManager(); err != nil {
+		t.Fatalf("restarting the manager: %v", err)
+	}
+	waitCondition(t, rr, v1alpha1.ConditionAccepted, metav1.ConditionFalse, v1alpha1.ReasonInvalidCatalog)
+	waitConditionMessage(t, rr, v1alpha1.ConditionProgrammed, metav1.ConditionFalse, v1alpha1.ReasonNotAccepted,
+		"ConfigMap dynamo-hints is left as it is, so router pods run what it holds")
+	after := get(t, ns, before.Name, &corev1.ConfigMap{})
+	if after.ResourceVersion != before.ResourceVersion {
+		t.Errorf("the ConfigMap was written across the restart:\n%s\nbecame\n%s", before.Data[v1alpha1.HintsConfigKey], after.Data[v1alpha1.HintsConfigKey])
+	}
+
+	update(t, decl, func(cm *corev1.ConfigMap) { cm.Data[controllers.CatalogKey] = good })
+	waitCondition(t, rr, v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonReady)
+	if got := get(t, ns, before.Name, &corev1.ConfigMap{}); got.Annotations[v1alpha1.HashAnnotation] != before.Annotations[v1alpha1.HashAnnotation] {
+		t.Errorf("the hash changed: %s became %s", before.Annotations[v1alpha1.HashAnnotation], got.Annotations[v1alpha1.HashAnnotation])
+	}
+}
