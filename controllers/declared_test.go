@@ -203,7 +203,9 @@ func TestDeclaredCatalogBrokenAcrossRestart(t *testing.T) {
 	waitCondition(t, rr, v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonReady)
 
 	stopManager()
-	update(t, decl, func(cm *corev1.ConfigMap) { cm.Data[controllers.CatalogKey] = "apiVersion: hints.kvrouter.io/v1alpha1\nkind: PolicyCatalog\n" })
+	update(t, decl, func(cm *corev1.ConfigMap) {
+		cm.Data[controllers.CatalogKey] = "apiVersion: hints.kvrouter.io/v1alpha1\nkind: PolicyCatalog\n"
+	})
 	var err error
 	if stopManager, err = startManager(); err != nil {
 		t.Fatalf("restarting the manager: %v", err)
