@@ -182,6 +182,17 @@ func TestDeclaredHintPolicy(t *testing.T) {
 		"hint policy type harness_prefetch accepts the parameters (declared by the catalog of router dynamo, not linked into the manager)")
 	waitConditionMessage(t, bad, v1alpha1.ConditionAccepted, metav1.ConditionFalse, v1alpha1.ReasonInvalidParameters,
 		`checked against the declared catalog of router dynamo: spec.parameters (harness_prefetch): parameter "max_blocks": 0 is out of range 1..4096`)
+
+	// The router's roles resolve references to them with its own catalog.
+	rr := newRole(ns, "decode", "dynamo", "decode", "kv-share")
+	rr.Spec.Hints = []v1alpha1.HintItem{ref("prefetch")}
+	create(t, rr)
+	waitCondition(t, rr, v1alpha1.ConditionAccepted, metav1.ConditionTrue, v1alpha1.ReasonAccepted)
+	waitCondition(t, rr, v1alpha1.ConditionResolvedRefs, metav1.ConditionTrue, v1alpha1.ReasonResolvedRefs)
+	cm := waitConfigMap(t, ns, "dynamo", anyConfigMap)
+	if got := cm.Data[v1alpha1.HintsConfigKey]; !strings.Contains(got, "max_blocks: 8") {
+		t.Errorf("hints.yaml does not run HintPolicy prefetch's parameters:\n%s", got)
+	}
 }
 
 // TestDeclaredCatalogBrokenAcrossRestart: a manager that starts while a

@@ -149,3 +149,23 @@ func TestDeclaredRules(t *testing.T) {
 		})
 	}
 }
+
+// TestLoadBoundsHostileText: a declaration comes from a ConfigMap anyone
+// with write access to the namespace may edit, so what it costs to load is
+// bounded: an alias bomb is refused by the YAML readers, and text over
+// MaxDocumentBytes is refused before it is read.
+func TestLoadBoundsHostileText(t *testing.T) {
+	bomb := header + "a: &a [x, x, x, x, x, x, x, x, x, x]\n"
+	prev := "a"
+	for _, n := range []string{"b", "c", "d", "e", "f", "g", "h", "i"} {
+		bomb += n + ": &" + n + " [*" + prev + ", *" + prev + ", *" + prev + ", *" + prev + ", *" + prev + ", *" + prev + ", *" + prev + ", *" + prev + ", *" + prev + ", *" + prev + "]\n"
+		prev = n
+	}
+	if _, err := Load([]byte(bomb)); err == nil || !strings.Contains(err.Error(), "excessive aliasing") {
+		t.Errorf("an alias bomb: %v; want it refused for excessive aliasing", err)
+	}
+	big := header + "# " + strings.Repeat("x", MaxDocumentBytes) + "\n"
+	if _, err := Load([]byte(big)); err == nil || !strings.Contains(err.Error(), "over the limit") {
+		t.Errorf("a declaration over %d bytes: %v", MaxDocumentBytes, err)
+	}
+}
