@@ -90,6 +90,7 @@ var paramCases = map[string][]string{
 		`{"shared_cache_multiplier": 1}`, `{"shared_cache_multiplier": 1.5}`, `{"shared_cache_multiplier": -0.1}`,
 		`{"prefill_load_scale": -1}`, `{"prefill_load_scale": "high"}`, `{"seed": -1}`, `{"seed": 1.5}`,
 		`{"seed": "x"}`, `{"bogus": 1}`, `{"router_temperature": null}`, `[1]`, `{"a": 1, "overlap_score_credit": "x"}`,
+		`{"zzz": 1, "overlap_score_credit": "x"}`, `{"seed": null, "overlap_score_credit": "x"}`, `{"seed": -1, "router_temperature": -1}`,
 	},
 	builtin.TypeKVCR: {
 		``, `{"shared_cache_multiplier": 0}`, `{"shared_cache_multiplier": 0.25}`, `{"shared_cache_multiplier": 2}`,

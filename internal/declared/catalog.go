@@ -170,6 +170,17 @@ func selectionProvider(d Selection, path string) (*hints.SelectionProvider, []Pr
 		commits, msgs = compileCommits(s, d.CommitsKVCopies, path+".commitsKVCopies")
 		probs = append(probs, located(msgs)...)
 	}
+	if commits != nil {
+		// A role that leaves the parameters out runs the expression on the
+		// defaults alone: an expression that fails there (a key read
+		// without has()) is the declaration's fault, found now.
+		if params, err := s.check(context.Background(), nil); err == nil {
+			if _, err := commits.eval(context.Background(), s, params); err != nil {
+				probs = append(probs, Problem{Path: path + ".commitsKVCopies", Message: fmt.Sprintf(
+					"fails on the parameters' defaults alone: %v; test a key that has no default with has(params.key)", err)})
+			}
+		}
+	}
 	if len(probs) > 0 {
 		return nil, probs
 	}
@@ -275,11 +286,4 @@ func (h *hint) EffectiveParameters() any { return h.params }
 // BuildHints refuses: see ErrDeclaredOnly.
 func (h *hint) BuildHints(context.Context, *hints.HintContext) ([]hints.Action, error) {
 	return nil, ErrDeclaredOnly
-}
-
-// IsDeclared reports whether a parsed hint policy came from a declaration,
-// so that a host that runs policies can refuse it before it runs.
-func IsDeclared(p hints.HintPolicy) bool {
-	_, ok := p.(*hint)
-	return ok
 }

@@ -37,6 +37,8 @@ func TestLoadRefusesBadDeclarations(t *testing.T) {
 		{"rule does not compile", header + sel + "    parameters:\n      type: object\n      properties:\n        x: {type: integer}\n      x-kubernetes-validations:\n        - rule: self.y > 1\n",
 			[]string{"line 10: workerSelections[0].parameters.x-kubernetes-validations[0].rule", "compilation failed"}},
 		{"commits does not compile", header + sel + "    commitsKVCopies: params.share > 0\n", []string{"line 5: workerSelections[0].commitsKVCopies: does not compile"}},
+		{"commits fails on defaults", header + sel + "    parameters:\n      type: object\n      properties:\n        share: {type: number}\n    commitsKVCopies: params.share > 0\n",
+			[]string{"line 9: workerSelections[0].commitsKVCopies: fails on the parameters' defaults alone: no such key: share; test a key that has no default with has(params.key)"}},
 		{"commits not boolean", header + sel + "    parameters:\n      type: object\n      properties:\n        x: {type: integer}\n    commitsKVCopies: params.x + 1\n",
 			[]string{"workerSelections[0].commitsKVCopies: must be a boolean expression"}},
 		{"commits too costly", header + sel + "    parameters:\n      type: object\n      properties:\n        xs: {type: array, items: {type: string}}\n    commitsKVCopies: params.xs.all(a, params.xs.all(b, params.xs.all(c, a + b + c != '')))\n",
@@ -77,9 +79,6 @@ func TestDeclaredHintsNeverRun(t *testing.T) {
 	policy, err := p.Parse(hints.Params(`{"max_blocks": 64}`))
 	if err != nil {
 		t.Fatal(err)
-	}
-	if !IsDeclared(policy) {
-		t.Error("IsDeclared is false for a declared policy")
 	}
 	if _, err := policy.BuildHints(context.Background(), &hints.HintContext{}); !errors.Is(err, ErrDeclaredOnly) {
 		t.Errorf("BuildHints: %v, want ErrDeclaredOnly", err)

@@ -49,11 +49,13 @@ func (s *paramSchema) check(ctx context.Context, raw hints.Params) (map[string]a
 	}
 	structural = append(structural, nulls(obj, s.structural, "")...)
 	structural = append(structural, missing(obj, s.structural, "")...)
-	if len(structural) == 0 {
-		for _, e := range validation.ValidateCustomResource(root, obj, s.validator) {
-			if e.Type == field.ErrorTypeTypeInvalid && len(structural) == 0 {
-				structural = append(structural, typeProblem(s.structural, obj, e))
-			}
+	// Types are checked on the known keys, so that the first key in order
+	// is reported whichever way it is wrong, as DecodeParams reports it.
+	// A negative value of an unsigned integer is a wrong type too: Go's
+	// and Rust's decoders refuse it before any bound is checked.
+	for _, e := range validation.ValidateCustomResource(root, probe, s.validator) {
+		if e.Type == field.ErrorTypeTypeInvalid || negativeUnsigned(s.structural, e) {
+			structural = append(structural, typeProblem(s.structural, obj, e))
 		}
 	}
 	if first := firstByKey(structural); first != nil {
@@ -260,6 +262,14 @@ func describe(s *schema.Structural) string {
 		return "a mapping"
 	}
 	return "a " + s.Type
+}
+
+// negativeUnsigned reports whether e refuses a negative value of an
+// unsigned integer.
+func negativeUnsigned(s *schema.Structural, e *field.Error) bool {
+	node := at(s, keyOf(e.Field))
+	v, ok := e.BadValue.(int64)
+	return node != nil && unsigned(node) && ok && v < 0
 }
 
 func unsigned(s *schema.Structural) bool {
