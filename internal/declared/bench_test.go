@@ -1,7 +1,6 @@
 package declared
 
 import (
-	"os"
 	"testing"
 
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
@@ -16,7 +15,7 @@ import (
 // same run.
 func BenchmarkParse(b *testing.B) {
 	linked := builtin.NewCatalog()
-	decl := loadFileB(b, builtinDeclaration).Catalog
+	decl := loadFile(b, builtinDeclaration).Catalog
 	for _, tc := range []struct{ typ, params string }{
 		{builtin.TypeKVRetain, `{"ttl_seconds": 60, "priority": 10}`},
 		{builtin.TypeKVFetch, `{"min_blocks": 4, "max_blocks": 16}`},
@@ -49,17 +48,4 @@ func parser(b *testing.B, cat *hints.Catalog, typ string) func(hints.Params) err
 	}
 	b.Fatalf("no type %s", typ)
 	return nil
-}
-
-func loadFileB(b *testing.B, path string) *Catalog {
-	b.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		b.Fatal(err)
-	}
-	cat, err := Load(data)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return cat
 }

@@ -17,7 +17,7 @@ import (
 
 const builtinDeclaration = "../../config/catalogs/builtin.yaml"
 
-func loadFile(t *testing.T, path string) *Catalog {
+func loadFile(t testing.TB, path string) *Catalog {
 	t.Helper()
 	data, err := os.ReadFile(path)
 	if err != nil {
