@@ -3,17 +3,22 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
+	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
 	"github.com/kvrouter/kv-hint-operator/internal/rolegraph"
@@ -27,6 +32,12 @@ type HintPolicyReconciler struct {
 	Client   client.Client
 	Catalog  *hints.Catalog
 	Recorder events.EventRecorder
+
+	// catalogs and catalogCache: see RouterReconciler. A HintPolicy whose
+	// type the linked catalog does not hold is checked against the
+	// declarations of its namespace that declare the type.
+	catalogs     *catalogs
+	catalogCache cache.Cache
 }
 
 // +kubebuilder:rbac:groups=hints.kvrouter.io,resources=hintpolicies,verbs=get;list;watch
@@ -50,7 +61,10 @@ func (r *HintPolicyReconciler) Reconcile(ctx context.Context, req reconcile.Requ
 	}
 	slices.Sort(usedBy)
 
-	status, _ := rolegraph.HintPolicyStatus(r.Catalog, &hp, usedBy, metav1.Now())
+	status, err := r.status(ctx, &hp, usedBy)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 	if equality.Semantic.DeepEqual(hp.Status, status) {
 		return ctrl.Result{}, nil
 	}
@@ -63,13 +77,82 @@ func (r *HintPolicyReconciler) Reconcile(ctx context.Context, req reconcile.Requ
 	return ctrl.Result{}, nil
 }
 
+// status checks a HintPolicy. HintPolicies belong to a namespace, not to
+// a router: one whose type the linked catalog holds is checked against it;
+// one whose type only declared catalogs of the namespace hold is checked
+// against each of them, and is accepted only if every one accepts it (the
+// first refusal, by router name, is reported, naming the router). A type
+// no catalog holds is UnknownHintType, as before. The RouterRoles that use
+// the policy are checked by their own router's catalog in any case.
+func (r *HintPolicyReconciler) status(ctx context.Context, hp *v1alpha1.HintPolicy, usedBy []string) (v1alpha1.HintPolicyStatus, error) {
+	now := metav1.Now()
+	if _, linked := r.Catalog.Hint(hp.Spec.Type); linked || r.catalogs == nil {
+		st, _ := rolegraph.HintPolicyStatus(r.Catalog, hp, usedBy, now)
+		return st, nil
+	}
+	decls, err := r.catalogs.forType(ctx, hp.Namespace, hp.Spec.Type)
+	if err != nil {
+		return v1alpha1.HintPolicyStatus{}, err
+	}
+	if len(decls) == 0 {
+		st, _ := rolegraph.HintPolicyStatus(r.Catalog, hp, usedBy, now)
+		return st, nil
+	}
+	routers := slices.Sorted(maps.Keys(decls))
+	var accepted v1alpha1.HintPolicyStatus
+	for i, router := range routers {
+		st, findings := rolegraph.HintPolicyStatus(decls[router], hp, usedBy, now)
+		if len(findings.Errors()) > 0 {
+			setAcceptedMessage(&st, fmt.Sprintf("checked against the declared catalog of router %s: ", router), "")
+			return st, nil
+		}
+		if i == 0 {
+			accepted = st
+		}
+	}
+	setAcceptedMessage(&accepted, "", fmt.Sprintf(" (declared by the catalog of router %s, not linked into the manager)", strings.Join(routers, ", ")))
+	return accepted, nil
+}
+
+// setAcceptedMessage puts prefix and suffix around the Accepted message.
+func setAcceptedMessage(st *v1alpha1.HintPolicyStatus, prefix, suffix string) {
+	for i := range st.Conditions {
+		if st.Conditions[i].Type == string(v1alpha1.ConditionAccepted) {
+			st.Conditions[i].Message = prefix + st.Conditions[i].Message + suffix
+		}
+	}
+}
+
 // SetupWithManager registers the reconciler: a HintPolicy's own spec
-// changes, and RouterRoles that start or stop referencing it.
+// changes, RouterRoles that start or stop referencing it, and declared
+// catalogs of its namespace.
 func (r *HintPolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.HintPolicy{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&v1alpha1.RouterRole{},
 			handler.EnqueueRequestsFromMapFunc(policiesOfRole),
-			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Complete(r)
+			builder.WithPredicates(predicate.GenerationChangedPredicate{}))
+	if r.catalogCache != nil {
+		b = b.WatchesRawSource(source.Kind(r.catalogCache, &corev1.ConfigMap{},
+			handler.TypedEnqueueRequestsFromMapFunc(policiesOfNamespace(mgr.GetClient()))))
+	}
+	return b.Complete(r)
+}
+
+// policiesOfNamespace maps a declared-catalog ConfigMap to every
+// HintPolicy of its namespace: a declaration may add or change the type of
+// any of them. Declarations change seldom.
+func policiesOfNamespace(c client.Reader) handler.TypedMapFunc[*corev1.ConfigMap, reconcile.Request] {
+	return func(ctx context.Context, cm *corev1.ConfigMap) []reconcile.Request {
+		var hps v1alpha1.HintPolicyList
+		if err := c.List(ctx, &hps, client.InNamespace(cm.Namespace)); err != nil {
+			ctrl.LoggerFrom(ctx).Error(err, "Listing the HintPolicies of a namespace for a declared catalog", "configMap", client.ObjectKeyFromObject(cm))
+			return nil
+		}
+		reqs := make([]reconcile.Request, 0, len(hps.Items))
+		for _, hp := range hps.Items {
+			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&hp)})
+		}
+		return reqs
+	}
 }

@@ -12,10 +12,12 @@ import (
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
 	"github.com/kvrouter/kv-hint-operator/internal/rolegraph"
@@ -29,8 +31,16 @@ type RouterReconciler struct {
 	Client client.Client
 	// APIReader reads around the cache; see configMap.
 	APIReader client.Reader
-	Catalog   *hints.Catalog
-	Recorder  events.EventRecorder
+	// Catalog is the linked catalog, for routers that declare none.
+	Catalog  *hints.Catalog
+	Recorder events.EventRecorder
+
+	// catalogs resolves each router's catalog: a declared one (see
+	// CatalogForLabel) or Catalog. Nil: every router runs Catalog.
+	catalogs *catalogs
+	// catalogCache holds the declared-catalog ConfigMaps, watched apart
+	// from the manager's cache.
+	catalogCache cache.Cache
 }
 
 // +kubebuilder:rbac:groups=hints.kvrouter.io,resources=routerroles,verbs=get;list;watch
@@ -61,9 +71,16 @@ func (r *RouterReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	if len(in.RouterRoles) == 0 {
 		return ctrl.Result{}, r.deleteConfigMap(ctx, current)
 	}
+	rc, err := r.routerCatalog(ctx, req.Namespace, req.Name)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if rc.problem != nil {
+		in.CatalogProblems = map[string]rolegraph.Finding{req.Name: *rc.problem}
+	}
 
 	in.Now = metav1.Now()
-	out := rolegraph.Compile(r.Catalog, in)
+	out := rolegraph.Compile(rc.cat, in)
 	compiled := out.Router(req.Name)
 	if compiled == nil {
 		// Every RouterRole found through the router index names this
@@ -84,10 +101,24 @@ func (r *RouterReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 		}
 		return res, err
 	}
+	if compiled.Held != "" {
+		ctrl.LoggerFrom(ctx).Info("Not writing hints config: the router's declared catalog cannot be used", "configMap", v1alpha1.HintsConfigMapName(req.Name), "problem", compiled.Held)
+		return retryStale(ctx, r.writeStatus(ctx, in.RouterRoles, out))
+	}
 	if err := r.applyConfigMap(ctx, current, compiled); err != nil {
 		return ctrl.Result{}, err
 	}
 	return retryStale(ctx, r.writeStatus(ctx, in.RouterRoles, out))
+}
+
+// routerCatalog returns the catalog the router's roles are compiled
+// against: its declared one, when a ConfigMap declares it, or the linked
+// one.
+func (r *RouterReconciler) routerCatalog(ctx context.Context, namespace, router string) (routerCatalog, error) {
+	if r.catalogs == nil {
+		return routerCatalog{cat: r.Catalog}, nil
+	}
+	return r.catalogs.forRouter(ctx, namespace, router)
 }
 
 // conflictRetry is how often a router blocked by a ConfigMap that is not
@@ -164,6 +195,9 @@ func (r *RouterReconciler) configMap(ctx context.Context, namespace, router stri
 // SetupWithManager registers the reconciler and its watches. Every watch
 // maps its object to the router it concerns.
 func (r *RouterReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.catalogCache == nil {
+		return fmt.Errorf("router controller: no declared-catalog cache (use Setup)")
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("router").
 		Watches(&v1alpha1.RouterRole{},
@@ -179,6 +213,7 @@ func (r *RouterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&corev1.Pod{},
 			handler.EnqueueRequestsFromMapFunc(routerOfLabel),
 			builder.WithPredicates(routerPodChanged)).
+		WatchesRawSource(source.Kind(r.catalogCache, &corev1.ConfigMap{}, catalogEvents(r.catalogs))).
 		WithLogConstructor(func(req *reconcile.Request) logr.Logger {
 			l := mgr.GetLogger().WithValues("controller", "router")
 			if req != nil {

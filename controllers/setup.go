@@ -124,16 +124,29 @@ func sidecarReport(mf metav1.ManagedFieldsEntry) bool {
 }
 
 // Setup registers the field indexes and both reconcilers with mgr, whose
-// cache must have been built with CacheOptions.
-func Setup(ctx context.Context, mgr manager.Manager, cat *hints.Catalog) error {
+// cache must have been built with CacheOptions(namespaces). It adds the
+// cache of declared-catalog ConfigMaps (CatalogCacheOptions) to mgr.
+func Setup(ctx context.Context, mgr manager.Manager, cat *hints.Catalog, namespaces ...string) error {
 	if err := setupIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
 		return fmt.Errorf("field indexes: %w", err)
 	}
+	opts := CatalogCacheOptions(namespaces)
+	opts.Scheme, opts.Mapper = mgr.GetScheme(), mgr.GetRESTMapper()
+	catalogCache, err := cache.New(mgr.GetConfig(), opts)
+	if err != nil {
+		return fmt.Errorf("declared-catalog cache: %w", err)
+	}
+	if err := mgr.Add(catalogCache); err != nil {
+		return fmt.Errorf("declared-catalog cache: %w", err)
+	}
+	cats := newCatalogs(catalogCache, cat)
 	rec := mgr.GetEventRecorder(EventSource)
-	if err := (&RouterReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Catalog: cat, Recorder: rec}).SetupWithManager(mgr); err != nil {
+	if err := (&RouterReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Catalog: cat, Recorder: rec,
+		catalogs: cats, catalogCache: catalogCache}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("router controller: %w", err)
 	}
-	if err := (&HintPolicyReconciler{Client: mgr.GetClient(), Catalog: cat, Recorder: rec}).SetupWithManager(mgr); err != nil {
+	if err := (&HintPolicyReconciler{Client: mgr.GetClient(), Catalog: cat, Recorder: rec,
+		catalogs: cats, catalogCache: catalogCache}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("hintpolicy controller: %w", err)
 	}
 	return nil

@@ -82,6 +82,17 @@ const (
 	// cannot be checked yet; ResolvedRefs says which.
 	ReasonUnresolvedRefs ConditionReason = "UnresolvedRefs"
 
+	// ReasonInvalidCatalog: the router declares its own policy catalog (a
+	// ConfigMap labelled hints.kvrouter.io/catalog-for: <router>), and the
+	// declaration cannot be used: the role is not checked, it keeps its
+	// last good entry, and the router's ConfigMap is left as it is.
+	ReasonInvalidCatalog ConditionReason = "InvalidCatalog"
+
+	// ReasonCatalogConflict: more than one ConfigMap declares the router's
+	// catalog; as for InvalidCatalog, nothing is checked or written until
+	// one is left.
+	ReasonCatalogConflict ConditionReason = "CatalogConflict"
+
 	// ReasonInvalidWorkerSelector: spec.workerSelector is not a valid label
 	// selector (an unknown operator, say).
 	ReasonInvalidWorkerSelector ConditionReason = "InvalidWorkerSelector"

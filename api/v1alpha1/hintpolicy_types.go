@@ -8,12 +8,15 @@ import (
 // HintPolicySpec is a hint policy instance: a type and its parameters.
 type HintPolicySpec struct {
 	// type is the hint policy type, one linked into the manager's build,
-	// such as kv-fetch, kv-retain or kv-evict. An unknown type is reported
-	// as Accepted=False, reason UnknownHintType.
+	// such as kv-fetch, kv-retain or kv-evict, or one declared by a
+	// router's catalog in this namespace (a ConfigMap labelled
+	// hints.kvrouter.io/catalog-for), in the router's own spelling, such
+	// as Dynamo's harness_prefetch. An unknown type is reported as
+	// Accepted=False, reason UnknownHintType.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=63
-	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`
 	Type string `json:"type"`
 
 	// parameters of the hint policy, checked by its type: an unknown key, a

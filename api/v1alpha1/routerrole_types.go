@@ -108,12 +108,15 @@ type WorkerSelection struct {
 	// manager's build: dynamo-default-cost-fn (never commits KV copies),
 	// kvcr (KV cache reuse: commits KV copies when shared_cache_multiplier
 	// > 0), dynamo-two-tier-cost-fn, or a load-only type such as
-	// dynamo-round-robin. An unknown type is
-	// reported as Accepted=False, reason UnknownWorkerSelection.
+	// dynamo-round-robin; or, for a router that declares its catalog (a
+	// ConfigMap labelled hints.kvrouter.io/catalog-for), one it declares.
+	// Letters, digits, '_', '.' and '-', as Dynamo spells types. An
+	// unknown type is reported as Accepted=False, reason
+	// UnknownWorkerSelection.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=63
-	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`
 	Type string `json:"type"`
 
 	// parameters of the worker-selection policy, checked by its type: an
@@ -134,13 +137,14 @@ type WorkerSelection struct {
 // +kubebuilder:validation:XValidation:rule="!has(self.policyRef) || !has(self.parameters)",message="a policyRef item takes no parameters: they belong to the referenced HintPolicy"
 type HintItem struct {
 	// type is the hint policy type of an inline hint, one linked into the
-	// manager's build, such as kv-fetch, kv-retain or kv-evict. Exactly
-	// one of type and policyRef is set. An unknown type is reported as
-	// Accepted=False, reason UnknownHintType.
+	// manager's build, such as kv-fetch, kv-retain or kv-evict, or one the
+	// router's declared catalog holds, in its own spelling (Dynamo's
+	// harness_prefetch). Exactly one of type and policyRef is set. An
+	// unknown type is reported as Accepted=False, reason UnknownHintType.
 	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=63
-	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`
 	Type string `json:"type,omitempty"`
 
 	// name tells instances of one hint type apart within the role; it is

@@ -12,18 +12,26 @@ import (
 )
 
 func newCatalogCommand(cat *hints.Catalog) *cobra.Command {
-	return &cobra.Command{
+	var catalogFile string
+	cmd := &cobra.Command{
 		Use:   "catalog",
 		Short: "List the worker-selection and hint policy types linked into this binary",
 		Long: `List the policy types this kvhint build links, in catalog order: the
 worker-selection policies, then the hint policies with what they consume
 (commitments) and the worker-selection policies they run under when a role
-does not list its hints (default hosts; * is every selection, - none).`,
+does not list its hints (default hosts; * is every selection, - none).
+--catalog FILE lists a declared catalog instead, once it is checked.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			cat, err := withCatalog(cat, catalogFile, cmd.InOrStdin(), cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
 			return writeCatalog(cmd.OutOrStdout(), cat)
 		},
 	}
+	addCatalogFlag(cmd, &catalogFile)
+	return cmd
 }
 
 func writeCatalog(w io.Writer, cat *hints.Catalog) error {

@@ -16,6 +16,7 @@ func newCompileCommand(cat *hints.Catalog) *cobra.Command {
 	var files []string
 	var router string
 	var mode hintsconfig.RouterMode
+	var catalogFile string
 	cmd := &cobra.Command{
 		Use:   "compile -f FILE...",
 		Short: "Print the compiled hints YAML: defaults expanded, parameters effective",
@@ -36,11 +37,16 @@ and its hash, is written to standard error. --router NAME prints one
 router's alone.
 
 A hints YAML file is compiled with every role under --router-mode (default
-kv), as Dynamo's router runs it.`,
+kv), as Dynamo's router runs it. --catalog FILE compiles against a declared
+catalog (see kvhint validate --help).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if len(files) == 0 {
 				return fmt.Errorf("no input: give one or more -f FILE")
+			}
+			cat, err := withCatalog(cat, catalogFile, cmd.InOrStdin(), cmd.ErrOrStderr())
+			if err != nil {
+				return err
 			}
 			return compileFiles(cat, files, router, mode, cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
@@ -48,6 +54,7 @@ kv), as Dynamo's router runs it.`,
 	cmd.Flags().StringArrayVarP(&files, "filename", "f", nil, "hints YAML or manifest file to compile (repeatable; - for stdin)")
 	cmd.Flags().StringVar(&router, "router", "", "print only the config of this router (manifests)")
 	cmd.Flags().Var(routerModeFlag{&mode}, "router-mode", "the router's mode for every role of a hints YAML file: "+hintsconfig.RouterModeList())
+	addCatalogFlag(cmd, &catalogFile)
 	return cmd
 }
 

@@ -126,7 +126,7 @@ func runManager(ctx context.Context, cat *hints.Catalog, o managerOptions) error
 	if err != nil {
 		return fmt.Errorf("creating the manager: %w", err)
 	}
-	if err := controllers.Setup(ctx, mgr, cat); err != nil {
+	if err := controllers.Setup(ctx, mgr, cat, o.namespaces...); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {

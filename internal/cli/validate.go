@@ -17,6 +17,7 @@ func newValidateCommand(cat *hints.Catalog) *cobra.Command {
 	var files []string
 	var output string
 	var mode hintsconfig.RouterMode
+	var catalogFile string
 	cmd := &cobra.Command{
 		Use:   "validate -f FILE...",
 		Short: "Check hints YAML files or RouterRole/HintPolicy manifests with the router's start-up rules",
@@ -47,6 +48,13 @@ or ResolvedRefs condition would carry. --output json prints one JSON document
 instead: {"valid", "files", "problems": [{"file", "line", "object",
 "location", "type", "key", "reason", "message", "severity"}]}.
 
+--catalog FILE checks against a declared catalog (kind PolicyCatalog) instead
+of the policy types linked into kvhint: the types a router's own build links
+(Dynamo's Rust crates), each with its parameters schema, commitments and
+default hosts. The rules and their reasons are the same. A declaration that
+cannot be used is printed as FILE:LINE: PATH: InvalidCatalog: message and
+exits 2.
+
 Exit status: 0 when valid (warnings are printed), 1 when any file breaks a
 rule, 2 on a usage or read error. "-" reads standard input.`,
 		Args: cobra.NoArgs,
@@ -57,12 +65,17 @@ rule, 2 on a usage or read error. "-" reads standard input.`,
 			if output != "text" && output != "json" {
 				return fmt.Errorf("--output %q: use text or json", output)
 			}
+			cat, err := withCatalog(cat, catalogFile, cmd.InOrStdin(), cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
 			return validateFiles(cat, files, output, mode, cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	cmd.Flags().StringArrayVarP(&files, "filename", "f", nil, "hints YAML or manifest file to check (repeatable; - for stdin)")
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "text, or json for pipeline tools")
 	cmd.Flags().Var(routerModeFlag{&mode}, "router-mode", "the router's mode for every role of a hints YAML file: "+hintsconfig.RouterModeList()+" (manifests carry spec.routerMode)")
+	addCatalogFlag(cmd, &catalogFile)
 	return cmd
 }
 

@@ -27,6 +27,12 @@ type Input struct {
 	Pods []corev1.Pod
 	// Now stamps the conditions that change.
 	Now metav1.Time
+	// CatalogProblems are, by router, why the catalog the router declares
+	// (see package controllers) cannot be used: every RouterRole of such a
+	// router is refused with the finding, runs its last good entry (checked
+	// by the catalog Compile is given, the last good one), and the router's
+	// ConfigMap is left as it is (Router.Held).
+	CatalogProblems map[string]Finding
 }
 
 // Output is the compiled configs and the status of every input object.
@@ -62,6 +68,10 @@ type Router struct {
 	// CreatedByManager): ConfigMap must not be written, and every role of
 	// the router is Programmed False with reason ConfigMapConflict.
 	Conflict string
+	// Held, when not empty, says that the router's declared catalog cannot
+	// be used (Input.CatalogProblems): ConfigMap must not be written; the
+	// router keeps what its ConfigMap holds.
+	Held string
 }
 
 // RouterRoleResult is the outcome for one RouterRole.
@@ -125,6 +135,11 @@ func Compile(cat *hints.Catalog, in Input) *Output {
 	byRouter := map[string][]*roleResult{}
 	for _, rr := range roles {
 		res := compileRole(cat, rr, policies)
+		if f, held := in.CatalogProblems[rr.Spec.Router]; held {
+			// Nothing of the current spec can be checked without the
+			// router's catalog: the role runs its last good entry.
+			res.findings, res.compiled = Findings{f}, nil
+		}
 		results[rr.Name] = res
 		if dnsLabel.MatchString(rr.Spec.Router) {
 			byRouter[rr.Spec.Router] = append(byRouter[rr.Spec.Router], res)
@@ -134,7 +149,11 @@ func Compile(cat *hints.Catalog, in Input) *Output {
 	out := &Output{}
 	placements := map[string]*placement{}
 	for _, name := range sortedKeys(byRouter) {
-		r, ps := compileRouter(cat, name, byRouter[name], configMapFor(in.ConfigMaps, name), in.Pods)
+		var held string
+		if f, ok := in.CatalogProblems[name]; ok {
+			held = f.Message
+		}
+		r, ps := compileRouter(cat, name, byRouter[name], configMapFor(in.ConfigMaps, name), in.Pods, held)
 		out.Routers = append(out.Routers, r)
 		for _, p := range ps {
 			placements[p.res.rr.Name] = p
@@ -189,8 +208,8 @@ type placement struct {
 }
 
 // compileRouter builds one router's config from its RouterRoles.
-func compileRouter(cat *hints.Catalog, name string, results []*roleResult, cm *corev1.ConfigMap, pods []corev1.Pod) (*Router, []*placement) {
-	r := &Router{Name: name}
+func compileRouter(cat *hints.Catalog, name string, results []*roleResult, cm *corev1.ConfigMap, pods []corev1.Pod, held string) (*Router, []*placement) {
+	r := &Router{Name: name, Held: held}
 	var prev *running
 	if cm != nil && !CreatedByManager(cm) {
 		r.Conflict = conflictMessage(cm)
@@ -268,6 +287,10 @@ func compileRouter(cat *hints.Catalog, name string, results []*roleResult, cm *c
 		data, hash, _ = out.Data()
 	}
 	r.Config, r.Compiled, r.Hash = out.Policy, out, hash
+	if held != "" && cm != nil {
+		// Nothing is written: routers run what the ConfigMap holds.
+		hash = cm.Annotations[v1alpha1.HashAnnotation]
+	}
 	count := countPods(pods, name, hash)
 	for _, p := range placements {
 		if p.runs != nil {

@@ -98,6 +98,10 @@ func resolvedRefsCondition(rr *v1alpha1.RouterRole, p *placement) metav1.Conditi
 func programmedCondition(rr *v1alpha1.RouterRole, p *placement) metav1.Condition {
 	gen := rr.Generation
 	switch {
+	case p.runs == nil && p.router != nil && p.router.Held != "":
+		return condition(v1alpha1.ConditionProgrammed, false, v1alpha1.ReasonNotAccepted, gen,
+			fmt.Sprintf("ConfigMap %s is left as it is, so router pods run what it holds; no entry of the role in it could be checked: %s",
+				v1alpha1.HintsConfigMapName(rr.Spec.Router), p.router.Held))
 	case p.runs == nil && p.winner != nil:
 		return condition(v1alpha1.ConditionProgrammed, false, v1alpha1.ReasonNotAccepted, gen,
 			fmt.Sprintf("router %s runs role %s from RouterRole %s", rr.Spec.Router, rr.Spec.Role, p.winner.Name))

@@ -35,7 +35,7 @@ func NewCatalog() *Catalog {
 // RegisterHint adds a hint policy type. Registration order is the order
 // default hints run in. It refuses what cannot work:
 //
-//   - a type name that is not a DNS label, or is already registered;
+//   - a type name that CheckTypeName refuses, or one already registered;
 //   - a nil Parse;
 //   - a default host that names a worker-selection type the catalog does
 //     not hold (register selections first);

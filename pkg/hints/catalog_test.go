@@ -30,7 +30,9 @@ func TestCatalogRegistration(t *testing.T) {
 		{"opt-in hint", cat.RegisterHint(hints.HintProvider{Type: "c", Parse: nopParse}), ""},
 		{"duplicate hint", cat.RegisterHint(hints.HintProvider{Type: "a", Parse: nopParse}), `hint policy type "a" is already registered`},
 		{"no parse", cat.RegisterHint(hints.HintProvider{Type: "d"}), "Parse is nil"},
-		{"bad name", cat.RegisterHint(hints.HintProvider{Type: "Bad Name", Parse: nopParse}), "DNS label"},
+		{"bad name", cat.RegisterHint(hints.HintProvider{Type: "Bad Name", Parse: nopParse}), "must be a policy type name"},
+		{"Dynamo's spelling", hints.CheckTypeName("harness_prefetch"), ""},
+		{"a type name ends with a letter or digit", hints.CheckTypeName("prefetch_"), "must be a policy type name"},
 		{"duplicate selection", cat.RegisterSelection(hints.SelectionProvider{Type: "s", Parse: sel}), `worker-selection type "s" is already registered`},
 		{"hint and selection may share a name", cat.RegisterSelection(hints.SelectionProvider{Type: "a", Parse: sel}), ""},
 	}

@@ -11,7 +11,7 @@ type Params = json.RawMessage
 
 // HintProvider registers a hint policy type in a Catalog.
 type HintProvider struct {
-	// Type is the name roles use, e.g. "kv-fetch". A DNS label.
+	// Type is the name roles use, e.g. "kv-fetch" (see CheckTypeName).
 	Type string
 	// Commitments lists the selection decisions the policy consumes; a
 	// policy sees the committed KV copy only if it declares KVCopy.
@@ -74,7 +74,7 @@ type SelectionPolicy interface {
 
 // SelectionProvider registers a worker-selection policy type in a Catalog.
 type SelectionProvider struct {
-	// Type is the name roles use, e.g. "kvcr". A DNS label.
+	// Type is the name roles use, e.g. "kvcr" (see CheckTypeName).
 	Type string
 	// Parse turns parameters into a parsed policy, strictly (see HintProvider.Parse).
 	Parse func(params Params) (SelectionPolicy, error)
@@ -94,7 +94,7 @@ type ParameterReporter interface {
 }
 
 func (p *HintProvider) check() error {
-	if err := CheckName(p.Type); err != nil {
+	if err := CheckTypeName(p.Type); err != nil {
 		return fmt.Errorf("hint policy type %q: %w", p.Type, err)
 	}
 	if p.Parse == nil {
@@ -104,7 +104,7 @@ func (p *HintProvider) check() error {
 }
 
 func (p *SelectionProvider) check() error {
-	if err := CheckName(p.Type); err != nil {
+	if err := CheckTypeName(p.Type); err != nil {
 		return fmt.Errorf("worker-selection type %q: %w", p.Type, err)
 	}
 	if p.Parse == nil {

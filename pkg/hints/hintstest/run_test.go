@@ -139,7 +139,7 @@ func TestCheckFinds(t *testing.T) {
 			_ = hc.CommittedKVCopy()
 			return nil, nil
 		}), hintstest.Suite{}, "does not declare hints.KVCopy"},
-		{"bad type name", hints.HintProvider{Type: "Bad_Type", Parse: func(hints.Params) (hints.HintPolicy, error) { return nil, nil }},
+		{"bad type name", hints.HintProvider{Type: "Bad Type", Parse: func(hints.Params) (hints.HintPolicy, error) { return nil, nil }},
 			hintstest.Suite{}, "provider does not register"},
 		{"panicking parse", hints.HintProvider{Type: "panics", Parse: func(hints.Params) (hints.HintPolicy, error) { panic("boom") }},
 			hintstest.Suite{}, "Parse panicked: boom"},

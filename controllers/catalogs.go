@@ -1,0 +1,238 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+	"github.com/kvrouter/kv-hint-operator/internal/declared"
+	"github.com/kvrouter/kv-hint-operator/internal/rolegraph"
+	"github.com/kvrouter/kv-hint-operator/pkg/hints"
+	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
+)
+
+// A router whose build links policies the manager cannot link (Dynamo's
+// router links Rust crates) declares them in a ConfigMap of its namespace,
+// labelled CatalogForLabel with the router's name, under the key
+// CatalogKey: a PolicyCatalog (package declared). The router's RouterRoles
+// are then compiled against the declaration instead of the linked catalog.
+const (
+	CatalogForLabel = "hints.kvrouter.io/catalog-for"
+	CatalogKey      = "catalog.yaml"
+)
+
+// CatalogCacheOptions returns the settings of the cache that holds the
+// declared-catalog ConfigMaps, apart from the manager's cache, which holds
+// only the ConfigMaps the manager writes: a label selector cannot say
+// "either". namespaces, when not empty, limits it as CacheOptions does.
+func CatalogCacheOptions(namespaces []string) cache.Options {
+	hasCatalog, err := labels.NewRequirement(CatalogForLabel, selection.Exists, nil)
+	if err != nil {
+		panic(fmt.Sprintf("controllers: catalog label requirement: %v", err))
+	}
+	opts := cache.Options{
+		DefaultTransform: cache.TransformStripManagedFields(),
+		ByObject: map[client.Object]cache.ByObject{
+			&corev1.ConfigMap{}: {Label: labels.NewSelector().Add(*hasCatalog)},
+		},
+	}
+	if len(namespaces) > 0 {
+		opts.DefaultNamespaces = map[string]cache.Config{}
+		for _, ns := range namespaces {
+			opts.DefaultNamespaces[ns] = cache.Config{}
+		}
+	}
+	return opts
+}
+
+// catalogs resolves the catalog each router is checked against, loading
+// each declaration once per version of its ConfigMap (its schemas checked
+// and its CEL compiled then, not at every reconcile), and keeps the last
+// good declaration of each router for when a newer one cannot be used.
+type catalogs struct {
+	reader client.Reader
+	linked *hints.Catalog
+
+	mu       sync.Mutex
+	loaded   map[types.UID]loadedCatalog
+	lastGood map[types.NamespacedName]*hints.Catalog
+}
+
+type loadedCatalog struct {
+	resourceVersion string
+	cat             *declared.Catalog
+	err             error
+}
+
+func newCatalogs(reader client.Reader, linked *hints.Catalog) *catalogs {
+	return &catalogs{
+		reader:   reader,
+		linked:   linked,
+		loaded:   map[types.UID]loadedCatalog{},
+		lastGood: map[types.NamespacedName]*hints.Catalog{},
+	}
+}
+
+// routerCatalog is the catalog a router's roles are compiled against.
+type routerCatalog struct {
+	cat *hints.Catalog
+	// source names the declaration for logs, empty for the linked catalog.
+	source string
+	// problem, when set, says why the router's declaration cannot be used;
+	// cat is then the last good declaration, or the linked catalog.
+	problem *rolegraph.Finding
+}
+
+// forRouter returns the catalog of one router.
+func (c *catalogs) forRouter(ctx context.Context, namespace, router string) (routerCatalog, error) {
+	cms, err := c.declarations(ctx, namespace, client.MatchingLabels{CatalogForLabel: router})
+	if err != nil {
+		return routerCatalog{}, err
+	}
+	key := types.NamespacedName{Namespace: namespace, Name: router}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	fallback := func(f rolegraph.Finding) routerCatalog {
+		rc := routerCatalog{cat: c.linked, problem: &f}
+		if good, ok := c.lastGood[key]; ok {
+			rc.cat = good
+		}
+		return rc
+	}
+	switch len(cms) {
+	case 0:
+		delete(c.lastGood, key)
+		return routerCatalog{cat: c.linked}, nil
+	case 1:
+	default:
+		names := make([]string, len(cms))
+		for i := range cms {
+			names[i] = cms[i].Name
+		}
+		slices.Sort(names)
+		return fallback(catalogFinding(v1alpha1.ReasonCatalogConflict, router, strings.Join(names, ", "),
+			fmt.Sprintf("%d ConfigMaps declare the catalog of router %s (label %s=%s): %s; keep one",
+				len(cms), router, CatalogForLabel, router, strings.Join(names, ", ")))), nil
+	}
+	cm := &cms[0]
+	cat, err := c.load(cm)
+	if err != nil {
+		return fallback(catalogFinding(v1alpha1.ReasonInvalidCatalog, router, cm.Name,
+			fmt.Sprintf("ConfigMap %s declares the catalog of router %s, but it cannot be used: %v", cm.Name, router, err))), nil
+	}
+	c.lastGood[key] = cat.Catalog
+	return routerCatalog{cat: cat.Catalog, source: cm.Name}, nil
+}
+
+// declarations lists the declared-catalog ConfigMaps that match.
+func (c *catalogs) declarations(ctx context.Context, namespace string, match client.MatchingLabels) ([]corev1.ConfigMap, error) {
+	var list corev1.ConfigMapList
+	if err := c.reader.List(ctx, &list, client.InNamespace(namespace), match); err != nil {
+		return nil, fmt.Errorf("listing the declared catalogs of namespace %s: %w", namespace, err)
+	}
+	return list.Items, nil
+}
+
+// load reads one declaration, or returns the result of its last read when
+// the ConfigMap has not changed since. Callers hold c.mu.
+func (c *catalogs) load(cm *corev1.ConfigMap) (*declared.Catalog, error) {
+	if l, ok := c.loaded[cm.UID]; ok && l.resourceVersion == cm.ResourceVersion {
+		return l.cat, l.err
+	}
+	var cat *declared.Catalog
+	var err error
+	if text, ok := cm.Data[CatalogKey]; ok {
+		cat, err = declared.Load([]byte(text))
+	} else {
+		err = fmt.Errorf("it has no key %s (keys: %s)", CatalogKey, strings.Join(slices.Sorted(maps.Keys(cm.Data)), ", "))
+	}
+	c.loaded[cm.UID] = loadedCatalog{resourceVersion: cm.ResourceVersion, cat: cat, err: err}
+	return cat, err
+}
+
+// forget drops what was loaded from a ConfigMap that is gone.
+func (c *catalogs) forget(uid types.UID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.loaded, uid)
+}
+
+// forType returns the usable declarations of a namespace that declare a
+// hint policy type, by router name, for a HintPolicy whose type the linked
+// catalog does not hold.
+func (c *catalogs) forType(ctx context.Context, namespace, hintType string) (map[string]*hints.Catalog, error) {
+	cms, err := c.declarations(ctx, namespace, nil)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := map[string]*hints.Catalog{}
+	for i := range cms {
+		cat, err := c.load(&cms[i])
+		if err != nil {
+			continue
+		}
+		if _, ok := cat.Catalog.Hint(hintType); ok {
+			out[cms[i].Labels[CatalogForLabel]] = cat.Catalog
+		}
+	}
+	return out, nil
+}
+
+// catalogFinding is the finding every RouterRole of a router gets when its
+// declared catalog cannot be used.
+func catalogFinding(reason v1alpha1.ConditionReason, router, configMaps, msg string) rolegraph.Finding {
+	return rolegraph.Finding{
+		Severity:  hintsconfig.SeverityError,
+		Condition: v1alpha1.ConditionAccepted,
+		Reason:    reason,
+		Field:     "spec.router",
+		Detail:    "ConfigMap " + configMaps,
+		Message: msg + fmt.Sprintf("; until it is fixed nothing of router %s is checked, its roles keep their last good entries and ConfigMap %s is left as it is",
+			router, v1alpha1.HintsConfigMapName(router)),
+	}
+}
+
+// catalogEvents maps a declared-catalog ConfigMap to the router it names:
+// on an update the old and the new router both, so that a label moved to
+// another router recompiles both; on a delete, what was loaded from it is
+// dropped too.
+func catalogEvents(c *catalogs) handler.TypedEventHandler[*corev1.ConfigMap, reconcile.Request] {
+	enqueue := func(q workqueue.TypedRateLimitingInterface[reconcile.Request], cms ...*corev1.ConfigMap) {
+		for _, cm := range cms {
+			if router := cm.Labels[CatalogForLabel]; router != "" {
+				q.Add(routerRequest(cm.Namespace, router))
+			}
+		}
+	}
+	return handler.TypedFuncs[*corev1.ConfigMap, reconcile.Request]{
+		CreateFunc: func(_ context.Context, e event.TypedCreateEvent[*corev1.ConfigMap], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			enqueue(q, e.Object)
+		},
+		UpdateFunc: func(_ context.Context, e event.TypedUpdateEvent[*corev1.ConfigMap], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			enqueue(q, e.ObjectOld, e.ObjectNew)
+		},
+		DeleteFunc: func(_ context.Context, e event.TypedDeleteEvent[*corev1.ConfigMap], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			if c != nil {
+				c.forget(e.Object.UID)
+			}
+			enqueue(q, e.Object)
+		},
+	}
+}

@@ -1,0 +1,25 @@
+// Package declared reads a router's declared policy catalog (kind
+// PolicyCatalog): the hint and worker-selection policy types a router's
+// own build links, with their commitments, default hosts and parameters as
+// OpenAPI v3 schemas, for routers whose policies the operator cannot link
+// (Dynamo's router links Rust crates at build time). It turns a
+// declaration into a *hints.Catalog, so that the rules of pkg/hintsconfig
+// check roles against it unchanged, with the same reasons and messages as
+// for linked plugins.
+//
+// Parameters are checked the way the Kubernetes API server checks a custom
+// resource: a structural schema, pruning to find unknown keys, defaulting,
+// OpenAPI schema validation and x-kubernetes-validations CEL rules, all
+// from k8s.io/apiextensions-apiserver. Problems are worded as
+// hints.DecodeParams words them, so a declared type and a linked one
+// refuse the same parameters with the same message.
+//
+// Declared types are for validation only. Their hint policies never build
+// hints (BuildHints returns ErrDeclaredOnly): the sidecar runs the catalog
+// its binary links, never a declared one.
+//
+// The package is internal: a declaration is read by the manager and by
+// kvhint validate, not by plugin builds, and what it holds is the
+// product's file format, not a contract for plugins. It imports pkg/hints
+// and the apiextensions and CEL libraries, nothing of the operator.
+package declared

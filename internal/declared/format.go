@@ -1,0 +1,90 @@
+package declared
+
+import (
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+)
+
+// APIVersion and Kind identify a declaration document.
+const (
+	APIVersion = "hints.kvrouter.io/v1alpha1"
+	Kind       = "PolicyCatalog"
+)
+
+// Commitment names as a declaration writes them: pkg/hints's names, or
+// the names of Dynamo's Rust API (Commitments::KV_COPY), so that a
+// declaration can be written from either.
+const (
+	CommitmentKVCopy     = "KVCopy"
+	commitmentKVCopyRust = "KV_COPY"
+)
+
+// AnyHost is the default host that stands for every worker selection
+// (hints.AnyWorkerSelection, Dynamo's AnyWorkerSelection).
+const AnyHost = "*"
+
+// Limits of a declaration, so that a ConfigMap someone else wrote cannot
+// make the manager compile without end.
+const (
+	// MaxTypes caps the hint types and the worker-selection types, each.
+	MaxTypes = 128
+	// MaxDocumentBytes caps the declaration's text: a ConfigMap holds at
+	// most 1 MiB anyway.
+	MaxDocumentBytes = 1 << 20
+)
+
+// Document is a declaration, as written.
+type Document struct {
+	// APIVersion is hints.kvrouter.io/v1alpha1.
+	APIVersion string `json:"apiVersion"`
+	// Kind is PolicyCatalog.
+	Kind string `json:"kind"`
+	// Metadata names the declaration, for messages; optional.
+	Metadata Metadata `json:"metadata,omitempty"`
+	// WorkerSelections are the worker-selection types the router links,
+	// in the order listings show them.
+	WorkerSelections []Selection `json:"workerSelections,omitempty"`
+	// Hints are the hint policy types the router links, in the order
+	// their defaults run.
+	Hints []Hint `json:"hints,omitempty"`
+}
+
+// Metadata is the declaration's name.
+type Metadata struct {
+	Name string `json:"name,omitempty"`
+}
+
+// Selection declares one worker-selection type.
+type Selection struct {
+	// Type is the name roles use (hints.CheckTypeName): Dynamo's own
+	// spelling, such as harness_prefetch.
+	Type string `json:"type"`
+	// Description is one line for listings.
+	Description string `json:"description,omitempty"`
+	// Parameters is the schema of the type's parameters, an OpenAPI v3
+	// object schema as a CRD writes one. Absent: the type takes no
+	// parameters, and any key is refused.
+	Parameters *apiextensionsv1.JSONSchemaProps `json:"parameters,omitempty"`
+	// CommitsKVCopies is a CEL expression over params, the parameters
+	// with the schema's defaults applied, that is true when the policy so
+	// parameterised commits KV copies, such as
+	// "params.shared_cache_multiplier > 0". Absent: never.
+	CommitsKVCopies string `json:"commitsKVCopies,omitempty"`
+}
+
+// Hint declares one hint policy type.
+type Hint struct {
+	// Type is the name roles use (hints.CheckTypeName): Dynamo's own
+	// spelling, such as harness_prefetch.
+	Type string `json:"type"`
+	// Description is one line for listings.
+	Description string `json:"description,omitempty"`
+	// Commitments lists the selection decisions the policy consumes:
+	// KVCopy (or KV_COPY) for a policy that sends the committed KV copy.
+	Commitments []string `json:"commitments,omitempty"`
+	// DefaultHosts names the worker-selection types the policy runs under
+	// when a role does not list its hints, or "*" for every one.
+	DefaultHosts []string `json:"defaultHosts,omitempty"`
+	// Parameters is the schema of the policy's parameters (see
+	// Selection.Parameters).
+	Parameters *apiextensionsv1.JSONSchemaProps `json:"parameters,omitempty"`
+}
