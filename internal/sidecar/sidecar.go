@@ -128,6 +128,9 @@ type Options struct {
 	// PolicyDeadlinePerBlock is the deadline a policy that reads the
 	// committed copy gets per block of it (router.Options).
 	PolicyDeadlinePerBlock time.Duration
+	// PolicyIsolation bounds the policies that may block and says when
+	// one is ejected (router.Options.Isolation).
+	PolicyIsolation router.IsolationOptions
 	// MaxBookingBytes caps a booking request body and the copy the
 	// dispatcher accepts (router.Options.MaxBookingBytes); 0 means
 	// router.DefaultMaxBookingBytes.
@@ -263,7 +266,7 @@ func New(o Options) (*Sidecar, error) {
 		o.MaxBookingBytes = router.DefaultMaxBookingBytes
 	}
 	d := router.NewDispatcher(router.Options{Catalog: o.Catalog, Workers: reg, Metrics: router.NewMetrics(m), PolicyDeadline: o.PolicyDeadline,
-		PolicyDeadlinePerBlock: o.PolicyDeadlinePerBlock, MaxBookingBytes: o.MaxBookingBytes, RouterMode: o.RouterMode, Log: o.Log.WithName("dispatcher")})
+		PolicyDeadlinePerBlock: o.PolicyDeadlinePerBlock, Isolation: o.PolicyIsolation, MaxBookingBytes: o.MaxBookingBytes, RouterMode: o.RouterMode, Log: o.Log.WithName("dispatcher")})
 	s := &Sidecar{opts: o, Metrics: m, Dispatcher: d, Workers: reg, Delivery: del, listeners: listen.NewMetrics(m)}
 	if o.WorkerPods {
 		s.pods = &workers.PodWorkers{Client: o.Kube, Namespace: o.Namespace, Selector: o.WorkerSelector, Registry: reg, AllowAbsoluteEndpoints: o.AllowAbsoluteHintEndpoints}
@@ -271,6 +274,14 @@ func New(o Options) (*Sidecar, error) {
 	if o.PodName != "" {
 		s.reporter = podreport.New(o.Kube, o.PodNamespace, o.PodName)
 		d.OnApply(s.reporter.Report)
+		d.OnEjectionChange(func() {
+			ej := d.Ejections()
+			list := make([]podreport.Ejected, len(ej))
+			for i, e := range ej {
+				list[i] = podreport.Ejected{Role: e.Role, Policy: e.Policy, Reason: e.Reason.String()}
+			}
+			s.reporter.ReportEjected(list)
+		})
 	}
 	return s, nil
 }

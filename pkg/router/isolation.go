@@ -80,6 +80,28 @@ type IsolationOptions struct {
 	MaxRuns int
 }
 
+// Check reports the first value out of range, named by the sidecar flag
+// that sets it; zero values are left to the defaults.
+func (o IsolationOptions) Check() error {
+	switch {
+	case o.HardDeadline < 0:
+		return fmt.Errorf("--policy-hard-deadline is %v; it must be positive", o.HardDeadline)
+	case o.EjectAfter < 0:
+		return fmt.Errorf("--policy-eject-after is %d; it must be at least 1", o.EjectAfter)
+	case o.EjectionBase < 0:
+		return fmt.Errorf("--policy-ejection-base is %v; it must be positive", o.EjectionBase)
+	case o.EjectionMultiplier != 0 && o.EjectionMultiplier < 1:
+		return fmt.Errorf("--policy-ejection-multiplier is %v; it must be at least 1 (the ejection time never shrinks while a policy keeps overrunning)", o.EjectionMultiplier)
+	case o.EjectionMax < 0 || (o.EjectionMax > 0 && o.EjectionMax < o.EjectionBase):
+		return fmt.Errorf("--policy-ejection-max is %v; it must be at least --policy-ejection-base (%v)", o.EjectionMax, o.EjectionBase)
+	case o.ProbationRuns < 0:
+		return fmt.Errorf("--policy-probation-runs is %d; it must be at least 1", o.ProbationRuns)
+	case o.MaxRuns < 0:
+		return fmt.Errorf("--policy-max-runs is %d; it must be at least 1", o.MaxRuns)
+	}
+	return nil
+}
+
 func (o IsolationOptions) withDefaults() IsolationOptions {
 	if o.HardDeadline <= 0 {
 		o.HardDeadline = DefaultPolicyHardDeadline
