@@ -51,6 +51,7 @@ type sidecarOpts struct {
 	workers string   // workers file YAML
 	args    []string // more flags
 	nofile  int      // RLIMIT_NOFILE, soft and hard; 0 leaves it
+	bin     string   // the binary; "" is kvhint
 }
 
 // startSidecar runs `kvhint sidecar` on loopback with a config file and a
@@ -81,9 +82,12 @@ func startSidecar(t *testing.T, o sidecarOpts) *sidecar {
 		"--policy-deadline", "50ms",
 		"--listen", "127.0.0.1:" + strconv.Itoa(bp), "--metrics-listen", "127.0.0.1:" + strconv.Itoa(op)}, o.args...)
 	path := kvhint
+	if o.bin != "" {
+		path = o.bin
+	}
 	if o.nofile > 0 {
 		// bash sets the soft and hard limits; Go cannot raise them again.
-		args = append([]string{"-c", fmt.Sprintf(`ulimit -n %d && exec "$0" "$@"`, o.nofile), kvhint}, args...)
+		args = append([]string{"-c", fmt.Sprintf(`ulimit -n %d && exec "$0" "$@"`, o.nofile), path}, args...)
 		path = "/bin/bash"
 	}
 	s.proc = devenv.NewProcess("sidecar", path, args, nil, dir)
