@@ -390,7 +390,7 @@ func (d *Dispatcher) runPolicies(ctx context.Context, rr *roleRun, hc *hints.Hin
 			}
 		} else {
 			var res isolatedResult
-			actions, err, elapsed, res = d.runIsolated(ctx, hr, hc, host.KVCopy, d.hardDeadlineOf(hr, copyBudget))
+			actions, elapsed, res, err = d.runIsolated(ctx, hr, hc, host.KVCopy, d.hardDeadlineOf(hr, copyBudget))
 			prev = time.Since(start)
 			switch res {
 			case resultSkipped:

@@ -421,17 +421,17 @@ const (
 )
 
 // runIsolated runs one policy that may block, waiting at most hard for it.
-func (d *Dispatcher) runIsolated(ctx context.Context, hr *hintRun, hc *hints.HintContext, kv *hints.CommittedCopy, hard time.Duration) ([]hints.Action, error, time.Duration, isolatedResult) {
+func (d *Dispatcher) runIsolated(ctx context.Context, hr *hintRun, hc *hints.HintContext, kv *hints.CommittedCopy, hard time.Duration) ([]hints.Action, time.Duration, isolatedResult, error) {
 	o := hr.outlier
 	if PolicyState(o.state.Load()) == PolicyEjected {
 		o.m.skippedEjected.Inc()
-		return nil, nil, 0, resultSkipped
+		return nil, 0, resultSkipped, nil
 	}
 	if int(o.inFlight.Add(1)) > d.iso.opts.MaxRuns {
 		o.inFlight.Add(-1)
 		o.m.skippedBusy.Inc()
 		d.iso.eject(o, EjectBusy, fmt.Sprintf("%d runs in flight, the most allowed", d.iso.opts.MaxRuns))
-		return nil, nil, 0, resultSkipped
+		return nil, 0, resultSkipped, nil
 	}
 	r := &isolatedRun{done: make(chan struct{})}
 	r.hc = hints.HintContext{
@@ -476,18 +476,18 @@ func (d *Dispatcher) runIsolated(ctx context.Context, hr *hintRun, hc *hints.Hin
 	defer t.Stop()
 	select {
 	case <-r.done:
-		return r.actions, r.err, r.elapsed, resultReturned
+		return r.actions, r.elapsed, resultReturned, r.err
 	case <-t.C:
 	}
 	o.m.stuck.Inc() // before the swap, which the run's return reads
 	if !r.status.CompareAndSwap(runRunning, runAbandoned) {
 		o.m.stuck.Dec()
 		<-r.done // it returned just now
-		return r.actions, r.err, r.elapsed, resultReturned
+		return r.actions, r.elapsed, resultReturned, r.err
 	}
 	cancel()
 	d.iso.eject(o, EjectAbandoned, fmt.Sprintf("a run had not returned after the hard deadline of %v", hard))
-	return nil, nil, hard, resultAbandoned
+	return nil, hard, resultAbandoned, nil
 }
 
 // Ejections lists the policies out of their role's path now, sorted by
