@@ -448,9 +448,9 @@ func (d *Dispatcher) runIsolated(ctx context.Context, hr *hintRun, hc *hints.Hin
 			SourceRank: kv.SourceRank, BlockHashes: slices.Clone(kv.BlockHashes)}
 		host.KVCopy = &r.kv
 		host.Arena = make([]byte, 0, arenaFor(&r.kv))
-	} else {
-		host.Arena = make([]byte, 0, payloadArenaBytes)
 	}
+	// A policy that does not read the copy gets no arena: its payloads
+	// take buffers of their own, sized to them.
 	// The run gets a context of its own: the booking's may be reused once
 	// the booking returns. It is cancelled when the booking stops waiting.
 	runCtx, cancel := context.WithCancel(context.Background())

@@ -3,6 +3,7 @@ package router
 import (
 	"context"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -299,5 +300,40 @@ func TestNeverBlocksKeepsLateActions(t *testing.T) {
 	}
 	if len(d.Ejections()) != 0 || len(d.iso.outliers) != 0 {
 		t.Errorf("a policy that never blocks has ejection state: %+v", d.Ejections())
+	}
+}
+
+// TestIsolationOptions: the values out of range are refused naming their
+// flag, and the backoff grows by the multiplier up to its cap.
+func TestIsolationOptions(t *testing.T) {
+	for _, tc := range []struct {
+		o    IsolationOptions
+		want string // in the error; "" for none
+	}{
+		{IsolationOptions{}, ""},
+		{IsolationOptions{HardDeadline: -time.Millisecond}, "--policy-hard-deadline"},
+		{IsolationOptions{EjectAfter: -1}, "--policy-eject-after"},
+		{IsolationOptions{EjectionBase: -time.Second}, "--policy-ejection-base"},
+		{IsolationOptions{EjectionMultiplier: 0.5}, "--policy-ejection-multiplier"},
+		{IsolationOptions{EjectionBase: time.Minute, EjectionMax: time.Second}, "--policy-ejection-max"},
+		{IsolationOptions{ProbationRuns: -1}, "--policy-probation-runs"},
+		{IsolationOptions{MaxRuns: -1}, "--policy-max-runs"},
+	} {
+		err := tc.o.Check()
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%+v: %v", tc.o, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%+v: %v, want an error naming %s", tc.o, err, tc.want)
+		}
+	}
+	o := IsolationOptions{EjectionBase: time.Second, EjectionMultiplier: 3, EjectionMax: 20 * time.Second}.withDefaults()
+	var got []time.Duration
+	for n := 1; n <= 5; n++ {
+		got = append(got, o.backoff(n))
+	}
+	want := []time.Duration{time.Second, 3 * time.Second, 9 * time.Second, 20 * time.Second, 20 * time.Second}
+	if !slices.Equal(got, want) {
+		t.Errorf("backoffs %v, want %v", got, want)
 	}
 }
