@@ -111,7 +111,7 @@ for rate in $HOG_RATES; do
 	wait "$HOG" 2>/dev/null || true
 	bookings=$(metric kvhint_router_bookings_total)
 	drops=$(metric kvhint_router_policy_failures_total 'reason="deadline"')
-	overruns=$(metric kvhint_router_policy_overrun_duration_seconds_count)
+	overruns=$(metric kvhint_router_policy_overruns_total)
 	stop_server
 	printf 'hog %6d/s  completed %7s/%-7s p99 %-10s bookings %8s  deadline drops %s (%s per million)  overran and kept %s  load %s\n' "$rate" \
 		"$(awk '/^completed/ {print $2}' <<<"$out")" "$(awk '/^offered/ {print $2}' <<<"$out")" "$(awk '/^latency/ {print $7}' <<<"$out")" \

@@ -385,7 +385,7 @@ func (d *Dispatcher) runPolicies(ctx context.Context, rr *roleRun, hc *hints.Hin
 			prev = at
 			if elapsed > d.deadline {
 				if limit := d.deadlineOf(hr, copyBudget); elapsed > limit {
-					hr.overrun.Observe(elapsed.Seconds())
+					hr.overrun.observe(elapsed)
 				}
 			}
 		} else {
@@ -400,7 +400,7 @@ func (d *Dispatcher) runPolicies(ctx context.Context, rr *roleRun, hc *hints.Hin
 				continue
 			}
 			if limit := d.deadlineOf(hr, copyBudget); elapsed > limit {
-				hr.overrun.Observe(elapsed.Seconds())
+				hr.overrun.observe(elapsed)
 				d.iso.overran(hr.outlier, elapsed, limit)
 			} else {
 				d.iso.wasOnTime(hr.outlier)

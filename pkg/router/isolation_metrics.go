@@ -1,12 +1,18 @@
 package router
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // isolationMetrics are the series of policy isolation: overruns (runs
 // kept although late), abandoned runs, ejections and the state of each
-// policy that may block.
+// policy that may block. Overruns are two counters, not a histogram: every
+// policy of every role has them, the built-ins included.
 type isolationMetrics struct {
-	overrun         *prometheus.HistogramVec
+	overruns        *prometheus.CounterVec
+	overrunSeconds  *prometheus.CounterVec
 	abandonedReturn *prometheus.HistogramVec
 	ejections       *prometheus.CounterVec
 	ejected         *prometheus.GaugeVec
@@ -16,20 +22,23 @@ type isolationMetrics struct {
 }
 
 // overrunBuckets span 1 ms (the default deadline) to about 16 s.
-var overrunBuckets = prometheus.ExponentialBuckets(1e-3, 4, 8)
+var abandonedBuckets = prometheus.ExponentialBuckets(1e-3, 4, 8)
 
 func newIsolationMetrics(reg prometheus.Registerer) *isolationMetrics {
 	labels := []string{"role", "policy", "policy_type"}
 	m := &isolationMetrics{
-		overrun: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: MetricsNamespace, Name: "policy_overrun_duration_seconds",
-			Help:    "Duration of the policy runs that returned after their deadline and whose actions were kept (the time was spent), by role, policy and policy type; its count is the number of such runs.",
-			Buckets: overrunBuckets,
+		overruns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: MetricsNamespace, Name: "policy_overruns_total",
+			Help: "Policy runs that returned after their deadline and whose actions were kept (the time was spent), by role, policy and policy type.",
+		}, labels),
+		overrunSeconds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: MetricsNamespace, Name: "policy_overrun_seconds_total",
+			Help: "Time the runs of policy_overruns_total took, in all, by role, policy and policy type.",
 		}, labels),
 		abandonedReturn: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: MetricsNamespace, Name: "policy_abandoned_run_duration_seconds",
 			Help:    "Duration of the policy runs that returned after the booking had stopped waiting for them (hard deadline), by role, policy and policy type; their actions were dropped.",
-			Buckets: overrunBuckets,
+			Buckets: abandonedBuckets,
 		}, labels),
 		ejections: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: MetricsNamespace, Name: "policy_ejections_total",
@@ -53,14 +62,14 @@ func newIsolationMetrics(reg prometheus.Registerer) *isolationMetrics {
 		}, labels),
 	}
 	if reg != nil {
-		reg.MustRegister(m.overrun, m.abandonedReturn, m.ejections, m.ejected, m.probation, m.skipped, m.stuck)
+		reg.MustRegister(m.overruns, m.overrunSeconds, m.abandonedReturn, m.ejections, m.ejected, m.probation, m.skipped, m.stuck)
 	}
 	return m
 }
 
 // isolationSeries are one policy's pre-resolved isolation series.
 type isolationSeries struct {
-	overrun, abandonedReturn    prometheus.Observer
+	abandonedReturn             prometheus.Observer
 	ejections                   map[EjectReason]prometheus.Counter
 	ejected, probation, stuck   prometheus.Gauge
 	skippedEjected, skippedBusy prometheus.Counter
@@ -69,7 +78,6 @@ type isolationSeries struct {
 // forPolicy resolves the series of a policy that may block.
 func (m *isolationMetrics) forPolicy(role, policy, typ string) *isolationSeries {
 	s := &isolationSeries{
-		overrun:         m.overrun.WithLabelValues(role, policy, typ),
 		abandonedReturn: m.abandonedReturn.WithLabelValues(role, policy, typ),
 		ejections:       map[EjectReason]prometheus.Counter{},
 		ejected:         m.ejected.WithLabelValues(role, policy, typ),
@@ -84,16 +92,23 @@ func (m *isolationMetrics) forPolicy(role, policy, typ string) *isolationSeries 
 	return s
 }
 
-// overrunOf resolves the overrun series of a policy that never blocks:
-// it is never ejected, but its late runs are counted.
-func (m *isolationMetrics) overrunOf(role, policy, typ string) prometheus.Observer {
-	return m.overrun.WithLabelValues(role, policy, typ)
+// overrunSeries count one policy's runs past its deadline, kept.
+type overrunSeries struct{ runs, seconds prometheus.Counter }
+
+func (s overrunSeries) observe(d time.Duration) {
+	s.runs.Inc()
+	s.seconds.Add(d.Seconds())
+}
+
+// overrunOf resolves the overrun series of a policy.
+func (m *isolationMetrics) overrunOf(role, policy, typ string) overrunSeries {
+	return overrunSeries{runs: m.overruns.WithLabelValues(role, policy, typ), seconds: m.overrunSeconds.WithLabelValues(role, policy, typ)}
 }
 
 // delete removes the series of a policy that left the config.
 func (m *isolationMetrics) delete(role, policy, typ string) {
 	l := prometheus.Labels{"role": role, "policy": policy, "policy_type": typ}
-	for _, v := range []interface{ DeletePartialMatch(prometheus.Labels) int }{m.overrun, m.abandonedReturn, m.ejections, m.ejected, m.probation, m.skipped, m.stuck} {
+	for _, v := range []interface{ DeletePartialMatch(prometheus.Labels) int }{m.overruns, m.overrunSeconds, m.abandonedReturn, m.ejections, m.ejected, m.probation, m.skipped, m.stuck} {
 		v.DeletePartialMatch(l)
 	}
 }

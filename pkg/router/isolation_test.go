@@ -11,9 +11,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	dto "github.com/prometheus/client_model/go"
 
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
@@ -98,13 +96,10 @@ func actionTypes(t *testing.T, d *Dispatcher, id string) []string {
 	return types
 }
 
-func histCount(t *testing.T, o prometheus.Observer) uint64 {
-	t.Helper()
-	var m dto.Metric
-	if err := o.(prometheus.Metric).Write(&m); err != nil {
-		t.Fatal(err)
-	}
-	return m.GetHistogram().GetSampleCount()
+// overruns reads a policy's overrun count and seconds.
+func overruns(m *Metrics, role, policy string) (float64, float64) {
+	s := m.iso.overrunOf(role, policy, policy)
+	return testutil.ToFloat64(s.runs), testutil.ToFloat64(s.seconds)
 }
 
 // waitState waits, bounded, for the policy's outlier to reach a state.
@@ -141,8 +136,8 @@ func TestSlowPolicyEjected(t *testing.T) {
 			t.Fatalf("overrun %d: actions %v, want kv.fetch and the late policy's vendor.mark kept", i+1, got)
 		}
 	}
-	if n := histCount(t, series.overrun); n != 3 {
-		t.Errorf("overruns counted %d, want 3", n)
+	if n, secs := overruns(m, "decode", "test-custom"); n != 3 || secs < 3*0.003 {
+		t.Errorf("overruns counted %v taking %vs, want 3 taking at least 9ms", n, secs)
 	}
 	if n := testutil.ToFloat64(m.failures.WithLabelValues("decode", "test-custom", "test-custom", "deadline")); n != 0 {
 		t.Errorf("deadline failures %v, want 0: a late return keeps its actions", n)
@@ -294,8 +289,8 @@ func TestNeverBlocksKeepsLateActions(t *testing.T) {
 		if n := testutil.ToFloat64(m.failures.WithLabelValues("decode", policy, policy, "deadline")); n != 0 {
 			t.Errorf("%s: %v deadline drops, want 0", policy, n)
 		}
-		if n := histCount(t, m.iso.overrunOf("decode", policy, policy)); n != 200 {
-			t.Errorf("%s: %d overruns counted, want 200", policy, n)
+		if n, _ := overruns(m, "decode", policy); n != 200 {
+			t.Errorf("%s: %v overruns counted, want 200", policy, n)
 		}
 	}
 	if len(d.Ejections()) != 0 || len(d.iso.outliers) != 0 {

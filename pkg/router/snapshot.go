@@ -4,8 +4,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
 )
@@ -39,7 +37,7 @@ type hintRun struct {
 	metrics hintMetrics
 	// overrun observes the runs kept although they took longer than
 	// their deadline.
-	overrun prometheus.Observer
+	overrun overrunSeries
 	// outlier is the ejection state of a policy that may block; nil for
 	// one that never blocks, which runs inline.
 	outlier *outlier

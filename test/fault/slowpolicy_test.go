@@ -138,7 +138,7 @@ func TestSlowPolicyEjected(t *testing.T) {
 		t.Errorf("the 5 overrunning bookings carried %v actions (count: bookings); want 2 each: a late run keeps its action", actions)
 	}
 	m := scrape(t, s.ops)
-	if n := series(m, "kvhint_router_policy_overrun_duration_seconds_count", slowLabels...); n != 5 {
+	if n := series(m, "kvhint_router_policy_overruns_total", slowLabels...); n != 5 {
 		t.Errorf("overruns counted %v, want 5", n)
 	}
 	if n := series(m, "kvhint_router_policy_failures_total", append(slowLabels, `reason="deadline"`)...); n != 0 {
