@@ -16,13 +16,22 @@ import (
 // NeverBlocks) which returns at once: what isolation costs such a policy
 // (its goroutine, its copy of the booking, the timer of its hard
 // deadline), against the same role with the policy declaring NeverBlocks
-// (run inline). The vendor action's payload check (CheckAction parses an
-// unknown type's JSON) is most of the allocations of both.
+// (run inline), the same role with the policy ejected, and the role
+// without it: an ejected policy should cost its role nothing but a load
+// and a counter. The vendor action's payload check (CheckAction parses an
+// unknown type's JSON) is most of the allocations of inline and isolated.
 func BenchmarkBookIsolated(b *testing.B) {
 	for _, tc := range []struct {
 		name        string
+		listed      bool // the role lists the third-party policy
 		neverBlocks bool
-	}{{"inline", true}, {"isolated", false}} {
+		ejected     bool
+	}{
+		{"absent", false, false, false},
+		{"inline", true, true, false},
+		{"isolated", true, false, false},
+		{"ejected", true, false, true},
+	} {
 		b.Run(tc.name, func(b *testing.B) {
 			cat := builtin.NewCatalog()
 			action := []hints.Action{{Type: "vendor.mark", Version: "1.0", Payload: hints.RawPayload([]byte(`{"ok":true}`))}}
@@ -36,14 +45,24 @@ func BenchmarkBookIsolated(b *testing.B) {
 			// Deadlines of a second: on a loaded machine the policy must
 			// not be ejected mid-run, which would measure its skips.
 			d := NewDispatcher(Options{Catalog: cat, Workers: workerMap{"decode-worker-0": w}, PolicyDeadline: time.Second,
-				Isolation: IsolationOptions{HardDeadline: time.Second}, Log: logr.Discard()})
-			if err := d.Load([]byte(benchConfig+"      - type: third-party\n"), "bench"); err != nil {
+				Isolation: IsolationOptions{HardDeadline: time.Second, EjectionBase: time.Hour}, Log: logr.Discard()})
+			doc, want := benchConfig, 2
+			if tc.listed {
+				doc, want = doc+"      - type: third-party\n", 3
+			}
+			if err := d.Load([]byte(doc), "bench"); err != nil {
 				b.Fatal(err)
+			}
+			if tc.ejected {
+				for _, o := range d.iso.outliers {
+					d.iso.eject(o, EjectOverrun, "benchmark")
+				}
+				want = 2
 			}
 			bk := benchBooking(false)
 			ctx := context.Background()
-			if h, err := d.Book(ctx, bk); err != nil || h.Actions != 3 {
-				b.Fatalf("Book: %v, %d actions, want 3", err, h.Actions)
+			if h, err := d.Book(ctx, bk); err != nil || h.Actions != want {
+				b.Fatalf("Book: %v, %d actions, want %d", err, h.Actions, want)
 			}
 			b.ReportAllocs()
 			for b.Loop() {
