@@ -51,7 +51,7 @@ worker_selection:
 		PodName: "router-0", PodNamespace: ns, Kube: kc,
 		Listen: "127.0.0.1:0", OpsListen: "127.0.0.1:0", Log: testLogger(t),
 		PolicyDeadline:  time.Millisecond,
-		PolicyIsolation: router.IsolationOptions{EjectAfter: 2, EjectionBase: 2 * time.Second, EjectionMax: 2 * time.Second},
+		PolicyIsolation: router.IsolationOptions{HardDeadline: time.Second, EjectAfter: 2, EjectionBase: 2 * time.Second, EjectionMax: 2 * time.Second},
 	})
 	if err != nil {
 		t.Fatal(err)
