@@ -18,6 +18,9 @@
 # sidecar's core, at the default --policy-deadline of 1 ms (goal 0), and
 # the runs that overran it and kept their actions.
 #
+# BENCH_PARTS ("1 2") picks the parts; BENCH_KVHINT names another kvhint
+# binary for part 2 (a build of an older commit, for a before figure).
+#
 # Pinning as in hack/bench-lib.sh: the generator and the sink workers on
 # core 0, the sidecar (and the hog) on core 1. The load average is printed
 # with every run: the machine may be shared.
@@ -90,6 +93,8 @@ run() {
 ms() { awk -v d="$1" 'BEGIN {v = d + 0; if (d ~ /µs$|us$/) v /= 1000; else if (d ~ /ns$/) v /= 1e6; else if (d ~ /[0-9]s$/ && d !~ /ms$/) v *= 1000; printf "%.3f", v}'; }
 
 echo "start $(date -u +%H:%M:%S) UTC, load average $(load)"
+PARTS=${BENCH_PARTS:-"1 2"}
+if [[ " $PARTS " == *" 1 "* ]]; then
 echo "== part 1: booking p99 without and with a 5 ms policy listed after kv-fetch (ejected)"
 i=0
 for rate in $RATES; do
@@ -99,7 +104,10 @@ for rate in $RATES; do
 	echo "   $rate/s: p99 with the policy (ejected) / without = $(awk -v a="$(ms "${p[slow]}")" -v b="$(ms "${p[builtins]}")" 'BEGIN {printf "%.2f", (b > 0) ? a / b : 0}')"
 	i=$((i + 1))
 done
+fi
 
+if [[ " $PARTS " == *" 2 "* ]]; then
+if [ -n "${BENCH_KVHINT:-}" ]; then cp "$BENCH_KVHINT" "$W/kvhint"; echo "part 2 runs $BENCH_KVHINT"; fi
 echo "== part 2: built-ins' deadline drops per million bookings, CPU hog on the sidecar's core (--policy-deadline 1ms)"
 cp "$W/builtins.yaml" "$W/hints.yaml"
 for rate in $HOG_RATES; do
@@ -117,4 +125,5 @@ for rate in $HOG_RATES; do
 		"$(awk '/^completed/ {print $2}' <<<"$out")" "$(awk '/^offered/ {print $2}' <<<"$out")" "$(awk '/^latency/ {print $7}' <<<"$out")" \
 		"$bookings" "$drops" "$(awk -v d="$drops" -v b="$bookings" 'BEGIN {printf "%.1f", b ? d / b * 1e6 : 0}')" "$overruns" "$(load)"
 done
+fi
 echo "end $(date -u +%H:%M:%S) UTC, load average $(load)"
