@@ -77,14 +77,16 @@ func policiesOfRole(_ context.Context, o client.Object) []reconcile.Request {
 }
 
 // routerPodChanged passes the Pod events that can change a Programmed
-// count: a pod appears, goes, starts terminating or terminates, joins or
-// leaves a router, or reports another applied hash. Other status churn of
+// count or a PolicyEjected condition: a pod appears, goes, starts
+// terminating or terminates, joins or leaves a router, or reports another
+// applied hash or other ejected policies. Other status churn of
 // running pods does not reach the reconciler.
 var routerPodChanged = predicate.Funcs{
 	UpdateFunc: func(e event.UpdateEvent) bool {
 		o, n := e.ObjectOld, e.ObjectNew
 		return o.GetLabels()[v1alpha1.RouterLabel] != n.GetLabels()[v1alpha1.RouterLabel] ||
 			o.GetAnnotations()[v1alpha1.AppliedHashAnnotation] != n.GetAnnotations()[v1alpha1.AppliedHashAnnotation] ||
+			o.GetAnnotations()[v1alpha1.EjectedPoliciesAnnotation] != n.GetAnnotations()[v1alpha1.EjectedPoliciesAnnotation] ||
 			(o.GetDeletionTimestamp() == nil) != (n.GetDeletionTimestamp() == nil) ||
 			podPhase(o) != podPhase(n)
 	},

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -66,19 +67,20 @@ func CacheOptions(namespaces []string) cache.Options {
 	return opts
 }
 
-// trimPod keeps of a cached router pod what Programmed reads: metadata
-// and phase. Router pods carry large specs (the router's own containers);
-// the manager needs none of it.
+// trimPod keeps of a cached router pod what Programmed and PolicyEjected
+// read: metadata and phase. Router pods carry large specs (the router's
+// own containers); the manager needs none of it.
 //
-// It also drops an applied-hash annotation that the sidecar's field
-// manager does not own (see sidecarReport), so that Programmed counts
-// only what a sidecar reported. Of the managedFields it keeps the entry
-// that shows the sidecar's ownership, and nothing else: client-go may run
-// a transform again on an object it already transformed (a resync, a
-// relist after the API server came back), and without that entry the
-// second run would take the sidecar's own report for someone else's
-// (test/fault TestAPIServerOutage: a router whose config did not change
-// fell to 0/1 after an outage).
+// It also drops a sidecar report annotation (applied-hash,
+// ejected-policies) that the sidecar's field manager does not own (see
+// sidecarOwns), so that the status counts only what a sidecar reported.
+// Of the managedFields it keeps the entry that shows the sidecar's
+// ownership, and nothing else: client-go may run a transform again on an
+// object it already transformed (a resync, a relist after the API server
+// came back), and without that entry the second run would take the
+// sidecar's own report for someone else's (test/fault
+// TestAPIServerOutage: a router whose config did not change fell to 0/1
+// after an outage).
 func trimPod(obj any) (any, error) {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {
@@ -87,27 +89,33 @@ func trimPod(obj any) (any, error) {
 	trimmed := &corev1.Pod{TypeMeta: pod.TypeMeta, ObjectMeta: pod.ObjectMeta}
 	trimmed.ManagedFields = nil
 	for _, mf := range pod.ManagedFields {
-		if sidecarReport(mf) {
+		if sidecarOwns(mf, v1alpha1.AppliedHashAnnotation) || sidecarOwns(mf, v1alpha1.EjectedPoliciesAnnotation) {
 			trimmed.ManagedFields = append(trimmed.ManagedFields, mf)
 		}
 	}
-	if _, ok := pod.Annotations[v1alpha1.AppliedHashAnnotation]; ok && len(trimmed.ManagedFields) == 0 {
-		trimmed.Annotations = maps.Clone(pod.Annotations)
-		delete(trimmed.Annotations, v1alpha1.AppliedHashAnnotation)
+	cloned := false
+	for _, key := range []string{v1alpha1.AppliedHashAnnotation, v1alpha1.EjectedPoliciesAnnotation} {
+		if _, ok := pod.Annotations[key]; !ok || slices.ContainsFunc(trimmed.ManagedFields, func(mf metav1.ManagedFieldsEntry) bool { return sidecarOwns(mf, key) }) {
+			continue
+		}
+		if !cloned {
+			trimmed.Annotations, cloned = maps.Clone(pod.Annotations), true
+		}
+		delete(trimmed.Annotations, key)
 	}
 	trimmed.Status.Phase = pod.Status.Phase
 	return trimmed, nil
 }
 
-// sidecarReport reports whether a managedFields entry shows the
-// applied-hash annotation owned by the sidecar's field manager
-// (v1alpha1.SidecarFieldManager). A value that kubectl annotate, another
-// controller or a pod template set is owned by them instead, and is not a
-// sidecar's report. This is a check of provenance, not of authority: a
-// client that names itself "kvhint-sidecar" passes it. What makes the
-// name trustworthy is the admission policy in config/admission, which
-// lets only a pod's own sidecar write the annotation at all.
-func sidecarReport(mf metav1.ManagedFieldsEntry) bool {
+// sidecarOwns reports whether a managedFields entry shows the annotation
+// key owned by the sidecar's field manager (v1alpha1.SidecarFieldManager).
+// A value that kubectl annotate, another controller or a pod template set
+// is owned by them instead, and is not a sidecar's report. This is a check
+// of provenance, not of authority: a client that names itself
+// "kvhint-sidecar" passes it. What makes the name trustworthy is the
+// admission policy in config/admission, which lets only a pod's own
+// sidecar write the annotations at all.
+func sidecarOwns(mf metav1.ManagedFieldsEntry, key string) bool {
 	if mf.Manager != v1alpha1.SidecarFieldManager || mf.Subresource != "" || mf.FieldsV1 == nil {
 		return false
 	}
@@ -119,7 +127,7 @@ func sidecarReport(mf metav1.ManagedFieldsEntry) bool {
 	if err := json.Unmarshal(mf.FieldsV1.GetRawBytes(), &fields); err != nil {
 		return false
 	}
-	_, ok := fields.Metadata.Annotations["f:"+v1alpha1.AppliedHashAnnotation]
+	_, ok := fields.Metadata.Annotations["f:"+key]
 	return ok
 }
 

@@ -39,6 +39,17 @@ const (
 	// reason is Programmed's (Pending, NoRouterPods). kstatus reads it as
 	// InProgress.
 	ConditionReconciling ConditionType = "Reconciling"
+
+	// ConditionPolicyEjected is True, and present only then, while the
+	// sidecar of at least one router pod has a hint policy of the role
+	// ejected from its path (it overran again and again, or did not
+	// return within its hard deadline; bookings answer without it until
+	// it is re-admitted on probation). Its message names each ejected
+	// policy, on how many of the router's pods and why. It is about what
+	// the pods run, not the spec: Ready keeps its meaning (the spec runs
+	// on every router pod) and stays True, so kstatus reads the object as
+	// Current, and Argo CD's health check as Healthy with this message.
+	ConditionPolicyEjected ConditionType = "PolicyEjected"
 )
 
 // ConditionReason is the machine-readable reason of a condition.
@@ -51,6 +62,9 @@ const (
 	ReasonProgrammed   ConditionReason = "Programmed"
 	ReasonReady        ConditionReason = "Ready"
 )
+
+// ReasonPolicyEjected is the reason of PolicyEjected=True.
+const ReasonPolicyEjected ConditionReason = "PolicyEjected"
 
 // Reasons of Accepted=False that come from the catalog rules. Their values
 // are those of the Reason constants of the rules (pkg/hintsconfig), which

@@ -9,6 +9,7 @@ import "github.com/kvrouter/kv-hint-operator/pkg/wellknown"
 const (
 	RouterLabel                      = wellknown.RouterLabel
 	AppliedHashAnnotation            = wellknown.AppliedHashAnnotation
+	EjectedPoliciesAnnotation        = wellknown.EjectedPoliciesAnnotation
 	SidecarFieldManager              = wellknown.SidecarFieldManager
 	HashAnnotation                   = wellknown.HashAnnotation
 	HintsConfigKey                   = wellknown.HintsConfigKey

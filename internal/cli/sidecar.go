@@ -109,6 +109,9 @@ pod IP only, where probes and scrapers reach them; pprof is on loopback.`,
 			if o.MaxBookingBytes < 1024 {
 				return fmt.Errorf("--max-booking-bytes is %d; it must be at least 1024", o.MaxBookingBytes)
 			}
+			if err := o.PolicyIsolation.Check(); err != nil {
+				return err
+			}
 			if err := setListenMode(&o, listenMode, cmd.Flags().Changed("listen-mode")); err != nil {
 				return err
 			}
@@ -159,7 +162,14 @@ pod IP only, where probes and scrapers reach them; pprof is on loopback.`,
 	f.StringVar(&o.Listen, "listen", sidecar.DefaultListen, "booking API address: a loopback HOST:PORT, or unix:///PATH for a Unix socket in a volume the router's container shares")
 	f.StringVar(&listenMode, "listen-mode", fmt.Sprintf("%#o", listen.DefaultListenMode), "file mode (octal) of the --listen unix:///PATH socket: connecting needs write permission, so it says which users and groups may book")
 	f.StringVar(&o.OpsListen, "metrics-listen", defaultOpsListen(), "address of /metrics, /healthz and /readyz (default $POD_IP:8791 where POD_IP is set, for kubelet probes and scrapers; else loopback)")
-	f.DurationVar(&o.PolicyDeadline, "policy-deadline", router.DefaultPolicyDeadline, "how long one hint policy may run on a booking; checked when it returns")
+	f.DurationVar(&o.PolicyDeadline, "policy-deadline", router.DefaultPolicyDeadline, "how long one hint policy may run on a booking before the run counts as an overrun (its actions are kept)")
+	f.DurationVar(&o.PolicyIsolation.HardDeadline, "policy-hard-deadline", router.DefaultPolicyHardDeadline, "the most a booking waits for a policy that may block (not a built-in); the booking answers without it past that, and the policy is ejected")
+	f.IntVar(&o.PolicyIsolation.EjectAfter, "policy-eject-after", router.DefaultEjectAfter, "overruns in a row that eject a policy that may block from its role's path")
+	f.DurationVar(&o.PolicyIsolation.EjectionBase, "policy-ejection-base", router.DefaultEjectionBase, "how long a first ejection lasts; the policy then runs on probation")
+	f.Float64Var(&o.PolicyIsolation.EjectionMultiplier, "policy-ejection-multiplier", router.DefaultEjectionMultiplier, "multiplies the ejection time for each ejection in a row (at least 1)")
+	f.DurationVar(&o.PolicyIsolation.EjectionMax, "policy-ejection-max", router.DefaultEjectionMax, "the longest ejection")
+	f.IntVar(&o.PolicyIsolation.ProbationRuns, "policy-probation-runs", router.DefaultProbationRuns, "runs in a row on time that end a probation (one overrun on probation ejects again, for longer)")
+	f.IntVar(&o.PolicyIsolation.MaxRuns, "policy-max-runs", router.DefaultMaxPolicyRuns, "runs of one policy that may block in flight at once, those abandoned at the hard deadline included; past it bookings skip the policy")
 	f.DurationVar(&o.PolicyDeadlinePerBlock, "policy-deadline-per-block", router.DefaultPolicyDeadlinePerBlock, "added to the deadline of a policy that reads the committed copy (kv-fetch), per block of the copy")
 	f.IntVar(&o.MaxBookingBytes, "max-booking-bytes", router.DefaultMaxBookingBytes, "largest booking body accepted (413 above); the payload limit follows it (1 MiB holds about 49,000 block hashes)")
 	f.IntVar(&o.QueueSize, "queue-size", delivery.DefaultQueueSize, "hints queued per worker; when full the newest is dropped")

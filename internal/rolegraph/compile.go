@@ -3,6 +3,7 @@ package rolegraph
 import (
 	"cmp"
 	"slices"
+	"strings"
 
 	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
 	"github.com/kvrouter/kv-hint-operator/internal/compiled"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
+	"github.com/kvrouter/kv-hint-operator/pkg/wellknown"
 )
 
 // Input is what the compile step looks at, all from one namespace.
@@ -319,10 +321,18 @@ func configMapFor(cms []corev1.ConfigMap, router string) *corev1.ConfigMap {
 	return nil
 }
 
-// podCount is the router pods, against the current hash.
+// podCount is the router pods, against the current hash, and the hint
+// policies their sidecars report ejected, by role and policy.
 type podCount struct {
 	total, upToDate int32
 	hash            string
+	ejected         map[string]map[string]*ejectedOn
+}
+
+// ejectedOn is one policy's ejection across a router's pods.
+type ejectedOn struct {
+	pods    int32
+	reasons []string // sorted, distinct
 }
 
 // countPods counts the router's pods that can run a config: not being
@@ -341,8 +351,48 @@ func countPods(pods []corev1.Pod, router, hash string) podCount {
 		if p.Annotations[v1alpha1.AppliedHashAnnotation] == hash {
 			c.upToDate++
 		}
+		c.addEjected(p.Annotations[v1alpha1.EjectedPoliciesAnnotation])
 	}
 	return c
+}
+
+// ejectReasons are the reasons a sidecar reports (router.EjectReason).
+var ejectReasons = []string{"overrun", "abandoned", "busy"}
+
+// addEjected counts one pod's ejected-policies annotation: entries
+// ROLE/POLICY=REASON (see wellknown.EjectedPoliciesAnnotation). Entries of
+// another form, and the count of those left out, are skipped; an entry is
+// counted once per pod.
+func (c *podCount) addEjected(v string) {
+	if v == "" {
+		return
+	}
+	entries := strings.Split(v, ",")
+	for i, e := range entries {
+		if i == wellknown.MaxEjectedPoliciesReported {
+			break
+		}
+		rolePolicy, reason, ok := strings.Cut(e, "=")
+		role, policy, ok2 := strings.Cut(rolePolicy, "/")
+		if !ok || !ok2 || role == "" || policy == "" || !slices.Contains(ejectReasons, reason) || slices.Contains(entries[:i], e) {
+			continue
+		}
+		if c.ejected == nil {
+			c.ejected = map[string]map[string]*ejectedOn{}
+		}
+		if c.ejected[role] == nil {
+			c.ejected[role] = map[string]*ejectedOn{}
+		}
+		on := c.ejected[role][policy]
+		if on == nil {
+			on = &ejectedOn{}
+			c.ejected[role][policy] = on
+		}
+		on.pods++
+		if j, found := slices.BinarySearch(on.reasons, reason); !found {
+			on.reasons = slices.Insert(on.reasons, j, reason)
+		}
+	}
 }
 
 // sortedByName returns pointers to objs, sorted by name, so that results

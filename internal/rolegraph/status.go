@@ -31,6 +31,7 @@ func roleStatus(rr *v1alpha1.RouterRole, p *placement, now metav1.Time) v1alpha1
 	}
 	setAbnormal(&st.Conditions, v1alpha1.ConditionStalled, stalledCondition(rr.Generation, ready, blocking...), now)
 	setAbnormal(&st.Conditions, v1alpha1.ConditionReconciling, reconcilingCondition(rr.Generation, ready, blocking...), now)
+	setAbnormal(&st.Conditions, v1alpha1.ConditionPolicyEjected, policyEjectedCondition(rr, p), now)
 	st.ObservedGeneration = rr.Generation
 
 	st.EffectiveHints = nil
@@ -154,6 +155,37 @@ func readyCondition(rr *v1alpha1.RouterRole, conds ...metav1.Condition) metav1.C
 	}
 	programmed := conds[len(conds)-1]
 	return condition(v1alpha1.ConditionReady, true, v1alpha1.ReasonReady, gen, "the role runs as specified: "+programmed.Message)
+}
+
+// maxEjectedNamed bounds the policies PolicyEjected's message names.
+const maxEjectedNamed = 8
+
+// policyEjectedCondition is True while a router pod's sidecar reports a
+// hint policy of the role ejected: it names each, on how many of the
+// router's pods and why. It is nil, and so absent, otherwise. Ready is not
+// touched: the spec still runs on every pod, and ejection is the sidecar
+// keeping its bookings fast while a policy misbehaves.
+func policyEjectedCondition(rr *v1alpha1.RouterRole, p *placement) *metav1.Condition {
+	if p.runs == nil || p.winner != nil {
+		return nil
+	}
+	ejected := p.pods.ejected[rr.Spec.Role]
+	if len(ejected) == 0 {
+		return nil
+	}
+	names := sortedKeys(ejected)
+	var parts []string
+	for i, name := range names {
+		if i == maxEjectedNamed {
+			parts = append(parts, fmt.Sprintf("and %d more", len(names)-i))
+			break
+		}
+		on := ejected[name]
+		parts = append(parts, fmt.Sprintf("hint policy %s is ejected on %d/%d router pods (%s)", name, on.pods, p.pods.total, strings.Join(on.reasons, ", ")))
+	}
+	c := condition(v1alpha1.ConditionPolicyEjected, true, v1alpha1.ReasonPolicyEjected, rr.Generation,
+		strings.Join(parts, "; ")+": bookings of the role answer without it until its sidecar re-admits it on probation (see kvhint_router_policy_ejections_total)")
+	return &c
 }
 
 // stalledCondition is kstatus's Stalled, for a spec that waiting cannot

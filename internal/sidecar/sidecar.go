@@ -141,6 +141,9 @@ type Options struct {
 	// PolicyDeadlinePerBlock is the deadline a policy that reads the
 	// committed copy gets per block of it (router.Options).
 	PolicyDeadlinePerBlock time.Duration
+	// PolicyIsolation bounds the policies that may block and says when
+	// one is ejected (router.Options.Isolation).
+	PolicyIsolation router.IsolationOptions
 	// MaxBookingBytes caps a booking request body and the copy the
 	// dispatcher accepts (router.Options.MaxBookingBytes); 0 means
 	// router.DefaultMaxBookingBytes.
@@ -287,7 +290,7 @@ func New(o Options) (*Sidecar, error) {
 		o.MaxBookingBytes = router.DefaultMaxBookingBytes
 	}
 	d := router.NewDispatcher(router.Options{Catalog: o.Catalog, Workers: reg, Metrics: router.NewMetrics(m), PolicyDeadline: o.PolicyDeadline,
-		PolicyDeadlinePerBlock: o.PolicyDeadlinePerBlock, MaxBookingBytes: o.MaxBookingBytes, RouterMode: o.RouterMode, Log: o.Log.WithName("dispatcher")})
+		PolicyDeadlinePerBlock: o.PolicyDeadlinePerBlock, Isolation: o.PolicyIsolation, MaxBookingBytes: o.MaxBookingBytes, RouterMode: o.RouterMode, Log: o.Log.WithName("dispatcher")})
 	s := &Sidecar{opts: o, Metrics: m, Dispatcher: d, Workers: reg, Delivery: del, endpoints: eps, listeners: listen.NewMetrics(m)}
 	if o.WorkersFile != "" {
 		s.file = &workers.FileSource{Path: o.WorkersFile, Poll: o.Poll}
@@ -298,6 +301,14 @@ func New(o Options) (*Sidecar, error) {
 	if o.PodName != "" {
 		s.reporter = podreport.New(o.Kube, o.PodNamespace, o.PodName)
 		d.OnApply(s.reporter.Report)
+		d.OnEjectionChange(func() {
+			ej := d.Ejections()
+			list := make([]podreport.Ejected, len(ej))
+			for i, e := range ej {
+				list[i] = podreport.Ejected{Role: e.Role, Policy: e.Policy, Reason: e.Reason.String()}
+			}
+			s.reporter.ReportEjected(list)
+		})
 	}
 	return s, nil
 }

@@ -30,12 +30,16 @@ type HintProvider struct {
 	// Description is one line for `kvhint catalog` and error messages.
 	Description string
 	// NeverBlocks declares that BuildHints only computes: it never sleeps,
-	// waits or does I/O. The policy deadline is wall-clock time, so that a
-	// policy that blocks loses its actions; for a policy that declares
-	// NeverBlocks, a dispatcher may keep the actions of a run that overran
-	// only because the OS took the CPU from it (pkg/router does, on long
-	// copies). A policy that declares it and blocks may keep actions it
-	// should have lost.
+	// waits or does I/O, so that its time is bounded by its work. The
+	// dispatcher of pkg/router runs such a policy inline on the booking
+	// and always keeps its actions, however long the run took (a late run
+	// of a policy that only computes is the machine's doing, and dropping
+	// it would save no time); it is never ejected. A policy that does not
+	// declare it runs on a goroutine of its own, under a hard deadline,
+	// and is ejected from its role's path while it keeps overrunning. A
+	// policy that declares it and blocks holds every booking of its role
+	// for as long as it blocks: declare it only for code that cannot
+	// (hintstest checks it).
 	NeverBlocks bool
 }
 

@@ -3,7 +3,6 @@ package router
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,8 +15,10 @@ import (
 	"github.com/kvrouter/kv-hint-operator/pkg/internal/hostbridge"
 )
 
-// DefaultPolicyDeadline is how long one hint policy may run on a booking
-// before the budget it gets per block of a committed copy.
+// DefaultPolicyDeadline is how long one hint policy may run on a booking,
+// before the budget it gets per block of a committed copy, without counting
+// as an overrun. A run past it keeps its actions; a policy that may block
+// and overruns again and again is ejected (see IsolationOptions).
 const DefaultPolicyDeadline = time.Millisecond
 
 // DefaultPolicyDeadlinePerBlock is the time a policy that reads the
@@ -44,12 +45,18 @@ type Options struct {
 	// unregistered set.
 	Metrics *Metrics
 	// PolicyDeadline is how long one policy may run on one booking before
-	// its actions are dropped; 0 means DefaultPolicyDeadline.
+	// the run counts as an overrun (its actions are kept); 0 means
+	// DefaultPolicyDeadline.
 	PolicyDeadline time.Duration
-	// PolicyDeadlinePerBlock is added to the deadline of a policy that
-	// declares KVCopy for each block of the booking's committed copy; 0
-	// means DefaultPolicyDeadlinePerBlock, a negative value none.
+	// PolicyDeadlinePerBlock is added to the deadline, and to the hard
+	// deadline, of a policy that declares KVCopy for each block of the
+	// booking's committed copy; 0 means DefaultPolicyDeadlinePerBlock, a
+	// negative value none.
 	PolicyDeadlinePerBlock time.Duration
+	// Isolation configures the runs of policies that may block (those
+	// whose provider does not declare NeverBlocks): the hard deadline a
+	// booking waits for them and their ejection.
+	Isolation IsolationOptions
 	// MaxBookingBytes is the most bytes a committed copy's block hashes
 	// may take in decimal; Book refuses a larger copy up front with
 	// ErrBookingTooLarge. The payload cap follows it, so that a copy Book
@@ -80,6 +87,7 @@ type Dispatcher struct {
 
 	snap    atomic.Pointer[snapshot]
 	scratch sync.Pool
+	iso     *isolator
 
 	// loadMu serialises Load, so that two sources cannot interleave the
 	// check for "unchanged" and the swap.
@@ -116,6 +124,7 @@ func NewDispatcher(o Options) *Dispatcher {
 		perBlock: o.PolicyDeadlinePerBlock, maxBooking: o.MaxBookingBytes, mode: o.RouterMode, log: o.Log}
 	// A kv.fetch holds the copy's hashes (at most MaxBookingBytes), an
 	// endpoint and its keys; the slack leaves room for both.
+	d.iso = &isolator{opts: o.Isolation.withDefaults(), metrics: o.Metrics.iso, outliers: map[string]*outlier{}, d: d}
 	d.maxPayload = max(hints.MaxPayloadBytes, o.MaxBookingBytes+payloadSlackBytes)
 	d.scratch.New = func() any { return &scratch{arena: make([]byte, 0, payloadArenaBytes)} }
 	return d
@@ -159,8 +168,6 @@ type scratch struct {
 	// kvCopy is the booking's copy with the endpoint filled in from the
 	// source worker's advertisement, when the booking names none.
 	kvCopy hints.CommittedCopy
-	// watch is the booking's context-switch baseline, on long copies.
-	watch switchWatch
 	// kept points at the actions kept, in the slices the policies
 	// returned: read, never written, and encoded once all have run.
 	kept [MaxActions]*hints.Action
@@ -294,18 +301,7 @@ func (d *Dispatcher) build(ctx context.Context, b *Booking) (Hint, Worker, time.
 	if kv != nil {
 		copyBudget = d.perBlock * time.Duration(len(kv.BlockHashes))
 	}
-	// On a long copy, the thread's context switches tell an overrun the
-	// machine caused (the thread was preempted) from one the policy did.
-	var sw *switchWatch
-	if kv != nil && len(kv.BlockHashes) >= preemptWatchBlocks {
-		sw = &sc.watch
-		if !sw.start() {
-			sw = nil
-		} else {
-			defer runtime.UnlockOSThread()
-		}
-	}
-	n, end := d.runPolicies(ctx, rr, &sc.hc, host, &sc.kept, copyBudget, sw)
+	n, end := d.runPolicies(ctx, rr, &sc.hc, host, &sc.kept, copyBudget)
 	if n > 0 {
 		// The message outlives the booking, on its way to the worker and
 		// back to the caller: it is the one buffer a booking allocates,
@@ -331,51 +327,6 @@ func (d *Dispatcher) build(ctx context.Context, b *Booking) (Hint, Worker, time.
 	rr.metrics.hinted.Inc()
 	h.Outcome = OutcomeHinted
 	return h, w, end, nil
-}
-
-// preemptWatchBlocks is the least copy, in blocks, on which an overrun is
-// checked against the thread's context switches (a getrusage call per
-// booking, about 0.3 µs: under 2% of the work of 1,024 hashes).
-const preemptWatchBlocks = 1024
-
-// switchWatch tells a deadline overrun that the machine caused from one a
-// policy caused. The policy deadline is wall-clock time, so that a policy
-// that sleeps or blocks loses its actions; but on a busy machine the OS
-// may take the CPU from a policy that only computes, for longer than the
-// deadline, and dropping its actions then punishes the policy for the
-// machine. The booking's goroutine is locked to its thread while its
-// policies run; an overrun of a policy that declares it never blocks
-// (hints.HintProvider.NeverBlocks, as the built-ins do), during which the
-// thread was preempted (involuntary context switches) and did not block
-// (no voluntary one), is the machine's, and the actions are kept. Only
-// such policies: a thread preempted on its way to sleep may wake without
-// a voluntary switch (Go's wake-up can come before the futex wait), so
-// the counts alone cannot clear a policy that sleeps.
-type switchWatch struct{ voluntary, involuntary int64 }
-
-// start locks the goroutine to its thread and takes the baseline; false
-// when the platform cannot count switches (then nothing is locked).
-func (w *switchWatch) start() bool {
-	runtime.LockOSThread()
-	v, i, ok := threadSwitches()
-	if !ok {
-		runtime.UnlockOSThread()
-		return false
-	}
-	w.voluntary, w.involuntary = v, i
-	return true
-}
-
-// preempted reports whether, since the baseline, the thread was preempted
-// and never blocked; the baseline moves to now.
-func (w *switchWatch) preempted() bool {
-	v, i, ok := threadSwitches()
-	if !ok {
-		return false
-	}
-	excused := v == w.voluntary && i > w.involuntary
-	w.voluntary, w.involuntary = v, i
-	return excused
 }
 
 // maxPooledArenaBlocks is the largest copy, in blocks, whose arena the
@@ -405,48 +356,71 @@ func (d *Dispatcher) resolveSource(kv, dst *hints.CommittedCopy) (*hints.Committ
 // they keep in kept. It returns the number kept and the time the last
 // policy returned.
 //
-// A policy's deadline is checked after it returns, on the monotonic clock:
-// Go cannot preempt a goroutine, so a policy that blocks holds its booking
-// until it returns, and is then dropped and counted. Each policy's end time
-// is the next one's start, so the clock is read once per policy plus once.
-// A policy that declares KVCopy has copyBudget on top of the deadline. With
-// sw, an overrun during which the thread was only preempted is excused.
-func (d *Dispatcher) runPolicies(ctx context.Context, rr *roleRun, hc *hints.HintContext, host *hostbridge.State[hints.CommittedCopy], kept *[MaxActions]*hints.Action, copyBudget time.Duration, sw *switchWatch) (int, time.Time) {
+// A policy that never blocks runs inline and keeps its actions however
+// long it took: Go cannot preempt it, so dropping a late result would save
+// no time, and on a busy machine the overrun is the scheduler's. Its
+// overruns are counted. A policy that may block runs on its own goroutine
+// (runIsolated): the booking waits for it at most the hard deadline, and
+// its overruns count towards its ejection. Each inline policy's end time
+// is the next one's start, so the clock is read once per policy plus
+// once. A policy that declares KVCopy has copyBudget on top of both
+// deadlines.
+func (d *Dispatcher) runPolicies(ctx context.Context, rr *roleRun, hc *hints.HintContext, host *hostbridge.State[hints.CommittedCopy], kept *[MaxActions]*hints.Action, copyBudget time.Duration) (int, time.Time) {
 	n := 0
 	fetchKept := false // the engine runs only a hint's first kv.fetch
 	start := time.Now()
 	var prev time.Duration // when the previous policy returned, from start
 	for i := range rr.hints {
 		hr := &rr.hints[i]
-		actions, err := runPolicy(ctx, hr.hint, hc, host)
-		// time.Since reads the monotonic clock alone; time.Now would read
-		// the wall clock too, and clock reads are a visible share of a
-		// booking on virtual machines.
-		at := time.Since(start)
-		elapsed := at - prev
-		prev = at
-		t1 := start.Add(at)
-		switch {
-		case err != nil:
+		var actions []hints.Action
+		var err error
+		var elapsed time.Duration
+		if hr.outlier == nil {
+			actions, err = runPolicy(ctx, hr.hint, hc, host)
+			// time.Since reads the monotonic clock alone; time.Now would
+			// read the wall clock too, and clock reads are a visible share
+			// of a booking on virtual machines.
+			at := time.Since(start)
+			elapsed = at - prev
+			prev = at
+			if elapsed > d.deadline {
+				if limit := d.deadlineOf(hr, copyBudget); elapsed > limit {
+					hr.overrun.observe(elapsed)
+				}
+			}
+		} else {
+			var res isolatedResult
+			actions, elapsed, res, err = d.runIsolated(ctx, hr, hc, host.KVCopy, d.hardDeadlineOf(hr, copyBudget))
+			prev = time.Since(start)
+			switch res {
+			case resultSkipped:
+				continue
+			case resultAbandoned:
+				d.fail(hr, DropDeadline, 0, start.Add(prev), fmt.Errorf("did not return within its hard deadline of %v; the booking answered without it", elapsed))
+				continue
+			}
+			if limit := d.deadlineOf(hr, copyBudget); elapsed > limit {
+				hr.overrun.observe(elapsed)
+				d.iso.overran(hr.outlier, elapsed, limit)
+			} else {
+				d.iso.wasOnTime(hr.outlier)
+			}
+		}
+		if err != nil {
+			t1 := start.Add(prev)
 			if _, ok := err.(*policyPanic); ok {
 				d.fail(hr, DropPanic, 0, t1, err)
 				continue
 			}
 			d.fail(hr, DropError, 0, t1, err)
 			continue
-		case elapsed > d.deadline && elapsed > d.deadlineOf(hr, copyBudget):
-			if sw != nil && hr.hint.NeverBlocks && sw.preempted() {
-				hr.metrics.excused.Inc()
-				break
-			}
-			d.fail(hr, DropDeadline, len(actions), t1, fmt.Errorf("ran %v, over its %v deadline", elapsed, d.deadlineOf(hr, copyBudget)))
-			continue
-		case len(actions) == 0:
+		}
+		if len(actions) == 0 {
 			continue
 		}
 		hasFetch, bad := checkActions(actions, hr.hint.Commitments.Has(hints.KVCopy), fetchKept, d.maxPayload)
 		if bad != nil {
-			d.fail(hr, DropMalformed, len(actions), t1, bad)
+			d.fail(hr, DropMalformed, len(actions), start.Add(prev), bad)
 			continue
 		}
 		fetchKept = fetchKept || hasFetch
@@ -495,6 +469,14 @@ func (d *Dispatcher) deadlineOf(hr *hintRun, copyBudget time.Duration) time.Dura
 		return d.deadline + copyBudget
 	}
 	return d.deadline
+}
+
+// hardDeadlineOf is the most a booking waits for a policy that may block.
+func (d *Dispatcher) hardDeadlineOf(hr *hintRun, copyBudget time.Duration) time.Duration {
+	if hr.hint.Commitments.Has(hints.KVCopy) {
+		return d.iso.opts.HardDeadline + copyBudget
+	}
+	return d.iso.opts.HardDeadline
 }
 
 // checkActions holds one policy's actions to hints.CheckActionWithin and to

@@ -73,7 +73,9 @@ func (d *Dispatcher) LoadConfig(c Config, origin string) error {
 		return err
 	}
 	now := time.Now()
-	prev := d.snap.Swap(newSnapshot(g, doc, hash, d.metrics, now))
+	keep := map[string]bool{}
+	prev := d.snap.Swap(newSnapshot(g, doc, hash, d.metrics, d.iso, keep, now))
+	d.iso.retire(keep)
 	d.lastRejects = ""
 
 	d.metrics.reloads.WithLabelValues("success").Inc()

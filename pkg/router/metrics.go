@@ -31,7 +31,8 @@ const (
 	DropError DropReason = iota
 	// DropPanic: the policy panicked.
 	DropPanic
-	// DropDeadline: the policy returned after its deadline.
+	// DropDeadline: the policy, one that may block, had not returned by
+	// its hard deadline; the booking answered without it.
 	DropDeadline
 	// DropMalformed: the policy emitted an action with a bad type, version
 	// or payload, or a payload that breaks its action type's consumer rules.
@@ -63,7 +64,7 @@ type Metrics struct {
 	failures      *prometheus.CounterVec
 	dropped       *prometheus.CounterVec
 	copiesDropped *prometheus.CounterVec
-	excused       *prometheus.CounterVec
+	iso           *isolationMetrics
 
 	configInfo        *prometheus.GaugeVec
 	reloads           *prometheus.CounterVec
@@ -101,11 +102,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}, []string{"role", "policy", "policy_type"})
 	m.failures = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: MetricsNamespace, Name: "policy_failures_total",
-		Help: "Policy runs whose actions were all dropped, by role, policy, policy type and reason (error, panic, deadline, malformed).",
+		Help: "Policy runs whose actions were all dropped, by role, policy, policy type and reason (error, panic, deadline: not returned by the hard deadline, malformed).",
 	}, []string{"role", "policy", "policy_type", "reason"})
 	m.dropped = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: MetricsNamespace, Name: "actions_dropped_total",
-		Help: "Actions dropped, by role, policy, policy type and reason (deadline, malformed, over_limit; error and panic runs return none).",
+		Help: "Actions dropped, by role, policy, policy type and reason (malformed, over_limit; error, panic and abandoned runs return none).",
 	}, []string{"role", "policy", "policy_type", "reason"})
 
 	m.copiesDropped = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -113,10 +114,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Help: "Committed KV copies dropped before the policies ran (only the kv.fetch is lost), by role and reason (unknown_source, unknown_source_rank).",
 	}, []string{"role", "reason"})
 
-	m.excused = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: MetricsNamespace, Name: "policy_deadline_excused_total",
-		Help: "Policy runs over their deadline whose actions were kept because the OS preempted the booking's thread and the policy never blocked (checked on copies of 1,024 blocks or more), by role, policy and policy type.",
-	}, []string{"role", "policy", "policy_type"})
+	m.iso = newIsolationMetrics(reg)
 
 	m.configInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: MetricsNamespace, Name: "config_info",
@@ -139,7 +137,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Help: "Unix time of the last failed config load.",
 	})
 	if reg != nil {
-		reg.MustRegister(m.bookings, m.bookingErrors, m.buildSeconds, m.actions, m.failures, m.dropped, m.copiesDropped, m.excused,
+		reg.MustRegister(m.bookings, m.bookingErrors, m.buildSeconds, m.actions, m.failures, m.dropped, m.copiesDropped,
 			m.configInfo, m.reloads, m.lastReloadOK, m.lastReloadSuccess, m.lastReloadFailure)
 	}
 	m.errUnknownRole = m.bookingErrors.WithLabelValues(bookingErrUnknownRole)
@@ -174,20 +172,20 @@ func (m *Metrics) forRole(role string) roleMetrics {
 // hintMetrics are one policy instance's pre-resolved series.
 type hintMetrics struct {
 	actions  prometheus.Counter
-	excused  prometheus.Counter
 	failures [numDropReasons]prometheus.Counter
 	dropped  [numDropReasons]prometheus.Counter
 }
 
 func (m *Metrics) forHint(role, policy, policyType string) hintMetrics {
-	hm := hintMetrics{actions: m.actions.WithLabelValues(role, policy, policyType), excused: m.excused.WithLabelValues(role, policy, policyType)}
+	hm := hintMetrics{actions: m.actions.WithLabelValues(role, policy, policyType)}
 	for r := DropReason(0); r < numDropReasons; r++ {
-		// A run that errs or panics returns no actions to count; an action
+		// A run that errs or panics returns no actions to count, nor does one
+		// abandoned at its hard deadline; an action
 		// dropped past the limit is no failure of its policy.
 		if r != DropOverLimit {
 			hm.failures[r] = m.failures.WithLabelValues(role, policy, policyType, r.String())
 		}
-		if r != DropError && r != DropPanic {
+		if r != DropError && r != DropPanic && r != DropDeadline {
 			hm.dropped[r] = m.dropped.WithLabelValues(role, policy, policyType, r.String())
 		}
 	}

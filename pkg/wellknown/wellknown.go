@@ -16,6 +16,20 @@ const (
 	// HashAnnotation value of the config it runs now.
 	AppliedHashAnnotation = "hints.kvrouter.io/applied-hash"
 
+	// EjectedPoliciesAnnotation is set by the sidecar on its own Pod while
+	// it has hint policies out of their roles' paths (ejected for
+	// overrunning, see the router sidecar's --policy-* flags), and removed
+	// when none is: a comma-separated list of ROLE/POLICY=REASON, sorted,
+	// of at most MaxEjectedPoliciesReported entries, then ",+N" for N more.
+	// ROLE and POLICY (the instance name, else the type) are DNS labels;
+	// REASON is overrun, abandoned or busy. The manager reports the
+	// ejected policies in each RouterRole's status from it.
+	EjectedPoliciesAnnotation = "hints.kvrouter.io/ejected-policies"
+
+	// MaxEjectedPoliciesReported bounds the entries of
+	// EjectedPoliciesAnnotation.
+	MaxEjectedPoliciesReported = 16
+
 	// SidecarFieldManager is the field manager the sidecar writes
 	// AppliedHashAnnotation under. The manager counts the annotation only
 	// while managedFields show that manager owns it, so a value written by

@@ -244,6 +244,11 @@ func TestSidecarWritesOnlyItsOwnReport(t *testing.T) {
 		{"own pod's other annotations", own.Name, annotation("example.com/x", "y"), false, "kvhint-sidecar-pod-report"},
 		{"own pod's finalizers", own.Name, `{"metadata":{"finalizers":["example.com/block"]}}`, false, "kvhint-sidecar-pod-report"},
 		{"own pod's applied-hash, not a hash", own.Name, annotation(v1alpha1.AppliedHashAnnotation, strings.Repeat("x", 1000)), false, "kvhint-sidecar-pod-report"},
+		{"own pod's ejected-policies", own.Name, annotation(v1alpha1.EjectedPoliciesAnnotation, "decode/slow-audit=overrun,prefill/hang=abandoned"), true, ""},
+		{"own pod's ejected-policies, with a count of more", own.Name, annotation(v1alpha1.EjectedPoliciesAnnotation, strings.Repeat("decode/p=busy,", 16)+"+3"), true, ""},
+		{"own pod's ejected-policies removed", own.Name, `{"metadata":{"annotations":{"` + v1alpha1.EjectedPoliciesAnnotation + `":null}}}`, true, ""},
+		{"own pod's ejected-policies, free text", own.Name, annotation(v1alpha1.EjectedPoliciesAnnotation, "all good, nothing ejected"), false, "kvhint-sidecar-pod-report"},
+		{"own pod's ejected-policies, 17 entries", own.Name, annotation(v1alpha1.EjectedPoliciesAnnotation, strings.TrimSuffix(strings.Repeat("decode/p=busy,", 17), ",")), false, "kvhint-sidecar-pod-report"},
 	} {
 		t.Run("sidecar patches "+tc.name, func(t *testing.T) {
 			err := patchPod(sidecar, ns, tc.pod, tc.patch, false)
@@ -272,12 +277,33 @@ func TestSidecarWritesOnlyItsOwnReport(t *testing.T) {
 		for {
 			p, err := admin.CoreV1().Pods(ns).Get(ctx, own.Name, metav1.GetOptions{})
 			if err == nil && p.Annotations[v1alpha1.AppliedHashAnnotation] == reported {
-				return
+				break
 			}
 			if time.Now().After(deadline) {
 				t.Fatalf("the reporter's hash never arrived: %v %v", err, p.Annotations)
 			}
 			time.Sleep(50 * time.Millisecond)
+		}
+		// The ejected policies, then none: the annotation comes and goes.
+		for _, want := range []string{"decode/slow-audit=overrun", ""} {
+			var list []podreport.Ejected
+			if want != "" {
+				list = []podreport.Ejected{{Role: "decode", Policy: "slow-audit", Reason: "overrun"}}
+			}
+			r.ReportEjected(list)
+			deadline := time.Now().Add(15 * time.Second)
+			for {
+				p, err := admin.CoreV1().Pods(ns).Get(ctx, own.Name, metav1.GetOptions{})
+				if err == nil && p.Annotations[v1alpha1.EjectedPoliciesAnnotation] == want {
+					if _, set := p.Annotations[v1alpha1.EjectedPoliciesAnnotation]; set == (want != "") {
+						break
+					}
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("ejected policies %q never arrived: %v %v", want, err, p.Annotations)
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
 		}
 	})
 	t.Run("sidecar reads what it needs", func(t *testing.T) {
@@ -318,6 +344,12 @@ func TestSidecarWritesOnlyItsOwnReport(t *testing.T) {
 	// Anyone else, a cluster admin included, may not set the report.
 	t.Run("admin forges another router's applied-hash", func(t *testing.T) {
 		err := patchPod(admin, ns, other.Name, annotation(v1alpha1.AppliedHashAnnotation, hash), false)
+		if err == nil || !strings.Contains(err.Error(), "kvhint-applied-hash-writers") {
+			t.Errorf("patch: %v; want refused by kvhint-applied-hash-writers", err)
+		}
+	})
+	t.Run("admin forges a router pod's ejected-policies", func(t *testing.T) {
+		err := patchPod(admin, ns, other.Name, annotation(v1alpha1.EjectedPoliciesAnnotation, "decode/kv-fetch=overrun"), false)
 		if err == nil || !strings.Contains(err.Error(), "kvhint-applied-hash-writers") {
 			t.Errorf("patch: %v; want refused by kvhint-applied-hash-writers", err)
 		}

@@ -59,6 +59,7 @@ type sidecarOpts struct {
 	// configDir runs a mounted compiled ConfigMap directory instead of
 	// the config file.
 	configDir string
+	bin       string // the binary; "" is kvhint
 }
 
 // startSidecar runs `kvhint sidecar` on loopback with a config file and a
@@ -98,9 +99,12 @@ func startSidecar(t *testing.T, o sidecarOpts) *sidecar {
 	}
 	args = append(args, o.args...)
 	path := kvhint
+	if o.bin != "" {
+		path = o.bin
+	}
 	if o.nofile > 0 {
 		// bash sets the soft and hard limits; Go cannot raise them again.
-		args = append([]string{"-c", fmt.Sprintf(`ulimit -n %d && exec "$0" "$@"`, o.nofile), kvhint}, args...)
+		args = append([]string{"-c", fmt.Sprintf(`ulimit -n %d && exec "$0" "$@"`, o.nofile), path}, args...)
 		path = "/bin/bash"
 	}
 	s.proc = devenv.NewProcess("sidecar", path, args, nil, dir)

@@ -1,6 +1,9 @@
-// Package podreport writes the hash of the config the sidecar runs on its
-// own Pod (hints.kvrouter.io/applied-hash), from which the operator counts
-// the router pods that run a config (Programmed).
+// Package podreport writes what the sidecar runs on its own Pod: the hash
+// of the config in force (hints.kvrouter.io/applied-hash), from which the
+// operator counts the router pods that run a config (Programmed), and the
+// hint policies the dispatcher has ejected from their roles' paths
+// (hints.kvrouter.io/ejected-policies), from which it names them in the
+// RouterRoles' status.
 //
 // It imports client-go and pkg/wellknown; nothing of the sidecar.
 package podreport
@@ -8,6 +11,9 @@ package podreport
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -28,63 +34,108 @@ const (
 	reportBackoffMax = 5 * time.Second
 )
 
-// Reporter writes the hash of the config in force on the sidecar's own
-// Pod, as the annotation hints.kvrouter.io/applied-hash: the operator counts
-// the router pods that run its latest config from it. Patches run in their
-// own goroutine, retried with backoff; a newer hash replaces a pending one,
-// so the latest always wins and a slow API server never holds a reload.
+// Ejected is one policy out of its role's path, as the pod reports it.
+type Ejected struct {
+	Role, Policy, Reason string
+}
+
+// Reporter writes the hash of the config in force and the ejected policies
+// on the sidecar's own Pod. Patches run in their own goroutine, retried
+// with backoff; a newer report replaces a pending one, so the latest
+// always wins and a slow API server never holds a reload or a booking.
 type Reporter struct {
 	Client    kubernetes.Interface
 	Namespace string
 	Name      string
 
-	latest chan string
+	mu       sync.Mutex
+	hash     string
+	hashSet  bool
+	ejected  string
+	reported bool // the ejected-policies annotation may be on the pod
+	kick     chan struct{}
 }
 
 // New returns a reporter for the pod namespace/name (from the
 // downward API: POD_NAMESPACE, POD_NAME).
 func New(c kubernetes.Interface, namespace, name string) *Reporter {
-	return &Reporter{Client: c, Namespace: namespace, Name: name, latest: make(chan string, 1)}
+	// reported starts true: an earlier run of the sidecar in this pod may
+	// have left the annotation, and the first write clears it.
+	return &Reporter{Client: c, Namespace: namespace, Name: name, kick: make(chan struct{}, 1), reported: true}
 }
 
 // Report queues hash for writing without waiting, replacing any hash not
 // yet written.
 func (p *Reporter) Report(hash string) {
-	for {
-		select {
-		case p.latest <- hash:
-			return
-		default:
-		}
-		select {
-		case <-p.latest: // drop the stale one and try again
-		default:
-		}
+	p.mu.Lock()
+	p.hash, p.hashSet = hash, true
+	p.mu.Unlock()
+	p.wake()
+}
+
+// ReportEjected queues the list of ejected policies for writing without
+// waiting; an empty list removes the annotation.
+func (p *Reporter) ReportEjected(list []Ejected) {
+	v := FormatEjected(list)
+	p.mu.Lock()
+	changed := v != p.ejected
+	p.ejected = v
+	p.mu.Unlock()
+	if changed {
+		p.wake()
 	}
 }
 
-// Run writes reported hashes until ctx is done.
+func (p *Reporter) wake() {
+	select {
+	case p.kick <- struct{}{}:
+	default: // a write is pending; it will read the latest
+	}
+}
+
+// FormatEjected is the value of wellknown.EjectedPoliciesAnnotation for a
+// list: sorted by the caller, at most wellknown.MaxEjectedPoliciesReported
+// entries and a count of the rest.
+func FormatEjected(list []Ejected) string {
+	var b strings.Builder
+	for i, e := range list {
+		if i == wellknown.MaxEjectedPoliciesReported {
+			fmt.Fprintf(&b, ",+%d", len(list)-i)
+			break
+		}
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(e.Role + "/" + e.Policy + "=" + e.Reason)
+	}
+	return b.String()
+}
+
+// Run writes reports until ctx is done.
 func (p *Reporter) Run(ctx context.Context, log logr.Logger) {
 	log = log.WithValues("pod", p.Namespace+"/"+p.Name)
 	for {
-		var hash string
 		select {
 		case <-ctx.Done():
 			return
-		case hash = <-p.latest:
+		case <-p.kick:
 		}
 		backoff := reportBackoffMin
 		for {
-			err := p.patch(ctx, hash)
+			hash, hashSet, ejected, removeEjected := p.pending()
+			err := p.patch(ctx, hash, hashSet, ejected, removeEjected)
 			if err == nil {
-				log.V(1).Info("Reported applied hints config", "hash", hash)
+				p.mu.Lock()
+				p.reported = ejected != ""
+				p.mu.Unlock()
+				log.V(1).Info("Reported on the pod", "hash", hash, "ejectedPolicies", ejected)
 				break
 			}
-			log.Error(err, "Cannot write the applied hash on the pod; retrying", "hash", hash, "retryIn", backoff.String())
+			log.Error(err, "Cannot write the report on the pod; retrying", "hash", hash, "ejectedPolicies", ejected, "retryIn", backoff.String())
 			select {
 			case <-ctx.Done():
 				return
-			case hash = <-p.latest: // a newer hash supersedes this one at once
+			case <-p.kick: // a newer report supersedes this one at once
 				backoff = reportBackoffMin
 			case <-time.After(backoff):
 				backoff = min(2*backoff, reportBackoffMax)
@@ -93,12 +144,32 @@ func (p *Reporter) Run(ctx context.Context, log logr.Logger) {
 	}
 }
 
-// patch writes the annotation with a JSON merge patch: it touches nothing
+// pending reads what to write. An empty ejected list is written as a
+// removal of the annotation, once one may have been set.
+func (p *Reporter) pending() (hash string, hashSet bool, ejected string, removeEjected bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	removeEjected = p.ejected == "" && p.reported
+	return p.hash, p.hashSet, p.ejected, removeEjected
+}
+
+// patch writes the annotations with a JSON merge patch: it touches nothing
 // else on the pod and needs no read first.
-func (p *Reporter) patch(ctx context.Context, hash string) error {
-	body, err := json.Marshal(map[string]any{
-		"metadata": map[string]any{"annotations": map[string]string{wellknown.AppliedHashAnnotation: hash}},
-	})
+func (p *Reporter) patch(ctx context.Context, hash string, hashSet bool, ejected string, removeEjected bool) error {
+	annotations := map[string]any{}
+	if hashSet {
+		annotations[wellknown.AppliedHashAnnotation] = hash
+	}
+	switch {
+	case ejected != "":
+		annotations[wellknown.EjectedPoliciesAnnotation] = ejected
+	case removeEjected:
+		annotations[wellknown.EjectedPoliciesAnnotation] = nil // a merge patch's removal
+	}
+	if len(annotations) == 0 {
+		return nil
+	}
+	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": annotations}})
 	if err != nil {
 		return err
 	}
