@@ -48,7 +48,8 @@ worker_selection:
 	s, err := New(Options{
 		Catalog: testCatalog(t), ConfigMap: wellknown.ConfigMapName("llama"), Namespace: ns,
 		WorkerPods: true, WorkerSelector: labels.SelectorFromSet(labels.Set{"app": "llama-worker"}), AllowAbsoluteHintEndpoints: true,
-		PodName: "router-0", PodNamespace: ns, Kube: kc,
+		AllowLoopbackHintEndpoints: true, // the worker runs on loopback, not on a pod IP
+		PodName:                    "router-0", PodNamespace: ns, Kube: kc,
 		Listen: "127.0.0.1:0", OpsListen: "127.0.0.1:0", Log: testLogger(t),
 		PolicyDeadline:  time.Millisecond,
 		PolicyIsolation: router.IsolationOptions{HardDeadline: time.Second, EjectAfter: 2, EjectionBase: 2 * time.Second, EjectionMax: 2 * time.Second},
