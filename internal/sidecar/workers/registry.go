@@ -257,6 +257,8 @@ type Registry struct {
 	// refused counts registrations refused as invalid, by source; nil
 	// counts nothing.
 	refused *prometheus.CounterVec
+	// limit caps each source's workers (limit.go).
+	limit sourceCap
 }
 
 // NewRegistry returns an empty registry whose hint-capable workers get a
@@ -306,6 +308,9 @@ func (r *Registry) Set(source string, spec WorkerSpec) error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if err := r.admitOne(*r.workers.Load(), source, spec.ID); err != nil {
+		return err
+	}
 	next := r.copyMap()
 	r.put(next, source, spec)
 	r.workers.Store(&next)
@@ -347,6 +352,7 @@ func (r *Registry) Replace(source string, specs []WorkerSpec) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	next := r.copyMap()
+	specs, seen = r.capSource(next, source, specs)
 	for id, w := range next {
 		if w.Source == source && !seen[id] {
 			delete(next, id)
@@ -467,6 +473,7 @@ func (r *Registry) RegisterMetrics(reg prometheus.Registerer) {
 		Namespace: ns, Name: "workers_refused_total",
 		Help: "Worker registrations refused as invalid (a worker type other than aggregated, prefill or decode, bad source endpoints, a bad hint endpoint), by source (api, file, pods).",
 	}, []string{"source"})
+	r.registerLimitMetrics(reg)
 	reg.MustRegister(
 		r.refused,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
