@@ -137,6 +137,16 @@ type Options struct {
 	HintTTL         time.Duration
 	// MaxQueuedBytes bounds the bytes of hints queued across all workers.
 	MaxQueuedBytes int64
+	// MaxWorkerConns bounds the connections open to all workers; 0 means
+	// delivery.DefaultMaxWorkerConns, and the descriptor limit lowers it
+	// (delivery.ConnLimit).
+	MaxWorkerConns int
+	// MaxWorkersPerSource caps the workers each source registers; 0 means
+	// workers.DefaultMaxWorkersPerSource.
+	MaxWorkersPerSource int
+	// MaxBookingMemory bounds the memory of the bookings in flight; 0
+	// means booking.DefaultMaxBookingMemory.
+	MaxBookingMemory int64
 	// ShutdownWait bounds the drain of queued hints on shutdown.
 	ShutdownWait time.Duration
 	// Pprof serves net/http/pprof under /debug/pprof/ on PprofListen.
@@ -209,6 +219,8 @@ type Sidecar struct {
 	pods       *workers.PodWorkers
 	reporter   *podreport.Reporter
 	listeners  *listen.Metrics
+	// bookingBudget bounds the memory of the bookings in flight.
+	bookingBudget *booking.Budget
 
 	bookingLn, opsLn, pprofLn net.Listener
 	// booking serves the booking API on bookingConns (the booking
@@ -254,17 +266,24 @@ func New(o Options) (*Sidecar, error) {
 	if o.MaxOpsConns <= 0 {
 		o.MaxOpsConns = listen.DefaultMaxOpsConns
 	}
+	if o.MaxBookingMemory <= 0 {
+		o.MaxBookingMemory = booking.DefaultMaxBookingMemory
+	}
 	m := ops.NewRegistry()
+	// Connections to workers get the descriptors the listeners' caps leave.
+	o.MaxWorkerConns = delivery.ConnLimit(o.MaxWorkerConns, o.MaxBookingConns+o.MaxOpsConns+listen.MaxPprofConns)
 	del := delivery.New(delivery.Options{QueueSize: o.QueueSize, Timeout: o.DeliveryTimeout, HintTTL: o.HintTTL, MaxQueuedBytes: o.MaxQueuedBytes,
-		Metrics: delivery.NewMetrics(m), Log: o.Log.WithName("delivery")})
+		MaxConns: o.MaxWorkerConns, Metrics: delivery.NewMetrics(m), Log: o.Log.WithName("delivery")})
 	reg := workers.NewRegistry(registryDelivery{del})
+	reg.SetMaxPerSource(o.MaxWorkersPerSource, o.Log.WithName("workers"))
 	reg.RegisterMetrics(m)
 	if o.MaxBookingBytes <= 0 {
 		o.MaxBookingBytes = router.DefaultMaxBookingBytes
 	}
 	d := router.NewDispatcher(router.Options{Catalog: o.Catalog, Workers: reg, Metrics: router.NewMetrics(m), PolicyDeadline: o.PolicyDeadline,
 		PolicyDeadlinePerBlock: o.PolicyDeadlinePerBlock, MaxBookingBytes: o.MaxBookingBytes, RouterMode: o.RouterMode, Log: o.Log.WithName("dispatcher")})
-	s := &Sidecar{opts: o, Metrics: m, Dispatcher: d, Workers: reg, Delivery: del, listeners: listen.NewMetrics(m)}
+	s := &Sidecar{opts: o, Metrics: m, Dispatcher: d, Workers: reg, Delivery: del, listeners: listen.NewMetrics(m),
+		bookingBudget: booking.NewBudget(o.MaxBookingMemory, m)}
 	if o.WorkerPods {
 		s.pods = &workers.PodWorkers{Client: o.Kube, Namespace: o.Namespace, Selector: o.WorkerSelector, Registry: reg, AllowAbsoluteEndpoints: o.AllowAbsoluteHintEndpoints}
 	}
@@ -315,7 +334,8 @@ func (s *Sidecar) Start(ctx context.Context) error {
 	}
 	ctx, s.cancel = context.WithCancel(ctx)
 	log := s.opts.Log
-	book := &booking.API{Dispatcher: s.Dispatcher, Log: log.WithName("api"), MaxBookingBytes: s.opts.MaxBookingBytes, OtherBodyLimit: admin.BodyLimit}
+	book := &booking.API{Dispatcher: s.Dispatcher, Log: log.WithName("api"), MaxBookingBytes: s.opts.MaxBookingBytes, OtherBodyLimit: admin.BodyLimit,
+		Budget: s.bookingBudget}
 	book.Other = (&admin.API{Dispatcher: s.Dispatcher, Workers: s.Workers, Log: log.WithName("api"), Book: book.Book}).Handler()
 	var ready func() error
 	if s.pods != nil {
@@ -379,7 +399,8 @@ func (s *Sidecar) Start(ctx context.Context) error {
 	}
 	log.Info("Sidecar started", "bookings", s.BookingListen(), "ops", s.OpsAddr(), "pprof", s.PprofAddr(),
 		"readTimeout", lim.Read, "writeTimeout", lim.Write, "idleTimeout", lim.Idle,
-		"maxBookingConnections", s.opts.MaxBookingConns, "maxOpsConnections", s.opts.MaxOpsConns)
+		"maxBookingConnections", s.opts.MaxBookingConns, "maxOpsConnections", s.opts.MaxOpsConns,
+		"maxWorkerConnections", s.opts.MaxWorkerConns, "maxBookingMemory", s.opts.MaxBookingMemory)
 	return nil
 }
 
