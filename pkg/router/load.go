@@ -73,8 +73,12 @@ func (d *Dispatcher) LoadConfig(c Config, origin string) error {
 		return err
 	}
 	now := time.Now()
-	prev := d.snap.Swap(newSnapshot(g, doc, hash, d.metrics, now))
+	next := newSnapshot(g, doc, hash, d.metrics, now)
+	prev := d.snap.Swap(next)
 	d.lastRejects = ""
+	if prev != nil {
+		d.metrics.forgetRemoved(prev, next)
+	}
 
 	d.metrics.reloads.WithLabelValues("success").Inc()
 	d.metrics.lastReloadOK.Set(1)
