@@ -51,6 +51,7 @@ type sidecarOpts struct {
 	workers string   // workers file YAML
 	args    []string // more flags
 	nofile  int      // RLIMIT_NOFILE, soft and hard; 0 leaves it
+	env     []string // more environment, NAME=value
 }
 
 // startSidecar runs `kvhint sidecar` on loopback with a config file and a
@@ -86,7 +87,7 @@ func startSidecar(t *testing.T, o sidecarOpts) *sidecar {
 		args = append([]string{"-c", fmt.Sprintf(`ulimit -n %d && exec "$0" "$@"`, o.nofile), kvhint}, args...)
 		path = "/bin/bash"
 	}
-	s.proc = devenv.NewProcess("sidecar", path, args, nil, dir)
+	s.proc = devenv.NewProcess("sidecar", path, args, o.env, dir)
 	if err := s.proc.Start(); err != nil {
 		t.Fatal(err)
 	}
