@@ -4,7 +4,8 @@
 # under 256 concurrent 47,000-hash bookings, both against the 256 MiB
 # container limit config/router sets (given as the downward API gives it);
 # 6,000 workers over the API against the per-source cap; 1,200 hinted
-# workers under a 1,024-descriptor limit; five reloads renaming policies.
+# workers and descriptor exhaustion under a 1,024-descriptor limit; five
+# reloads renaming policies.
 # docs/benchmarks.md has the results.
 #
 #   hack/bench-bounds.sh [REPEATS]   # default 1
@@ -17,7 +18,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 REPEATS=${1:-1}
-TESTS='TestStalledWorkersLongHintsUnderMemoryLimit|TestConcurrentLongBookingsUnderMemoryLimit|TestWorkersOverTheAPICapped|TestManyHintedWorkersUnderFileLimit|TestReloadRenamingPoliciesDropsSeries'
+TESTS='TestStalledWorkersLongHintsUnderMemoryLimit|TestConcurrentLongBookingsUnderMemoryLimit|TestWorkersOverTheAPICapped|TestManyHintedWorkersUnderFileLimit|TestReloadRenamingPoliciesDropsSeries|TestBookingListenerSurvivesDescriptorExhaustion'
 
 for rep in $(seq "$REPEATS"); do
 	echo "run $rep, $(git rev-parse --short HEAD), load before: $(uptime | sed 's/.*load average: //')"
