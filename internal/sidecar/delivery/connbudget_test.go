@@ -3,6 +3,7 @@ package delivery
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"testing"
 	"time"
 
@@ -63,5 +64,39 @@ func TestConnLimit(t *testing.T) {
 	}
 	if got := ConnLimit(1, nofile); got != minWorkerConns {
 		t.Errorf("ConnLimit(1, all) = %d, want %d", got, minWorkerConns)
+	}
+}
+
+// TestConnBudgetSweepsIdle: with a budget of 4, two workers hold idle
+// connections and two hold theirs in slow posts; a fifth worker's dial
+// finds the budget spent, closes the idle connections and is sent, not
+// refused.
+func TestConnBudgetSweepsIdle(t *testing.T) {
+	fast, slow := startWorker(t, "fast"), startWorker(t, "slow")
+	slow.SetBehaviour(http.StatusNoContent, 800*time.Millisecond)
+	m := NewMetrics(prometheus.NewRegistry())
+	del := New(Options{Metrics: m, MaxConns: 4, Timeout: 3 * time.Second, Log: testLogger(t)})
+	t.Cleanup(func() { del.Close(context.Background()) })
+	msg := func(id string) []byte { return []byte(message(id, staticJSON(1, "x"))) }
+	for i := range 2 {
+		del.NewQueue(fmt.Sprint("idle", i), fast.HintEndpoint()).Enqueue(msg(fmt.Sprint("i", i)), time.Now())
+		waitSent(t, m, i+1)
+	}
+	for i := range 2 {
+		del.NewQueue(fmt.Sprint("slow", i), slow.HintEndpoint()).Enqueue(msg(fmt.Sprint("s", i)), time.Now())
+	}
+	eventually(t, 2*time.Second, func() error {
+		if n := del.conns.open.Load(); n != 4 {
+			return fmt.Errorf("%d connections open, want 4", n)
+		}
+		return nil
+	})
+	del.NewQueue("late", fast.HintEndpoint()).Enqueue(msg("late"), time.Now())
+	waitSent(t, m, 5)
+	if got := testutil.ToFloat64(m.errConnLimit); got != 0 {
+		t.Errorf("%v posts refused for the budget; the idle connections should have made room", got)
+	}
+	if n := del.conns.open.Load(); n > 4 {
+		t.Errorf("%d connections open, over the budget of 4", n)
 	}
 }
