@@ -21,9 +21,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar"
+	"github.com/kvrouter/kv-hint-operator/internal/sidecar/booking"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/delivery"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/filewatch"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/listen"
+	"github.com/kvrouter/kv-hint-operator/internal/sidecar/workers"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
 )
@@ -34,6 +36,7 @@ func newSidecarCommand(cat *hints.Catalog) *cobra.Command {
 		routerName, selector, kubeconfig string
 		listenMode                       string
 		verbosity                        int
+		memoryFraction                   float64
 	)
 	cmd := &cobra.Command{
 		Use:   "sidecar (--config-file FILE | --config-dir DIR | --configmap NAME | --router NAME)",
@@ -93,6 +96,9 @@ pod IP only, where probes and scrapers reach them; pprof is on loopback.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.Log = newLogger(cmd.ErrOrStderr(), verbosity)
+			if err := setMemoryLimit(o.Log, memoryFraction); err != nil {
+				return err
+			}
 			if cmd.Flags().Changed("router-mode") && o.ConfigFile == "" {
 				return errors.New("--router-mode is for --config-file: a compiled ConfigMap carries each role's router mode in roles.yaml")
 			}
@@ -174,6 +180,10 @@ pod IP only, where probes and scrapers reach them; pprof is on loopback.`,
 	f.IntVar(&o.MaxBookingBytes, "max-booking-bytes", router.DefaultMaxBookingBytes, "largest booking body accepted (413 above); the payload limit follows it (1 MiB holds about 49,000 block hashes)")
 	f.IntVar(&o.QueueSize, "queue-size", delivery.DefaultQueueSize, "hints queued per worker; when full the newest is dropped")
 	f.Int64Var(&o.MaxQueuedBytes, "max-queued-hint-bytes", delivery.DefaultMaxQueuedBytes, "bytes of hints queued across all workers; a hint past it is dropped and counted (memory_budget)")
+	f.IntVar(&o.MaxWorkerConns, "max-worker-connections", delivery.DefaultMaxWorkerConns, "connections open to all workers together; lowered to what the descriptor limit leaves after the listeners' caps; a post that finds none is counted (connection_limit)")
+	f.IntVar(&o.MaxWorkersPerSource, "max-workers-per-source", workers.DefaultMaxWorkersPerSource, "workers each source (api, file, pods) may register; the rest are refused and counted (workers_over_limit_total)")
+	f.Int64Var(&o.MaxBookingMemory, "max-booking-memory", booking.DefaultMaxBookingMemory, "memory the bookings in flight may hold, charged 6 bytes per body byte of a booking over 16 KiB before it is read; one past it is answered 503 with Retry-After and counted")
+	f.Float64Var(&memoryFraction, "memory-limit-fraction", DefaultMemoryLimitFraction, "GOMEMLIMIT as a fraction of the container's memory limit given in $"+MemoryLimitEnv+" (downward API limits.memory); an explicit GOMEMLIMIT wins")
 	f.DurationVar(&o.DeliveryTimeout, "delivery-timeout", delivery.DefaultDeliveryTimeout, "timeout of one hint post, connection included")
 	f.DurationVar(&o.HintTTL, "hint-ttl", delivery.DefaultHintTTL, "a hint queued longer is dropped unsent")
 	f.DurationVar(&o.ShutdownWait, "shutdown-timeout", sidecar.DefaultShutdownWait, "how long shutdown drains queued hints")

@@ -243,6 +243,9 @@ func TestMetricsEndpoint(t *testing.T) {
 			`kvhint_router_hint_capable_workers 1`,
 			`kvhint_router_delivery_queued_hints 0`,
 			`kvhint_router_booking_errors_total{reason="unknown_role"} 0`,
+			`kvhint_router_bookings_refused_total{reason="memory_budget"} 0`,
+			`kvhint_router_booking_memory_bytes 0`,
+			`kvhint_router_delivery_errors_total{reason="connection_limit"} 0`,
 		} {
 			if !strings.Contains(string(b), want+"\n") {
 				return fmt.Errorf("/metrics lacks %s", want)

@@ -153,6 +153,16 @@ type Options struct {
 	HintTTL         time.Duration
 	// MaxQueuedBytes bounds the bytes of hints queued across all workers.
 	MaxQueuedBytes int64
+	// MaxWorkerConns bounds the connections open to all workers; 0 means
+	// delivery.DefaultMaxWorkerConns, and the descriptor limit lowers it
+	// (delivery.ConnLimit).
+	MaxWorkerConns int
+	// MaxWorkersPerSource caps the workers each source registers; 0 means
+	// workers.DefaultMaxWorkersPerSource.
+	MaxWorkersPerSource int
+	// MaxBookingMemory bounds the memory of the bookings in flight; 0
+	// means booking.DefaultMaxBookingMemory.
+	MaxBookingMemory int64
 	// ShutdownWait bounds the drain of queued hints on shutdown.
 	ShutdownWait time.Duration
 	// Pprof serves net/http/pprof under /debug/pprof/ on PprofListen.
@@ -232,6 +242,8 @@ type Sidecar struct {
 	endpoints  *endpoint.Policy
 	reporter   *podreport.Reporter
 	listeners  *listen.Metrics
+	// bookingBudget bounds the memory of the bookings in flight.
+	bookingBudget *booking.Budget
 
 	bookingLn, opsLn, pprofLn net.Listener
 	// booking serves the booking API on bookingConns (the booking
@@ -277,21 +289,28 @@ func New(o Options) (*Sidecar, error) {
 	if o.MaxOpsConns <= 0 {
 		o.MaxOpsConns = listen.DefaultMaxOpsConns
 	}
+	if o.MaxBookingMemory <= 0 {
+		o.MaxBookingMemory = booking.DefaultMaxBookingMemory
+	}
 	m := ops.NewRegistry()
 	// One policy for every hint endpoint: checked by the registry when a
 	// worker registers, by delivery's dialer on the resolved address.
 	eps := &endpoint.Policy{AllowLoopback: o.AllowLoopbackHintEndpoints}
+	// Connections to workers get the descriptors the listeners' caps leave.
+	o.MaxWorkerConns = delivery.ConnLimit(o.MaxWorkerConns, o.MaxBookingConns+o.MaxOpsConns+listen.MaxPprofConns)
 	del := delivery.New(delivery.Options{QueueSize: o.QueueSize, Timeout: o.DeliveryTimeout, HintTTL: o.HintTTL, MaxQueuedBytes: o.MaxQueuedBytes,
-		DialControl: eps.CheckDial, Metrics: delivery.NewMetrics(m), Log: o.Log.WithName("delivery")})
+		MaxConns: o.MaxWorkerConns, DialControl: eps.CheckDial, Metrics: delivery.NewMetrics(m), Log: o.Log.WithName("delivery")})
 	reg := workers.NewRegistry(registryDelivery{del})
 	reg.Endpoints = eps
+	reg.SetMaxPerSource(o.MaxWorkersPerSource, o.Log.WithName("workers"))
 	reg.RegisterMetrics(m)
 	if o.MaxBookingBytes <= 0 {
 		o.MaxBookingBytes = router.DefaultMaxBookingBytes
 	}
 	d := router.NewDispatcher(router.Options{Catalog: o.Catalog, Workers: reg, Metrics: router.NewMetrics(m), PolicyDeadline: o.PolicyDeadline,
 		PolicyDeadlinePerBlock: o.PolicyDeadlinePerBlock, Isolation: o.PolicyIsolation, MaxBookingBytes: o.MaxBookingBytes, RouterMode: o.RouterMode, Log: o.Log.WithName("dispatcher")})
-	s := &Sidecar{opts: o, Metrics: m, Dispatcher: d, Workers: reg, Delivery: del, endpoints: eps, listeners: listen.NewMetrics(m)}
+	s := &Sidecar{opts: o, Metrics: m, Dispatcher: d, Workers: reg, Delivery: del, endpoints: eps, listeners: listen.NewMetrics(m),
+		bookingBudget: booking.NewBudget(o.MaxBookingMemory, m)}
 	if o.WorkersFile != "" {
 		s.file = &workers.FileSource{Path: o.WorkersFile, Poll: o.Poll}
 	}
@@ -357,7 +376,8 @@ func (s *Sidecar) Start(ctx context.Context) error {
 	if s.opts.AllowLoopbackHintEndpoints {
 		log.Info("Hint endpoints on loopback are allowed (--allow-loopback-hint-endpoints): for development only; a worker's word can then send hints to this machine")
 	}
-	book := &booking.API{Dispatcher: s.Dispatcher, Log: log.WithName("api"), MaxBookingBytes: s.opts.MaxBookingBytes, OtherBodyLimit: admin.BodyLimit}
+	book := &booking.API{Dispatcher: s.Dispatcher, Log: log.WithName("api"), MaxBookingBytes: s.opts.MaxBookingBytes, OtherBodyLimit: admin.BodyLimit,
+		Budget: s.bookingBudget}
 	book.Other = (&admin.API{Dispatcher: s.Dispatcher, Workers: s.Workers, Log: log.WithName("api"), Book: book.Book, RegistrationOff: s.registrationOff()}).Handler()
 	var checks []func() error
 	if s.pods != nil {
@@ -432,7 +452,8 @@ func (s *Sidecar) Start(ctx context.Context) error {
 	}
 	log.Info("Sidecar started", "bookings", s.BookingListen(), "ops", s.OpsAddr(), "pprof", s.PprofAddr(),
 		"readTimeout", lim.Read, "writeTimeout", lim.Write, "idleTimeout", lim.Idle,
-		"maxBookingConnections", s.opts.MaxBookingConns, "maxOpsConnections", s.opts.MaxOpsConns)
+		"maxBookingConnections", s.opts.MaxBookingConns, "maxOpsConnections", s.opts.MaxOpsConns,
+		"maxWorkerConnections", s.opts.MaxWorkerConns, "maxBookingMemory", s.opts.MaxBookingMemory)
 	return nil
 }
 

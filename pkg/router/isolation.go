@@ -256,7 +256,8 @@ func (iso *isolator) forHint(role string, h *hintsconfig.Hint, keep map[string]b
 }
 
 // retire forgets the outliers of policies that are not in keep, the
-// policies of the config just loaded, and deletes their series.
+// policies of the config just loaded (Metrics.forgetRemoved deletes their
+// series).
 func (iso *isolator) retire(keep map[string]bool) {
 	iso.mu.Lock()
 	var changed bool
@@ -272,7 +273,6 @@ func (iso *isolator) retire(keep map[string]bool) {
 		}
 		changed = changed || PolicyState(o.state.Load()) == PolicyEjected
 		o.mu.Unlock()
-		iso.metrics.delete(o.role, o.policy, o.typ)
 	}
 	iso.mu.Unlock()
 	if changed {

@@ -105,10 +105,11 @@ func (m *isolationMetrics) overrunOf(role, policy, typ string) overrunSeries {
 	return overrunSeries{runs: m.overruns.WithLabelValues(role, policy, typ), seconds: m.overrunSeconds.WithLabelValues(role, policy, typ)}
 }
 
-// delete removes the series of a policy that left the config.
-func (m *isolationMetrics) delete(role, policy, typ string) {
-	l := prometheus.Labels{"role": role, "policy": policy, "policy_type": typ}
-	for _, v := range []interface{ DeletePartialMatch(prometheus.Labels) int }{m.overruns, m.overrunSeconds, m.abandonedReturn, m.ejections, m.ejected, m.probation, m.skipped, m.stuck} {
-		v.DeletePartialMatch(l)
-	}
+// vecs are the isolation metrics, each labelled by a policy instance's
+// role, policy and policy_type: Metrics.hintVecs lists them, so that a
+// reload deletes the series of a policy that left the config, built-ins'
+// overruns included.
+func (m *isolationMetrics) vecs() []*prometheus.MetricVec {
+	return []*prometheus.MetricVec{m.overruns.MetricVec, m.overrunSeconds.MetricVec, m.abandonedReturn.MetricVec, m.ejections.MetricVec,
+		m.ejected.MetricVec, m.probation.MetricVec, m.skipped.MetricVec, m.stuck.MetricVec}
 }

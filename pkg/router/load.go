@@ -74,9 +74,13 @@ func (d *Dispatcher) LoadConfig(c Config, origin string) error {
 	}
 	now := time.Now()
 	keep := map[string]bool{}
-	prev := d.snap.Swap(newSnapshot(g, doc, hash, d.metrics, d.iso, keep, now))
+	next := newSnapshot(g, doc, hash, d.metrics, d.iso, keep, now)
+	prev := d.snap.Swap(next)
 	d.iso.retire(keep)
 	d.lastRejects = ""
+	if prev != nil {
+		d.metrics.forgetRemoved(prev, next)
+	}
 
 	d.metrics.reloads.WithLabelValues("success").Inc()
 	d.metrics.lastReloadOK.Set(1)

@@ -1,6 +1,10 @@
 package router
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"slices"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // MetricsNamespace prefixes every metric name of the dispatcher and the sidecar.
 const MetricsNamespace = "kvhint_router"
@@ -190,4 +194,39 @@ func (m *Metrics) forHint(role, policy, policyType string) hintMetrics {
 		}
 	}
 	return hm
+}
+
+// roleVecs are the metrics with a role label; hintVecs those with a
+// policy instance's role, policy and policy_type labels. A metric added
+// to either kind belongs in its list, so that a reload deletes its series.
+func (m *Metrics) roleVecs() []*prometheus.MetricVec {
+	return []*prometheus.MetricVec{m.bookings.MetricVec, m.buildSeconds.MetricVec, m.copiesDropped.MetricVec}
+}
+
+func (m *Metrics) hintVecs() []*prometheus.MetricVec {
+	return append([]*prometheus.MetricVec{m.actions.MetricVec, m.failures.MetricVec, m.dropped.MetricVec}, m.iso.vecs()...)
+}
+
+// forgetRemoved deletes the series of the roles and policy instances prev
+// had and next has not, so that /metrics holds the series of the config in
+// force and not of every config ever loaded: renaming policies on each
+// reload must not grow the series without end. A booking still running on
+// prev counts into series no longer exported.
+func (m *Metrics) forgetRemoved(prev, next *snapshot) {
+	for name, rr := range prev.roles {
+		nr, kept := next.roles[name]
+		if !kept {
+			for _, v := range append(m.roleVecs(), m.hintVecs()...) {
+				v.DeletePartialMatch(prometheus.Labels{"role": name})
+			}
+			continue
+		}
+		for _, h := range rr.hints {
+			if !slices.ContainsFunc(nr.hints, func(n hintRun) bool { return n.id == h.id && n.hint.Type == h.hint.Type }) {
+				for _, v := range m.hintVecs() {
+					v.DeletePartialMatch(prometheus.Labels{"role": name, "policy": h.id, "policy_type": h.hint.Type})
+				}
+			}
+		}
+	}
 }

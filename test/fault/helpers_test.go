@@ -59,7 +59,8 @@ type sidecarOpts struct {
 	// configDir runs a mounted compiled ConfigMap directory instead of
 	// the config file.
 	configDir string
-	bin       string // the binary; "" is kvhint
+	bin       string   // the binary; "" is kvhint
+	env       []string // more environment, NAME=value
 }
 
 // startSidecar runs `kvhint sidecar` on loopback with a config file and a
@@ -107,7 +108,7 @@ func startSidecar(t *testing.T, o sidecarOpts) *sidecar {
 		args = append([]string{"-c", fmt.Sprintf(`ulimit -n %d && exec "$0" "$@"`, o.nofile), path}, args...)
 		path = "/bin/bash"
 	}
-	s.proc = devenv.NewProcess("sidecar", path, args, nil, dir)
+	s.proc = devenv.NewProcess("sidecar", path, args, o.env, dir)
 	if err := s.proc.Start(); err != nil {
 		t.Fatal(err)
 	}

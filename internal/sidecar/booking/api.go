@@ -64,6 +64,8 @@ type API struct {
 	// OtherBodyLimit, when set, is the body limit of a request Other
 	// serves, by method and path; 0 means the booking limit.
 	OtherBodyLimit func(method, path string) int
+	// Budget bounds the memory of the bookings in flight; nil is no bound.
+	Budget *Budget
 }
 
 // Handler serves the booking listener: POST /v1/bookings, a booking, 200
@@ -144,8 +146,17 @@ func (a *API) ExpectBody(ctx *fasthttp.RequestCtx) int {
 // admin routes for the other spellings of that path (escaped, say) that
 // net/http's ServeMux matches to it.
 func (a *API) Book(ctx *fasthttp.RequestCtx) {
+	declared := ctx.Request.Header.ContentLength()
+	charged, ok := a.Budget.reserve(declared, a.bookingLimit())
+	if !ok {
+		a.Budget.refuseOverBudget(ctx)
+		return
+	}
+	if charged > 0 {
+		defer a.Budget.release(charged)
+	}
 	var req decoded
-	if status, err := readBooking(requestBody(ctx), ctx.Request.Header.ContentLength(), a.bookingLimit(), &req); err != nil {
+	if status, err := readBooking(requestBody(ctx), declared, a.bookingLimit(), &req); err != nil {
 		switch status {
 		case fasthttp.StatusRequestEntityTooLarge:
 			a.Dispatcher.RecordTooLargeBooking()

@@ -61,6 +61,10 @@ type Options struct {
 	// the sidecar's endpoint.Policy.CheckDial. Nil applies
 	// endpoint.CheckDialAddress, the rules that hold whatever the policy.
 	DialControl func(network, address string, c syscall.RawConn) error
+	// MaxConns bounds the connections open to all workers together, dials
+	// included; 0 means DefaultMaxWorkerConns. The assembly lowers it to
+	// what the descriptor limit leaves (ConnLimit).
+	MaxConns int
 	// Metrics receives delivery metrics; nil creates a private set.
 	Metrics *Metrics
 	// Log receives delivery errors, rate-limited per worker.
@@ -89,6 +93,8 @@ type Delivery struct {
 	// senders, among which the budget is shared.
 	queuedBytes atomic.Int64
 	queues      atomic.Int64
+	// conns bounds the connections open to workers (connbudget.go).
+	conns connBudget
 
 	// send posts one hint; tests and the benchmark replace it to take the
 	// network out of the measurement.
@@ -116,6 +122,9 @@ func New(o Options) *Delivery {
 	if o.MaxQueuedBytes <= 0 {
 		o.MaxQueuedBytes = DefaultMaxQueuedBytes
 	}
+	if o.MaxConns <= 0 {
+		o.MaxConns = DefaultMaxWorkerConns
+	}
 	if o.Metrics == nil {
 		o.Metrics = NewMetrics(prometheus.NewRegistry())
 	}
@@ -123,6 +132,10 @@ func New(o Options) *Delivery {
 		o.DialControl = endpoint.CheckDialAddress
 	}
 	d := &Delivery{opts: o, metrics: o.Metrics, log: o.Log, closing: make(chan struct{}), live: make(map[*Queue]struct{})}
+	d.conns.limit = int64(o.MaxConns)
+	d.conns.sweep = d.sweepIdle
+	d.conns.log = o.Log
+	d.conns.logLimit.Interval = failureLogInterval
 	o.Metrics.observe(d)
 	d.base, d.cancelBase = context.WithCancel(context.Background())
 	d.send = (*Queue).post
@@ -168,6 +181,7 @@ func (d *Delivery) NewQueue(worker, endpoint string) *Queue {
 	d.mu.Unlock()
 	q.drops = d.metrics.forWorker(worker)
 	q.p = newPoster(d.base, endpoint, d.opts.Timeout, d.tlsRoots, d.opts.DialControl)
+	q.p.conns = &d.conns
 	d.wg.Add(1)
 	d.queues.Add(1)
 	go q.run()
@@ -335,6 +349,11 @@ func (q *Queue) post(it queued) {
 			// Cut short by a drain past its deadline, not the worker's fault.
 			q.drop(dropReasonShutdown)
 			return
+		case errors.Is(err, errConnLimit):
+			// The sidecar's limit, not the worker's fault: the budget logs
+			// it, rate-limited across all workers.
+			m.errConnLimit.Inc()
+			return
 		case isTimeout(err):
 			m.errTimeout.Inc()
 		default:
@@ -376,6 +395,9 @@ type poster struct {
 	timeout time.Duration
 	// err is a bad endpoint's: every post fails with it.
 	err error
+	// conns is the budget of the connections to all workers; nil is no
+	// bound (tests).
+	conns *connBudget
 }
 
 const (
@@ -424,7 +446,19 @@ func newPoster(base context.Context, rawURL string, timeout time.Duration, roots
 			if timeout <= 0 {
 				timeout = p.timeout
 			}
-			return dialHint(base, addr, timeout, control)
+			if p.conns == nil {
+				return dialHint(base, addr, timeout, control)
+			}
+			if !p.conns.acquire() {
+				return nil, errConnLimit
+			}
+			c, err := dialHint(base, addr, timeout, control)
+			if err != nil {
+				p.conns.release()
+				return nil, err
+			}
+			c.release = p.conns.release
+			return c, nil
 		},
 		IsTLS:                     isTLS,
 		MaxConns:                  MaxConnsPerWorker,
@@ -463,6 +497,11 @@ func (p *poster) post(msg []byte) (int, error) {
 	p.resp.Reset()
 	err := p.hc.DoTimeout(p.req, p.resp, p.timeout)
 	p.req.ResetBody() // the hint is not the poster's to keep
+	if p.conns != nil && p.conns.pressed() {
+		// Connections are scarce: this one goes back to the budget now,
+		// not after sitting idle for the worker's next hint.
+		p.hc.CloseIdleConnections()
+	}
 	if err != nil && !headRead(p.resp, err) {
 		return 0, err
 	}

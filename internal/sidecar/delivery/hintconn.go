@@ -43,6 +43,10 @@ type hintConn struct {
 	// hook that sets it.
 	cut  atomic.Bool
 	stop func() bool
+	// release gives the connection back to the budget, once; nil when it
+	// was dialled outside one.
+	release  func()
+	released atomic.Bool
 }
 
 // errIdleConnClosed is the refusal of a write into an idle connection the
@@ -96,6 +100,9 @@ func (c *hintConn) Read(b []byte) (int, error) {
 
 func (c *hintConn) Close() error {
 	c.stop()
+	if c.release != nil && !c.released.Swap(true) {
+		c.release()
+	}
 	return c.Conn.Close()
 }
 

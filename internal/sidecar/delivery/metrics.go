@@ -28,6 +28,7 @@ const (
 	deliveryErrTimeout   = "timeout"
 	deliveryErrTransport = "transport"
 	deliveryErrStatus    = "status"
+	deliveryErrConnLimit = "connection_limit"
 )
 
 // Metrics are delivery's Prometheus metrics.
@@ -44,6 +45,7 @@ type Metrics struct {
 	errTimeout   prometheus.Counter
 	errTransport prometheus.Counter
 	errStatus    prometheus.Counter
+	errConnLimit prometheus.Counter
 }
 
 // NewMetrics registers delivery's metrics in reg; the gauges of the queues
@@ -65,7 +67,7 @@ func NewMetrics(reg *prometheus.Registry) *Metrics {
 	}, []string{"worker", "reason"})
 	m.deliveryErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: ns, Name: "delivery_errors_total",
-		Help: "Hint posts that failed, by reason (timeout, transport, status). Failed hints are not retried.",
+		Help: "Hint posts that failed, by reason (timeout, transport, status, connection_limit: no connection left in --max-worker-connections). Failed hints are not retried.",
 	}, []string{"reason"})
 	m.deliverySeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Namespace: ns, Name: "delivery_duration_seconds",
@@ -79,6 +81,7 @@ func NewMetrics(reg *prometheus.Registry) *Metrics {
 	m.errTimeout = m.deliveryErrors.WithLabelValues(deliveryErrTimeout)
 	m.errTransport = m.deliveryErrors.WithLabelValues(deliveryErrTransport)
 	m.errStatus = m.deliveryErrors.WithLabelValues(deliveryErrStatus)
+	m.errConnLimit = m.deliveryErrors.WithLabelValues(deliveryErrConnLimit)
 	return m
 }
 
@@ -90,6 +93,14 @@ func (m *Metrics) observe(d *Delivery) {
 			Namespace: ns, Name: "delivery_queued_bytes",
 			Help: "Bytes of the hints queued or in flight across all workers; bounded by --max-queued-hint-bytes.",
 		}, func() float64 { return float64(d.queuedBytes.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: ns, Name: "worker_connections",
+			Help: "Connections open to workers, dials included; bounded by worker_connections_limit.",
+		}, func() float64 { return float64(d.conns.open.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: ns, Name: "worker_connections_limit",
+			Help: "The budget of connections to all workers: --max-worker-connections, lowered to what the descriptor limit leaves after the listeners' caps.",
+		}, func() float64 { return float64(d.conns.limit) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: ns, Name: "delivery_queued_hints",
 			Help: "Hints waiting in the workers' delivery queues.",

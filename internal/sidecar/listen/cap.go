@@ -1,11 +1,13 @@
 package listen
 
 import (
+	"errors"
 	"io"
 	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -66,11 +68,21 @@ func NewCapListener(ln net.Listener, max int, refused prometheus.Counter) *CapLi
 }
 
 func (l *CapListener) Accept() (net.Conn, error) {
+	var wait time.Duration
 	for {
 		c, err := l.Listener.Accept()
+		if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
+			// Out of descriptors: wait for some to close, as net/http's
+			// server does, instead of returning an error the server stops
+			// on (fasthttp's does). The connection waits in the backlog.
+			wait = min(max(2*wait, 5*time.Millisecond), time.Second)
+			time.Sleep(wait)
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}
+		wait = 0
 		if l.open.Add(1) > l.max {
 			l.open.Add(-1)
 			l.refused.Inc()

@@ -305,6 +305,8 @@ type Registry struct {
 	// refused counts registrations refused as invalid, by source; nil
 	// counts nothing.
 	refused *prometheus.CounterVec
+	// limit caps each source's workers (limit.go).
+	limit sourceCap
 }
 
 // NewRegistry returns an empty registry whose hint-capable workers get a
@@ -383,6 +385,9 @@ func (r *Registry) Set(source string, spec WorkerSpec) error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if err := r.admitOne(*r.workers.Load(), source, spec.ID); err != nil {
+		return err
+	}
 	next := r.copyMap()
 	if err := otherSource(next, source, spec.ID); err != nil {
 		r.countRefused(source)
@@ -449,6 +454,7 @@ func (r *Registry) Replace(source string, specs []WorkerSpec) error {
 	if len(errs) > 0 {
 		return errors.Join(errs...)
 	}
+	specs, seen = r.capSource(next, source, specs)
 	for id, w := range next {
 		if w.Source == source && !seen[id] {
 			delete(next, id)
@@ -570,6 +576,7 @@ func (r *Registry) RegisterMetrics(reg prometheus.Registerer) {
 		Namespace: ns, Name: "workers_refused_total",
 		Help: "Worker registrations refused (a worker type other than aggregated, prefill or decode, bad source endpoints, a refused hint endpoint, an ID another source registered), by source (api, file, pods).",
 	}, []string{"source"})
+	r.registerLimitMetrics(reg)
 	reg.MustRegister(
 		r.refused,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
