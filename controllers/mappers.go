@@ -86,7 +86,7 @@ var routerPodChanged = predicate.Funcs{
 		return o.GetLabels()[v1alpha1.RouterLabel] != n.GetLabels()[v1alpha1.RouterLabel] ||
 			o.GetAnnotations()[v1alpha1.AppliedHashAnnotation] != n.GetAnnotations()[v1alpha1.AppliedHashAnnotation] ||
 			(o.GetDeletionTimestamp() == nil) != (n.GetDeletionTimestamp() == nil) ||
-			podPhase(o) != podPhase(n)
+			podPhase(o) != podPhase(n) || podReady(o) != podReady(n)
 	},
 }
 
@@ -95,4 +95,23 @@ func podPhase(o client.Object) corev1.PodPhase {
 		return p.Status.Phase
 	}
 	return ""
+}
+
+// podReady is the pod's Ready condition: restart-mode routers count
+// Ready pods.
+func podReady(o client.Object) corev1.ConditionStatus {
+	if p, ok := o.(*corev1.Pod); ok {
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodReady {
+				return c.Status
+			}
+		}
+	}
+	return ""
+}
+
+// replicaSetCameOrWent passes a ReplicaSet's creation and deletion: what
+// decides whether a config revision is still some revision's.
+var replicaSetCameOrWent = predicate.Funcs{
+	UpdateFunc: func(event.UpdateEvent) bool { return false },
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -61,6 +62,10 @@ func (r *RouterReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	if len(in.RouterRoles) == 0 {
 		return ctrl.Result{}, r.deleteConfigMap(ctx, current)
 	}
+	ro, err := r.observeRollout(ctx, req.Namespace, req.Name, &in)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 
 	in.Now = metav1.Now()
 	out := rolegraph.Compile(r.Catalog, in)
@@ -85,6 +90,9 @@ func (r *RouterReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 		return res, err
 	}
 	if err := r.applyConfigMap(ctx, current, compiled); err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.rollOut(ctx, &in, ro, compiled); err != nil {
 		return ctrl.Result{}, err
 	}
 	return retryStale(ctx, r.writeStatus(ctx, in.RouterRoles, out))
@@ -179,6 +187,13 @@ func (r *RouterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&corev1.Pod{},
 			handler.EnqueueRequestsFromMapFunc(routerOfLabel),
 			builder.WithPredicates(routerPodChanged)).
+		// Restart-mode routers: a Deployment's rollout status and template
+		// are what Programmed reports and what drift is; its ReplicaSets
+		// keep config revisions from garbage collection.
+		Watches(&appsv1.Deployment{}, handler.EnqueueRequestsFromMapFunc(routerOfLabel)).
+		Watches(&appsv1.ReplicaSet{},
+			handler.EnqueueRequestsFromMapFunc(routerOfLabel),
+			builder.WithPredicates(replicaSetCameOrWent)).
 		WithLogConstructor(func(req *reconcile.Request) logr.Logger {
 			l := mgr.GetLogger().WithValues("controller", "router")
 			if req != nil {
