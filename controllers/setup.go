@@ -70,9 +70,10 @@ func CacheOptions(namespaces []string) cache.Options {
 	return opts
 }
 
-// trimPod keeps of a cached router pod what Programmed reads: metadata
-// and phase. Router pods carry large specs (the router's own containers);
-// the manager needs none of it.
+// trimPod keeps of a cached router pod what Programmed reads: metadata,
+// phase, the Ready condition and which ConfigMaps its volumes reference
+// (for restart-mode routers). Router pods carry large specs (the router's
+// own containers); the manager needs none of the rest.
 //
 // It also drops an applied-hash annotation that the sidecar's field
 // manager does not own (see sidecarReport), so that Programmed counts

@@ -196,10 +196,10 @@ func livePods(t *testing.T, ns string) []corev1.Pod {
 }
 
 // policyConfigMap is the ConfigMap a pod's or template's policy volume
-// references.
+// references: its only configMap volume.
 func policyConfigMap(spec *corev1.PodSpec) string {
 	for _, v := range spec.Volumes {
-		if v.Name == "policy" && v.ConfigMap != nil {
+		if v.ConfigMap != nil {
 			return v.ConfigMap.Name
 		}
 	}

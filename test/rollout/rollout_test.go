@@ -1,8 +1,13 @@
 package rollout
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -12,6 +17,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -384,4 +391,39 @@ func TestRevisionsCollected(t *testing.T) {
 			t.Errorf("ReplicaSet %s mounts %s, which was deleted", rs.Name, name)
 		}
 	}
+}
+
+// TestSampleRolls applies config/samples/dynamo-router as it ships, with
+// only the fake node added (no scheduler runs here), and waits for both
+// pods on the compiled config.
+func TestSampleRolls(t *testing.T) {
+	ns := newNamespace(t)
+	data, err := os.ReadFile(filepath.Join("..", "..", "config", "samples", "dynamo-router", "router.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rr *v1alpha1.RouterRole
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	for {
+		u := &unstructured.Unstructured{}
+		if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		u.SetNamespace(ns)
+		if u.GetKind() == "Deployment" {
+			if err := unstructured.SetNestedField(u.Object, node, "spec", "template", "spec", "nodeName"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := k8s.Create(context.Background(), u); err != nil {
+			t.Fatalf("creating %s %s: %v", u.GetKind(), u.GetName(), err)
+		}
+		if u.GetKind() == "RouterRole" {
+			rr = &v1alpha1.RouterRole{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: u.GetName()}}
+		}
+	}
+	waitProgrammed(t, rr, metav1.ConditionTrue, v1alpha1.ReasonProgrammed, "2/2 router pods run ", 0)
+	requirePodsOn(t, ns, 2, v1alpha1.RevisionConfigMapName("llama", hashOf(t, rr)))
 }
