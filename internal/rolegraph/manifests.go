@@ -142,6 +142,7 @@ func readDocument(doc []byte, in *Input) error {
 		// starts (its mode, its policy file); the rest is read leniently.
 		var d appsv1.Deployment
 		if err := json.Unmarshal(js, &d); err != nil {
+			//lint:ignore ST1005 the message starts with the Kind, as the others here do
 			return fmt.Errorf("Deployment: %w", err)
 		}
 		in.Deployments = append(in.Deployments, d)

@@ -96,7 +96,7 @@ func TestReadWorkloadVolume(t *testing.T) {
 func TestStaleRevisions(t *testing.T) {
 	rev := func(hash string) corev1.ConfigMap {
 		return corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
-			Name: v1alpha1.RevisionConfigMapName("llama", hash),
+			Name:   v1alpha1.RevisionConfigMapName("llama", hash),
 			Labels: map[string]string{v1alpha1.RouterLabel: "llama", v1alpha1.ManagedByLabel: v1alpha1.ManagedBy, v1alpha1.ConfigHashLabel: hash},
 		}}
 	}

@@ -172,7 +172,7 @@ func TestManagerWritesOnlyThePolicyVolume(t *testing.T) {
 	}
 	for _, mf := range d.ManagedFields {
 		if strings.HasPrefix(mf.Manager, "kvhint") || mf.Manager == "Go-http-client" {
-			t.Errorf("written by %s: %s", mf.Manager, mf.FieldsV1.Raw)
+			t.Errorf("written by %s: %s", mf.Manager, mf.FieldsV1.GetRawString())
 		}
 	}
 

@@ -92,9 +92,9 @@ func requireOnlyVolumeWritten(t *testing.T, dep *appsv1.Deployment) {
 			continue
 		}
 		want := `{"f:spec":{"f:template":{"f:spec":{"f:volumes":{"k:{\"name\":\"policy\"}":{".":{},"f:configMap":{"f:name":{}},"f:name":{}}}}}}}`
-		if mf.Manager != v1alpha1.RolloutFieldManager || mf.Subresource != "" || string(mf.FieldsV1.Raw) != want {
+		if mf.Manager != v1alpha1.RolloutFieldManager || mf.Subresource != "" || mf.FieldsV1.GetRawString() != want {
 			t.Errorf("the manager owns %s of the Deployment as %s (subresource %q); want only the policy volume's configMap.name as %s",
-				mf.FieldsV1.Raw, mf.Manager, mf.Subresource, v1alpha1.RolloutFieldManager)
+				mf.FieldsV1.GetRawString(), mf.Manager, mf.Subresource, v1alpha1.RolloutFieldManager)
 		}
 	}
 }
@@ -308,7 +308,7 @@ func TestNotOptedInIsNeverWritten(t *testing.T) {
 	}
 	for _, mf := range dep.ManagedFields {
 		if strings.HasPrefix(mf.Manager, "kvhint") {
-			t.Errorf("the manager wrote the Deployment as %s: %s", mf.Manager, mf.FieldsV1.Raw)
+			t.Errorf("the manager wrote the Deployment as %s: %s", mf.Manager, mf.FieldsV1.GetRawString())
 		}
 	}
 	var cms corev1.ConfigMapList
