@@ -253,7 +253,11 @@ func compileRouter(cat *hints.Catalog, name string, results []*roleResult, cm *c
 			if p.runs == nil {
 				// The pool goes with the entry: an invalid change keeps
 				// both as they were.
-				p.runs, p.generation = prev.lastGood(cat, res.rr)
+				var wl *Workload
+				if len(workloads) > 0 {
+					wl = workloads[0]
+				}
+				p.runs, p.generation = prev.lastGood(cat, res.rr, wl)
 				sel = prev.selector(role)
 			}
 			if p.runs != nil && sel != nil {
@@ -304,7 +308,7 @@ func compileRouter(cat *hints.Catalog, name string, results []*roleResult, cm *c
 	}
 	r.ConfigMap = configMap(name, results, data, hash, sources)
 	if len(workloads) > 0 {
-		r.Revision = revisionConfigMap(r.ConfigMap, name, hash)
+		r.Revision = revisionConfigMap(r.ConfigMap, name, hash, workloads)
 	}
 	return r, placements
 }

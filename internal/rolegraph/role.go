@@ -124,8 +124,14 @@ func compileEntry(cat *hints.Catalog, spec *v1alpha1.RouterRoleSpec, entry *hint
 	if wl == nil {
 		return hintsconfig.CompileRole(cat, spec.Role, entry, roleMode(spec))
 	}
-	g, probs := hintsconfig.Compile(cat, &hintsconfig.Config{WorkerSelection: map[string]*hintsconfig.RoleEntry{spec.Role: entry}}, wl.modes())
-	r, ok := g.Role(spec.Role)
+	return compileUnder(cat, spec.Role, entry, wl)
+}
+
+// compileUnder compiles one role's entry under a restart-mode workload's
+// mode, so that messages name the flag and the container it came from.
+func compileUnder(cat *hints.Catalog, role string, entry *hintsconfig.RoleEntry, wl *Workload) (*hintsconfig.Role, hintsconfig.Problems) {
+	g, probs := hintsconfig.Compile(cat, &hintsconfig.Config{WorkerSelection: map[string]*hintsconfig.RoleEntry{role: entry}}, wl.modes())
+	r, ok := g.Role(role)
 	if !ok || probs.HasErrors() {
 		return nil, probs
 	}

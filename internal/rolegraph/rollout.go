@@ -7,20 +7,33 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
 )
 
 // revisionConfigMap is the immutable copy of a router's compiled
-// ConfigMap that restart-mode workloads mount: the same data, labels,
-// annotations and owners, named by the hash and labelled with it.
-// Immutable, because a pod must keep the file it started with: a rollback
-// to a revision brings back exactly that file.
-func revisionConfigMap(compiled *corev1.ConfigMap, router, hash string) *corev1.ConfigMap {
+// ConfigMap that restart-mode workloads mount: the same data, labels and
+// annotations, named by the hash and labelled with it. Immutable, because
+// a pod must keep the file it started with: a rollback to a revision
+// brings back exactly that file.
+//
+// Its owners are the workloads, not the RouterRoles: a revision is what
+// the Deployment's pods and ReplicaSets mount, and must outlive the
+// RouterRoles (deleting the last one must not break the next pod start);
+// it goes with the Deployments, or when the manager finds nothing
+// references it (StaleRevisions).
+func revisionConfigMap(compiled *corev1.ConfigMap, router, hash string, workloads []*Workload) *corev1.ConfigMap {
 	cm := compiled.DeepCopy()
 	cm.Name = v1alpha1.RevisionConfigMapName(router, hash)
 	cm.Labels = maps.Clone(compiled.Labels)
 	cm.Labels[v1alpha1.ConfigHashLabel] = hash
+	cm.OwnerReferences = nil
+	for _, w := range workloads {
+		cm.OwnerReferences = append(cm.OwnerReferences, metav1.OwnerReference{
+			APIVersion: "apps/v1", Kind: "Deployment", Name: w.Name, UID: w.UID,
+		})
+	}
 	immutable := true
 	cm.Immutable = &immutable
 	return cm

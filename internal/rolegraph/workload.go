@@ -9,6 +9,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
 	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
@@ -31,8 +32,9 @@ const DefaultRouterMode = hintsconfig.ModeRoundRobin
 // carries v1alpha1.PolicyVolumeAnnotation), as its pod template says the
 // router will start.
 type Workload struct {
-	// Name is the Deployment's.
+	// Name and UID are the Deployment's.
 	Name string
+	UID  types.UID
 	// Volume is the pod template volume that holds the policy file.
 	Volume string
 	// Writable is true when Volume is a configMap volume of the pod
@@ -83,7 +85,7 @@ func workloadsOf(deps []appsv1.Deployment) map[string][]*Workload {
 // its router: which volume and container, the router mode and whether the
 // container reads the mounted policy file.
 func ReadWorkload(d *appsv1.Deployment) *Workload {
-	w := &Workload{Name: d.Name, Volume: d.Annotations[v1alpha1.PolicyVolumeAnnotation], Replicas: 1}
+	w := &Workload{Name: d.Name, UID: d.UID, Volume: d.Annotations[v1alpha1.PolicyVolumeAnnotation], Replicas: 1}
 	if d.Spec.Replicas != nil {
 		w.Replicas = *d.Spec.Replicas
 	}

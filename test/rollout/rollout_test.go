@@ -323,12 +323,24 @@ func TestNotOptedInIsNeverWritten(t *testing.T) {
 // TestRoundRobinTemplateRefusesHints: the role says routerMode kv, but the
 // router's pod template starts it with --router-mode round-robin, which
 // is what will run: a role with hints is refused, naming the flag, its
-// value and the container; nothing is rolled.
+// value and the container; nothing is rolled. The role was accepted
+// before the Deployment came (a sidecar router then, under kv): that last
+// good entry does not run either, since the router's mode refuses it.
 func TestRoundRobinTemplateRefusesHints(t *testing.T) {
 	ns := newNamespace(t)
 	rr := decodeRole(ns, 60)
+	create(t, rr)
+	eventually(t, "Accepted=True before the Deployment", func(ctx context.Context) error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(rr), rr); err != nil {
+			return err
+		}
+		if c := meta.FindStatusCondition(rr.Status.Conditions, string(v1alpha1.ConditionAccepted)); c == nil || c.Status != metav1.ConditionTrue {
+			return fmt.Errorf("Accepted: %+v", c)
+		}
+		return nil
+	})
 	dep := routerDeployment(ns, 1, "--router-mode", "round-robin", "--router-policy-config", policyFile)
-	create(t, rr, dep)
+	create(t, dep)
 	eventually(t, "Accepted=False HintsRequireKVMode", func(ctx context.Context) error {
 		if err := k8s.Get(ctx, client.ObjectKeyFromObject(rr), rr); err != nil {
 			return err
@@ -343,6 +355,7 @@ func TestRoundRobinTemplateRefusesHints(t *testing.T) {
 	if res := kstatusOf(t, rr); res.Status != status.FailedStatus {
 		t.Errorf("kstatus reads %s, want Failed", res.Status)
 	}
+	waitProgrammed(t, rr, metav1.ConditionFalse, v1alpha1.ReasonNotAccepted, "nothing of the role runs", 0)
 	if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(dep), dep); err != nil {
 		t.Fatal(err)
 	}
@@ -426,4 +439,48 @@ func TestSampleRolls(t *testing.T) {
 	}
 	waitProgrammed(t, rr, metav1.ConditionTrue, v1alpha1.ReasonProgrammed, "2/2 router pods run ", 0)
 	requirePodsOn(t, ns, 2, v1alpha1.RevisionConfigMapName("llama", hashOf(t, rr)))
+}
+
+// TestRevisionsOutliveRoles: a revision is the Deployment's, not the
+// RouterRoles': with the last RouterRole gone the pods' next start still
+// finds its file; the garbage collector removes it with the Deployment.
+func TestRevisionsOutliveRoles(t *testing.T) {
+	ns := newNamespace(t)
+	rr := decodeRole(ns, 60)
+	dep := routerDeployment(ns, 1)
+	create(t, rr, dep)
+	waitProgrammed(t, rr, metav1.ConditionTrue, v1alpha1.ReasonProgrammed, "1/1 router pods run ", rr.Generation)
+	rev := v1alpha1.RevisionConfigMapName("llama", hashOf(t, rr))
+
+	if err := k8s.Delete(context.Background(), rr); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the manager removing llama-hints with its last RouterRole", func(ctx context.Context) error {
+		err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: v1alpha1.HintsConfigMapName("llama")}, &corev1.ConfigMap{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("still there (%v)", err)
+	})
+	cm := &corev1.ConfigMap{}
+	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: rev}, cm); err != nil {
+		t.Fatalf("revision %s, which the Deployment mounts, is gone with the RouterRole: %v", rev, err)
+	}
+	if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(dep), dep); err != nil {
+		t.Fatal(err)
+	}
+	if len(cm.OwnerReferences) != 1 || cm.OwnerReferences[0].UID != dep.UID {
+		t.Fatalf("revision %s is owned by %+v; want the Deployment alone", rev, cm.OwnerReferences)
+	}
+
+	if err := k8s.Delete(context.Background(), dep, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the garbage collector removing the revision with the Deployment", func(ctx context.Context) error {
+		err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: rev}, &corev1.ConfigMap{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("still there (%v)", err)
+	})
 }
