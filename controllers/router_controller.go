@@ -51,9 +51,10 @@ type RouterReconciler struct {
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile recompiles one router: it reads the router's RouterRoles, the
-// HintPolicies they reference, the ConfigMap and the router pods, compiles
-// them, writes the ConfigMap if it changed and the status of every role
-// whose status changed.
+// HintPolicies they reference, the ConfigMap, the router pods and
+// Deployments, compiles them, writes the ConfigMap if it changed, rolls the
+// opted-in Deployments to the config (rollOut) and writes the status of
+// every role whose status changed.
 func (r *RouterReconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl.Result, error) {
 	in, current, err := r.observe(ctx, req.Namespace, req.Name)
 	if err != nil {
