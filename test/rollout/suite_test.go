@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -227,12 +228,18 @@ func writesSnapshot() map[string]int {
 type countWrites struct{ next http.RoundTripper }
 
 func (c countWrites) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := c.next.RoundTrip(req)
 	if req.Method != http.MethodGet && req.Method != http.MethodHead {
+		key := req.Method + " " + resourceOf(req.URL.Path)
+		if err == nil && resp.StatusCode >= 300 {
+			// Refused writes (a 409 on a stale status) count too, apart.
+			key += " " + strconv.Itoa(resp.StatusCode)
+		}
 		writes.Lock()
-		writes.n[req.Method+" "+resourceOf(req.URL.Path)]++
+		writes.n[key]++
 		writes.Unlock()
 	}
-	return c.next.RoundTrip(req)
+	return resp, err
 }
 
 // resourceOf turns /api/v1/namespaces/ns/configmaps/name into configmaps,
