@@ -186,12 +186,12 @@ func (r *RouterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// which compiles to no write.
 		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(routerOfLabel)).
 		Watches(&corev1.Pod{},
-			handler.EnqueueRequestsFromMapFunc(routerOfLabel),
+			progressEvents(podReportChanged),
 			builder.WithPredicates(routerPodChanged)).
 		// Restart-mode routers: a Deployment's rollout status and template
 		// are what Programmed reports and what drift is; its ReplicaSets
 		// keep config revisions from garbage collection.
-		Watches(&appsv1.Deployment{}, handler.EnqueueRequestsFromMapFunc(routerOfLabel)).
+		Watches(&appsv1.Deployment{}, progressEvents(workloadChanged)).
 		Watches(&appsv1.ReplicaSet{},
 			handler.EnqueueRequestsFromMapFunc(routerOfLabel),
 			builder.WithPredicates(replicaSetCameOrWent)).
