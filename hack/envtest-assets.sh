@@ -60,7 +60,7 @@ trap 'rm -rf "$WORK"' EXIT
 export GOWORK=off CGO_ENABLED=0 GOFLAGS='-trimpath -mod=mod -buildvcs=false'
 
 log "building kube-apiserver, kube-controller-manager and kubectl v${K8S_VERSION}, etcd v${ETCD_VERSION} and kwok v${KWOK_VERSION} from Go modules into $DEST"
-log "a cold build takes about fifteen minutes on two cores; later runs reuse the cache"
+log "a cold build takes about twenty minutes on two cores; later runs reuse the cache"
 
 # kube-apiserver: the kubernetes module replaces its staging modules with
 # local paths the module zip lacks, so a wrapper module pins each of them.
