@@ -9,6 +9,12 @@
 // between runs: the last accepted entry of each role is read back from the
 // ConfigMap, so a restart changes nothing.
 //
+// For a restart-mode router (a Deployment that opts in with
+// v1alpha1.PolicyVolumeAnnotation) it also writes each compiled config as
+// an immutable revision ConfigMap, points the Deployment's policy volume
+// at it, and removes the revisions no ReplicaSet references (rollout.go);
+// Deployments and ReplicaSets are mapped to their router by label too.
+//
 // The HintPolicy reconciler writes HintPolicy status only: whether the
 // policy is valid on its own and which RouterRoles use it.
 package controllers

@@ -2,11 +2,15 @@ package controllers
 
 import (
 	"context"
+	"maps"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -88,7 +92,7 @@ var routerPodChanged = predicate.Funcs{
 			o.GetAnnotations()[v1alpha1.AppliedHashAnnotation] != n.GetAnnotations()[v1alpha1.AppliedHashAnnotation] ||
 			o.GetAnnotations()[v1alpha1.EjectedPoliciesAnnotation] != n.GetAnnotations()[v1alpha1.EjectedPoliciesAnnotation] ||
 			(o.GetDeletionTimestamp() == nil) != (n.GetDeletionTimestamp() == nil) ||
-			podPhase(o) != podPhase(n)
+			podPhase(o) != podPhase(n) || podReady(o) != podReady(n)
 	},
 }
 
@@ -97,4 +101,76 @@ func podPhase(o client.Object) corev1.PodPhase {
 		return p.Status.Phase
 	}
 	return ""
+}
+
+// podReady is the pod's Ready condition: restart-mode routers count
+// Ready pods.
+func podReady(o client.Object) corev1.ConditionStatus {
+	if p, ok := o.(*corev1.Pod); ok {
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodReady {
+				return c.Status
+			}
+		}
+	}
+	return ""
+}
+
+// replicaSetCameOrWent passes a ReplicaSet's creation and deletion: what
+// decides whether a config revision is still some revision's.
+var replicaSetCameOrWent = predicate.Funcs{
+	UpdateFunc: func(event.UpdateEvent) bool { return false },
+}
+
+// progressBatch is how long an event that only moves a Programmed count
+// (a router pod that appears, goes or turns Ready; a Deployment's rollout
+// status) waits before its router is reconciled. Events within it are one
+// reconcile and at most one status write: a 30-replica rollout moved the
+// count, and wrote the status, about twice per pod without it. A sidecar's
+// applied-hash report and a change of a workload's spec or metadata (the
+// policy volume set by hand, an opt-in) are not delayed.
+const progressBatch = 500 * time.Millisecond
+
+// progressEvents enqueues an object's router after progressBatch, or at
+// once when urgent says the update is more than progress.
+func progressEvents(urgent func(old, new client.Object) bool) handler.Funcs {
+	add := func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request], o client.Object, now bool) {
+		for _, req := range routerOfLabel(ctx, o) {
+			if now {
+				q.Add(req)
+			} else {
+				q.AddAfter(req, progressBatch)
+			}
+		}
+	}
+	return handler.Funcs{
+		CreateFunc: func(ctx context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			add(ctx, q, e.Object, false)
+		},
+		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			now := urgent(e.ObjectOld, e.ObjectNew)
+			add(ctx, q, e.ObjectOld, now)
+			add(ctx, q, e.ObjectNew, now)
+		},
+		DeleteFunc: func(ctx context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			add(ctx, q, e.Object, false)
+		},
+		GenericFunc: func(ctx context.Context, e event.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			add(ctx, q, e.Object, true)
+		},
+	}
+}
+
+// podReportChanged: a sidecar's report, or a pod that joins or leaves a
+// router, is news at once.
+func podReportChanged(o, n client.Object) bool {
+	return o.GetLabels()[v1alpha1.RouterLabel] != n.GetLabels()[v1alpha1.RouterLabel] ||
+		o.GetAnnotations()[v1alpha1.AppliedHashAnnotation] != n.GetAnnotations()[v1alpha1.AppliedHashAnnotation]
+}
+
+// workloadChanged: a Deployment's spec (its generation) or metadata (the
+// opt-in, the router label) changed, not only its rollout status.
+func workloadChanged(o, n client.Object) bool {
+	return o.GetGeneration() != n.GetGeneration() ||
+		!maps.Equal(o.GetLabels(), n.GetLabels()) || !maps.Equal(o.GetAnnotations(), n.GetAnnotations())
 }

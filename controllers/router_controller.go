@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -60,9 +61,10 @@ type RouterReconciler struct {
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile recompiles one router: it reads the router's RouterRoles, the
-// HintPolicies they reference, the ConfigMap and the router pods, compiles
-// them, writes the ConfigMap if it changed and the status of every role
-// whose status changed.
+// HintPolicies they reference, the ConfigMap, the router pods and
+// Deployments, compiles them, writes the ConfigMap if it changed, rolls the
+// opted-in Deployments to the config (rollOut) and writes the status of
+// every role whose status changed.
 func (r *RouterReconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl.Result, error) {
 	in, current, err := r.observe(ctx, req.Namespace, req.Name)
 	if err != nil {
@@ -77,6 +79,10 @@ func (r *RouterReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	}
 	if rc.problem != nil {
 		in.CatalogProblems = map[string]rolegraph.Finding{req.Name: *rc.problem}
+	}
+	ro, err := r.observeRollout(ctx, req.Namespace, req.Name, &in)
+	if err != nil {
+		return ctrl.Result{}, err
 	}
 
 	in.Now = metav1.Now()
@@ -106,6 +112,9 @@ func (r *RouterReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 		return retryStale(ctx, r.writeStatus(ctx, in.RouterRoles, out))
 	}
 	if err := r.applyConfigMap(ctx, current, compiled); err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.rollOut(ctx, &in, ro, compiled); err != nil {
 		return ctrl.Result{}, err
 	}
 	return retryStale(ctx, r.writeStatus(ctx, in.RouterRoles, out))
@@ -211,9 +220,16 @@ func (r *RouterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// which compiles to no write.
 		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(routerOfLabel)).
 		Watches(&corev1.Pod{},
-			handler.EnqueueRequestsFromMapFunc(routerOfLabel),
+			progressEvents(podReportChanged),
 			builder.WithPredicates(routerPodChanged)).
 		WatchesRawSource(source.Kind(r.catalogCache, &corev1.ConfigMap{}, catalogEvents(r.catalogs))).
+		// Restart-mode routers: a Deployment's rollout status and template
+		// are what Programmed reports and what drift is; its ReplicaSets
+		// keep config revisions from garbage collection.
+		Watches(&appsv1.Deployment{}, progressEvents(workloadChanged)).
+		Watches(&appsv1.ReplicaSet{},
+			handler.EnqueueRequestsFromMapFunc(routerOfLabel),
+			builder.WithPredicates(replicaSetCameOrWent)).
 		WithLogConstructor(func(req *reconcile.Request) logr.Logger {
 			l := mgr.GetLogger().WithValues("controller", "router")
 			if req != nil {

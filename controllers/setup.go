@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -48,6 +49,9 @@ func CacheOptions(namespaces []string) cache.Options {
 		ByObject: map[client.Object]cache.ByObject{
 			&corev1.ConfigMap{}: {Label: labels.NewSelector().Add(*hasRouter, *managed)},
 			&corev1.Pod{}:       {Label: labels.NewSelector().Add(*hasRouter), Transform: trimPod},
+			// Restart-mode routers' workloads and their revision history.
+			&appsv1.Deployment{}: {Label: labels.NewSelector().Add(*hasRouter)},
+			&appsv1.ReplicaSet{}: {Label: labels.NewSelector().Add(*hasRouter), Transform: trimReplicaSet},
 		},
 		// Watches that wait out an API server outage, trying again every
 		// 2 s: with client-go's own backoff (up to 30 s and as much jitter
@@ -68,8 +72,9 @@ func CacheOptions(namespaces []string) cache.Options {
 }
 
 // trimPod keeps of a cached router pod what Programmed and PolicyEjected
-// read: metadata and phase. Router pods carry large specs (the router's
-// own containers); the manager needs none of it.
+// read: metadata, phase, the Ready condition and which ConfigMaps its
+// volumes reference (for restart-mode routers). Router pods carry large
+// specs (the router's own containers); the manager needs none of the rest.
 //
 // It also drops a sidecar report annotation (applied-hash,
 // ejected-policies) that the sidecar's field manager does not own (see
@@ -104,7 +109,42 @@ func trimPod(obj any) (any, error) {
 		delete(trimmed.Annotations, key)
 	}
 	trimmed.Status.Phase = pod.Status.Phase
+	// What a restart-mode router's count reads: which config revision
+	// the pod mounts, and whether it is Ready.
+	trimmed.Spec.Volumes = configMapVolumes(pod.Spec.Volumes)
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			trimmed.Status.Conditions = []corev1.PodCondition{{Type: c.Type, Status: c.Status}}
+		}
+	}
 	return trimmed, nil
+}
+
+// trimReplicaSet keeps of a cached ReplicaSet what config revision
+// garbage collection reads: its metadata and the ConfigMaps its pod
+// template mounts.
+func trimReplicaSet(obj any) (any, error) {
+	rs, ok := obj.(*appsv1.ReplicaSet)
+	if !ok {
+		return obj, nil
+	}
+	trimmed := &appsv1.ReplicaSet{TypeMeta: rs.TypeMeta, ObjectMeta: rs.ObjectMeta}
+	trimmed.Spec.Template.Spec.Volumes = configMapVolumes(rs.Spec.Template.Spec.Volumes)
+	return trimmed, nil
+}
+
+// configMapVolumes returns the configMap volumes, with their name and the
+// ConfigMap they reference and nothing else.
+func configMapVolumes(vols []corev1.Volume) []corev1.Volume {
+	var out []corev1.Volume
+	for _, v := range vols {
+		if v.ConfigMap != nil {
+			out = append(out, corev1.Volume{Name: v.Name, VolumeSource: corev1.VolumeSource{
+				ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: v.ConfigMap.LocalObjectReference},
+			}})
+		}
+	}
+	return out
 }
 
 // sidecarOwns reports whether a managedFields entry shows the annotation

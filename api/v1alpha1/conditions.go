@@ -142,4 +142,17 @@ const (
 	// nor a RouterRole owner). The manager never adopts, overwrites or
 	// deletes it, so the role's config cannot be written.
 	ReasonConfigMapConflict ConditionReason = "ConfigMapConflict"
+
+	// ReasonRolloutFailed: a restart-mode router's Deployment reports
+	// Progressing=False with reason ProgressDeadlineExceeded: its rollout
+	// of the config stopped. The message carries the Deployment's. Like
+	// ConfigMapConflict it sets Stalled, which kstatus reads as Failed.
+	ReasonRolloutFailed ConditionReason = "RolloutFailed"
+
+	// ReasonPolicyFileNotRead: a restart-mode router's container does not
+	// read the file the manager mounts: it does not mount the policy
+	// volume, or its --router-policy-config (DYN_ROUTER_POLICY_CONFIG) is
+	// unset or names another path. The config is written, but the router
+	// would not run it. It sets Stalled.
+	ReasonPolicyFileNotRead ConditionReason = "PolicyFileNotRead"
 )

@@ -22,3 +22,32 @@ const (
 // HintsConfigMapName returns the name of the ConfigMap compiled for a
 // router: "<router>-hints", in the namespace of its RouterRoles.
 func HintsConfigMapName(router string) string { return wellknown.ConfigMapName(router) }
+
+// Restart-mode routers: a router workload that reads its policy file only
+// at start-up (Dynamo's own router) opts in to having the manager roll it.
+const (
+	// PolicyVolumeAnnotation, on a Deployment that also carries
+	// RouterLabel, names the volume of its pod template that holds the
+	// policy file. With it the manager writes each compiled config as an
+	// immutable ConfigMap named by its hash (RevisionConfigMapName) and
+	// sets that volume's configMap.name to it, and nothing else of the
+	// Deployment; the Deployment's rolling update replaces the pods.
+	// Without it the manager never writes the Deployment.
+	PolicyVolumeAnnotation = "hints.kvrouter.io/policy-volume"
+
+	// ConfigHashLabel is on every immutable ConfigMap the manager writes
+	// for a restart-mode router: the content hash it holds. The mutable
+	// "<router>-hints" ConfigMap does not carry it.
+	ConfigHashLabel = "hints.kvrouter.io/config-hash"
+
+	// RolloutFieldManager is the field manager of the manager's writes to
+	// a router workload: only the policy volume's configMap.name.
+	RolloutFieldManager = "kvhint-manager-rollout"
+)
+
+// RevisionConfigMapName returns the name of the immutable ConfigMap that
+// holds one compiled config of a restart-mode router:
+// "<router>-hints-<hash>".
+func RevisionConfigMapName(router, hash string) string {
+	return HintsConfigMapName(router) + "-" + hash
+}

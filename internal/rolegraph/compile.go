@@ -7,6 +7,7 @@ import (
 
 	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -25,8 +26,13 @@ type Input struct {
 	// for each role, which a role whose new spec is invalid keeps.
 	ConfigMaps []corev1.ConfigMap
 	// Pods are router pods; their labels, annotations, deletion timestamp
-	// and phase are read.
+	// and phase are read, and for restart-mode routers their configMap
+	// volumes and Ready condition.
 	Pods []corev1.Pod
+	// Deployments are router Deployments (RouterLabel). Those that carry
+	// v1alpha1.PolicyVolumeAnnotation make their router a restart-mode
+	// one; the others are only read for nothing.
+	Deployments []appsv1.Deployment
 	// Now stamps the conditions that change.
 	Now metav1.Time
 	// CatalogProblems are, by router, why the catalog the router declares
@@ -65,6 +71,13 @@ type Router struct {
 	// Notes say why the existing ConfigMap was not trusted for last good
 	// entries, if it was not; for the log.
 	Notes []string
+	// Workloads are the router's restart-mode Deployments, sorted by
+	// name; empty for a sidecar router. Each gets its policy volume
+	// pointed at Revision.
+	Workloads []*Workload
+	// Revision is the immutable ConfigMap that holds this config for the
+	// workloads, named by its hash; nil for a sidecar router.
+	Revision *corev1.ConfigMap
 	// Conflict, when not empty, says that a ConfigMap of the router's
 	// ConfigMap name exists that the manager did not create (see
 	// CreatedByManager): ConfigMap must not be written, and every role of
@@ -133,10 +146,15 @@ func Compile(cat *hints.Catalog, in Input) *Output {
 	roles := sortedByName(in.RouterRoles)
 	policies := newPolicyIndex(cat, in.HintPolicies)
 
+	workloads := workloadsOf(in.Deployments)
 	results := make(map[string]*roleResult, len(roles))
 	byRouter := map[string][]*roleResult{}
 	for _, rr := range roles {
-		res := compileRole(cat, rr, policies)
+		var wl *Workload
+		if ws := workloads[rr.Spec.Router]; len(ws) > 0 {
+			wl = ws[0]
+		}
+		res := compileRole(cat, rr, policies, wl)
 		if f, held := in.CatalogProblems[rr.Spec.Router]; held {
 			// Nothing of the current spec can be checked without the
 			// router's catalog: the role runs its last good entry.
@@ -155,7 +173,7 @@ func Compile(cat *hints.Catalog, in Input) *Output {
 		if f, ok := in.CatalogProblems[name]; ok {
 			held = f.Message
 		}
-		r, ps := compileRouter(cat, name, byRouter[name], configMapFor(in.ConfigMaps, name), in.Pods, held)
+		r, ps := compileRouter(cat, name, byRouter[name], configMapFor(in.ConfigMaps, name), in.Pods, held, workloads[name])
 		out.Routers = append(out.Routers, r)
 		for _, p := range ps {
 			placements[p.res.rr.Name] = p
@@ -210,8 +228,8 @@ type placement struct {
 }
 
 // compileRouter builds one router's config from its RouterRoles.
-func compileRouter(cat *hints.Catalog, name string, results []*roleResult, cm *corev1.ConfigMap, pods []corev1.Pod, held string) (*Router, []*placement) {
-	r := &Router{Name: name, Held: held}
+func compileRouter(cat *hints.Catalog, name string, results []*roleResult, cm *corev1.ConfigMap, pods []corev1.Pod, held string, workloads []*Workload) (*Router, []*placement) {
+	r := &Router{Name: name, Held: held, Workloads: workloads}
 	var prev *running
 	if cm != nil && !CreatedByManager(cm) {
 		r.Conflict = conflictMessage(cm)
@@ -256,7 +274,11 @@ func compileRouter(cat *hints.Catalog, name string, results []*roleResult, cm *c
 			if p.runs == nil {
 				// The pool goes with the entry: an invalid change keeps
 				// both as they were.
-				p.runs, p.generation = prev.lastGood(cat, res.rr)
+				var wl *Workload
+				if len(workloads) > 0 {
+					wl = workloads[0]
+				}
+				p.runs, p.generation = prev.lastGood(cat, res.rr, wl)
 				sel = prev.selector(role)
 			}
 			if p.runs != nil && sel != nil {
@@ -294,6 +316,9 @@ func compileRouter(cat *hints.Catalog, name string, results []*roleResult, cm *c
 		hash = cm.Annotations[v1alpha1.HashAnnotation]
 	}
 	count := countPods(pods, name, hash)
+	if len(workloads) > 0 {
+		count = countRestartPods(pods, name, hash, workloads)
+	}
 	for _, p := range placements {
 		if p.runs != nil {
 			// Status shows the role as the config holds it.
@@ -307,6 +332,9 @@ func compileRouter(cat *hints.Catalog, name string, results []*roleResult, cm *c
 		}
 	}
 	r.ConfigMap = configMap(name, results, data, hash, sources)
+	if len(workloads) > 0 {
+		r.Revision = revisionConfigMap(r.ConfigMap, name, hash, workloads)
+	}
 	return r, placements
 }
 
@@ -326,7 +354,10 @@ func configMapFor(cms []corev1.ConfigMap, router string) *corev1.ConfigMap {
 type podCount struct {
 	total, upToDate int32
 	hash            string
-	ejected         map[string]map[string]*ejectedOn
+	// restart is true for a restart-mode router: upToDate counts Ready
+	// pods that mount the config's revision.
+	restart bool
+	ejected map[string]map[string]*ejectedOn
 }
 
 // ejectedOn is one policy's ejection across a router's pods.
@@ -343,8 +374,7 @@ func countPods(pods []corev1.Pod, router, hash string) podCount {
 	c := podCount{hash: hash}
 	for i := range pods {
 		p := &pods[i]
-		if p.Labels[v1alpha1.RouterLabel] != router || p.DeletionTimestamp != nil ||
-			p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		if !livePod(p, router) {
 			continue
 		}
 		c.total++
@@ -393,6 +423,13 @@ func (c *podCount) addEjected(v string) {
 			on.reasons = slices.Insert(on.reasons, j, reason)
 		}
 	}
+}
+
+// livePod reports whether a pod is one of the router's that can run a
+// config: not being deleted, not terminated.
+func livePod(p *corev1.Pod, router string) bool {
+	return p.Labels[v1alpha1.RouterLabel] == router && p.DeletionTimestamp == nil &&
+		p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed
 }
 
 // sortedByName returns pointers to objs, sorted by name, so that results

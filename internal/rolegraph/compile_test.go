@@ -39,6 +39,8 @@ type goldenRouter struct {
 	Notes     []string `json:"notes,omitempty"`
 	Conflict  string   `json:"conflict,omitempty"`
 	ConfigMap any      `json:"configMap"`
+	// Revision is the immutable copy restart-mode workloads mount.
+	Revision any `json:"revision,omitempty"`
 }
 
 type goldenObject struct {
@@ -119,7 +121,7 @@ func checkConfigsParse(t *testing.T, cat *hints.Catalog, out *Output) {
 func render(out *Output) golden {
 	var g golden
 	for _, r := range out.Routers {
-		g.Routers = append(g.Routers, goldenRouter{Name: r.Name, Hash: r.Hash, Notes: r.Notes, Conflict: r.Conflict, ConfigMap: r.ConfigMap})
+		g.Routers = append(g.Routers, goldenRouter{Name: r.Name, Hash: r.Hash, Notes: r.Notes, Conflict: r.Conflict, ConfigMap: r.ConfigMap, Revision: revisionOrNil(r)})
 	}
 	for _, r := range out.RouterRoles {
 		g.RouterRoles = append(g.RouterRoles, goldenObject{Name: r.Name, Findings: strs(r.Findings), Status: r.Status})
@@ -128,6 +130,13 @@ func render(out *Output) golden {
 		g.HintPolicies = append(g.HintPolicies, goldenObject{Name: r.Name, Findings: strs(r.Findings), Status: r.Status})
 	}
 	return g
+}
+
+func revisionOrNil(r *Router) any {
+	if r.Revision == nil {
+		return nil
+	}
+	return r.Revision
 }
 
 func strs(fs Findings) []string {

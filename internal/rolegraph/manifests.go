@@ -9,6 +9,7 @@ import (
 	"io"
 	"strings"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -20,7 +21,7 @@ import (
 
 // ReadManifests decodes a multi-document YAML stream of Kubernetes objects
 // (the items of a List included) and adds to in the RouterRoles and
-// HintPolicies, and the ConfigMaps and Pods, it holds. Documents of other
+// HintPolicies, and the ConfigMaps, Pods and Deployments, it holds. Documents of other
 // kinds are skipped, so the output of a kustomize build can be checked as
 // it is. Decoding is strict: an unknown or mistyped field is an error. A
 // bad document does not stop the others; the errors, each a
@@ -136,6 +137,15 @@ func readDocument(doc []byte, in *Input) error {
 			return fmt.Errorf("ConfigMap: %w", err)
 		}
 		in.ConfigMaps = append(in.ConfigMaps, cm)
+	case tm.APIVersion == "apps/v1" && tm.Kind == "Deployment":
+		// A router Deployment's pod template says how Dynamo's router
+		// starts (its mode, its policy file); the rest is read leniently.
+		var d appsv1.Deployment
+		if err := json.Unmarshal(js, &d); err != nil {
+			//lint:ignore ST1005 the message starts with the Kind, as the others here do
+			return fmt.Errorf("Deployment: %w", err)
+		}
+		in.Deployments = append(in.Deployments, d)
 	case tm.APIVersion == "v1" && tm.Kind == "Pod":
 		// Only the metadata and phase of router pods matter; the rest is
 		// read leniently.

@@ -57,8 +57,11 @@ func (res *roleResult) refNames() []string {
 }
 
 // compileRole checks one RouterRole: its references, then the catalog
-// rules through the hints core.
-func compileRole(cat *hints.Catalog, rr *v1alpha1.RouterRole, policies policyIndex) *roleResult {
+// rules through the hints core. wl, when not nil, is the restart-mode
+// workload of the role's router: the role is then checked under the mode
+// its pod template starts the router with, which is what will run,
+// rather than spec.routerMode.
+func compileRole(cat *hints.Catalog, rr *v1alpha1.RouterRole, policies policyIndex, wl *Workload) *roleResult {
 	res := &roleResult{rr: rr}
 	spec := &rr.Spec
 	if !dnsLabel.MatchString(spec.Router) || len(spec.Router) > hints.MaxNameLength {
@@ -97,7 +100,7 @@ func compileRole(cat *hints.Catalog, rr *v1alpha1.RouterRole, policies policyInd
 		return res
 	}
 
-	compiled, probs := hintsconfig.CompileRole(cat, spec.Role, entry, roleMode(spec))
+	compiled, probs := compileEntry(cat, spec, entry, wl)
 	for _, p := range probs {
 		res.findings = append(res.findings, roleFinding(p, spec))
 	}
@@ -113,6 +116,26 @@ func compileRole(cat *hints.Catalog, rr *v1alpha1.RouterRole, policies policyInd
 		res.compiled = compiled
 	}
 	return res
+}
+
+// compileEntry runs the hints core on a role's entry, under the role's
+// own mode or, for a restart-mode router, its template's.
+func compileEntry(cat *hints.Catalog, spec *v1alpha1.RouterRoleSpec, entry *hintsconfig.RoleEntry, wl *Workload) (*hintsconfig.Role, hintsconfig.Problems) {
+	if wl == nil {
+		return hintsconfig.CompileRole(cat, spec.Role, entry, roleMode(spec))
+	}
+	return compileUnder(cat, spec.Role, entry, wl)
+}
+
+// compileUnder compiles one role's entry under a restart-mode workload's
+// mode, so that messages name the flag and the container it came from.
+func compileUnder(cat *hints.Catalog, role string, entry *hintsconfig.RoleEntry, wl *Workload) (*hintsconfig.Role, hintsconfig.Problems) {
+	g, probs := hintsconfig.Compile(cat, &hintsconfig.Config{WorkerSelection: map[string]*hintsconfig.RoleEntry{role: entry}}, wl.modes())
+	r, ok := g.Role(role)
+	if !ok || probs.HasErrors() {
+		return nil, probs
+	}
+	return r, probs
 }
 
 // roleMode is the router mode a RouterRole's spec runs under: kv when

@@ -49,8 +49,11 @@ func readRunning(cm *corev1.ConfigMap) (*running, error) {
 // again by the current catalog under the mode it runs with, and the
 // generation it came from. It returns nil when the entry is not the
 // RouterRole's (another object, or an earlier object of the same name) or
-// no longer passes the rules.
-func (r *running) lastGood(cat *hints.Catalog, rr *v1alpha1.RouterRole) (*hintsconfig.Role, int64) {
+// no longer passes the rules. For a restart-mode router (wl not nil) the
+// mode is the one its pod template starts it with now, whatever the
+// entry was compiled under: a pod that starts with a file its mode
+// refuses does not start.
+func (r *running) lastGood(cat *hints.Catalog, rr *v1alpha1.RouterRole, wl *Workload) (*hintsconfig.Role, int64) {
 	if r == nil {
 		return nil, 0
 	}
@@ -63,8 +66,14 @@ func (r *running) lastGood(cat *hints.Catalog, rr *v1alpha1.RouterRole) (*hintsc
 	if !ok {
 		return nil, 0
 	}
-	compiledRole, probs := hintsconfig.CompileRole(cat, role, entry, r.cfg.Roles[role].RouterMode)
-	if probs.HasErrors() {
+	var compiledRole *hintsconfig.Role
+	var probs hintsconfig.Problems
+	if wl != nil {
+		compiledRole, probs = compileUnder(cat, role, entry, wl)
+	} else {
+		compiledRole, probs = hintsconfig.CompileRole(cat, role, entry, r.cfg.Roles[role].RouterMode)
+	}
+	if compiledRole == nil || probs.HasErrors() {
 		return nil, 0
 	}
 	return compiledRole, src.Generation

@@ -26,7 +26,8 @@ func roleStatus(rr *v1alpha1.RouterRole, p *placement, now metav1.Time) v1alpha1
 	// What waiting cannot fix: a rejected spec, an unresolved reference,
 	// and a ConfigMap of someone else's in the compiled config's place.
 	blocking := []metav1.Condition{accepted, resolved}
-	if programmed.Reason == string(v1alpha1.ReasonConfigMapConflict) {
+	switch v1alpha1.ConditionReason(programmed.Reason) {
+	case v1alpha1.ReasonConfigMapConflict, v1alpha1.ReasonRolloutFailed, v1alpha1.ReasonPolicyFileNotRead:
 		blocking = append(blocking, programmed)
 	}
 	setAbnormal(&st.Conditions, v1alpha1.ConditionStalled, stalledCondition(rr.Generation, ready, blocking...), now)
@@ -126,6 +127,18 @@ func programmedCondition(rr *v1alpha1.RouterRole, p *placement) metav1.Condition
 	}
 	c := p.pods
 	cm := v1alpha1.HintsConfigMapName(rr.Spec.Router)
+	if c.restart {
+		cm = v1alpha1.RevisionConfigMapName(rr.Spec.Router, c.hash)
+		for _, w := range p.router.Workloads {
+			switch {
+			case w.NotRead != "":
+				return condition(v1alpha1.ConditionProgrammed, false, v1alpha1.ReasonPolicyFileNotRead, p.generation, w.NotRead)
+			case w.RolloutFailed != "":
+				return condition(v1alpha1.ConditionProgrammed, false, v1alpha1.ReasonRolloutFailed, p.generation,
+					fmt.Sprintf("%d/%d router pods run %s%s; the rollout of ConfigMap %s failed: %s", c.upToDate, c.total, c.hash, suffix, cm, w.RolloutFailed))
+			}
+		}
+	}
 	switch {
 	case c.total == 0:
 		return condition(v1alpha1.ConditionProgrammed, false, v1alpha1.ReasonNoRouterPods, p.generation,

@@ -1,0 +1,183 @@
+package admission
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+)
+
+// routerDeployment is a router Deployment with a policy volume and a
+// second volume; opted in when optIn.
+func routerDeployment(name string, optIn bool) *appsv1.Deployment {
+	labels := map[string]string{"app": name, v1alpha1.RouterLabel: "llama"}
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{v1alpha1.RouterLabel: "llama"}},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptrTo(int32(2)),
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					Containers: []corev1.Container{{Name: "frontend", Image: "dynamo-frontend:1.0",
+						VolumeMounts: []corev1.VolumeMount{{Name: "policy", MountPath: "/etc/router"}}}},
+					Volumes: []corev1.Volume{
+						{Name: "policy", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "llama-hints"}}}},
+						{Name: "models", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "models"}}}},
+					},
+				},
+			},
+		},
+	}
+	if optIn {
+		d.Annotations = map[string]string{v1alpha1.PolicyVolumeAnnotation: "policy"}
+	}
+	return d
+}
+
+// pointVolume is the manager's own write (controllers.pointVolume):
+// server-side apply of the volume's configMap.name, as its rollout field
+// manager.
+func pointVolume(c kubernetes.Interface, ns, deployment, volume, configMap string) error {
+	ac := appsv1ac.Deployment(deployment, ns).WithSpec(appsv1ac.DeploymentSpec().
+		WithTemplate(corev1ac.PodTemplateSpec().WithSpec(corev1ac.PodSpec().
+			WithVolumes(corev1ac.Volume().WithName(volume).WithConfigMap(corev1ac.ConfigMapVolumeSource().WithName(configMap))))))
+	_, err := c.AppsV1().Deployments(ns).Apply(context.Background(), ac, metav1.ApplyOptions{FieldManager: v1alpha1.RolloutFieldManager, Force: true})
+	return err
+}
+
+func patchDeployment(c kubernetes.Interface, ns, name, patch string) error {
+	return patchDeploymentOpts(c, ns, name, patch, metav1.PatchOptions{})
+}
+
+func patchDeploymentOpts(c kubernetes.Interface, ns, name, patch string, opts metav1.PatchOptions) error {
+	_, err := c.AppsV1().Deployments(ns).Patch(context.Background(), name, types.StrategicMergePatchType, []byte(patch), opts)
+	return err
+}
+
+// TestManagerWritesOnlyThePolicyVolume is the attack on restart mode's
+// RBAC: the manager's ClusterRole patches every Deployment, so with its
+// token alone one could change any Deployment's image, replicas or
+// volumes, or opt a Deployment in. With config/admission, the manager's
+// identity (a token of ServiceAccount kvhint-manager bound to the
+// manager's pod) may change only the policy volume's configMap.name of an
+// opted-in Deployment, to one of its own config revisions.
+func TestManagerWritesOnlyThePolicyVolume(t *testing.T) {
+	requireEnv(t)
+	ctx := context.Background()
+	for _, ns := range []string{"kvhint-system", "serving"} {
+		if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, f := range []string{"service_account.yaml", "role.yaml", "role_binding.yaml"} {
+		kubectl(t, "apply", "-f", filepath.Join(repo, "config/rbac", f))
+	}
+	kubectl(t, "apply", "-k", filepath.Join(repo, "config/admission"))
+
+	managerPod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "kvhint-manager-0"},
+		Spec: corev1.PodSpec{ServiceAccountName: "kvhint-manager", AutomountServiceAccountToken: ptrTo(false),
+			Containers: []corev1.Container{{Name: "manager", Image: "kvhint:test"}}},
+	}
+	managerPod, err := admin.CoreV1().Pods("kvhint-system").Create(ctx, managerPod, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	manager := tokenFor(t, "kvhint-system", "kvhint-manager", managerPod)
+
+	const ns = "serving"
+	for _, d := range []*appsv1.Deployment{routerDeployment("opted-in", true), routerDeployment("not-opted-in", false)} {
+		if _, err := admin.AppsV1().Deployments(ns).Create(ctx, d, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const revision = "llama-hints-0123456789abcdef"
+
+	// The policy takes effect a moment after it is created: probe with
+	// dry runs, which go through admission and change nothing.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := patchDeploymentOpts(manager, ns, "not-opted-in", `{"spec":{"replicas":5}}`, metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil && strings.Contains(err.Error(), "kvhint-manager-rollout") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the policy does not refuse the manager scaling a Deployment that did not opt in: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	for _, tc := range []struct {
+		name    string
+		write   func() error
+		allowed bool
+		says    string // in the refusal
+	}{
+		{"the policy volume of an opted-in Deployment, to a revision", func() error { return pointVolume(manager, ns, "opted-in", "policy", revision) }, true, ""},
+		{"the policy volume of an opted-in Deployment, to another ConfigMap", func() error { return pointVolume(manager, ns, "opted-in", "policy", "someone-elses") }, false, "only to a config revision llama-hints-<hash>"},
+		{"another volume of an opted-in Deployment", func() error {
+			return patchDeployment(manager, ns, "opted-in", `{"spec":{"template":{"spec":{"volumes":[{"name":"models","configMap":{"name":"`+revision+`"}}]}}}}`)
+		}, false, "other volumes"},
+		{"the image of an opted-in Deployment", func() error {
+			return patchDeployment(manager, ns, "opted-in", `{"spec":{"template":{"spec":{"containers":[{"name":"frontend","image":"evil:1"}]}}}}`)
+		}, false, "the rest of its pod template must stay"},
+		{"the replicas of an opted-in Deployment", func() error { return patchDeployment(manager, ns, "opted-in", `{"spec":{"replicas":9}}`) }, false, "its spec"},
+		{"the pod labels of an opted-in Deployment", func() error {
+			return patchDeployment(manager, ns, "opted-in", `{"spec":{"template":{"metadata":{"labels":{"extra":"x"}}}}}`)
+		}, false, "the rest of its pod template must stay"},
+		{"the opt-in of an opted-in Deployment, removed", func() error {
+			return patchDeployment(manager, ns, "opted-in", `{"metadata":{"annotations":{"hints.kvrouter.io/policy-volume":null}}}`)
+		}, false, "its metadata"},
+		{"the policy volume of a Deployment that did not opt in", func() error { return pointVolume(manager, ns, "not-opted-in", "policy", revision) }, false, "did not opt in"},
+		{"the opt-in annotation, added", func() error {
+			return patchDeployment(manager, ns, "not-opted-in", `{"metadata":{"annotations":{"hints.kvrouter.io/policy-volume":"policy"}}}`)
+		}, false, "did not opt in"},
+		{"the image of a Deployment that did not opt in", func() error {
+			return patchDeployment(manager, ns, "not-opted-in", `{"spec":{"template":{"spec":{"containers":[{"name":"frontend","image":"evil:1"}]}}}}`)
+		}, false, "did not opt in"},
+	} {
+		t.Run("manager writes "+tc.name, func(t *testing.T) {
+			err := tc.write()
+			switch {
+			case tc.allowed && err != nil:
+				t.Errorf("refused: %v", err)
+			case !tc.allowed && err == nil:
+				t.Errorf("allowed")
+			case !tc.allowed && (!strings.Contains(err.Error(), "kvhint-manager-rollout") || !strings.Contains(err.Error(), tc.says)):
+				t.Errorf("refused, but not by kvhint-manager-rollout saying %q: %v", tc.says, err)
+			case !tc.allowed:
+				t.Logf("refused: %v", err)
+			}
+		})
+	}
+
+	d, err := admin.AppsV1().Deployments(ns).Get(ctx, "not-opted-in", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Generation != 1 {
+		t.Errorf("the Deployment that did not opt in is at generation %d", d.Generation)
+	}
+	for _, mf := range d.ManagedFields {
+		if strings.HasPrefix(mf.Manager, "kvhint") || mf.Manager == "Go-http-client" {
+			t.Errorf("written by %s: %s", mf.Manager, mf.FieldsV1.GetRawString())
+		}
+	}
+
+	// The admin (the Deployment's owner) is not held by the policy.
+	if err := patchDeployment(admin, ns, "not-opted-in", `{"spec":{"replicas":3}}`); err != nil {
+		t.Errorf("the owner scaling its Deployment: %v", err)
+	}
+}

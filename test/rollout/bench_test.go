@@ -1,0 +1,154 @@
+package rollout
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+)
+
+// BenchmarkRollout measures, for 3 and 30 replicas (maxSurge 25%), the
+// time from a RouterRole change to every router pod Ready on the new
+// config (Programmed n/n with the new hash), and the manager's API writes
+// per change. Its floor is the same Deployment rolled by a template change
+// made directly (a pod annotation), timed to the same end (every replica
+// updated and Ready): the part of the time that is the Deployment
+// controller's and kwok's, not the manager's. hack/bench-rollout.sh runs
+// it.
+func BenchmarkRollout(b *testing.B) {
+	if restCfg == nil {
+		b.Skip(skipWhy)
+	}
+	for _, n := range []int32{3, 30} {
+		b.Run(fmt.Sprintf("replicas=%d", n), func(b *testing.B) {
+			_, rr, _ := benchRouter(b, n)
+			b.ReportAllocs()
+			before := writesSnapshot()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				gen := benchSetTTL(b, rr, 1000+i)
+				benchWait(b, "Programmed with the new hash on every pod", func(ctx context.Context) (bool, error) {
+					if err := k8s.Get(ctx, client.ObjectKeyFromObject(rr), rr); err != nil {
+						return false, err
+					}
+					p := rr.Status.RouterPods
+					c := findCondition(rr, v1alpha1.ConditionProgrammed)
+					return c != nil && c.Status == metav1.ConditionTrue && c.ObservedGeneration == gen && p != nil && p.UpToDate == n && p.Total == n, nil
+				})
+			}
+			b.StopTimer()
+			after := writesSnapshot()
+			b.ReportMetric(float64(sumWrites(after)-sumWrites(before))/float64(b.N), "writes/change")
+			b.ReportMetric(b.Elapsed().Seconds()/float64(b.N), "s/change")
+			for k, v := range after {
+				if d := v - before[k]; d > 0 {
+					b.Logf("%d changes: %d × %s", b.N, d, k)
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("replicas=%d/floor", n), func(b *testing.B) {
+			_, _, dep := benchRouter(b, n)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				var gen int64
+				benchWait(b, "template change", func(ctx context.Context) (bool, error) {
+					if err := k8s.Get(ctx, client.ObjectKeyFromObject(dep), dep); err != nil {
+						return false, err
+					}
+					if dep.Spec.Template.Annotations == nil {
+						dep.Spec.Template.Annotations = map[string]string{}
+					}
+					dep.Spec.Template.Annotations["bench/iteration"] = strconv.Itoa(i)
+					if err := k8s.Update(ctx, dep); err != nil {
+						return false, nil
+					}
+					gen = dep.Generation
+					return true, nil
+				})
+				benchWait(b, "the rollout done", func(ctx context.Context) (bool, error) {
+					if err := k8s.Get(ctx, client.ObjectKeyFromObject(dep), dep); err != nil {
+						return false, err
+					}
+					s := dep.Status
+					return s.ObservedGeneration >= gen && s.UpdatedReplicas == n && s.ReadyReplicas == n && s.Replicas == n, nil
+				})
+			}
+			b.StopTimer()
+			b.ReportMetric(b.Elapsed().Seconds()/float64(b.N), "s/change")
+		})
+	}
+}
+
+// benchRouter starts an n-replica router and waits until all its pods
+// run its first config.
+func benchRouter(b *testing.B, n int32) (string, *v1alpha1.RouterRole, *appsv1.Deployment) {
+	b.Helper()
+	nsObj := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "kvhint-bench-"}}
+	if err := k8s.Create(context.Background(), nsObj); err != nil {
+		b.Fatal(err)
+	}
+	rr := decodeRole(nsObj.Name, 60)
+	dep := routerDeployment(nsObj.Name, n)
+	for _, o := range []client.Object{rr, dep} {
+		if err := k8s.Create(context.Background(), o); err != nil {
+			b.Fatal(err)
+		}
+	}
+	benchWait(b, "the first config on every pod", func(ctx context.Context) (bool, error) {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(rr), rr); err != nil {
+			return false, err
+		}
+		c := findCondition(rr, v1alpha1.ConditionProgrammed)
+		return c != nil && c.Status == metav1.ConditionTrue, nil
+	})
+	benchWait(b, "the first rollout done", func(ctx context.Context) (bool, error) {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(dep), dep); err != nil {
+			return false, err
+		}
+		s := dep.Status
+		return s.ObservedGeneration == dep.Generation && s.UpdatedReplicas == n && s.ReadyReplicas == n && s.Replicas == n, nil
+	})
+	return nsObj.Name, rr, dep
+}
+
+func benchSetTTL(b *testing.B, rr *v1alpha1.RouterRole, ttl int) int64 {
+	b.Helper()
+	benchWait(b, "updating the RouterRole", func(ctx context.Context) (bool, error) {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(rr), rr); err != nil {
+			return false, err
+		}
+		rr.Spec.Hints = []v1alpha1.HintItem{retain(ttl)}
+		return k8s.Update(ctx, rr) == nil, nil
+	})
+	return rr.Generation
+}
+
+func benchWait(b *testing.B, what string, cond wait.ConditionWithContextFunc) {
+	b.Helper()
+	if err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, timeout, true, cond); err != nil {
+		b.Fatalf("%s: %v", what, err)
+	}
+}
+
+func sumWrites(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+func findCondition(rr *v1alpha1.RouterRole, t v1alpha1.ConditionType) *metav1.Condition {
+	return meta.FindStatusCondition(rr.Status.Conditions, string(t))
+}

@@ -1,0 +1,486 @@
+package rollout
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+)
+
+// programmed3 starts a 3-replica router whose role compiles to one config
+// and waits until all three pods run it; it returns the role, the
+// Deployment and the config's revision ConfigMap name.
+func programmed3(t *testing.T, ns string) (*v1alpha1.RouterRole, *appsv1.Deployment, string) {
+	t.Helper()
+	rr := decodeRole(ns, 60)
+	dep := routerDeployment(ns, 3)
+	create(t, rr, dep)
+	waitProgrammed(t, rr, metav1.ConditionTrue, v1alpha1.ReasonProgrammed, "3/3 router pods run ", rr.Generation)
+	rev := v1alpha1.RevisionConfigMapName("llama", hashOf(t, rr))
+	requirePodsOn(t, ns, 3, rev)
+	return rr, dep, rev
+}
+
+// TestValidChangeRollsEveryPod: a valid change is a new immutable
+// revision; the Deployment's rolling update replaces all three pods, and
+// Programmed reads 3/3 with the new hash. The previous revision stays:
+// the old ReplicaSet still names it.
+func TestValidChangeRollsEveryPod(t *testing.T) {
+	ns := newNamespace(t)
+	rr, dep, first := programmed3(t, ns)
+	before := livePods(t, ns)
+
+	gen := setTTL(t, rr, retain(120))
+	c := waitProgrammed(t, rr, metav1.ConditionTrue, v1alpha1.ReasonProgrammed, "3/3 router pods run ", gen)
+	hash := hashOf(t, rr)
+	second := v1alpha1.RevisionConfigMapName("llama", hash)
+	if second == first || !strings.Contains(c.Message, hash) {
+		t.Fatalf("after a valid change Programmed says %q; want 3/3 on a new hash (was %s)", c.Message, first)
+	}
+	requirePodsOn(t, ns, 3, second)
+	for _, old := range before {
+		for _, p := range livePods(t, ns) {
+			if p.UID == old.UID {
+				t.Errorf("pod %s was not replaced", p.Name)
+			}
+		}
+	}
+
+	cm := &corev1.ConfigMap{}
+	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: second}, cm); err != nil {
+		t.Fatal(err)
+	}
+	if cm.Immutable == nil || !*cm.Immutable || cm.Data[v1alpha1.HintsConfigKey] == "" || !strings.Contains(cm.Data[v1alpha1.HintsConfigKey], "ttl_seconds: 120") {
+		t.Errorf("revision %s: immutable %v, hints.yaml %q; want an immutable copy of the new config", second, cm.Immutable, cm.Data[v1alpha1.HintsConfigKey])
+	}
+	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: first}, &corev1.ConfigMap{}); err != nil {
+		t.Errorf("the previous revision %s is gone while a ReplicaSet names it: %v", first, err)
+	}
+	if res := kstatusOf(t, rr); res.Status != status.CurrentStatus {
+		t.Errorf("kstatus reads %s (%s), want Current", res.Status, res.Message)
+	}
+	requireOnlyVolumeWritten(t, dep)
+}
+
+// requireOnlyVolumeWritten checks the manager's field manager owns
+// nothing of the Deployment but the policy volume's configMap.name.
+func requireOnlyVolumeWritten(t *testing.T, dep *appsv1.Deployment) {
+	t.Helper()
+	if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(dep), dep); err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range dep.ManagedFields {
+		if !strings.HasPrefix(mf.Manager, "kvhint") {
+			continue
+		}
+		want := `{"f:spec":{"f:template":{"f:spec":{"f:volumes":{"k:{\"name\":\"policy\"}":{".":{},"f:configMap":{"f:name":{}},"f:name":{}}}}}}}`
+		if mf.Manager != v1alpha1.RolloutFieldManager || mf.Subresource != "" || mf.FieldsV1.GetRawString() != want {
+			t.Errorf("the manager owns %s of the Deployment as %s (subresource %q); want only the policy volume's configMap.name as %s",
+				mf.FieldsV1.GetRawString(), mf.Manager, mf.Subresource, v1alpha1.RolloutFieldManager)
+		}
+	}
+}
+
+// TestInvalidChangeRollsNothing: an invalid change is refused, the
+// compiled config stays what it was, and nothing of the Deployment
+// changes: the same pods keep the last good file.
+func TestInvalidChangeRollsNothing(t *testing.T) {
+	ns := newNamespace(t)
+	rr, dep, rev := programmed3(t, ns)
+	before := livePods(t, ns)
+	if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(dep), dep); err != nil {
+		t.Fatal(err)
+	}
+	depGen := dep.Generation
+
+	gen := setTTL(t, rr, retain(0))
+	eventually(t, "Accepted=False for the invalid generation", func(ctx context.Context) error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(rr), rr); err != nil {
+			return err
+		}
+		c := meta.FindStatusCondition(rr.Status.Conditions, string(v1alpha1.ConditionAccepted))
+		if c == nil || c.Status != metav1.ConditionFalse || c.ObservedGeneration != gen {
+			return fmt.Errorf("Accepted: %+v", c)
+		}
+		return nil
+	})
+	// The status of the invalid generation is written after the rollout
+	// step of the same reconcile: had it rolled anything, it would show.
+	c := waitProgrammed(t, rr, metav1.ConditionTrue, v1alpha1.ReasonProgrammed, "3/3 router pods run ", 0)
+	if !strings.Contains(c.Message, "the last accepted") {
+		t.Errorf("Programmed says %q; want it to name the last accepted generation", c.Message)
+	}
+	if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(dep), dep); err != nil {
+		t.Fatal(err)
+	}
+	if dep.Generation != depGen || policyConfigMap(&dep.Spec.Template.Spec) != rev {
+		t.Errorf("Deployment at generation %d mounting %q; want generation %d mounting %q", dep.Generation, policyConfigMap(&dep.Spec.Template.Spec), depGen, rev)
+	}
+	requirePodsOn(t, ns, 3, rev)
+	after := livePods(t, ns)
+	for i := range before {
+		found := false
+		for j := range after {
+			found = found || after[j].UID == before[i].UID
+		}
+		if !found {
+			t.Errorf("pod %s was replaced after an invalid change", before[i].Name)
+		}
+	}
+}
+
+// TestChangeDuringRollout: a second change while the first rolls ends
+// with every pod on the newest config.
+func TestChangeDuringRollout(t *testing.T) {
+	ns := newNamespace(t)
+	rr, dep, _ := programmed3(t, ns)
+
+	gen := setTTL(t, rr, retain(120))
+	eventually(t, "the Deployment rolling the second config", func(ctx context.Context) error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(dep), dep); err != nil {
+			return err
+		}
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(rr), rr); err != nil {
+			return err
+		}
+		c := meta.FindStatusCondition(rr.Status.Conditions, string(v1alpha1.ConditionProgrammed))
+		if c == nil || c.ObservedGeneration != gen {
+			return fmt.Errorf("generation %d not compiled yet", gen)
+		}
+		return nil
+	})
+	midway := meta.FindStatusCondition(rr.Status.Conditions, string(v1alpha1.ConditionProgrammed))
+	gen = setTTL(t, rr, retain(180))
+	c := waitProgrammed(t, rr, metav1.ConditionTrue, v1alpha1.ReasonProgrammed, "3/3 router pods run ", gen)
+	t.Logf("Programmed when the third config was applied: %s %s; at the end: %s", midway.Status, midway.Message, c.Message)
+	newest := v1alpha1.RevisionConfigMapName("llama", hashOf(t, rr))
+	eventually(t, "every pod on the newest config and the rollout done", func(ctx context.Context) error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(dep), dep); err != nil {
+			return err
+		}
+		if dep.Status.UpdatedReplicas != 3 || dep.Status.ReadyReplicas != 3 || dep.Status.Replicas != 3 {
+			return fmt.Errorf("Deployment: %d updated, %d ready, %d in all", dep.Status.UpdatedReplicas, dep.Status.ReadyReplicas, dep.Status.Replicas)
+		}
+		return nil
+	})
+	requirePodsOn(t, ns, 3, newest)
+	if !strings.Contains(dep.Spec.Template.Spec.Volumes[0].ConfigMap.Name, hashOf(t, rr)) {
+		t.Errorf("the Deployment mounts %s, want the newest config %s", dep.Spec.Template.Spec.Volumes[0].ConfigMap.Name, newest)
+	}
+}
+
+// TestRolloutUndoFindsItsConfigMap: `kubectl rollout undo` returns the
+// Deployment to the previous revision's template, whose policy volume
+// names the previous config revision; that ConfigMap is still there. The
+// manager then takes the reference for drift and sets it back to the
+// compiled config, with an event on the Deployment.
+func TestRolloutUndoFindsItsConfigMap(t *testing.T) {
+	ns := newNamespace(t)
+	rr, dep, first := programmed3(t, ns)
+	gen := setTTL(t, rr, retain(120))
+	waitProgrammed(t, rr, metav1.ConditionTrue, v1alpha1.ReasonProgrammed, "3/3 router pods run ", gen)
+	second := v1alpha1.RevisionConfigMapName("llama", hashOf(t, rr))
+
+	// The ReplicaSet undo returns to mounts the first revision.
+	var rss appsv1.ReplicaSetList
+	if err := k8s.List(context.Background(), &rss, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	var previous []string
+	for _, rs := range rss.Items {
+		previous = append(previous, policyConfigMap(&rs.Spec.Template.Spec))
+	}
+	if !contains(previous, first) {
+		t.Fatalf("no ReplicaSet mounts %s: %v", first, previous)
+	}
+
+	out := kubectl(t, "-n", ns, "rollout", "undo", "deployment/"+dep.Name)
+	t.Logf("kubectl rollout undo: %s", strings.TrimSpace(out))
+	// Whatever the undo's template names, the ConfigMap is there.
+	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: first}, &corev1.ConfigMap{}); err != nil {
+		t.Fatalf("ConfigMap %s, which the undone-to revision mounts, is gone: %v", first, err)
+	}
+	eventually(t, "the drift event on the Deployment", func(ctx context.Context) error {
+		var evs eventsv1.EventList
+		if err := k8s.List(ctx, &evs, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		for _, e := range evs.Items {
+			if e.Regarding.Name == dep.Name && e.Reason == "PolicyConfigChanged" && strings.Contains(e.Note, first+" replaced by "+second) {
+				return nil
+			}
+		}
+		return fmt.Errorf("no PolicyConfigChanged event saying %s replaced by %s among %d events", first, second, len(evs.Items))
+	})
+	waitProgrammed(t, rr, metav1.ConditionTrue, v1alpha1.ReasonProgrammed, "3/3 router pods run ", gen)
+	eventually(t, "the rollout back on the compiled config done", func(ctx context.Context) error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(dep), dep); err != nil {
+			return err
+		}
+		if got := policyConfigMap(&dep.Spec.Template.Spec); got != second {
+			return fmt.Errorf("template mounts %s", got)
+		}
+		if dep.Status.UpdatedReplicas != 3 || dep.Status.Replicas != 3 || dep.Status.ReadyReplicas != 3 {
+			return fmt.Errorf("Deployment: %d updated, %d ready, %d in all", dep.Status.UpdatedReplicas, dep.Status.ReadyReplicas, dep.Status.Replicas)
+		}
+		return nil
+	})
+	requirePodsOn(t, ns, 3, second)
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// TestStuckRolloutIsFailed: a Deployment whose pods cannot start (its
+// template names a node nobody runs) passes its progress deadline; the
+// role's Programmed carries the Deployment's message under RolloutFailed,
+// and kstatus reads the role as Failed.
+func TestStuckRolloutIsFailed(t *testing.T) {
+	ns := newNamespace(t)
+	rr := decodeRole(ns, 60)
+	dep := routerDeployment(ns, 3)
+	dep.Spec.Template.Spec.NodeName = "nowhere"
+	dep.Spec.ProgressDeadlineSeconds = ptrTo(int32(5))
+	create(t, rr, dep)
+	c := waitProgrammed(t, rr, metav1.ConditionFalse, v1alpha1.ReasonRolloutFailed, "has timed out progressing", 0)
+	// The pods of both templates are Pending: none runs the config.
+	if !strings.Contains(c.Message, "0/") || !strings.Contains(c.Message, " router pods run ") {
+		t.Errorf("Programmed says %q; want the count too", c.Message)
+	}
+	res := kstatusOf(t, rr)
+	if res.Status != status.FailedStatus || !strings.Contains(res.Message, "has timed out progressing") {
+		t.Errorf("kstatus reads %s: %s; want Failed with the Deployment's message", res.Status, res.Message)
+	}
+}
+
+// TestNotOptedInIsNeverWritten: a router Deployment without the
+// policy-volume annotation is a sidecar router's: the manager compiles
+// and reports, and never writes the Deployment.
+func TestNotOptedInIsNeverWritten(t *testing.T) {
+	ns := newNamespace(t)
+	rr := decodeRole(ns, 60)
+	dep := routerDeployment(ns, 2)
+	delete(dep.Annotations, v1alpha1.PolicyVolumeAnnotation)
+	create(t, rr, dep)
+	// Sidecar mode: the pods run no sidecar that reports a hash.
+	waitProgrammed(t, rr, metav1.ConditionFalse, v1alpha1.ReasonPending, "0/2 router pods run", rr.Generation)
+	eventually(t, "the Deployment's pods running", func(ctx context.Context) error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(dep), dep); err != nil {
+			return err
+		}
+		if dep.Status.ReadyReplicas != 2 {
+			return fmt.Errorf("%d ready", dep.Status.ReadyReplicas)
+		}
+		return nil
+	})
+	// A change to the role is another compile and another chance to write.
+	gen := setTTL(t, rr, retain(120))
+	waitProgrammed(t, rr, metav1.ConditionFalse, v1alpha1.ReasonPending, "0/2 router pods run", gen)
+	if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(dep), dep); err != nil {
+		t.Fatal(err)
+	}
+	if dep.Generation != 1 || policyConfigMap(&dep.Spec.Template.Spec) != "llama-hints" {
+		t.Errorf("Deployment at generation %d mounting %s; want it untouched", dep.Generation, policyConfigMap(&dep.Spec.Template.Spec))
+	}
+	for _, mf := range dep.ManagedFields {
+		if strings.HasPrefix(mf.Manager, "kvhint") {
+			t.Errorf("the manager wrote the Deployment as %s: %s", mf.Manager, mf.FieldsV1.GetRawString())
+		}
+	}
+	var cms corev1.ConfigMapList
+	if err := k8s.List(context.Background(), &cms, client.InNamespace(ns), client.HasLabels{v1alpha1.ConfigHashLabel}); err != nil {
+		t.Fatal(err)
+	}
+	if len(cms.Items) != 0 {
+		t.Errorf("%d config revisions written for a sidecar router", len(cms.Items))
+	}
+}
+
+// TestRoundRobinTemplateRefusesHints: the role says routerMode kv, but the
+// router's pod template starts it with --router-mode round-robin, which
+// is what will run: a role with hints is refused, naming the flag, its
+// value and the container; nothing is rolled. The role was accepted
+// before the Deployment came (a sidecar router then, under kv): that last
+// good entry does not run either, since the router's mode refuses it.
+func TestRoundRobinTemplateRefusesHints(t *testing.T) {
+	ns := newNamespace(t)
+	rr := decodeRole(ns, 60)
+	create(t, rr)
+	eventually(t, "Accepted=True before the Deployment", func(ctx context.Context) error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(rr), rr); err != nil {
+			return err
+		}
+		if c := meta.FindStatusCondition(rr.Status.Conditions, string(v1alpha1.ConditionAccepted)); c == nil || c.Status != metav1.ConditionTrue {
+			return fmt.Errorf("Accepted: %+v", c)
+		}
+		return nil
+	})
+	dep := routerDeployment(ns, 1, "--router-mode", "round-robin", "--router-policy-config", policyFile)
+	create(t, dep)
+	eventually(t, "Accepted=False HintsRequireKVMode", func(ctx context.Context) error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(rr), rr); err != nil {
+			return err
+		}
+		c := meta.FindStatusCondition(rr.Status.Conditions, string(v1alpha1.ConditionAccepted))
+		if c == nil || c.Reason != string(v1alpha1.ReasonHintsRequireKVMode) ||
+			!strings.Contains(c.Message, `--router-mode of container "frontend" of Deployment llama-frontend is "round-robin"`) {
+			return fmt.Errorf("Accepted: %+v", c)
+		}
+		return nil
+	})
+	if res := kstatusOf(t, rr); res.Status != status.FailedStatus {
+		t.Errorf("kstatus reads %s, want Failed", res.Status)
+	}
+	waitProgrammed(t, rr, metav1.ConditionFalse, v1alpha1.ReasonNotAccepted, "nothing of the role runs", 0)
+	if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(dep), dep); err != nil {
+		t.Fatal(err)
+	}
+	if got := policyConfigMap(&dep.Spec.Template.Spec); got != "llama-hints" {
+		t.Errorf("the Deployment was pointed at %s although no role is accepted", got)
+	}
+}
+
+// TestRevisionsCollected: revisions no ReplicaSet names any more are
+// removed; with a revision history of one, the third change removes the
+// first revision.
+func TestRevisionsCollected(t *testing.T) {
+	ns := newNamespace(t)
+	rr := decodeRole(ns, 60)
+	dep := routerDeployment(ns, 1)
+	dep.Spec.RevisionHistoryLimit = ptrTo(int32(1))
+	create(t, rr, dep)
+	waitProgrammed(t, rr, metav1.ConditionTrue, v1alpha1.ReasonProgrammed, "1/1 router pods run ", rr.Generation)
+	first := v1alpha1.RevisionConfigMapName("llama", hashOf(t, rr))
+	for _, ttl := range []int{120, 180} {
+		gen := setTTL(t, rr, retain(ttl))
+		waitProgrammed(t, rr, metav1.ConditionTrue, v1alpha1.ReasonProgrammed, "1/1 router pods run ", gen)
+	}
+	eventually(t, "the first revision collected", func(ctx context.Context) error {
+		err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: first}, &corev1.ConfigMap{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("ConfigMap %s still there (%v)", first, err)
+	})
+	var cms corev1.ConfigMapList
+	if err := k8s.List(context.Background(), &cms, client.InNamespace(ns), client.HasLabels{v1alpha1.ConfigHashLabel}); err != nil {
+		t.Fatal(err)
+	}
+	var rss appsv1.ReplicaSetList
+	if err := k8s.List(context.Background(), &rss, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	for _, rs := range rss.Items {
+		name := policyConfigMap(&rs.Spec.Template.Spec)
+		found := false
+		for _, cm := range cms.Items {
+			found = found || cm.Name == name
+		}
+		if !found && strings.HasPrefix(name, "llama-hints-") {
+			t.Errorf("ReplicaSet %s mounts %s, which was deleted", rs.Name, name)
+		}
+	}
+}
+
+// TestSampleRolls applies config/samples/dynamo-router as it ships, with
+// only the fake node added (no scheduler runs here), and waits for both
+// pods on the compiled config.
+func TestSampleRolls(t *testing.T) {
+	ns := newNamespace(t)
+	data, err := os.ReadFile(filepath.Join("..", "..", "config", "samples", "dynamo-router", "router.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rr *v1alpha1.RouterRole
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	for {
+		u := &unstructured.Unstructured{}
+		if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		u.SetNamespace(ns)
+		if u.GetKind() == "Deployment" {
+			if err := unstructured.SetNestedField(u.Object, node, "spec", "template", "spec", "nodeName"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := k8s.Create(context.Background(), u); err != nil {
+			t.Fatalf("creating %s %s: %v", u.GetKind(), u.GetName(), err)
+		}
+		if u.GetKind() == "RouterRole" {
+			rr = &v1alpha1.RouterRole{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: u.GetName()}}
+		}
+	}
+	waitProgrammed(t, rr, metav1.ConditionTrue, v1alpha1.ReasonProgrammed, "2/2 router pods run ", 0)
+	requirePodsOn(t, ns, 2, v1alpha1.RevisionConfigMapName("llama", hashOf(t, rr)))
+}
+
+// TestRevisionsOutliveRoles: a revision is the Deployment's, not the
+// RouterRoles': with the last RouterRole gone the pods' next start still
+// finds its file; the garbage collector removes it with the Deployment.
+func TestRevisionsOutliveRoles(t *testing.T) {
+	ns := newNamespace(t)
+	rr := decodeRole(ns, 60)
+	dep := routerDeployment(ns, 1)
+	create(t, rr, dep)
+	waitProgrammed(t, rr, metav1.ConditionTrue, v1alpha1.ReasonProgrammed, "1/1 router pods run ", rr.Generation)
+	rev := v1alpha1.RevisionConfigMapName("llama", hashOf(t, rr))
+
+	if err := k8s.Delete(context.Background(), rr); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the manager removing llama-hints with its last RouterRole", func(ctx context.Context) error {
+		err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: v1alpha1.HintsConfigMapName("llama")}, &corev1.ConfigMap{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("still there (%v)", err)
+	})
+	cm := &corev1.ConfigMap{}
+	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: rev}, cm); err != nil {
+		t.Fatalf("revision %s, which the Deployment mounts, is gone with the RouterRole: %v", rev, err)
+	}
+	if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(dep), dep); err != nil {
+		t.Fatal(err)
+	}
+	if len(cm.OwnerReferences) != 1 || cm.OwnerReferences[0].UID != dep.UID {
+		t.Fatalf("revision %s is owned by %+v; want the Deployment alone", rev, cm.OwnerReferences)
+	}
+
+	if err := k8s.Delete(context.Background(), dep, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the garbage collector removing the revision with the Deployment", func(ctx context.Context) error {
+		err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: rev}, &corev1.ConfigMap{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("still there (%v)", err)
+	})
+}
