@@ -23,17 +23,13 @@ import (
 	"github.com/kvrouter/kv-hint-operator/internal/declared"
 	"github.com/kvrouter/kv-hint-operator/internal/rolegraph"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
-	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
 )
 
-// A router whose build links policies the manager cannot link (Dynamo's
-// router links Rust crates) declares them in a ConfigMap of its namespace,
-// labelled CatalogForLabel with the router's name, under the key
-// CatalogKey: a PolicyCatalog (package declared). The router's RouterRoles
-// are then compiled against the declaration instead of the linked catalog.
+// CatalogForLabel and CatalogKey name a router's declared catalog (see
+// v1alpha1.CatalogForLabel).
 const (
-	CatalogForLabel = "hints.kvrouter.io/catalog-for"
-	CatalogKey      = "catalog.yaml"
+	CatalogForLabel = v1alpha1.CatalogForLabel
+	CatalogKey      = v1alpha1.CatalogKey
 )
 
 // CatalogCacheOptions returns the settings of the cache that holds the
@@ -114,29 +110,22 @@ func (c *catalogs) forRouter(ctx context.Context, namespace, router string) (rou
 		}
 		return rc
 	}
-	switch len(cms) {
-	case 0:
+	if len(cms) == 0 {
 		delete(c.lastGood, key)
 		return routerCatalog{cat: c.linked}, nil
-	case 1:
-	default:
-		names := make([]string, len(cms))
-		for i := range cms {
-			names[i] = cms[i].Name
+	}
+	cat, problem := rolegraph.RouterCatalog(router, cms, func(cm *corev1.ConfigMap) (*hints.Catalog, error) {
+		d, err := c.load(cm)
+		if err != nil {
+			return nil, err
 		}
-		slices.Sort(names)
-		return fallback(catalogFinding(v1alpha1.ReasonCatalogConflict, router, strings.Join(names, ", "),
-			fmt.Sprintf("%d ConfigMaps declare the catalog of router %s (label %s=%s): %s; keep one",
-				len(cms), router, CatalogForLabel, router, strings.Join(names, ", ")))), nil
+		return d.Catalog, nil
+	})
+	if problem != nil {
+		return fallback(*problem), nil
 	}
-	cm := &cms[0]
-	cat, err := c.load(cm)
-	if err != nil {
-		return fallback(catalogFinding(v1alpha1.ReasonInvalidCatalog, router, cm.Name,
-			fmt.Sprintf("ConfigMap %s declares the catalog of router %s, but it cannot be used: %v", cm.Name, router, err))), nil
-	}
-	c.lastGood[key] = cat.Catalog
-	return routerCatalog{cat: cat.Catalog, source: cm.Name}, nil
+	c.lastGood[key] = cat
+	return routerCatalog{cat: cat, source: cms[0].Name}, nil
 }
 
 // declarations lists the declared-catalog ConfigMaps that match.
@@ -193,20 +182,6 @@ func (c *catalogs) forType(ctx context.Context, namespace, hintType string) (map
 		}
 	}
 	return out, nil
-}
-
-// catalogFinding is the finding every RouterRole of a router gets when its
-// declared catalog cannot be used.
-func catalogFinding(reason v1alpha1.ConditionReason, router, configMaps, msg string) rolegraph.Finding {
-	return rolegraph.Finding{
-		Severity:  hintsconfig.SeverityError,
-		Condition: v1alpha1.ConditionAccepted,
-		Reason:    reason,
-		Field:     "spec.router",
-		Detail:    "ConfigMap " + configMaps,
-		Message: msg + fmt.Sprintf("; until it is fixed nothing of router %s is checked, its roles keep their last good entries and ConfigMap %s is left as it is",
-			router, v1alpha1.HintsConfigMapName(router)),
-	}
 }
 
 // catalogEvents maps a declared-catalog ConfigMap to the router it names:

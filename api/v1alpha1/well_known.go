@@ -51,3 +51,14 @@ const (
 func RevisionConfigMapName(router, hash string) string {
 	return HintsConfigMapName(router) + "-" + hash
 }
+
+// A router whose build links policies kvhint cannot link (Dynamo's router
+// links Rust crates) declares them in a ConfigMap of its namespace,
+// labelled CatalogForLabel with the router's name, under the key
+// CatalogKey: a PolicyCatalog (internal/declared). The manager and
+// `kvhint validate -f` compile the router's RouterRoles against it instead
+// of the linked catalog.
+const (
+	CatalogForLabel = "hints.kvrouter.io/catalog-for"
+	CatalogKey      = "catalog.yaml"
+)

@@ -1,19 +1,22 @@
 package cli
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 
-	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
-
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+	"github.com/kvrouter/kv-hint-operator/internal/declared"
 	"github.com/kvrouter/kv-hint-operator/internal/rolegraph"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
+	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
 )
 
 // manifestSet is the RouterRoles and HintPolicies of the manifest files on
@@ -33,11 +36,16 @@ type manifestSet struct {
 	positions map[string]*manifestPositions
 	// failed is set when any object or document breaks a rule.
 	failed bool
+	// declarations are the ConfigMaps that declare a router's catalog
+	// (v1alpha1.CatalogForLabel), by namespace, then router: that router's
+	// RouterRoles are compiled against it, as the manager compiles them.
+	declarations map[string]map[string][]corev1.ConfigMap
 }
 
 func newManifestSet() *manifestSet {
 	return &manifestSet{byNamespace: map[string]*rolegraph.Input{}, origin: map[string]string{},
-		problems: map[string][]problem{}, positions: map[string]*manifestPositions{}}
+		problems: map[string][]problem{}, positions: map[string]*manifestPositions{},
+		declarations: map[string]map[string][]corev1.ConfigMap{}}
 }
 
 // add reads one manifest file. Documents that cannot be read are problems
@@ -68,6 +76,79 @@ func (s *manifestSet) add(file string, data []byte) {
 			s.input(hp.Namespace).HintPolicies = append(s.input(hp.Namespace).HintPolicies, hp)
 		}
 	}
+	// A router Deployment's template says what Dynamo's router will run
+	// (its --router-mode, whether it reads the mounted file); a declared
+	// catalog says which types its build links.
+	for _, d := range in.Deployments {
+		if d.Labels[v1alpha1.RouterLabel] != "" && s.claim(file, "Deployment", d.ObjectMeta) {
+			s.input(d.Namespace).Deployments = append(s.input(d.Namespace).Deployments, d)
+		}
+	}
+	for _, cm := range in.ConfigMaps {
+		router := cm.Labels[v1alpha1.CatalogForLabel]
+		if router == "" || !s.claim(file, "ConfigMap", cm.ObjectMeta) {
+			continue
+		}
+		s.input(cm.Namespace) // the namespace is compiled even with no role in it
+		if s.declarations[cm.Namespace] == nil {
+			s.declarations[cm.Namespace] = map[string][]corev1.ConfigMap{}
+		}
+		s.declarations[cm.Namespace][router] = append(s.declarations[cm.Namespace][router], cm)
+	}
+}
+
+// part is the objects of a namespace compiled against one catalog.
+type part struct {
+	cat *hints.Catalog
+	in  rolegraph.Input
+}
+
+// parts splits a namespace's objects by the catalog their router's roles
+// are compiled against: each router whose catalog the manifests declare
+// gets a part of its own; the others share one, against cat. A router
+// whose declaration cannot be used stays with the others, every one of its
+// roles refused with the manager's finding (rolegraph.RouterCatalog).
+func (s *manifestSet) parts(ns string, in *rolegraph.Input, cat *hints.Catalog) []part {
+	rest := part{cat: cat, in: *in}
+	rest.in.RouterRoles = nil
+	own := map[string]int{}
+	var parts []part
+	decls := s.declarations[ns]
+	for _, router := range slices.Sorted(maps.Keys(decls)) {
+		c, problem := rolegraph.RouterCatalog(router, decls[router], loadDeclaration)
+		if problem != nil {
+			if rest.in.CatalogProblems == nil {
+				rest.in.CatalogProblems = map[string]rolegraph.Finding{}
+			}
+			rest.in.CatalogProblems[router] = *problem
+			continue
+		}
+		p := part{cat: c, in: *in}
+		p.in.RouterRoles = nil
+		own[router] = len(parts)
+		parts = append(parts, p)
+	}
+	for _, rr := range in.RouterRoles {
+		if i, ok := own[rr.Spec.Router]; ok {
+			parts[i].in.RouterRoles = append(parts[i].in.RouterRoles, rr)
+		} else {
+			rest.in.RouterRoles = append(rest.in.RouterRoles, rr)
+		}
+	}
+	return append([]part{rest}, parts...)
+}
+
+// loadDeclaration reads the catalog a ConfigMap declares.
+func loadDeclaration(cm *corev1.ConfigMap) (*hints.Catalog, error) {
+	text, ok := cm.Data[v1alpha1.CatalogKey]
+	if !ok {
+		return nil, fmt.Errorf("it has no key %s (keys: %s)", v1alpha1.CatalogKey, strings.Join(slices.Sorted(maps.Keys(cm.Data)), ", "))
+	}
+	d, err := declared.Load([]byte(text))
+	if err != nil {
+		return nil, err
+	}
+	return d.Catalog, nil
 }
 
 // claim records where an object comes from; an object defined twice keeps
@@ -117,34 +198,76 @@ type compiledRouter struct {
 
 // compile compiles every namespace with the same function the manager
 // runs, records every finding against the file of its object, and returns
-// the compiled routers, by namespace then router.
+// the compiled routers, by namespace then router. A router whose catalog
+// the manifests declare is compiled against it (see parts). A HintPolicy
+// is reported as the catalogs of the roles that use it check it; one no
+// role uses, as the manager checks it: against cat, or, when only
+// declarations know its type, against each of them.
 func (s *manifestSet) compile(cat *hints.Catalog) []compiledRouter {
 	var routers []compiledRouter
-	namespaces := make([]string, 0, len(s.byNamespace))
-	for ns := range s.byNamespace {
-		namespaces = append(namespaces, ns)
-	}
-	slices.Sort(namespaces)
-	for _, ns := range namespaces {
+	for _, ns := range slices.Sorted(maps.Keys(s.byNamespace)) {
 		in := s.byNamespace[ns]
-		out := rolegraph.Compile(cat, *in)
-		for _, r := range out.RouterRoles {
-			s.report("RouterRole", ns, r.Name, r.Findings)
+		parts := s.parts(ns, in, cat)
+		outs := make([]*rolegraph.Output, len(parts))
+		used := map[string]bool{}
+		for i, p := range parts {
+			outs[i] = rolegraph.Compile(p.cat, p.in)
+			for _, r := range outs[i].RouterRoles {
+				s.report("RouterRole", ns, r.Name, r.Findings)
+			}
+			for _, r := range outs[i].HintPolicies {
+				used[r.Name] = used[r.Name] || len(r.Status.UsedBy) > 0
+			}
+			for _, r := range outs[i].Routers {
+				var files []string
+				for _, rr := range p.in.RouterRoles {
+					if rr.Spec.Router == r.Name {
+						files = append(files, s.origin[objectName("RouterRole", ns, rr.Name)])
+					}
+				}
+				slices.Sort(files)
+				routers = append(routers, compiledRouter{namespace: ns, router: r, files: slices.Compact(files)})
+			}
 		}
-		for _, r := range out.HintPolicies {
-			s.report("HintPolicy", ns, r.Name, r.Findings)
+		types := map[string]string{}
+		for _, hp := range in.HintPolicies {
+			types[hp.Name] = hp.Spec.Type
 		}
-		for _, r := range out.Routers {
-			var files []string
-			for _, rr := range in.RouterRoles {
-				if rr.Spec.Router == r.Name {
-					files = append(files, s.origin[objectName("RouterRole", ns, rr.Name)])
+		declaredOnly := func(typ string) bool {
+			if _, ok := cat.Hint(typ); ok {
+				return false
+			}
+			return slices.ContainsFunc(parts[1:], func(p part) bool { _, ok := p.cat.Hint(typ); return ok })
+		}
+		findings := map[string]rolegraph.Findings{}
+		for i, out := range outs {
+			for _, r := range out.HintPolicies {
+				_, here := parts[i].cat.Hint(types[r.Name])
+				var counts bool
+				switch {
+				case used[r.Name]:
+					counts = len(r.Status.UsedBy) > 0
+				case declaredOnly(types[r.Name]):
+					counts = i > 0 && here
+				default:
+					counts = i == 0
+				}
+				if counts {
+					for _, f := range r.Findings {
+						if !slices.Contains(findings[r.Name], f) {
+							findings[r.Name] = append(findings[r.Name], f)
+						}
+					}
 				}
 			}
-			slices.Sort(files)
-			routers = append(routers, compiledRouter{namespace: ns, router: r, files: slices.Compact(files)})
+		}
+		for _, name := range slices.Sorted(maps.Keys(types)) {
+			s.report("HintPolicy", ns, name, findings[name])
 		}
 	}
+	slices.SortStableFunc(routers, func(a, b compiledRouter) int {
+		return cmp.Or(cmp.Compare(a.namespace, b.namespace), cmp.Compare(a.router.Name, b.router.Name))
+	})
 	return routers
 }
 

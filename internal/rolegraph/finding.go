@@ -2,11 +2,14 @@ package rolegraph
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
-	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+	"github.com/kvrouter/kv-hint-operator/pkg/hints"
+	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
 )
 
 // Finding is one problem of one object, located by the spec field it
@@ -153,4 +156,48 @@ func errorf(c v1alpha1.ConditionType, reason v1alpha1.ConditionReason, field, fo
 		Severity: hintsconfig.SeverityError, Condition: c, Reason: reason, Field: field,
 		Message: fmt.Sprintf(format, args...),
 	}
+}
+
+// CatalogFinding is the finding every RouterRole of a router gets when the
+// catalog the router declares (a ConfigMap labelled
+// v1alpha1.CatalogForLabel) cannot be used: reason InvalidCatalog or
+// CatalogConflict, configMaps the ConfigMaps concerned, msg why. The
+// manager and `kvhint validate -f` give the same one.
+func CatalogFinding(reason v1alpha1.ConditionReason, router, configMaps, msg string) Finding {
+	return Finding{
+		Severity:  hintsconfig.SeverityError,
+		Condition: v1alpha1.ConditionAccepted,
+		Reason:    reason,
+		Field:     "spec.router",
+		Detail:    "ConfigMap " + configMaps,
+		Message: msg + fmt.Sprintf("; until it is fixed nothing of router %s is checked, its roles keep their last good entries and ConfigMap %s is left as it is",
+			router, v1alpha1.HintsConfigMapName(router)),
+	}
+}
+
+// RouterCatalog picks the catalog a router's roles are compiled against
+// from the ConfigMaps that declare it (labelled v1alpha1.CatalogForLabel
+// with the router's name; at least one): the one declaration load reads
+// from its v1alpha1.CatalogKey, or a CatalogFinding when there are several
+// (CatalogConflict) or the one cannot be used (InvalidCatalog).
+func RouterCatalog(router string, cms []corev1.ConfigMap, load func(*corev1.ConfigMap) (*hints.Catalog, error)) (*hints.Catalog, *Finding) {
+	if len(cms) > 1 {
+		names := make([]string, len(cms))
+		for i := range cms {
+			names[i] = cms[i].Name
+		}
+		slices.Sort(names)
+		f := CatalogFinding(v1alpha1.ReasonCatalogConflict, router, strings.Join(names, ", "),
+			fmt.Sprintf("%d ConfigMaps declare the catalog of router %s (label %s=%s): %s; keep one",
+				len(cms), router, v1alpha1.CatalogForLabel, router, strings.Join(names, ", ")))
+		return nil, &f
+	}
+	cm := &cms[0]
+	cat, err := load(cm)
+	if err != nil {
+		f := CatalogFinding(v1alpha1.ReasonInvalidCatalog, router, cm.Name,
+			fmt.Sprintf("ConfigMap %s declares the catalog of router %s, but it cannot be used: %v", cm.Name, router, err))
+		return nil, &f
+	}
+	return cat, nil
 }

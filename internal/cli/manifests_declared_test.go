@@ -1,0 +1,107 @@
+package cli
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// dynamoSample is the shipped Dynamo router sample: a declared catalog, a
+// role running the router build's harness_prefetch, an opted-in
+// Deployment whose template starts the router with --router-mode kv.
+const dynamoSample = "../../config/samples/dynamo-router/router.yaml"
+
+// writeVariant writes the sample with each old string replaced by its new
+// one (every replacement must apply) and returns the file.
+func writeVariant(t *testing.T, extra string, oldNew ...string) string {
+	t.Helper()
+	data, err := os.ReadFile(dynamoSample)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(data)
+	for i := 0; i < len(oldNew); i += 2 {
+		if !strings.Contains(s, oldNew[i]) {
+			t.Fatalf("the sample has no %q any more", oldNew[i])
+		}
+		s = strings.ReplaceAll(s, oldNew[i], oldNew[i+1])
+	}
+	path := filepath.Join(t.TempDir(), "router.yaml")
+	if err := os.WriteFile(path, []byte(s+extra), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestValidateManifestsDeclaredCatalog: `kvhint validate -f` on a Dynamo
+// router's manifests checks its roles against the catalog its ConfigMap
+// declares and the router mode its Deployment's template runs, as the
+// manager does, with the manager's reasons.
+func TestValidateManifestsDeclaredCatalog(t *testing.T) {
+	code, out, errOut := runCLI("validate", "-f", dynamoSample)
+	if code != ExitOK || out != "1 file(s) valid\n" || errOut != "" {
+		t.Fatalf("the shipped sample: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+
+	conflict := `---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: llama-catalog-2
+  labels:
+    hints.kvrouter.io/catalog-for: llama
+data:
+  catalog.yaml: "{}"
+`
+	unusedPolicy := `---
+apiVersion: hints.kvrouter.io/v1alpha1
+kind: HintPolicy
+metadata:
+  name: prefetch-wide
+spec:
+  type: harness_prefetch
+  parameters:
+    max_blocks: %s
+`
+	for _, tc := range []struct {
+		name  string
+		file  string
+		want  []string // each a line of the report, from the reason on
+		valid bool
+	}{
+		{name: "round-robin template", file: writeVariant(t, "", "- kv\n", "- round-robin\n"),
+			want: []string{`RouterRole llama-decode spec.hints: HintsRequireKVMode: hints run only on the KV path, but --router-mode of container "frontend" of Deployment llama-frontend is "round-robin"`}},
+		{name: "out of range", file: writeVariant(t, "", "max_blocks: 64", "max_blocks: 0"),
+			want: []string{`RouterRole llama-decode spec.hints[0] (harness_prefetch): InvalidParameters: parameter "max_blocks": 0 is below the minimum 1`}},
+		{name: "unknown parameter", file: writeVariant(t, "", "max_blocks: 64", "max_blocks: 64\n      depth: 2"),
+			want: []string{`RouterRole llama-decode spec.hints[0] (harness_prefetch): InvalidParameters: `, `"depth"`}},
+		{name: "a type the build does not declare", file: writeVariant(t, "", "- type: harness_prefetch\n    parameters", "- type: kv-retain\n    parameters"),
+			want: []string{`RouterRole llama-decode spec.hints[0] (kv-retain): UnknownHintType: `}},
+		{name: "two declarations", file: writeVariant(t, conflict),
+			want: []string{`RouterRole llama-decode spec.router (ConfigMap llama-catalog, llama-catalog-2): CatalogConflict: 2 ConfigMaps declare the catalog of router llama`}},
+		{name: "broken declaration", file: writeVariant(t, "", "kind: PolicyCatalog", "kind: PolicyCatalogue"),
+			want: []string{`RouterRole llama-decode spec.router (ConfigMap llama-catalog): InvalidCatalog: ConfigMap llama-catalog declares the catalog of router llama, but it cannot be used`}},
+		{name: "unused HintPolicy of a declared type", file: writeVariant(t, strings.Replace(unusedPolicy, "%s", "8", 1)), valid: true},
+		{name: "unused HintPolicy of a declared type, out of range", file: writeVariant(t, strings.Replace(unusedPolicy, "%s", "0", 1)),
+			want: []string{`HintPolicy prefetch-wide spec.parameters (harness_prefetch): InvalidParameters: parameter "max_blocks": 0 is below the minimum 1`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out, errOut := runCLI("validate", "-f", tc.file)
+			if tc.valid {
+				if code != ExitOK || errOut != "" {
+					t.Fatalf("exit %d, want 0\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+				}
+				return
+			}
+			if code != ExitInvalid {
+				t.Fatalf("exit %d, want %d\nstdout:\n%s\nstderr:\n%s", code, ExitInvalid, out, errOut)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(out+errOut, w) {
+					t.Errorf("the report lacks %q:\n%s%s", w, out, errOut)
+				}
+			}
+		})
+	}
+}
