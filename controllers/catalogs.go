@@ -3,9 +3,6 @@ package controllers
 import (
 	"context"
 	"fmt"
-	"maps"
-	"slices"
-	"strings"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -143,13 +140,7 @@ func (c *catalogs) load(cm *corev1.ConfigMap) (*declared.Catalog, error) {
 	if l, ok := c.loaded[cm.UID]; ok && l.resourceVersion == cm.ResourceVersion {
 		return l.cat, l.err
 	}
-	var cat *declared.Catalog
-	var err error
-	if text, ok := cm.Data[CatalogKey]; ok {
-		cat, err = declared.Load([]byte(text))
-	} else {
-		err = fmt.Errorf("it has no key %s (keys: %s)", CatalogKey, strings.Join(slices.Sorted(maps.Keys(cm.Data)), ", "))
-	}
+	cat, err := declared.LoadConfigMap(cm)
 	c.loaded[cm.UID] = loadedCatalog{resourceVersion: cm.ResourceVersion, cat: cat, err: err}
 	return cat, err
 }

@@ -140,11 +140,7 @@ func (s *manifestSet) parts(ns string, in *rolegraph.Input, cat *hints.Catalog) 
 
 // loadDeclaration reads the catalog a ConfigMap declares.
 func loadDeclaration(cm *corev1.ConfigMap) (*hints.Catalog, error) {
-	text, ok := cm.Data[v1alpha1.CatalogKey]
-	if !ok {
-		return nil, fmt.Errorf("it has no key %s (keys: %s)", v1alpha1.CatalogKey, strings.Join(slices.Sorted(maps.Keys(cm.Data)), ", "))
-	}
-	d, err := declared.Load([]byte(text))
+	d, err := declared.LoadConfigMap(cm)
 	if err != nil {
 		return nil, err
 	}

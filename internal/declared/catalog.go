@@ -5,11 +5,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 )
 
@@ -58,6 +61,17 @@ func (e *Error) Error() string {
 		lines[i] = p.String()
 	}
 	return "invalid policy catalog: " + strings.Join(lines, "; ")
+}
+
+// LoadConfigMap reads the declaration a ConfigMap holds under
+// v1alpha1.CatalogKey (a router names its catalog with such a ConfigMap,
+// labelled v1alpha1.CatalogForLabel) and loads it as Load does.
+func LoadConfigMap(cm *corev1.ConfigMap) (*Catalog, error) {
+	text, ok := cm.Data[v1alpha1.CatalogKey]
+	if !ok {
+		return nil, fmt.Errorf("it has no key %s (keys: %s)", v1alpha1.CatalogKey, strings.Join(slices.Sorted(maps.Keys(cm.Data)), ", "))
+	}
+	return Load([]byte(text))
 }
 
 // Load reads and checks a declaration and builds its catalog. Every
