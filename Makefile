@@ -131,8 +131,12 @@ api-accept: $(APIDIFF) ## Accept the public API as it is now (after an intended 
 imports-check: ## Fail if a public package or an example imports internal/.
 	@hack/imports-check.sh
 
+.PHONY: linkcheck
+linkcheck: ## Fail if a relative link or #anchor in a Markdown file of the tree does not resolve (GitHub's anchors).
+	go run ./hack/linkcheck
+
 .PHONY: verify
-verify: manifests generate imports-check api-check lint ## Fail if generated files are stale, the public API broke, or the tree is not gofmt/vet/staticcheck/goimports clean.
+verify: manifests generate imports-check api-check lint linkcheck ## Fail if generated files are stale, the public API broke, a Markdown link is broken, or the tree is not gofmt/vet/staticcheck/goimports clean.
 	@test -z "$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files -co --exclude-standard '*.go'); exit 1; }
 	go vet ./...
 	@for m in $(dir $(EXAMPLES)); do (cd $$m && go vet ./...) || exit 1; done
