@@ -14,6 +14,8 @@ STATICCHECK_VERSION ?= v0.8.2
 STATICCHECK ?= $(BIN)/staticcheck-$(STATICCHECK_VERSION)
 GOIMPORTS_VERSION ?= v0.52.0
 GOIMPORTS ?= $(BIN)/goimports-$(GOIMPORTS_VERSION)
+CRD_REF_DOCS_VERSION ?= v0.3.0
+CRD_REF_DOCS ?= $(BIN)/crd-ref-docs-$(CRD_REF_DOCS_VERSION)
 LOCAL_MODULE := github.com/kvrouter/kv-hint-operator
 LINT_PKGS = $$(go list ./...)
 # goimports -local on every Go file but controller-gen's output
@@ -88,6 +90,17 @@ manifests: $(CONTROLLER_GEN) ## Generate CRDs and RBAC from the markers.
 generate: $(CONTROLLER_GEN) ## Generate deepcopy code.
 	@if [ -d api ]; then $(CONTROLLER_GEN) object paths=./api/...; fi
 
+.PHONY: crd-ref-docs
+crd-ref-docs: $(CRD_REF_DOCS)
+$(CRD_REF_DOCS):
+	@mkdir -p $(BIN)
+	GOBIN=$(BIN) go install github.com/elastic/crd-ref-docs@$(CRD_REF_DOCS_VERSION)
+	mv $(BIN)/crd-ref-docs $(CRD_REF_DOCS)
+
+.PHONY: docs
+docs: $(CRD_REF_DOCS) ## Generate the API reference, docs/reference/api.md, from the Go types of api/ (crd-ref-docs, hack/crd-ref-docs/config.yaml).
+	@if [ -d api ]; then $(CRD_REF_DOCS) --source-path=./api --config=hack/crd-ref-docs/config.yaml --renderer=markdown --output-path=docs/reference/api.md --log-level=WARN; fi
+
 .PHONY: apidiff
 apidiff: $(APIDIFF)
 $(APIDIFF):
@@ -131,13 +144,17 @@ api-accept: $(APIDIFF) ## Accept the public API as it is now (after an intended 
 imports-check: ## Fail if a public package or an example imports internal/.
 	@hack/imports-check.sh
 
+.PHONY: linkcheck
+linkcheck: ## Fail if a relative link or #anchor in a Markdown file of the tree does not resolve (GitHub's anchors).
+	go run ./hack/linkcheck
+
 .PHONY: verify
-verify: manifests generate imports-check api-check lint ## Fail if generated files are stale, the public API broke, or the tree is not gofmt/vet/staticcheck/goimports clean.
+verify: manifests generate docs imports-check api-check lint linkcheck ## Fail if generated files (CRDs, RBAC, deepcopy, the API reference) are stale, the public API broke, a Markdown link is broken, or the tree is not gofmt/vet/staticcheck/goimports clean.
 	@test -z "$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files -co --exclude-standard '*.go'); exit 1; }
 	go vet ./...
 	@for m in $(dir $(EXAMPLES)); do (cd $$m && go vet ./...) || exit 1; done
-	@git diff --exit-code -- api config || { echo "generated files are stale: run make manifests generate and commit"; exit 1; }
-	@test -z "$$(git status --porcelain -- api config)" || { echo "untracked generated files:"; git status --porcelain -- api config; exit 1; }
+	@git diff --exit-code -- api config docs/reference || { echo "generated files are stale: run make manifests generate docs and commit"; exit 1; }
+	@test -z "$$(git status --porcelain -- api config docs/reference)" || { echo "untracked generated files:"; git status --porcelain -- api config docs/reference; exit 1; }
 
 .PHONY: dev
 dev: build-dev ## Run the whole product locally (control plane, manager, sidecars, workers) until Ctrl-C.

@@ -342,8 +342,8 @@ func conditionOf(t *testing.T, ns, name string, typ v1alpha1.ConditionType) meta
 }
 
 // TestArgoCDConfigMapSnippet keeps config/argocd/argocd-cm.yaml, the
-// snippet the README tells Argo CD users to install, equal to the scripts
-// the tests run, and installs it the way the README says.
+// snippet docs/gitops.md tells Argo CD users to install, equal to the scripts
+// the tests run, and installs it the way that page says.
 func TestArgoCDConfigMapSnippet(t *testing.T) {
 	requireAPIServer(t)
 	data, err := os.ReadFile(filepath.Join("..", "config", "argocd", "argocd-cm.yaml"))
@@ -367,7 +367,7 @@ func TestArgoCDConfigMapSnippet(t *testing.T) {
 		}
 	}
 
-	// The install command of the README merges the keys into an existing
+	// The install command of docs/gitops.md merges the keys into an existing
 	// argocd-cm and keeps what it held.
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "argocd"}}
 	if err := k8s.Create(context.Background(), ns); err != nil {

@@ -203,7 +203,7 @@ func TestGoAPI(t *testing.T) {
 }
 
 // TestMetricsEndpoint scrapes /metrics over HTTP after a booking and checks
-// that every metric the README lists is exposed.
+// that every metric docs/sidecar.md lists is exposed.
 func TestMetricsEndpoint(t *testing.T) {
 	s := startSidecarWithConfig(t, testCatalog(t), dispatchConfig, nil)
 	w := startWorker(t, "worker-0")

@@ -23,8 +23,8 @@ import (
 	"github.com/kvrouter/kv-hint-operator/internal/simworker"
 )
 
-// Defaults the tests below hold the sidecar to; README's "Limits and
-// timeouts" states them.
+// Defaults the tests below hold the sidecar to; docs/operations.md, "Limits
+// and timeouts", states them.
 const (
 	defaultWorkersPerSource = 2048
 	// memoryLimit is the container limit config/router sets, given to the

@@ -1,4 +1,4 @@
-// Package tutorial follows the README's plugin tutorial in a module of its
+// Package tutorial follows the plugin tutorial of docs/plugins.md in a module of its
 // own, as a team would, with the policy that broke it: a KV copy sender
 // hosted by default under kvcr. It then builds the team's kvhint with the
 // repository's Dockerfile, running that file's build steps in a clean copy
@@ -63,7 +63,7 @@ func TestTutorialModuleAndDockerfile(t *testing.T) {
 
 	steps := buildSteps(t, filepath.Join(repo, "Dockerfile"))
 
-	// Without vendor/, the Dockerfile's steps fail where the README once
+	// Without vendor/, the Dockerfile's steps fail where the tutorial once
 	// said they work: the replaced checkout is not in the build context.
 	bare := filepath.Join(t.TempDir(), "context")
 	copyTree(t, team, bare)

@@ -1,4 +1,4 @@
-// Package copyaudit is the plugin of the README's tutorial, written as a
+// Package copyaudit is the plugin of the plugin tutorial (docs/plugins.md), written as a
 // team would: a policy that sends the booking's committed KV copy, hosted
 // by default under kvcr in place of the built-in kv-fetch.
 package copyaudit
