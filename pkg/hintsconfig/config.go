@@ -144,7 +144,7 @@ func ParseConfig(data []byte) (*Config, error) {
 		}
 		return nil, Problems{p}
 	}
-	cfg, err := ParseConfigJSON(js)
+	cfg, err := ParseConfigJSON(src.restoreWide(js))
 	if probs, ok := err.(Problems); ok {
 		src.restoreNonFinite(probs)
 		src.locate(probs)
