@@ -161,8 +161,9 @@ build_kwok() {
 # kube-apiserver, kube-controller-manager and kubectl: the kubernetes module
 # replaces its staging modules with local paths the module zip lacks, so a
 # wrapper module pins each of them. The three commands share most of their
-# packages, so one go build compiles them: each shared package once, and
-# their links run beside the remaining compiles instead of one after another.
+# packages, so one go build compiles them: the packages only one of them
+# needs, and the three links, then run beside the others' compiles instead
+# of after them.
 (
   cd "$WORK/apiserver"
   go mod init kvhint.local/apiserver >/dev/null 2>&1
