@@ -114,6 +114,8 @@ func TestDeclaredRules(t *testing.T) {
 			hintsconfig.ReasonInvalidParameters, "max_block", `parameter "max_block": unknown parameter; known: max_blocks, source`},
 		{"wrong type", "worker_selection:\n  decode:\n    type: kv-share\n    hints: [{type: harness_prefetch, parameters: {max_blocks: many}}]\n",
 			hintsconfig.ReasonInvalidParameters, "max_blocks", `parameter "max_blocks": "many" is not an integer`},
+		{"an integer wider than 64 bits, as written", "worker_selection:\n  decode:\n    type: kv-share\n    hints: [{type: harness_prefetch, parameters: {max_blocks: 99999999999999999999}}]\n",
+			hintsconfig.ReasonInvalidParameters, "max_blocks", `parameter "max_blocks": 99999999999999999999 is out of range 1..4096`},
 		{"out of range", "worker_selection:\n  decode:\n    type: kv-share\n    parameters: {shared_cache_multiplier: 1.5}\n",
 			hintsconfig.ReasonInvalidParameters, "shared_cache_multiplier", `worker-selection kv-share: parameter "shared_cache_multiplier": 1.5 is out of range 0..1`},
 		{"enum", "worker_selection:\n  decode:\n    type: kv-share\n    hints: [{type: harness_prefetch, parameters: {source: disk}}]\n",

@@ -36,7 +36,7 @@ var root = field.NewPath("parameters")
 // key), then CEL rules (in rule order), which is the order in which a
 // linked provider decodes and then checks.
 func (s *paramSchema) check(ctx context.Context, raw hints.Params) (map[string]any, error) {
-	obj, err := decodeParams(raw)
+	obj, wide, err := decodeParams(raw)
 	if err != nil {
 		return nil, err
 	}
@@ -55,7 +55,7 @@ func (s *paramSchema) check(ctx context.Context, raw hints.Params) (map[string]a
 	// and Rust's decoders refuse it before any bound is checked.
 	for _, e := range validation.ValidateCustomResource(root, probe, s.validator) {
 		if e.Type == field.ErrorTypeTypeInvalid || negativeUnsigned(s.structural, e) {
-			structural = append(structural, typeProblem(s.structural, obj, e))
+			structural = append(structural, typeProblem(s.structural, obj, wide, e))
 		}
 	}
 	if first := firstByKey(structural); first != nil {
@@ -83,42 +83,51 @@ func (s *paramSchema) check(ctx context.Context, raw hints.Params) (map[string]a
 
 // decodeParams reads a parameters object as unstructured JSON, the way the
 // API server reads a custom resource: integers as int64, other numbers as
-// float64. No parameters, or null, is an empty mapping.
-func decodeParams(raw hints.Params) (map[string]any, error) {
+// float64. No parameters, or null, is an empty mapping. wide maps the
+// dotted key of each integer written wider than an int64 (read as a
+// float64) to the integer as written, for messages.
+func decodeParams(raw hints.Params) (obj map[string]any, wide map[string]string, err error) {
 	trimmed := bytes.TrimSpace(raw)
 	if len(trimmed) == 0 || bytes.Equal(trimmed, []byte("null")) {
-		return map[string]any{}, nil
+		return map[string]any{}, nil, nil
 	}
 	if trimmed[0] != '{' {
-		return nil, &hints.ParamError{Message: "must be a mapping of parameter names to values"}
+		return nil, nil, &hints.ParamError{Message: "must be a mapping of parameter names to values"}
 	}
 	dec := json.NewDecoder(bytes.NewReader(trimmed))
 	dec.UseNumber()
 	var v any
 	if err := dec.Decode(&v); err != nil {
-		return nil, &hints.ParamError{Message: "must be a mapping of parameter names to values: " + err.Error()}
+		return nil, nil, &hints.ParamError{Message: "must be a mapping of parameter names to values: " + err.Error()}
 	}
-	obj, _ := numbers(v).(map[string]any)
-	return obj, nil
+	wide = map[string]string{}
+	obj, _ = numbers(v, "", wide).(map[string]any)
+	return obj, wide, nil
 }
 
 // numbers replaces json.Number values by int64, when the literal is an
-// integer that fits, or float64.
-func numbers(v any) any {
+// integer that fits, or float64; an integer that does not fit is recorded
+// in wide under its dotted key.
+func numbers(v any, key string, wide map[string]string) any {
 	switch x := v.(type) {
 	case map[string]any:
 		for k, e := range x {
-			x[k] = numbers(e)
+			sub := k
+			if key != "" {
+				sub = key + "." + k
+			}
+			x[k] = numbers(e, sub, wide)
 		}
 	case []any:
 		for i, e := range x {
-			x[i] = numbers(e)
+			x[i] = numbers(e, key, wide)
 		}
 	case json.Number:
 		if !strings.ContainsAny(string(x), ".eE") {
 			if i, err := strconv.ParseInt(string(x), 10, 64); err == nil {
 				return i
 			}
+			wide[key] = string(x)
 		}
 		f, _ := strconv.ParseFloat(string(x), 64)
 		return f
@@ -215,14 +224,45 @@ func unknownMessage(s *schema.Structural, key string) string {
 
 // typeProblem words a value of the wrong type as DecodeParams does:
 // "\"x\" is not a number".
-func typeProblem(s *schema.Structural, obj map[string]any, e *field.Error) *hints.ParamError {
+func typeProblem(s *schema.Structural, obj map[string]any, wide map[string]string, e *field.Error) *hints.ParamError {
 	key := keyOf(e.Field)
 	node := at(s, key)
 	v, ok := valueAt(obj, key)
 	if node == nil || !ok {
 		return &hints.ParamError{Key: key, Message: e.ErrorBody()}
 	}
+	if text, ok := wide[key]; ok {
+		if msg, ok := wideMessage(node, text); ok {
+			return &hints.ParamError{Key: key, Message: msg}
+		}
+		v = json.Number(text)
+	}
 	return &hints.ParamError{Key: key, Message: fmt.Sprintf("%s is not %s", shorten(v), describe(node))}
+}
+
+// wideMessage words an integer written wider than an int64, as written,
+// for an integer schema: out of its bounds when it has both, else out of
+// what the API server's integers (int64) hold, or an unsigned one's
+// (uint64) when the value passes even that.
+func wideMessage(s *schema.Structural, text string) (string, bool) {
+	if s.Type != "integer" {
+		return "", false
+	}
+	lit := shorten(json.Number(text))
+	if v := s.ValueValidation; v != nil && v.Minimum != nil && v.Maximum != nil && !v.ExclusiveMinimum && !v.ExclusiveMaximum &&
+		*v.Minimum == math.Trunc(*v.Minimum) && *v.Maximum == math.Trunc(*v.Maximum) {
+		return fmt.Sprintf("%s is out of range %s..%s", lit, strconv.FormatFloat(*v.Minimum, 'f', -1, 64), strconv.FormatFloat(*v.Maximum, 'f', -1, 64)), true
+	}
+	switch {
+	case strings.HasPrefix(text, "-") && unsigned(s):
+		return "", false
+	case strings.HasPrefix(text, "-"):
+		return fmt.Sprintf("%s is out of range: at least %d", lit, int64(math.MinInt64)), true
+	}
+	if _, err := strconv.ParseUint(text, 10, 64); err != nil && unsigned(s) {
+		return fmt.Sprintf("%s is out of range: at most %d", lit, uint64(math.MaxUint64)), true
+	}
+	return fmt.Sprintf("%s is out of range: at most %d", lit, int64(math.MaxInt64)), true
 }
 
 // valueAt returns the value at a dotted key path of mappings.

@@ -114,10 +114,55 @@ func decodeValue(raw []byte, v reflect.Value, path string) error {
 	target := reflect.New(t)
 	target.Elem().Set(v)
 	if err := json.Unmarshal(raw, target.Interface()); err != nil {
+		if msg, ok := outOfRange(raw, t); ok {
+			return &ParamError{Key: path, Message: msg}
+		}
 		return &ParamError{Key: path, Message: fmt.Sprintf("%s is not %s", shorten(raw), describeKind(t))}
 	}
 	v.Set(target.Elem())
 	return nil
+}
+
+// outOfRange words the refusal of an integer written in full that the
+// integer type t cannot hold: the value as written (not rounded to a
+// float) and the bound it passes. A negative value of an unsigned type is
+// left to the caller: it is not a non-negative integer at all.
+func outOfRange(raw []byte, t reflect.Type) (string, bool) {
+	if !integerLiteral(raw) {
+		return "", false
+	}
+	s := string(raw)
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		bits := t.Bits()
+		if s[0] == '-' {
+			return fmt.Sprintf("%s is out of range: at least %d", shorten(raw), int64(-1)<<(bits-1)), true
+		}
+		return fmt.Sprintf("%s is out of range: at most %d", shorten(raw), int64(uint64(1)<<(bits-1)-1)), true
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		if s[0] == '-' {
+			return "", false
+		}
+		return fmt.Sprintf("%s is out of range: at most %d", shorten(raw), uint64(math.MaxUint64)>>(64-t.Bits())), true
+	}
+	return "", false
+}
+
+// integerLiteral reports whether raw is a JSON number written as an
+// integer: an optional minus and digits, no fraction or exponent.
+func integerLiteral(raw []byte) bool {
+	if len(raw) > 0 && raw[0] == '-' {
+		raw = raw[1:]
+	}
+	if len(raw) == 0 {
+		return false
+	}
+	for _, c := range raw {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 type paramField struct {

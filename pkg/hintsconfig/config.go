@@ -144,7 +144,7 @@ func ParseConfig(data []byte) (*Config, error) {
 		}
 		return nil, Problems{p}
 	}
-	cfg, err := ParseConfigJSON(js)
+	cfg, err := ParseConfigJSON(src.restoreWide(js))
 	if probs, ok := err.(Problems); ok {
 		src.restoreNonFinite(probs)
 		src.locate(probs)
@@ -170,6 +170,12 @@ func ParseConfig(data []byte) (*Config, error) {
 	return cfg, nil
 }
 
+// routerModeMoved says where the router mode went when it left the file
+// (Dynamo's policy file has no such key, at the root or in a role entry).
+const routerModeMoved = "the router mode is not part of the policy file (Dynamo's router refuses the key); " +
+	"it is the router's --router-mode flag (DYN_ROUTER_MODE), RouterRole's spec.routerMode, " +
+	"and --router-mode to kvhint validate, compile and sidecar --config-file"
+
 // rootKeys lists the root keys ParseConfigJSON accepts, for messages.
 func rootKeys() string {
 	return strings.Join(append([]string{"worker_selection"}, uncheckedRootKeys...), ", ")
@@ -192,6 +198,9 @@ func ParseConfigJSON(js []byte) (*Config, error) {
 				cfg.Unchecked = map[string]json.RawMessage{}
 			}
 			cfg.Unchecked[key] = top[key]
+		case key == "router_mode":
+			// What a file from an earlier compile has at its root.
+			probs = append(probs, configProblem("", fmt.Sprintf("unknown key %q: %s", key, routerModeMoved)))
 		case key == "kv_hint_policy":
 			probs = append(probs, configProblem("", "kv_hint_policy (one hint policy for the whole router) is not read by kvhint, which runs hints per role: "+
 				"list them under worker_selection.<role>.hints"))
@@ -341,7 +350,7 @@ func parseRoleEntry(raw json.RawMessage) (*parsedEntry, error) {
 		case "hints":
 			e.Hints, err = parseHintList(val)
 		case "router_mode":
-			err = fmt.Errorf("unknown key %q: the router mode is not part of the policy file; it is the router's --router-mode flag (DYN_ROUTER_MODE), and RouterRole's spec.routerMode", key)
+			err = fmt.Errorf("unknown key %q: %s", key, routerModeMoved)
 		default:
 			err = fmt.Errorf("unknown key %q; known: hints, parameters, type", key)
 		}

@@ -57,7 +57,9 @@ func TestParseConfigRejects(t *testing.T) {
 		{"not a mapping", "- a\n- b\n", "", []string{"must be a mapping"}},
 		{"empty document", "", "", []string{"must be a mapping"}},
 		{"unknown top-level key", "worker_selection: {decode: kvcr}\nrouter_mod: kv\n", "", []string{`"router_mod"`, "worker_selection, default_policy_family, models, policy_classes, request_classifier, uncached_isl_buckets"}},
-		{"router_mode is not a key of the file", "router_mode: kv\nworker_selection: {decode: kvcr}\n", "", []string{`"router_mode"`}},
+		// The first error a file from an earlier compile meets: it says
+		// where the mode went, as the per-role message does.
+		{"router_mode is not a key of the file", "router_mode: kv\nworker_selection: {decode: kvcr}\n", "", []string{`"router_mode"`, "not part of the policy file", "--router-mode", "DYN_ROUTER_MODE", "spec.routerMode"}},
 		{"router_mode is not a key of an entry", "worker_selection: {decode: {type: kvcr, router_mode: kv}}\n", "decode", []string{`"router_mode"`, "--router-mode"}},
 		{"empty worker_selection, as Dynamo's router refuses it", "worker_selection: {}\n", "", []string{"worker_selection must define an instance or an aggregated, prefill, decode, or encode selection"}},
 		{"no worker_selection and nothing else", "# nothing\n", "", []string{"must be a mapping"}},

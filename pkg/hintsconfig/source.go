@@ -33,10 +33,52 @@ type source struct {
 	// in the text by a finite stand-in before the YAML 1.1 read (JSON, and
 	// so the providers, cannot hold them); see standIn.
 	nonFinite []nonFinite
+	// wide are the integers written wider than 64 bits, each replaced in
+	// the text by a quoted stand-in before the YAML 1.1 read (which would
+	// round it to a float64) and written back into the JSON as written, so
+	// that a provider quotes the value the user wrote; see wideInteger.
+	wide []wideLiteral
 	// instanceOf maps a role whose bare entry named an instance to that
 	// instance's path ("worker_selection/instances/0"), where its type and
 	// parameters are written.
 	instanceOf map[string]string
+}
+
+// wideLiteral is an integer as written and the token standing in for it.
+type wideLiteral struct{ token, text string }
+
+// wideTokenPrefix starts the stand-in of a wide integer; a file that holds
+// it already keeps its wide integers as YAML 1.1 reads them.
+const wideTokenPrefix = "kvhint-wide-integer-"
+
+// wideIntegerRe is a plain decimal integer as JSON writes one.
+var wideIntegerRe = regexp.MustCompile(`^-?[1-9][0-9]*$`)
+
+// wideInteger reports whether n is a plain decimal integer that neither an
+// int64 nor a uint64 holds: YAML 1.1 reads it as the nearest float64 (or,
+// past float64's range, as a string), so a message quoting it would quote
+// another number.
+func wideInteger(n *yamlv3.Node) bool {
+	if n.Style != 0 || !wideIntegerRe.MatchString(n.Value) {
+		return false
+	}
+	if _, err := strconv.ParseInt(n.Value, 10, 64); err == nil {
+		return false
+	}
+	_, err := strconv.ParseUint(n.Value, 10, 64)
+	return err != nil
+}
+
+// restoreWide writes each wide integer back into js, the YAML 1.1 read of
+// the text, as written.
+func (s *source) restoreWide(js []byte) []byte {
+	if s == nil {
+		return js
+	}
+	for _, w := range s.wide {
+		js = bytes.ReplaceAll(js, []byte(`"`+w.token+`"`), []byte(w.text))
+	}
+	return js
 }
 
 type nonFinite struct {
@@ -115,6 +157,7 @@ func readSource(data []byte) ([]byte, *source, Problems) {
 	var probs Problems
 	var edits []edit
 	edited := map[*yamlv3.Node]bool{}
+	wideOK := !bytes.Contains(data, []byte(wideTokenPrefix))
 	var walk func(n *yamlv3.Node, path []string)
 	walk = func(n *yamlv3.Node, path []string) {
 		if n.Kind == yamlv3.AliasNode && n.Alias != nil {
@@ -148,6 +191,18 @@ func readSource(data []byte) ([]byte, *source, Problems) {
 				walk(c, sub)
 			}
 		case yamlv3.ScalarNode:
+			if wideOK && wideInteger(n) {
+				if edited[n] {
+					return
+				}
+				if off, ok := offsetOf(data, n.Line, n.Column, n.Value); ok {
+					token := wideTokenPrefix + strconv.Itoa(len(src.wide))
+					edits = append(edits, edit{off: off, n: len(n.Value), with: `"` + token + `"`})
+					edited[n] = true
+					src.wide = append(src.wide, wideLiteral{token: token, text: n.Value})
+				}
+				return
+			}
 			if n.ShortTag() != "!!float" {
 				return
 			}

@@ -77,6 +77,28 @@ func TestParseConfigFoundAsANewUserWould(t *testing.T) {
 		want:  []located{{hintsconfig.ReasonInvalidParameters, "decode", 0, "kv-retain", "ttl_seconds", 7}},
 		words: []string{`parameter "ttl_seconds": -.inf is not an integer`},
 	}, {
+		// An integer too large for its type reads as written, not as the
+		// float YAML 1.1 rounds it to, and is said to be out of range.
+		name:  "a seed above the u64 maximum",
+		doc:   "worker_selection:\n  decode:\n    type: kvcr\n    parameters:\n      seed: 18446744073709551616\n",
+		want:  []located{{hintsconfig.ReasonInvalidParameters, "decode", noHint, "kvcr", "seed", 5}},
+		words: []string{`parameter "seed": 18446744073709551616 is out of range: at most 18446744073709551615`},
+	}, {
+		name:  "a ttl_seconds above any integer",
+		doc:   "worker_selection:\n  decode:\n    type: dynamo-default-cost-fn\n    hints:\n    - type: kv-retain\n      parameters:\n        ttl_seconds: 99999999999999999999\n",
+		want:  []located{{hintsconfig.ReasonInvalidParameters, "decode", 0, "kv-retain", "ttl_seconds", 7}},
+		words: []string{`parameter "ttl_seconds": 99999999999999999999 is out of range: at most 9223372036854775807`},
+	}, {
+		name:  "a negative ttl_seconds below any integer",
+		doc:   "worker_selection:\n  decode:\n    type: dynamo-default-cost-fn\n    hints:\n    - type: kv-retain\n      parameters: {ttl_seconds: -99999999999999999999}\n",
+		want:  []located{{hintsconfig.ReasonInvalidParameters, "decode", 0, "kv-retain", "ttl_seconds", 6}},
+		words: []string{`parameter "ttl_seconds": -99999999999999999999 is out of range: at least -9223372036854775808`},
+	}, {
+		name:  "a root router_mode from an earlier compile",
+		doc:   "router_mode: kv\nworker_selection: {decode: kvcr}\n",
+		want:  []located{{hintsconfig.ReasonInvalidConfig, "", noHint, "", "", 1}},
+		words: []string{`unknown key "router_mode"`, "--router-mode"},
+	}, {
 		name:  ".nan for an unbounded float",
 		doc:   "worker_selection:\n  decode:\n    type: kvcr\n    parameters:\n      router_temperature: .NaN\n",
 		want:  []located{{hintsconfig.ReasonInvalidParameters, "decode", noHint, "kvcr", "router_temperature", 5}},

@@ -119,7 +119,7 @@ func costCases(reported func(members string) string, commits func(shared *float6
 		// seed is an unsigned 64-bit integer.
 		ok("seed 0", `{"seed": 0}`, `"seed": 0`, nil),
 		ok("seed at the u64 maximum", `{"seed": 18446744073709551615}`, `"seed": 18446744073709551615`, nil),
-		{name: "seed above the u64 maximum", params: `{"seed": 18446744073709551616}`, errKey: "seed", errWord: "is not a non-negative integer"},
+		{name: "seed above the u64 maximum", params: `{"seed": 18446744073709551616}`, errKey: "seed", errWord: "18446744073709551616 is out of range: at most 18446744073709551615"},
 		{name: "seed -1", params: `{"seed": -1}`, errKey: "seed", errWord: "-1 is not a non-negative integer"},
 		{name: "seed 1.5", params: `{"seed": 1.5}`, errKey: "seed", errWord: "1.5 is not a non-negative integer"},
 		{name: "seed a string", params: `{"seed": "7"}`, errKey: "seed", errWord: "is not a non-negative integer"},

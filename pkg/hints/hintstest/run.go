@@ -139,6 +139,9 @@ func DefaultBookings() []Booking {
 //     and at most one per booking; a booking yields at most 32 actions;
 //   - the same booking gives the same actions, byte for byte, whatever ran
 //     before it on the same HintContext and payload arena;
+//   - each call returns actions of its own: a booking's actions do not
+//     change when another booking is built while they are held (a policy
+//     that returns a slice it keeps and appends into fails every time);
 //   - the policy is safe for concurrent use: many goroutines on one policy
 //     give each booking its own actions (run with -race);
 //   - it keeps nothing of the HintContext or the booking after it returns:
@@ -221,6 +224,9 @@ func check(p hints.HintProvider, s Suite) *report {
 		}
 		if fired == 0 && !s.NeverFires && len(pr.errs) == 0 {
 			pr.errorf("the policy produced no action on any of the %d bookings, so nothing it sends was checked; give Suite.Bookings that make it fire, or set Suite.NeverFires if that is intended", len(bookings))
+		}
+		if len(pr.errs) == 0 {
+			checkReuse(pr, p, policy, bookings, want)
 		}
 		if len(pr.errs) == 0 {
 			checkConcurrent(pr, p, policy, bookings, want, s.Concurrency)
@@ -443,13 +449,7 @@ type blocked string
 
 func runTimed(ctx context.Context, p hints.HintProvider, policy hints.HintPolicy, b Booking, sc *scratch, timed bool) (built, []error, blocked) {
 	var problems []error
-	bk := cloneBooking(b)
-	sc.hc = hints.HintContext{RequestID: bk.RequestID, Role: bk.Role, Worker: bk.Worker,
-		PromptTokens: bk.PromptTokens, BlockSize: bk.BlockSize, Session: bk.Session}
-	host := hostbridge.Of[hints.HintContext, hints.CommittedCopy](&sc.hc)
-	host.KVCopy = bk.KVCopy
-	host.Arena = sc.arena[:0]
-	host.Granted = uint8(p.Commitments)
+	bk, host := sc.load(p, b)
 	var out built
 	// Only bookings whose work is small are timed: a policy that writes a
 	// copy of tens of thousands of blocks allocates a megabyte, and may
@@ -580,6 +580,19 @@ func cloneBooking(b Booking) Booking {
 	return b
 }
 
+// load readies sc's HintContext for booking b as the dispatcher does, on a
+// copy of the booking, and returns the copy and the context's host state.
+func (sc *scratch) load(p hints.HintProvider, b Booking) (Booking, *hostbridge.State[hints.CommittedCopy]) {
+	bk := cloneBooking(b)
+	sc.hc = hints.HintContext{RequestID: bk.RequestID, Role: bk.Role, Worker: bk.Worker,
+		PromptTokens: bk.PromptTokens, BlockSize: bk.BlockSize, Session: bk.Session}
+	host := hostbridge.Of[hints.HintContext, hints.CommittedCopy](&sc.hc)
+	host.KVCopy = bk.KVCopy
+	host.Arena = sc.arena[:0]
+	host.Granted = uint8(p.Commitments)
+	return bk, host
+}
+
 func newScratch() *scratch { return &scratch{arena: make([]byte, 0, 16<<10)} }
 
 // blockTries is how many runs of a booking must all overrun and sleep
@@ -635,6 +648,54 @@ func retained(problems []error) string {
 
 func sameBuilt(a, b built) bool {
 	return a.err == b.err && a.panic == b.panic && slices.Equal(a.actions, b.actions)
+}
+
+// checkReuse builds a booking, holds its actions as the dispatcher holds
+// them until the hint is encoded, builds another booking whose actions
+// differ, and checks that the first booking's actions did not change. A
+// policy that returns a slice or payload it keeps and fills again on every
+// booking fails it every time; runs that copy each result out at once never
+// see it, and -race only when two bookings happen to overlap. Each booking
+// has its own context and arena, as concurrent bookings have, so only
+// memory the policy keeps can be shared. want is each booking's first
+// result; the first reuse found is reported.
+func checkReuse(t *report, p hints.HintProvider, policy hints.HintPolicy, bookings []Booking, want []built) {
+	ctx := context.Background()
+	for i := range bookings {
+		if len(want[i].actions) == 0 {
+			continue
+		}
+		next := -1
+		for k := 1; k < len(bookings); k++ {
+			j := (i + k) % len(bookings)
+			if want[j].panic == "" && !sameBuilt(want[j], want[i]) {
+				next = j
+				break
+			}
+		}
+		if next < 0 {
+			continue
+		}
+		first, second := newScratch(), newScratch()
+		first.load(p, bookings[i])
+		held, _, _, err := call(ctx, policy, &first.hc, false)
+		if err != nil {
+			continue
+		}
+		second.load(p, bookings[next])
+		if _, _, _, err := call(ctx, policy, &second.hc, false); errors.As(err, new(*panicError)) {
+			continue
+		}
+		for n := range held {
+			a := &held[n]
+			got := a.Type + "@" + a.Version + " " + string(a.Payload.Bytes())
+			if n < len(want[i].actions) && got != want[i].actions[n] {
+				t.errorf("booking %s: action %d changed when booking %s was built next (%s, then %s): the policy returns memory it reuses on every booking (a slice or payload it keeps and appends into); the dispatcher holds a booking's actions until its hint is encoded while other bookings run, so every call must return actions of its own",
+					bookings[i].RequestID, n+1, bookings[next].RequestID, escape(brief(want[i].actions[n])), escape(brief(got)))
+				return
+			}
+		}
+	}
 }
 
 // checkConcurrent runs the bookings from many goroutines on one policy.

@@ -283,6 +283,21 @@ func TestCheckFindsTheAuthorsFaults(t *testing.T) {
 			cached.Store(&p)
 			return []hints.Action{{Type: "vendor.cache", Version: "1.0", Payload: p}}, err
 		}), want: []string{`\xff\xff`}},
+		// The slice the policy returns is one it keeps and appends into on
+		// every booking, so a booking's actions change under the
+		// dispatcher when the next booking is built. Sequential runs that
+		// copy each result out at once never see it; -race sees it only
+		// when two bookings happen to overlap.
+		{name: "a returned slice reused on every booking", p: func() hints.HintProvider {
+			var kept []hints.Action
+			return provider("reuser", 0, func(hc *hints.HintContext) ([]hints.Action, error) {
+				w := hints.NewObjectWriter(nil)
+				w.String("request", hc.RequestID)
+				p, err := w.Payload()
+				kept = append(kept[:0], hints.Action{Type: "vendor.reuse", Version: "1.0", Payload: p})
+				return kept, err
+			})
+		}(), want: []string{"booking plain: action 1 changed when booking", "was built next", "returns memory it reuses on every booking"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.linux && runtime.GOOS != "linux" {
