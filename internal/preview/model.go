@@ -111,11 +111,16 @@ type worker struct {
 	freed map[uint64]bool
 }
 
-func (w *worker) HintCapable() bool                  { return w.capable }
-func (w *worker) InPool(role string) bool            { return w.role == role }
-func (w *worker) Deliver([]byte, time.Time) bool     { return false }
-func (w *worker) SourceEndpoint(int) (string, bool)  { return w.endpoint, w.endpoint != "" }
-func (r registry) Lookup(id string) router.Worker    { if w, ok := r[id]; ok { return w }; return nil }
+func (w *worker) HintCapable() bool                 { return w.capable }
+func (w *worker) InPool(role string) bool           { return w.role == role }
+func (w *worker) Deliver([]byte, time.Time) bool    { return false }
+func (w *worker) SourceEndpoint(int) (string, bool) { return w.endpoint, w.endpoint != "" }
+func (r registry) Lookup(id string) router.Worker {
+	if w, ok := r[id]; ok {
+		return w
+	}
+	return nil
+}
 
 type registry map[string]*worker
 

@@ -152,4 +152,3 @@ func (t Topology) describe(roles []string) string {
 	}
 	return strings.Join(parts, "; ")
 }
-

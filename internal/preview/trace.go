@@ -61,13 +61,13 @@ type RecordedCopy struct {
 // integers are read as json.Number so that a fraction or an exponent is an
 // error, not a silent truncation.
 type rowJSON struct {
-	Timestamp    *json.Number `json:"timestamp"`
-	CreatedTime  *json.Number `json:"created_time"`
-	InputLength  *json.Number `json:"input_length"`
-	InputTokens  *json.Number `json:"input_tokens"`
-	OutputLength *json.Number `json:"output_length"`
-	OutputTokens *json.Number `json:"output_tokens"`
-	HashIDs      []json.Number `json:"-"`
+	Timestamp    *json.Number    `json:"timestamp"`
+	CreatedTime  *json.Number    `json:"created_time"`
+	InputLength  *json.Number    `json:"input_length"`
+	InputTokens  *json.Number    `json:"input_tokens"`
+	OutputLength *json.Number    `json:"output_length"`
+	OutputTokens *json.Number    `json:"output_tokens"`
+	HashIDs      []json.Number   `json:"-"`
 	SessionID    json.RawMessage `json:"session_id"`
 	Delay        *json.Number    `json:"delay"`
 	DelayMS      *json.Number    `json:"delay_ms"`
@@ -354,4 +354,3 @@ func oneOf(name string, a *json.Number, alias string, b *json.Number, integer bo
 	}
 	return &v, nil
 }
-
