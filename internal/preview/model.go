@@ -192,6 +192,7 @@ type sim struct {
 	sessions map[string][]uint64
 	nextID   uint64
 	res      *Result
+	names    []string // the roles, sorted; set once every role is known
 }
 
 // synthetic hash ids for rows that carry none start here, far above the
@@ -282,11 +283,15 @@ func Replay(cat *hints.Catalog, cfg Config, rows []Row, a Assumptions) (*Result,
 }
 
 func (s *sim) roleNames() []string {
+	if s.names != nil {
+		return s.names
+	}
 	var out []string
 	for n := range s.roles {
 		out = append(out, n)
 	}
 	slices.Sort(out)
+	s.names = out
 	return out
 }
 

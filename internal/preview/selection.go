@@ -134,11 +134,28 @@ func (s *sim) costFn(rs *roleState, row *Row, hashes []uint64) (*worker, *hints.
 	}
 	logits := make([]float64, len(rs.workers))
 	overlaps := make([]int, len(rs.workers))
-	var peers []*worker
+	// kvcr: the longest prefix any worker holds, and the second longest
+	// held by another worker, so that each worker's best peer is known
+	// after one look at every cache.
+	var best, second peerHold
 	if kvcr {
 		for _, name := range s.roleNames() {
-			peers = append(peers, s.roles[name].workers...)
+			for _, p := range s.roles[name].workers {
+				h := peerHold{p, p.cache.peek(hashes)}
+				switch {
+				case h.n > best.n:
+					best, second = h, best
+				case h.n > second.n:
+					second = h
+				}
+			}
 		}
+	}
+	peerOf := func(w *worker) peerHold {
+		if best.w == w {
+			return second
+		}
+		return best
 	}
 	for i, w := range rs.workers {
 		ov := w.cache.peek(hashes)
@@ -150,8 +167,8 @@ func (s *sim) costFn(rs *roleState, row *Row, hashes []uint64) (*worker, *hints.
 		}
 		credit := p.OverlapScoreCredit * decay * float64(ov)
 		if kvcr {
-			if peer, n := bestPeer(peers, w, hashes); peer != nil && n > ov {
-				credit += p.SharedCacheMultiplier * float64(n-ov)
+			if peer := peerOf(w); peer.w != nil && peer.n > ov {
+				credit += p.SharedCacheMultiplier * float64(peer.n-ov)
 			}
 		}
 		decodeBlocks := float64(w.activeBlocks) + float64(len(hashes)-ov)
@@ -177,28 +194,19 @@ func (s *sim) costFn(rs *roleState, row *Row, hashes []uint64) (*worker, *hints.
 	if !kvcr {
 		return w, nil, nil
 	}
-	peer, n := bestPeer(peers, w, hashes)
-	if peer == nil || n <= overlaps[pick] {
+	peer := peerOf(w)
+	if peer.w == nil || peer.n <= overlaps[pick] {
 		return w, nil, nil
 	}
-	c := &hints.CommittedCopy{SourceWorker: peer.name, BlockHashes: append([]uint64(nil), hashes[overlaps[pick]:n]...)}
+	c := &hints.CommittedCopy{SourceWorker: peer.w.name, BlockHashes: append([]uint64(nil), hashes[overlaps[pick]:peer.n]...)}
 	return w, c, nil
 }
 
-// bestPeer is the worker other than w that holds the longest prefix of
-// hashes, and its length; the first such in role then index order.
-func bestPeer(peers []*worker, w *worker, hashes []uint64) (*worker, int) {
-	var best *worker
-	n := 0
-	for _, p := range peers {
-		if p == w {
-			continue
-		}
-		if m := p.cache.peek(hashes); m > n {
-			best, n = p, m
-		}
-	}
-	return best, n
+// peerHold is a worker and the prefix of a prompt it holds, in blocks;
+// among workers that hold as much, the first in role then index order.
+type peerHold struct {
+	w *worker
+	n int
 }
 
 // softmaxPick draws an index with probability proportional to
