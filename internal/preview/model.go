@@ -193,6 +193,10 @@ type sim struct {
 	nextID   uint64
 	res      *Result
 	names    []string // the roles, sorted; set once every role is known
+	// lastReq and lastHashes are each session's last request without
+	// hash ids and the ids it was given.
+	lastReq    map[string]string
+	lastHashes map[string][]uint64
 }
 
 // synthetic hash ids for rows that carry none start here, far above the
@@ -214,7 +218,7 @@ func Replay(cat *hints.Catalog, cfg Config, rows []Row, a Assumptions) (*Result,
 		return nil, fmt.Errorf("%s: %w", cfg.Name, probs.Errors())
 	}
 	s := &sim{a: a, roles: map[string]*roleState{}, reg: registry{}, owners: map[string]*worker{},
-		sessions: map[string][]uint64{}, nextID: syntheticBase, res: &Result{Roles: map[string]*RoleStats{}}}
+		sessions: map[string][]uint64{}, lastReq: map[string]string{}, lastHashes: map[string][]uint64{}, nextID: syntheticBase, res: &Result{Roles: map[string]*RoleStats{}}}
 	s.d = router.NewDispatcher(router.Options{Catalog: cat, Workers: s.reg,
 		PolicyDeadline: time.Hour, Isolation: router.IsolationOptions{HardDeadline: time.Hour}})
 	if err := s.d.LoadConfig(router.Config{Doc: cfg.Doc, Modes: cfg.Modes, Hash: cfg.Hash}, cfg.Name); err != nil {
@@ -374,10 +378,16 @@ func (s *sim) drain(now float64) {
 // (its whole blocks) and takes new ids for the rest; outside a session
 // every block is new.
 func (s *sim) hashesOf(row *Row) []uint64 {
+	bs := s.blockSize(row)
 	if row.Hashes != nil {
+		if row.Session != "" {
+			s.sessions[row.Session] = row.Hashes[:row.InputTokens/bs]
+		}
 		return row.Hashes
 	}
-	bs := s.blockSize(row)
+	if row.Session != "" && s.lastReq[row.Session] == row.RequestID {
+		return s.lastHashes[row.Session] // another role's booking of the same request
+	}
 	n := (row.InputTokens + bs - 1) / bs
 	out := make([]uint64, 0, n)
 	if row.Session != "" {
@@ -391,6 +401,7 @@ func (s *sim) hashesOf(row *Row) []uint64 {
 	if row.Session != "" {
 		whole := row.InputTokens / bs
 		s.sessions[row.Session] = out[:whole]
+		s.lastReq[row.Session], s.lastHashes[row.Session] = row.RequestID, out
 	}
 	return out
 }

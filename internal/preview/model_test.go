@@ -263,3 +263,41 @@ func TestReportDeterministic(t *testing.T) {
 		t.Error("two runs wrote different reports")
 	}
 }
+
+// A recorded trace replays as it is: with --choices recorded the booked
+// workers and committed copies are the recorded ones, and under the config
+// the recording ran the actions the dispatcher builds are the ones
+// recorded, booking by booking.
+func TestRecordedTraceReplaysItsActions(t *testing.T) {
+	tr := `{"timestamp":0,"request_id":"r1","role":"prefill","worker":"p-a","input_length":64,"hash_ids":[1,2,3,4],"session_id":"1","turn":1,"final":false,"actions":[]}
+{"timestamp":0,"request_id":"r1","role":"decode","worker":"d-a","input_length":64,"hash_ids":[1,2,3,4],"session_id":"1","turn":1,"final":false,"committed_kv_copy":{"source_worker":"p-a","block_hashes":[1,2,3,4]},"actions":["kv.fetch","kv.retain"]}
+{"timestamp":5,"request_id":"r2","role":"decode","worker":"d-b","input_length":80,"session_id":"1","turn":2,"final":true,"committed_kv_copy":{"source_worker":"p-a","source_endpoint":"tcp://127.0.0.1:23280","block_hashes":[1,2]},"actions":["kv.fetch","kv.evict"]}
+{"timestamp":9,"request_id":"r3","role":"decode","worker":"d-a","input_length":16,"actions":[]}
+`
+	doc := "worker_selection:\n  prefill:\n    type: dynamo-default-cost-fn\n    hints: []\n  decode:\n    type: kvcr\n    hints:\n      - type: kv-fetch\n      - type: kv-retain\n      - type: kv-evict\n"
+	a := assumptions(1, 64)
+	a.RecordedChoices = true
+	rows, err := ReadTrace(strings.NewReader(tr), testBlock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := replay(t, doc, tr, a)
+	if len(res.Bookings) != len(rows) {
+		t.Fatalf("%d bookings, want %d", len(res.Bookings), len(rows))
+	}
+	for i, b := range res.Bookings {
+		var types []string
+		for _, act := range b.Actions {
+			types = append(types, strings.SplitN(act, "(", 2)[0])
+		}
+		if !slices.Equal(types, rows[i].Actions) && !(len(types) == 0 && len(rows[i].Actions) == 0) {
+			t.Errorf("booking %s %s: actions %v, recorded %v", b.RequestID, b.Role, types, rows[i].Actions)
+		}
+		if b.Worker != rows[i].Worker {
+			t.Errorf("booking %s %s: worker %s, recorded %s", b.RequestID, b.Role, b.Worker, rows[i].Worker)
+		}
+	}
+	if d := res.Roles["decode"]; d.FetchedUsed != 4+2 || d.CachedBlocks != 4+2 {
+		t.Errorf("decode fetched used %d, cached %d; want 6 and 6 (the recorded copies, from p-a's cache)", d.FetchedUsed, d.CachedBlocks)
+	}
+}

@@ -142,14 +142,19 @@ func ReadTrace(r io.Reader, blockSize int) ([]Row, error) {
 			if st == nil {
 				st = &sessionState{}
 				sessions[row.Session] = st
-			} else if rows[st.lastIx].Final {
-				return nil, &TraceError{line, fmt.Sprintf("session %q has a row after its final turn (line %d)", row.Session, rows[st.lastIx].Line)}
+			} else if last := rows[st.lastIx]; last.Final && !(last.RequestID == row.RequestID && row.Role != "") {
+				return nil, &TraceError{line, fmt.Sprintf("session %q has a row after its final turn (line %d)", row.Session, last.Line)}
 			}
-			st.turn++
-			if row.Turn == 0 {
+			// A recorded trace has a row per role booked, so a turn may
+			// repeat; it never goes back.
+			switch {
+			case row.Turn == 0:
+				st.turn++
 				row.Turn = st.turn
-			} else if row.Turn != st.turn {
-				return nil, &TraceError{line, fmt.Sprintf("turn is %d; session %q is at turn %d", row.Turn, row.Session, st.turn)}
+			case row.Turn < st.turn:
+				return nil, &TraceError{line, fmt.Sprintf("turn is %d; session %q is already at turn %d", row.Turn, row.Session, st.turn)}
+			default:
+				st.turn = row.Turn
 			}
 			if row.delayed && !row.hasTime {
 				row.At, row.hasTime = st.at+row.delay, true
