@@ -53,9 +53,10 @@ cache per worker. Its assumptions are flags and every report prints them.
 The trace is JSONL: Mooncake's rows (timestamp ms, input_length,
 output_length, hash_ids one per block of --trace-block-size tokens), with
 the aliases and session fields of Dynamo's replay (created_time,
-input_tokens, output_tokens, session_id, delay/delay_ms), or a trace the
-sidecar recorded (--record-trace), which also carries each booking's role,
-worker, committed copy and actions.
+input_tokens, output_tokens, session_id, delay/delay_ms), or a recorded
+trace, which also carries each booking's role, worker, committed copy and
+actions (--choices recorded replays its workers and copies). See
+docs/preview.md.
 
 Exit status: 0 when nothing differs, 1 when something does, 2 on an error
 (a trace row that cannot be read names its line).`,
