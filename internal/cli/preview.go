@@ -53,8 +53,8 @@ cache per worker. Its assumptions are flags and every report prints them.
 The trace is JSONL: Mooncake's rows (timestamp ms, input_length,
 output_length, hash_ids one per block of --trace-block-size tokens), with
 the aliases and session fields of Dynamo's replay (created_time,
-input_tokens, output_tokens, session_id, delay/delay_ms), or a recorded
-trace, which also carries each booking's role, worker, committed copy and
+input_tokens, output_tokens, session_id, delay/delay_ms), or a trace the
+sidecar recorded (kvhint sidecar --record-trace), which also carries each booking's role, worker, committed copy and
 actions (--choices recorded replays its workers and copies). See
 docs/preview.md.
 
