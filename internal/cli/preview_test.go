@@ -70,3 +70,24 @@ func TestPreviewExitCodes(t *testing.T) {
 		})
 	}
 }
+
+// The recording flags other than --record-trace mean nothing alone, and a
+// sample rate out of (0, 1] is refused before the sidecar starts serving.
+func TestSidecarRecordFlags(t *testing.T) {
+	dir := t.TempDir()
+	cfg := writeFile(t, dir, "hints.yaml", "worker_selection:\n  aggregated: dynamo-default-cost-fn\n")
+	for _, tc := range []struct {
+		args []string
+		err  string
+	}{
+		{[]string{"--record-sample-rate", "0.5"}, "need --record-trace PATH"},
+		{[]string{"--record-trace", filepath.Join(dir, "t.jsonl"), "--record-sample-rate", "0"}, "sample rate is 0"},
+		{[]string{"--record-trace", filepath.Join(dir, "t.jsonl"), "--record-sample-rate", "1.5"}, "sample rate is 1.5"},
+	} {
+		args := append([]string{"sidecar", "--config-file", cfg, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"}, tc.args...)
+		code, _, errOut := runCLI(args...)
+		if code == 0 || !strings.Contains(errOut, tc.err) {
+			t.Errorf("%v: exit %d, stderr %q; want a failure naming %q", tc.args, code, errOut, tc.err)
+		}
+	}
+}
