@@ -59,66 +59,17 @@ catalog (see kvhint validate --help).`,
 }
 
 func compileFiles(cat *hints.Catalog, files []string, router string, mode hintsconfig.RouterMode, stdin io.Reader, stdout, stderr io.Writer) error {
-	files, err := expandInputs(files)
+	configs, err := loadCompiled(cat, files, router, mode, stdin, stderr)
 	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return exitError{code: ExitUsage}
+		return err
 	}
 	var docs [][]byte
 	var notes []string
-	manifests := newManifestSet()
-	for _, name := range files {
-		data, err := readInput(name, stdin)
-		if err != nil {
-			fmt.Fprintf(stderr, "%s: %v\n", name, err)
-			return exitError{code: ExitUsage}
+	for _, c := range configs {
+		notes = append(notes, c.note)
+		if c.doc != nil {
+			docs = append(docs, c.doc)
 		}
-		if rolegraph.IsManifest(data) {
-			manifests.add(name, data)
-			continue
-		}
-		if router != "" {
-			continue
-		}
-		g, probs := compileHintsYAML(cat, data, mode)
-		printProblems(stderr, name, probs)
-		if probs.HasErrors() {
-			return exitError{code: ExitInvalid}
-		}
-		doc, hash, err := g.Encode()
-		if err != nil {
-			fmt.Fprintf(stderr, "%s: %v\n", name, err)
-			return exitError{code: ExitInvalid}
-		}
-		docs = append(docs, doc)
-		notes = append(notes, fmt.Sprintf("# %s: hash %s", name, hash))
-	}
-	if len(manifests.files) > 0 {
-		routers := manifests.compile(cat)
-		manifests.print(stderr)
-		if manifests.failed {
-			return exitError{code: ExitInvalid}
-		}
-		var names []string
-		for _, r := range routers {
-			names = append(names, r.router.Name)
-			if router != "" && r.router.Name != router {
-				continue
-			}
-			notes = append(notes, r.note())
-			if r.router.Config == nil {
-				continue
-			}
-			docs = append(docs, r.router.Config)
-		}
-		if router != "" && len(docs) == 0 {
-			fmt.Fprintf(stderr, "no router %q in the manifests; routers: %s\n", router, strings.Join(names, ", "))
-			return exitError{code: ExitUsage}
-		}
-	}
-	if router != "" && len(manifests.files) == 0 {
-		fmt.Fprintln(stderr, "--router selects among the routers of manifests, and no file is a manifest")
-		return exitError{code: ExitUsage}
 	}
 	for i, d := range docs {
 		if len(docs) > 1 {
@@ -133,4 +84,90 @@ func compileFiles(cat *hints.Catalog, files []string, router string, mode hintsc
 		fmt.Fprintln(stderr, n)
 	}
 	return nil
+}
+
+// compiledConfig is one config `kvhint compile -f` reads from its inputs:
+// the policy file and the modes its roles run under, as a router would
+// load it. A router with no accepted role has a nil doc and only a note.
+type compiledConfig struct {
+	doc    []byte
+	modes  hintsconfig.Modes
+	hash   string
+	note   string
+	router string // the router's name, for manifests
+}
+
+// loadCompiled reads the -f inputs the way `kvhint compile -f` does (hints
+// YAML files one by one, manifests together as the manager compiles them)
+// and returns the configs they compile to, in order. Problems go to
+// stderr; an input that breaks a rule returns ExitInvalid, an unreadable
+// one or a bad --router ExitUsage. With router set, only that router's
+// config is returned (and hints YAML files are ignored).
+func loadCompiled(cat *hints.Catalog, files []string, router string, mode hintsconfig.RouterMode, stdin io.Reader, stderr io.Writer) ([]compiledConfig, error) {
+	files, err := expandInputs(files)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return nil, exitError{code: ExitUsage}
+	}
+	var out []compiledConfig
+	manifests := newManifestSet()
+	for _, name := range files {
+		data, err := readInput(name, stdin)
+		if err != nil {
+			fmt.Fprintf(stderr, "%s: %v\n", name, err)
+			return nil, exitError{code: ExitUsage}
+		}
+		if rolegraph.IsManifest(data) {
+			manifests.add(name, data)
+			continue
+		}
+		if router != "" {
+			continue
+		}
+		g, probs := compileHintsYAML(cat, data, mode)
+		printProblems(stderr, name, probs)
+		if probs.HasErrors() {
+			return nil, exitError{code: ExitInvalid}
+		}
+		doc, hash, err := g.Encode()
+		if err != nil {
+			fmt.Fprintf(stderr, "%s: %v\n", name, err)
+			return nil, exitError{code: ExitInvalid}
+		}
+		out = append(out, compiledConfig{doc: doc, hash: hash, modes: hintsconfig.Modes{Default: mode, Flag: "--router-mode"},
+			note: fmt.Sprintf("# %s: hash %s", name, hash)})
+	}
+	if len(manifests.files) > 0 {
+		routers := manifests.compile(cat)
+		manifests.print(stderr)
+		if manifests.failed {
+			return nil, exitError{code: ExitInvalid}
+		}
+		var names []string
+		found := false
+		for _, r := range routers {
+			names = append(names, r.router.Name)
+			if router != "" && r.router.Name != router {
+				continue
+			}
+			c := compiledConfig{doc: r.router.Config, hash: r.router.Hash, note: r.note(), router: r.router.Name}
+			if r.router.Compiled != nil {
+				c.modes = hintsconfig.Modes{Roles: map[string]hintsconfig.RouterMode{}}
+				for role, s := range r.router.Compiled.Roles {
+					c.modes.Roles[role] = s.RouterMode
+				}
+			}
+			found = found || c.doc != nil
+			out = append(out, c)
+		}
+		if router != "" && !found {
+			fmt.Fprintf(stderr, "no router %q in the manifests; routers: %s\n", router, strings.Join(names, ", "))
+			return nil, exitError{code: ExitUsage}
+		}
+	}
+	if router != "" && len(manifests.files) == 0 {
+		fmt.Fprintln(stderr, "--router selects among the routers of manifests, and no file is a manifest")
+		return nil, exitError{code: ExitUsage}
+	}
+	return out, nil
 }

@@ -1,5 +1,5 @@
-// Package cli holds the product's subcommands: manager, sidecar, validate
-// and compile. Main is the entry point every kvhint build shares, the
+// Package cli holds the product's subcommands: manager, sidecar, validate,
+// compile and preview. Main is the entry point every kvhint build shares, the
 // standard one and custom ones with more plugins. The development
 // subcommands (dev, loadgen, sim-worker) are in internal/devcli, so that
 // kvhint links neither envtest nor the simulators.
@@ -75,6 +75,7 @@ func NewRootCommand(cat *hints.Catalog) *cobra.Command {
 		newManagerCommand(cat),
 		newSidecarCommand(cat),
 		newCatalogCommand(cat),
+		newPreviewCommand(cat),
 	)
 	return root
 }

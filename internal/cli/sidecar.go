@@ -25,6 +25,7 @@ import (
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/delivery"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/filewatch"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/listen"
+	"github.com/kvrouter/kv-hint-operator/internal/sidecar/record"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/workers"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
@@ -32,6 +33,7 @@ import (
 
 func newSidecarCommand(cat *hints.Catalog) *cobra.Command {
 	o := sidecar.Options{Catalog: cat}
+	var rec record.Options
 	var (
 		routerName, selector, kubeconfig string
 		listenMode                       string
@@ -118,6 +120,11 @@ pod IP only, where probes and scrapers reach them; pprof is on loopback.`,
 			if err := o.PolicyIsolation.Check(); err != nil {
 				return err
 			}
+			if rec.Path != "" {
+				o.Record = &rec
+			} else if cmd.Flags().Changed("record-sample-rate") || cmd.Flags().Changed("record-max-bytes") || cmd.Flags().Changed("record-max-files") {
+				return errors.New("--record-sample-rate, --record-max-bytes and --record-max-files need --record-trace PATH")
+			}
 			if err := setListenMode(&o, listenMode, cmd.Flags().Changed("listen-mode")); err != nil {
 				return err
 			}
@@ -148,6 +155,10 @@ pod IP only, where probes and scrapers reach them; pprof is on loopback.`,
 		},
 	}
 	f := cmd.Flags()
+	f.StringVar(&rec.Path, "record-trace", "", "record sampled bookings to this trace file for kvhint preview (hashes and ids remapped per recording; off when empty)")
+	f.Float64Var(&rec.SampleRate, "record-sample-rate", 0.01, "share of requests recorded, in (0, 1]; all roles of a request together")
+	f.Int64Var(&rec.MaxBytes, "record-max-bytes", record.DefaultMaxBytes, "rotate the trace file at this size")
+	f.IntVar(&rec.MaxFiles, "record-max-files", record.DefaultMaxFiles, "rotated trace files kept (PATH.1 ...)")
 	f.StringVar(&o.ConfigFile, "config-file", "", "hints YAML file to run")
 	f.StringVar(&o.ConfigDir, "config-dir", "", "mounted compiled ConfigMap directory holding hints.yaml and roles.yaml")
 	f.Var(routerModeFlag{&o.RouterMode}, "router-mode", "the router's mode for every role of --config-file: "+hintsconfig.RouterModeList()+"; hints run only under kv (default kv)")

@@ -45,6 +45,7 @@ import (
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/listen"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/ops"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/podreport"
+	"github.com/kvrouter/kv-hint-operator/internal/sidecar/record"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/workers"
 	"github.com/kvrouter/kv-hint-operator/pkg/router"
 
@@ -148,6 +149,9 @@ type Options struct {
 	// dispatcher accepts (router.Options.MaxBookingBytes); 0 means
 	// router.DefaultMaxBookingBytes.
 	MaxBookingBytes int
+	// Record, when set, records sampled bookings as a trace for kvhint
+	// preview (package record); nil records nothing.
+	Record          *record.Options
 	QueueSize       int
 	DeliveryTimeout time.Duration
 	HintTTL         time.Duration
@@ -244,6 +248,8 @@ type Sidecar struct {
 	listeners  *listen.Metrics
 	// bookingBudget bounds the memory of the bookings in flight.
 	bookingBudget *booking.Budget
+	// recorder records sampled bookings; nil unless Options.Record.
+	recorder *record.Recorder
 
 	bookingLn, opsLn, pprofLn net.Listener
 	// booking serves the booking API on bookingConns (the booking
@@ -329,6 +335,15 @@ func New(o Options) (*Sidecar, error) {
 			s.reporter.ReportEjected(list)
 		})
 	}
+	if o.Record != nil {
+		ro := *o.Record
+		ro.Registerer, ro.Log = m, o.Log.WithName("record")
+		rec, err := record.New(ro)
+		if err != nil {
+			return nil, err
+		}
+		s.recorder = rec
+	}
 	return s, nil
 }
 
@@ -378,6 +393,10 @@ func (s *Sidecar) Start(ctx context.Context) error {
 	}
 	book := &booking.API{Dispatcher: s.Dispatcher, Log: log.WithName("api"), MaxBookingBytes: s.opts.MaxBookingBytes, OtherBodyLimit: admin.BodyLimit,
 		Budget: s.bookingBudget}
+	if s.recorder != nil {
+		book.Record = s.recorder.Record
+		log.Info("Recording sampled bookings as a trace", "path", s.opts.Record.Path, "sampleRate", s.opts.Record.SampleRate)
+	}
 	book.Other = (&admin.API{Dispatcher: s.Dispatcher, Workers: s.Workers, Log: log.WithName("api"), Book: book.Book, RegistrationOff: s.registrationOff()}).Handler()
 	var checks []func() error
 	if s.pods != nil {
@@ -556,6 +575,12 @@ func (s *Sidecar) Shutdown(ctx context.Context) error {
 		s.opts.Log.Info("Closed client connections still open after the shutdown grace", "servers", n, "grace", shutdownGrace(s.opts.ShutdownWait))
 	}
 	var errs []error
+	if s.recorder != nil {
+		// The booking listener is closed: nothing records any more.
+		if err := s.recorder.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("closing the recorded trace: %w", err))
+		}
+	}
 	if err := s.Delivery.Close(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("draining hints: %w", err))
 	}

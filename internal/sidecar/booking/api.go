@@ -66,6 +66,9 @@ type API struct {
 	OtherBodyLimit func(method, path string) int
 	// Budget bounds the memory of the bookings in flight; nil is no bound.
 	Budget *Budget
+	// Record, when set, is handed every booking the dispatcher answered
+	// (the trace recorder); it must not block or keep the booking.
+	Record func(b *router.Booking, h router.Hint)
 }
 
 // Handler serves the booking listener: POST /v1/bookings, a booking, 200
@@ -200,6 +203,9 @@ func (a *API) Book(ctx *fasthttp.RequestCtx) {
 	case err != nil:
 		WriteError(ctx, fasthttp.StatusBadRequest, err)
 		return
+	}
+	if a.Record != nil {
+		a.Record(b, h)
 	}
 	// The header names and values are shared, read-only slices the
 	// response header copies into its own reused buffers: building them

@@ -1,0 +1,207 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kvrouter/kv-hint-operator/internal/preview"
+	"github.com/kvrouter/kv-hint-operator/pkg/hints"
+	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
+)
+
+// Exit codes of kvhint preview, as argocd app diff and deck diff use them.
+const (
+	PreviewSame    = 0
+	PreviewDiffers = 1
+	PreviewError   = 2
+)
+
+type previewFlags struct {
+	trace, base, head, router string
+	mode                      hintsconfig.RouterMode
+	catalogFile               string
+	output                    string
+	topology                  string
+	choices                   string
+	a                         preview.Assumptions
+}
+
+func newPreviewCommand(cat *hints.Catalog) *cobra.Command {
+	f := previewFlags{a: preview.DefaultAssumptions()}
+	cmd := &cobra.Command{
+		Use:   "preview --trace FILE --base PATH --head PATH",
+		Short: "Replay a trace of bookings through two configs and report what the change does, per role",
+		Long: `Replay a trace's bookings through two hints configs and report, per role, what
+the change does: how many bookings get each action, which bookings' actions
+change, fetched blocks used and wasted, the block-weighted prefix hit ratio,
+prefill tokens computed, retained blocks reused or expired, evicted blocks
+asked for again, and a TTFT estimate.
+
+--base and --head are what kvhint compile -f reads: a hints YAML file, or
+manifests of RouterRoles and HintPolicies (a file or a directory), with
+--router NAME when they hold several routers. Each config runs in the real
+dispatcher; the rest is a deterministic model: the router's worker choice
+by each role's worker selection and its parameters, the workers of each
+role (--workers, --cache-blocks or --topology FILE) and an LRU KV block
+cache per worker. Its assumptions are flags and every report prints them.
+
+The trace is JSONL: Mooncake's rows (timestamp ms, input_length,
+output_length, hash_ids one per block of --trace-block-size tokens), with
+the aliases and session fields of Dynamo's replay (created_time,
+input_tokens, output_tokens, session_id, delay/delay_ms), or a trace the
+sidecar recorded (kvhint sidecar --record-trace), which also carries each booking's role, worker, committed copy and
+actions (--choices recorded replays its workers and copies). See
+docs/preview.md.
+
+Exit status: 0 when nothing differs, 1 when something does, 2 on an error
+(a trace row that cannot be read names its line).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			code := runPreview(cat, &f, cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
+			if code == PreviewSame {
+				return nil
+			}
+			return exitError{code: code}
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.trace, "trace", "", "the trace, JSONL (- for stdin)")
+	fl.StringVar(&f.base, "base", "", "the config before the change: what kvhint compile -f reads")
+	fl.StringVar(&f.head, "head", "", "the config after the change: what kvhint compile -f reads")
+	fl.StringVar(&f.router, "router", "", "the router whose config to preview, when the manifests hold several")
+	fl.Var(routerModeFlag{&f.mode}, "router-mode", "the router's mode for every role of a hints YAML file: "+hintsconfig.RouterModeList())
+	addCatalogFlag(cmd, &f.catalogFile)
+	fl.StringVarP(&f.output, "output", "o", "md", "report format: md or json")
+	fl.IntVar(&f.a.BlockSize, "trace-block-size", preview.DefaultBlockSize, "tokens per hash id in the trace, and the block size of the bookings")
+	fl.IntVar(&f.a.Topology.Default.Workers, "workers", preview.DefaultWorkers, "workers per role")
+	fl.IntVar(&f.a.Topology.Default.CacheBlocks, "cache-blocks", preview.DefaultCacheBlocks, "KV cache capacity of each worker, in blocks")
+	fl.StringVar(&f.topology, "topology", "", "YAML file of workers per role (default, roles: {workers, cache_blocks, hint_capable, source_endpoints}); overrides --workers and --cache-blocks where it sets them")
+	fl.Float64Var(&f.a.PrefillMSPerToken, "prefill-ms-per-token", preview.DefaultPrefillMSPerToken, "TTFT model: milliseconds to compute one prompt token")
+	fl.Float64Var(&f.a.FetchMSPerBlock, "fetch-ms-per-block", preview.DefaultFetchMSPerBlock, "TTFT model: milliseconds to bring one block by kv.fetch")
+	fl.Float64Var(&f.a.DecodeMSPerToken, "decode-ms-per-token", preview.DefaultDecodeMSPerToken, "completion model: milliseconds per output token")
+	fl.Uint64Var(&f.a.Seed, "seed", preview.DefaultSeed, "seed of the selections that draw at random")
+	fl.StringVar(&f.choices, "choices", "model", "worker choice: model (the selection model) or recorded (a recorded trace's workers and copies)")
+	return cmd
+}
+
+func runPreview(cat *hints.Catalog, f *previewFlags, stdin io.Reader, stdout, stderr io.Writer) int {
+	fail := func(format string, args ...any) int {
+		fmt.Fprintf(stderr, "kvhint preview: "+format+"\n", args...)
+		return PreviewError
+	}
+	switch {
+	case f.trace == "":
+		return fail("--trace is required")
+	case f.base == "" || f.head == "":
+		return fail("--base and --head are required")
+	case f.output != "md" && f.output != "json":
+		return fail("--output is %q; it must be md or json", f.output)
+	case f.a.BlockSize <= 0:
+		return fail("--trace-block-size is %d; it must be above 0", f.a.BlockSize)
+	case f.a.Topology.Default.Workers < 1:
+		return fail("--workers is %d; it must be at least 1", f.a.Topology.Default.Workers)
+	case f.a.Topology.Default.CacheBlocks < 0:
+		return fail("--cache-blocks is %d; it must be 0 or more", f.a.Topology.Default.CacheBlocks)
+	case f.a.PrefillMSPerToken < 0 || f.a.FetchMSPerBlock < 0 || f.a.DecodeMSPerToken < 0:
+		return fail("the per-token and per-block times must be 0 or more")
+	}
+	switch f.choices {
+	case "model":
+	case "recorded":
+		f.a.RecordedChoices = true
+	default:
+		return fail("--choices is %q; it must be model or recorded", f.choices)
+	}
+	if f.base == "-" && f.head == "-" || (f.trace == "-" && (f.base == "-" || f.head == "-")) {
+		return fail("only one of --trace, --base and --head can be standard input")
+	}
+	if f.topology != "" {
+		data, err := os.ReadFile(f.topology)
+		if err != nil {
+			return fail("--topology: %v", err)
+		}
+		t, err := preview.ParseTopology(data, f.a.Topology.Default)
+		if err != nil {
+			return fail("%s: %v", f.topology, err)
+		}
+		f.a.Topology = t
+	}
+	cat, err := withCatalog(cat, f.catalogFile, stdin, stderr)
+	if err != nil {
+		return PreviewError
+	}
+	base, err := previewConfig(cat, "--base", f.base, f, stdin, stderr)
+	if err != nil {
+		return PreviewError
+	}
+	head, err := previewConfig(cat, "--head", f.head, f, stdin, stderr)
+	if err != nil {
+		return PreviewError
+	}
+	var trace io.Reader = stdin
+	if f.trace != "-" {
+		file, err := os.Open(f.trace)
+		if err != nil {
+			return fail("--trace: %v", err)
+		}
+		defer file.Close()
+		trace = file
+	}
+	rep, err := preview.Run(cat, base, head, trace, f.a)
+	if err != nil {
+		var te *preview.TraceError
+		if errors.As(err, &te) {
+			return fail("%s: %v", f.trace, err)
+		}
+		return fail("%v", err)
+	}
+	if f.output == "json" {
+		err = rep.WriteJSON(stdout)
+	} else {
+		err = rep.WriteMarkdown(stdout)
+	}
+	if err != nil {
+		return fail("writing the report: %v", err)
+	}
+	if rep.Differs {
+		return PreviewDiffers
+	}
+	return PreviewSame
+}
+
+// previewConfig loads one side the way compile -f does, and requires it
+// to come to exactly one config with a policy file.
+func previewConfig(cat *hints.Catalog, flag, path string, f *previewFlags, stdin io.Reader, stderr io.Writer) (preview.Config, error) {
+	configs, err := loadCompiled(cat, []string{path}, f.router, f.mode, stdin, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "kvhint preview: %s %s does not compile (see above)\n", flag, path)
+		return preview.Config{}, err
+	}
+	var found []preview.Config
+	var names []string
+	for _, c := range configs {
+		name := path
+		if c.router != "" {
+			name = path + " (router " + c.router + ")"
+			names = append(names, c.router)
+		}
+		if c.doc != nil {
+			found = append(found, preview.Config{Name: name, Doc: c.doc, Modes: c.modes, Hash: c.hash})
+		}
+	}
+	switch {
+	case len(found) == 1:
+		return found[0], nil
+	case len(found) == 0:
+		fmt.Fprintf(stderr, "kvhint preview: %s %s has no config with an accepted role\n", flag, path)
+	default:
+		fmt.Fprintf(stderr, "kvhint preview: %s %s compiles to %d configs (routers %s); choose one with --router\n",
+			flag, path, len(found), strings.Join(names, ", "))
+	}
+	return preview.Config{}, exitError{code: PreviewError}
+}

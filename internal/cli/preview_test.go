@@ -1,0 +1,93 @@
+package cli
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func writeFile(t *testing.T, dir, name, data string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+const previewTrace = `{"timestamp":0,"input_length":1024,"output_length":10,"hash_ids":[1,2],"session_id":"a"}
+{"timestamp":10,"input_length":1024,"output_length":10,"hash_ids":[3,4]}
+{"timestamp":20,"input_length":1536,"output_length":10,"hash_ids":[1,2,5],"session_id":"a"}
+`
+
+// kvhint preview exits 0 with no difference, 1 with one, 2 on an error,
+// and reads --base and --head the way compile -f does (manifests and
+// --router included).
+func TestPreviewExitCodes(t *testing.T) {
+	dir := t.TempDir()
+	tr := writeFile(t, dir, "trace.jsonl", previewTrace)
+	none := writeFile(t, dir, "none.yaml", "worker_selection:\n  aggregated:\n    type: dynamo-default-cost-fn\n    hints: []\n")
+	retain := writeFile(t, dir, "retain.yaml", "worker_selection:\n  aggregated:\n    type: dynamo-default-cost-fn\n    hints:\n      - type: kv-retain\n")
+	bad := writeFile(t, dir, "bad.jsonl", previewTrace+`{"timestamp":30,"input_length":10}`+"\n"+`{"timestamp":40,"input_length":-4}`+"\n")
+	invalid := writeFile(t, dir, "invalid.yaml", "worker_selection:\n  aggregated:\n    type: no-such-selection\n")
+
+	for _, tc := range []struct {
+		name     string
+		args     []string
+		code     int
+		out, err string
+	}{
+		{"same", []string{"--base", none, "--head", none}, 0, "**No difference**", ""},
+		{"differs", []string{"--base", none, "--head", retain}, 1, "| bookings with kv.retain | 0 | 1 | +1 |", ""},
+		{"json", []string{"--base", none, "--head", retain, "-o", "json"}, 1, `"differs": true`, ""},
+		{"malformed row", []string{"--base", none, "--head", retain, "--trace", bad}, 2, "", "trace line 5: input_length is -4"},
+		{"invalid head", []string{"--base", none, "--head", invalid}, 2, "", "--head " + invalid + " does not compile"},
+		{"missing head", []string{"--base", none}, 2, "", "--base and --head are required"},
+		{"bad output", []string{"--base", none, "--head", none, "-o", "yaml"}, 2, "", `--output is "yaml"`},
+		{"manifests need a router", []string{"--base", "../../config/samples", "--head", "../../config/samples"}, 2, "", "choose one with --router"},
+		{"manifests", []string{"--base", "../../config/samples", "--head", "../../config/samples", "--router", "llama"}, 0, "### Role decode", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"preview"}, tc.args...)
+			if !strings.Contains(strings.Join(tc.args, " "), "--trace") {
+				args = append(args, "--trace", tr)
+			}
+			code, out, errOut := runCLI(args...)
+			if code != tc.code {
+				t.Errorf("exit %d, want %d\nstdout:\n%s\nstderr:\n%s", code, tc.code, out, errOut)
+			}
+			if !strings.Contains(out, tc.out) || !strings.Contains(errOut, tc.err) {
+				t.Errorf("stdout %q and stderr %q; want them to contain %q and %q", out, errOut, tc.out, tc.err)
+			}
+			if tc.name == "json" {
+				var v map[string]any
+				if err := json.Unmarshal([]byte(out), &v); err != nil {
+					t.Errorf("--output json is not JSON: %v", err)
+				}
+			}
+		})
+	}
+}
+
+// The recording flags other than --record-trace mean nothing alone, and a
+// sample rate out of (0, 1] is refused before the sidecar starts serving.
+func TestSidecarRecordFlags(t *testing.T) {
+	dir := t.TempDir()
+	cfg := writeFile(t, dir, "hints.yaml", "worker_selection:\n  aggregated: dynamo-default-cost-fn\n")
+	for _, tc := range []struct {
+		args []string
+		err  string
+	}{
+		{[]string{"--record-sample-rate", "0.5"}, "need --record-trace PATH"},
+		{[]string{"--record-trace", filepath.Join(dir, "t.jsonl"), "--record-sample-rate", "0"}, "sample rate is 0"},
+		{[]string{"--record-trace", filepath.Join(dir, "t.jsonl"), "--record-sample-rate", "1.5"}, "sample rate is 1.5"},
+	} {
+		args := append([]string{"sidecar", "--config-file", cfg, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"}, tc.args...)
+		code, _, errOut := runCLI(args...)
+		if code == 0 || !strings.Contains(errOut, tc.err) {
+			t.Errorf("%v: exit %d, stderr %q; want a failure naming %q", tc.args, code, errOut, tc.err)
+		}
+	}
+}

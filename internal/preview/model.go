@@ -1,0 +1,613 @@
+package preview
+
+import (
+	"container/heap"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/kvrouter/kv-hint-operator/pkg/hints"
+	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
+	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
+	"github.com/kvrouter/kv-hint-operator/pkg/router"
+)
+
+// Config is one side of a preview: a compiled policy file and the router
+// modes of its roles, as `kvhint compile -f` produces them.
+type Config struct {
+	// Name says where it came from (a file, a router), for messages.
+	Name  string
+	Doc   []byte
+	Modes hintsconfig.Modes
+	Hash  string
+}
+
+// RoleStats are what one role's bookings did under one config.
+type RoleStats struct {
+	Bookings int `json:"bookings"`
+	// Hinted counts the bookings that got a hint message.
+	Hinted int `json:"hinted"`
+	// WithAction counts, per action type, the bookings that carried one.
+	WithAction map[string]int `json:"with_action"`
+	// CopiesCommitted counts the bookings the selection committed a KV
+	// copy for; CopiesDropped those whose copy the dispatcher dropped (the
+	// source advertises no endpoint).
+	CopiesCommitted int `json:"copies_committed"`
+	CopiesDropped   int `json:"copies_dropped"`
+	// FetchedBlocks are the blocks kv.fetch asked for; FetchedUsed those
+	// a prompt then read from the cache; FetchedWasted the rest (not on
+	// the source, already cached, or evicted or left unread).
+	FetchedBlocks int `json:"fetched_blocks"`
+	FetchedUsed   int `json:"fetched_used"`
+	FetchedWasted int `json:"fetched_wasted"`
+	// PromptBlocks and CachedBlocks give the block-weighted prefix hit
+	// ratio: cached blocks over prompt blocks, summed over bookings.
+	PromptBlocks int `json:"prompt_blocks"`
+	CachedBlocks int `json:"cached_blocks"`
+	// PrefillTokens are the prompt tokens computed (not served from the
+	// cache).
+	PrefillTokens int64 `json:"prefill_tokens"`
+	// RetainedBlocks were kept by kv.retain; RetainedReused were read while
+	// retained; RetainedExpiredUnused ended unread.
+	RetainedBlocks        int `json:"retained_blocks"`
+	RetainedReused        int `json:"retained_reused"`
+	RetainedExpiredUnused int `json:"retained_expired_unused"`
+	// EvictedBlocks were freed by kv.evict; EvictedAskedAgain were later
+	// in a prompt on the same worker.
+	EvictedBlocks     int `json:"evicted_blocks"`
+	EvictedAskedAgain int `json:"evicted_asked_again"`
+	// TTFT estimates, milliseconds.
+	TTFTMeanMS float64 `json:"ttft_mean_ms"`
+	TTFTP50MS  float64 `json:"ttft_p50_ms"`
+	TTFTP90MS  float64 `json:"ttft_p90_ms"`
+
+	ttft []float64
+}
+
+// HitRatio is CachedBlocks over PromptBlocks; 0 with no prompt block.
+func (s *RoleStats) HitRatio() float64 {
+	if s.PromptBlocks == 0 {
+		return 0
+	}
+	return float64(s.CachedBlocks) / float64(s.PromptBlocks)
+}
+
+// BookingActions is what one booking got: its actions, each written as
+// ActionString does, in order.
+type BookingActions struct {
+	RequestID string   `json:"request_id"`
+	Role      string   `json:"role"`
+	Worker    string   `json:"worker"`
+	Actions   []string `json:"actions"`
+}
+
+// Result is a config's replay.
+type Result struct {
+	Roles    map[string]*RoleStats
+	Bookings []BookingActions
+}
+
+// worker is one simulated worker.
+type worker struct {
+	name     string
+	role     string
+	idx      int
+	cache    *blockCache
+	capable  bool
+	endpoint string
+	// busyUntil is when its prefill queue empties (ms).
+	busyUntil float64
+	// queuedTokens are prompt tokens still to compute; active requests
+	// and their blocks are those not yet complete.
+	queuedTokens int
+	activeReqs   int
+	activeBlocks int
+	// freed are the blocks kv.evict freed on it, until asked for again.
+	freed map[uint64]bool
+}
+
+func (w *worker) HintCapable() bool                 { return w.capable }
+func (w *worker) InPool(role string) bool           { return w.role == role }
+func (w *worker) Deliver([]byte, time.Time) bool    { return false }
+func (w *worker) SourceEndpoint(int) (string, bool) { return w.endpoint, w.endpoint != "" }
+func (r registry) Lookup(id string) router.Worker {
+	if w, ok := r[id]; ok {
+		return w
+	}
+	return nil
+}
+
+type registry map[string]*worker
+
+// roleState is one role's workers and its worker-selection model.
+type roleState struct {
+	name    string
+	mode    hintsconfig.RouterMode
+	sel     string
+	params  selParams
+	workers []*worker
+	stats   *RoleStats
+	rr      int
+	rng     *rand.Rand
+}
+
+// selParams are the parameters of the cost-function selections, with
+// Dynamo's defaults filled in.
+type selParams struct {
+	OverlapScoreCredit        float64 `json:"overlap_score_credit"`
+	OverlapScoreCreditDecay   float64 `json:"overlap_score_credit_decay"`
+	PrefillLoadScale          float64 `json:"prefill_load_scale"`
+	DecodeActiveRequestWeight float64 `json:"decode_active_request_weight"`
+	SharedCacheMultiplier     float64 `json:"shared_cache_multiplier"`
+	RouterTemperature         float64 `json:"router_temperature"`
+	Seed                      *uint64 `json:"seed"`
+	CacheThreshold            float64 `json:"cache_threshold"`
+}
+
+type event struct {
+	at     float64
+	seq    int
+	w      *worker
+	done   bool // completion (else the end of its prefill)
+	tokens int
+	blocks int
+	hashes []uint64
+	ttl    float64 // kv.retain's, ms; 0 none
+	evict  bool
+}
+
+type eventHeap []event
+
+func (h eventHeap) Len() int { return len(h) }
+func (h eventHeap) Less(i, j int) bool {
+	if h[i].at != h[j].at {
+		return h[i].at < h[j].at
+	}
+	return h[i].seq < h[j].seq
+}
+func (h eventHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *eventHeap) Push(x any)   { *h = append(*h, x.(event)) }
+func (h *eventHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// sim replays a trace under one config.
+type sim struct {
+	a        Assumptions
+	d        *router.Dispatcher
+	roles    map[string]*roleState
+	order    []*roleState // the roles a Mooncake row is booked for, in order
+	reg      registry
+	owners   map[string]*worker // source endpoint -> worker
+	events   eventHeap
+	seq      int
+	sessions map[string][]uint64
+	nextID   uint64
+	res      *Result
+	names    []string // the roles, sorted; set once every role is known
+	// lastReq and lastHashes are each session's last request without
+	// hash ids and the ids it was given.
+	lastReq    map[string]string
+	lastHashes map[string][]uint64
+}
+
+// synthetic hash ids for rows that carry none start here, far above the
+// ids traces use.
+const syntheticBase = 1 << 62
+
+// Replay runs rows through cfg: the real dispatcher, built from cat, and
+// the model of workers and caches that a described.
+func Replay(cat *hints.Catalog, cfg Config, rows []Row, a Assumptions) (*Result, error) {
+	if cfg.Doc == nil {
+		return nil, fmt.Errorf("%s: no policy file (no role is accepted)", cfg.Name)
+	}
+	parsed, err := hintsconfig.ParseConfig(cfg.Doc)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", cfg.Name, err)
+	}
+	g, probs := hintsconfig.Compile(cat, parsed, cfg.Modes)
+	if probs.HasErrors() {
+		return nil, fmt.Errorf("%s: %w", cfg.Name, probs.Errors())
+	}
+	s := &sim{a: a, roles: map[string]*roleState{}, reg: registry{}, owners: map[string]*worker{},
+		sessions: map[string][]uint64{}, lastReq: map[string]string{}, lastHashes: map[string][]uint64{}, nextID: syntheticBase, res: &Result{Roles: map[string]*RoleStats{}}}
+	s.d = router.NewDispatcher(router.Options{Catalog: cat, Workers: s.reg,
+		PolicyDeadline: time.Hour, Isolation: router.IsolationOptions{HardDeadline: time.Hour}})
+	if err := s.d.LoadConfig(router.Config{Doc: cfg.Doc, Modes: cfg.Modes, Hash: cfg.Hash}, cfg.Name); err != nil {
+		return nil, err
+	}
+	for i, r := range g.Roles {
+		rs := &roleState{name: r.Name, mode: r.Mode, sel: r.Selection.Type, stats: &RoleStats{WithAction: map[string]int{}}}
+		rs.params = selParams{OverlapScoreCredit: 1, PrefillLoadScale: 1, CacheThreshold: 0.5}
+		if r.Selection.Type == builtin.TypeKVCR {
+			rs.params.SharedCacheMultiplier = 0.5
+		}
+		if len(r.Selection.Params) > 0 {
+			if err := json.Unmarshal(r.Selection.Params, &rs.params); err != nil {
+				return nil, fmt.Errorf("%s: role %s: %s parameters: %w", cfg.Name, r.Name, r.Selection.Type, err)
+			}
+		}
+		if r.Selection.Type == builtin.TypeDefaultCostFn {
+			rs.params.SharedCacheMultiplier = 0 // the model has no shared cache tier
+		}
+		seed := a.Seed
+		if rs.params.Seed != nil {
+			seed = *rs.params.Seed
+		}
+		rs.rng = rand.New(rand.NewPCG(seed, uint64(i)+1))
+		s.roles[r.Name] = rs
+		s.res.Roles[r.Name] = rs.stats
+		if r.Name != "encode" {
+			s.order = append(s.order, rs)
+		}
+	}
+	// Mooncake rows go to prefill, then decode, then aggregated.
+	rank := map[string]int{"prefill": 0, "decode": 1, "aggregated": 2}
+	slices.SortStableFunc(s.order, func(x, y *roleState) int { return rank[x.name] - rank[y.name] })
+	if err := s.addWorkers(rows); err != nil {
+		return nil, fmt.Errorf("%s: %w", cfg.Name, err)
+	}
+	ctx := context.Background()
+	for i := range rows {
+		row := &rows[i]
+		s.drain(row.At)
+		hashes := s.hashesOf(row)
+		if row.Role != "" {
+			rs := s.roles[row.Role]
+			if rs == nil {
+				return nil, fmt.Errorf("%s: trace line %d: role %q is not in the config (roles %s)", cfg.Name, row.Line, row.Role, strings.Join(s.roleNames(), ", "))
+			}
+			if err := s.book(ctx, rs, row, hashes); err != nil {
+				return nil, fmt.Errorf("%s: trace line %d: %w", cfg.Name, row.Line, err)
+			}
+			continue
+		}
+		for _, rs := range s.order {
+			if err := s.book(ctx, rs, row, hashes); err != nil {
+				return nil, fmt.Errorf("%s: trace line %d: %w", cfg.Name, row.Line, err)
+			}
+		}
+	}
+	s.drain(math.Inf(1))
+	for _, rs := range s.roles {
+		for _, w := range rs.workers {
+			w.cache.finish()
+		}
+		finishTTFT(rs.stats)
+	}
+	return s.res, nil
+}
+
+func (s *sim) roleNames() []string {
+	if s.names != nil {
+		return s.names
+	}
+	var out []string
+	for n := range s.roles {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	s.names = out
+	return out
+}
+
+// addWorkers builds each role's workers: the topology's, or, when the
+// model replays a recorded trace's choices, the workers the trace names.
+func (s *sim) addWorkers(rows []Row) error {
+	for _, name := range s.roleNames() {
+		rs := s.roles[name]
+		t := s.a.Topology.For(name)
+		if s.a.RecordedChoices {
+			continue
+		}
+		for i := 0; i < t.Workers; i++ {
+			s.addWorker(rs, fmt.Sprintf("%s-%d", name, i), t)
+		}
+	}
+	if !s.a.RecordedChoices {
+		return nil
+	}
+	for i := range rows {
+		r := &rows[i]
+		if r.Role == "" || r.Worker == "" {
+			return fmt.Errorf("trace line %d: --choices recorded needs every row's role and worker", r.Line)
+		}
+		rs := s.roles[r.Role]
+		if rs == nil {
+			return fmt.Errorf("trace line %d: role %q is not in the config (roles %s)", r.Line, r.Role, strings.Join(s.roleNames(), ", "))
+		}
+		if _, ok := s.reg[r.Worker]; !ok {
+			s.addWorker(rs, r.Worker, s.a.Topology.For(r.Role))
+		}
+		if c := r.Copy; c != nil && c.SourceWorker != "" {
+			if _, ok := s.reg[c.SourceWorker]; !ok {
+				// A source outside the trace's bookings: a worker of the
+				// role's peers, known only as a source.
+				s.addWorker(rs, c.SourceWorker, s.a.Topology.For(r.Role))
+			}
+		}
+	}
+	return nil
+}
+
+func (s *sim) addWorker(rs *roleState, name string, t RoleTopology) {
+	w := &worker{name: name, role: rs.name, idx: len(rs.workers), cache: newBlockCache(t.CacheBlocks, rs.stats),
+		capable: t.hintCapable(), freed: map[uint64]bool{}}
+	if t.sourceEndpoints() {
+		w.endpoint = "model://" + name
+		s.owners[w.endpoint] = w
+	}
+	rs.workers = append(rs.workers, w)
+	s.reg[name] = w
+}
+
+// drain applies every event due by now, in time order.
+func (s *sim) drain(now float64) {
+	for len(s.events) > 0 && s.events[0].at <= now {
+		e := heap.Pop(&s.events).(event)
+		w := e.w
+		if !e.done {
+			w.queuedTokens -= e.tokens
+			continue
+		}
+		w.activeReqs--
+		w.activeBlocks -= e.blocks
+		w.cache.expire(e.at)
+		if e.ttl > 0 {
+			w.cache.stats.RetainedBlocks += w.cache.retain(e.hashes, e.at, e.ttl)
+		}
+		if e.evict {
+			for _, h := range w.cache.evict(e.hashes) {
+				w.freed[h] = true
+				w.cache.stats.EvictedBlocks++
+			}
+		}
+	}
+}
+
+// hashesOf returns the row's block ids. A row without hash_ids (a
+// recorded booking carries none) continues its session's previous prompt
+// (its whole blocks) and takes new ids for the rest; outside a session
+// every block is new.
+func (s *sim) hashesOf(row *Row) []uint64 {
+	bs := s.blockSize(row)
+	if row.Hashes != nil {
+		if row.Session != "" {
+			s.sessions[row.Session] = row.Hashes[:row.InputTokens/bs]
+		}
+		return row.Hashes
+	}
+	if row.Session != "" && s.lastReq[row.Session] == row.RequestID {
+		return s.lastHashes[row.Session] // another role's booking of the same request
+	}
+	n := (row.InputTokens + bs - 1) / bs
+	out := make([]uint64, 0, n)
+	if row.Session != "" {
+		prev := s.sessions[row.Session]
+		out = append(out, prev[:min(len(prev), n)]...)
+	}
+	for len(out) < n {
+		out = append(out, s.nextID)
+		s.nextID++
+	}
+	if row.Session != "" {
+		whole := row.InputTokens / bs
+		s.sessions[row.Session] = out[:whole]
+		s.lastReq[row.Session], s.lastHashes[row.Session] = row.RequestID, out
+	}
+	return out
+}
+
+func (s *sim) blockSize(row *Row) int {
+	if row.BlockSize > 0 {
+		return row.BlockSize
+	}
+	return s.a.BlockSize
+}
+
+// book runs one booking of row for role rs: the worker choice, the
+// dispatcher, the actions' effect on the caches and the timing.
+func (s *sim) book(ctx context.Context, rs *roleState, row *Row, hashes []uint64) error {
+	now := row.At
+	st := rs.stats
+	for _, w := range rs.workers {
+		w.cache.expire(now)
+	}
+	var w *worker
+	var kvCopy *hints.CommittedCopy
+	if s.a.RecordedChoices {
+		w = s.reg[row.Worker]
+		if c := row.Copy; c != nil {
+			kvCopy = &hints.CommittedCopy{SourceWorker: c.SourceWorker, SourceEndpoint: c.SourceEndpoint, SourceRank: c.SourceRank, BlockHashes: c.BlockHashes}
+			if src := s.reg[c.SourceWorker]; src != nil && c.SourceEndpoint != "" {
+				s.owners[c.SourceEndpoint] = src
+			}
+		}
+	} else {
+		var err error
+		if w, kvCopy, err = s.choose(rs, row, hashes); err != nil {
+			return err
+		}
+	}
+	bs := s.blockSize(row)
+	b := router.Booking{RequestID: row.RequestID, Role: rs.name, Worker: w.name, PromptTokens: row.InputTokens, BlockSize: bs, KVCopy: kvCopy}
+	if row.Session != "" {
+		b.Session = hints.Session{ID: row.Session, Turn: row.Turn, Final: row.Final}
+	}
+	h, err := s.d.Build(ctx, &b)
+	if err != nil {
+		return err
+	}
+	st.Bookings++
+	if kvCopy != nil {
+		st.CopiesCommitted++
+		if h.CopyDrop != router.CopyKept {
+			st.CopiesDropped++
+		}
+	}
+	acts, err := decodeActions(h.Message)
+	if err != nil {
+		return err
+	}
+	ba := BookingActions{RequestID: row.RequestID, Role: rs.name, Worker: w.name, Actions: make([]string, 0, len(acts))}
+	var ttl float64
+	evict := false
+	fetchedIn := 0
+	seen := map[string]bool{}
+	for _, a := range acts {
+		ba.Actions = append(ba.Actions, a.String())
+		if !seen[a.Type] {
+			seen[a.Type] = true
+			st.WithAction[a.Type]++
+		}
+		switch a.Type {
+		case hints.ActionKVFetch:
+			src := s.owners[a.Source]
+			for _, hh := range a.Hashes {
+				st.FetchedBlocks++
+				switch {
+				case w.cache.has(hh), src == nil, !src.cache.has(hh):
+					st.FetchedWasted++
+				case w.cache.insert(hh, true):
+					fetchedIn++
+				default:
+					st.FetchedWasted++
+				}
+			}
+		case hints.ActionKVRetain:
+			ttl = a.TTLSeconds * 1000
+		case hints.ActionKVEvict:
+			evict = true
+		}
+	}
+	if h.Outcome == router.OutcomeHinted {
+		st.Hinted++
+	}
+	s.res.Bookings = append(s.res.Bookings, ba)
+
+	for _, hh := range hashes {
+		if w.freed[hh] {
+			delete(w.freed, hh)
+			st.EvictedAskedAgain++
+		}
+	}
+	cached := w.cache.prefix(hashes)
+	computed := max(0, row.InputTokens-cached*bs)
+	for _, hh := range hashes[cached:] {
+		w.cache.insert(hh, false)
+	}
+	st.PromptBlocks += len(hashes)
+	st.CachedBlocks += cached
+	st.PrefillTokens += int64(computed)
+
+	start := max(now, w.busyUntil)
+	end := start + float64(computed)*s.a.PrefillMSPerToken + float64(fetchedIn)*s.a.FetchMSPerBlock
+	w.busyUntil = end
+	st.ttft = append(st.ttft, end-now)
+	if computed > 0 {
+		w.queuedTokens += computed
+		s.push(event{at: end, w: w, tokens: computed})
+	}
+	done := end
+	if rs.name != "prefill" {
+		done += float64(row.OutputTokens) * s.a.DecodeMSPerToken
+	}
+	blocks := len(hashes) + (row.OutputTokens+bs-1)/bs
+	w.activeReqs++
+	w.activeBlocks += blocks
+	s.push(event{at: done, w: w, done: true, blocks: blocks, hashes: hashes, ttl: ttl, evict: evict})
+	return nil
+}
+
+func (s *sim) push(e event) {
+	s.seq++
+	e.seq = s.seq
+	heap.Push(&s.events, e)
+}
+
+func finishTTFT(st *RoleStats) {
+	if len(st.ttft) == 0 {
+		return
+	}
+	sum := 0.0
+	for _, v := range st.ttft {
+		sum += v
+	}
+	st.TTFTMeanMS = sum / float64(len(st.ttft))
+	slices.Sort(st.ttft)
+	st.TTFTP50MS = st.ttft[(len(st.ttft)-1)*50/100]
+	st.TTFTP90MS = st.ttft[(len(st.ttft)-1)*90/100]
+	st.ttft = nil
+}
+
+// action is one action of a hint message, as far as the model reads it.
+type action struct {
+	Type       string
+	Version    string
+	Hashes     []uint64
+	Source     string
+	TTLSeconds float64
+	Priority   int
+	Payload    json.RawMessage
+}
+
+// String writes the action for the report: a kv.fetch by its block count
+// and source, kv.retain by its TTL and priority, others by their payload.
+func (a action) String() string {
+	switch a.Type {
+	case hints.ActionKVFetch:
+		return fmt.Sprintf("kv.fetch(%d blocks from %s)", len(a.Hashes), a.Source)
+	case hints.ActionKVRetain:
+		return fmt.Sprintf("kv.retain(ttl %gs, priority %d)", a.TTLSeconds, a.Priority)
+	case hints.ActionKVEvict:
+		return "kv.evict"
+	}
+	return fmt.Sprintf("%s@%s%s", a.Type, a.Version, a.Payload)
+}
+
+type messageJSON struct {
+	Actions []struct {
+		Type    string          `json:"action_type"`
+		Version string          `json:"action_version"`
+		Payload json.RawMessage `json:"payload"`
+	} `json:"actions"`
+}
+
+type payloadJSON struct {
+	BlockHashes []uint64 `json:"block_hashes"`
+	Source      string   `json:"source_control_endpoint"`
+	TTLSeconds  float64  `json:"ttl_seconds"`
+	Priority    int      `json:"priority"`
+}
+
+// decodeActions reads the actions of a hint message the dispatcher built.
+func decodeActions(msg []byte) ([]action, error) {
+	if msg == nil {
+		return nil, nil
+	}
+	var m messageJSON
+	if err := json.Unmarshal(msg, &m); err != nil {
+		return nil, fmt.Errorf("reading the dispatcher's hint message: %w", err)
+	}
+	out := make([]action, len(m.Actions))
+	for i, a := range m.Actions {
+		out[i] = action{Type: a.Type, Version: a.Version, Payload: a.Payload}
+		switch a.Type {
+		case hints.ActionKVFetch, hints.ActionKVRetain:
+			var p payloadJSON
+			if err := json.Unmarshal(a.Payload, &p); err != nil {
+				return nil, fmt.Errorf("reading a %s payload: %w", a.Type, err)
+			}
+			out[i].Hashes, out[i].Source, out[i].TTLSeconds, out[i].Priority = p.BlockHashes, p.Source, p.TTLSeconds, p.Priority
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,220 @@
+package preview
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+)
+
+// MaxExamples is how many changed bookings a role's report lists.
+const MaxExamples = 5
+
+// Report is base against head, per role.
+type Report struct {
+	Base        string       `json:"base"`
+	Head        string       `json:"head"`
+	Rows        int          `json:"trace_rows"`
+	Assumptions Assumptions  `json:"assumptions"`
+	Roles       []RoleReport `json:"roles"`
+	// Differs is set when any figure or any booking's actions differ.
+	Differs bool `json:"differs"`
+}
+
+// RoleReport is one role's figures under both configs and the bookings
+// whose actions changed.
+type RoleReport struct {
+	Role     string     `json:"role"`
+	Base     *RoleStats `json:"base,omitempty"`
+	Head     *RoleStats `json:"head,omitempty"`
+	Changed  int        `json:"changed_bookings"`
+	Examples []Change   `json:"examples,omitempty"`
+}
+
+// Change is one booking whose actions differ.
+type Change struct {
+	RequestID string   `json:"request_id"`
+	Base      []string `json:"base"`
+	Head      []string `json:"head"`
+}
+
+// Compare builds the report of two replays of the same trace.
+func Compare(baseName, headName string, rows int, a Assumptions, base, head *Result) *Report {
+	r := &Report{Base: baseName, Head: headName, Rows: rows, Assumptions: a}
+	roles := map[string]bool{}
+	for n := range base.Roles {
+		roles[n] = true
+	}
+	for n := range head.Roles {
+		roles[n] = true
+	}
+	type key struct{ id, role string }
+	headActs := make(map[key][]string, len(head.Bookings))
+	for _, b := range head.Bookings {
+		headActs[key{b.RequestID, b.Role}] = b.Actions
+	}
+	byRole := map[string]*RoleReport{}
+	for _, n := range slices.Sorted(maps.Keys(roles)) {
+		rr := RoleReport{Role: n, Base: base.Roles[n], Head: head.Roles[n]}
+		r.Roles = append(r.Roles, rr)
+	}
+	for i := range r.Roles {
+		byRole[r.Roles[i].Role] = &r.Roles[i]
+	}
+	for _, b := range base.Bookings {
+		h, ok := headActs[key{b.RequestID, b.Role}]
+		if ok && slices.Equal(b.Actions, h) {
+			continue
+		}
+		rr := byRole[b.Role]
+		rr.Changed++
+		if len(rr.Examples) < MaxExamples {
+			rr.Examples = append(rr.Examples, Change{RequestID: b.RequestID, Base: nonNil(b.Actions), Head: nonNil(h)})
+		}
+	}
+	for i := range r.Roles {
+		rr := &r.Roles[i]
+		if rr.Changed > 0 || !sameStats(rr.Base, rr.Head) {
+			r.Differs = true
+		}
+	}
+	return r
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+func sameStats(a, b *RoleStats) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	ja, _ := json.Marshal(a)
+	jb, _ := json.Marshal(b)
+	return string(ja) == string(jb)
+}
+
+// WriteJSON writes the report as indented JSON (keys in a fixed order).
+func (r *Report) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+// WriteMarkdown writes the report for a pull request comment.
+func (r *Report) WriteMarkdown(w io.Writer) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "## kvhint preview\n\n")
+	if r.Differs {
+		fmt.Fprintf(&b, "**The change differs** on this trace (%d rows).\n\n", r.Rows)
+	} else {
+		fmt.Fprintf(&b, "**No difference** on this trace (%d rows).\n\n", r.Rows)
+	}
+	fmt.Fprintf(&b, "- base: `%s`\n- head: `%s`\n\n", r.Base, r.Head)
+	for _, rr := range r.Roles {
+		fmt.Fprintf(&b, "### Role %s\n\n", rr.Role)
+		fmt.Fprintf(&b, "| | base | head | change |\n|---|---:|---:|---:|\n")
+		for _, m := range metrics(rr) {
+			fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", m.name, m.base, m.head, m.delta)
+		}
+		fmt.Fprintf(&b, "\n%d bookings changed their actions.\n", rr.Changed)
+		if len(rr.Examples) > 0 {
+			fmt.Fprintf(&b, "\n| request | base actions | head actions |\n|---|---|---|\n")
+			for _, c := range rr.Examples {
+				fmt.Fprintf(&b, "| `%s` | %s | %s |\n", c.RequestID, actionList(c.Base), actionList(c.Head))
+			}
+		}
+		b.WriteString("\n")
+	}
+	a := r.Assumptions
+	fmt.Fprintf(&b, "<details><summary>Model assumptions</summary>\n\n")
+	fmt.Fprintf(&b, "- block size %d tokens (per trace hash id and per booking)\n", a.BlockSize)
+	var roles []string
+	for _, rr := range r.Roles {
+		roles = append(roles, rr.Role)
+	}
+	if a.RecordedChoices {
+		fmt.Fprintf(&b, "- workers and committed copies: as recorded in the trace; caches %d blocks a worker\n", a.Topology.Default.CacheBlocks)
+	} else {
+		fmt.Fprintf(&b, "- topology: %s\n", a.Topology.describe(roles))
+	}
+	fmt.Fprintf(&b, "- TTFT estimate: prefill queue wait + %g ms per computed prompt token + %g ms per fetched block\n", a.PrefillMSPerToken, a.FetchMSPerBlock)
+	fmt.Fprintf(&b, "- completion (when kv.retain and kv.evict run): + %g ms per output token (decode and aggregated roles)\n", a.DecodeMSPerToken)
+	fmt.Fprintf(&b, "- seed %d\n\n</details>\n", a.Seed)
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func actionList(a []string) string {
+	if len(a) == 0 {
+		return "(none)"
+	}
+	return strings.Join(a, ", ")
+}
+
+type metric struct{ name, base, head, delta string }
+
+// metrics are a role's figures, in report order.
+func metrics(rr RoleReport) []metric {
+	get := func(s *RoleStats, f func(*RoleStats) float64) (float64, bool) {
+		if s == nil {
+			return 0, false
+		}
+		return f(s), true
+	}
+	var out []metric
+	add := func(name string, f func(*RoleStats) float64, format string) {
+		b, okb := get(rr.Base, f)
+		h, okh := get(rr.Head, f)
+		m := metric{name: name, base: "-", head: "-", delta: ""}
+		if okb {
+			m.base = fmt.Sprintf(format, b)
+		}
+		if okh {
+			m.head = fmt.Sprintf(format, h)
+		}
+		if okb && okh && m.base != m.head {
+			m.delta = fmt.Sprintf("%+"+format[1:], h-b)
+		}
+		out = append(out, m)
+	}
+	i := func(f func(*RoleStats) int) func(*RoleStats) float64 {
+		return func(s *RoleStats) float64 { return float64(f(s)) }
+	}
+	add("bookings", i(func(s *RoleStats) int { return s.Bookings }), "%.0f")
+	add("bookings hinted", i(func(s *RoleStats) int { return s.Hinted }), "%.0f")
+	types := map[string]bool{}
+	for _, s := range []*RoleStats{rr.Base, rr.Head} {
+		if s != nil {
+			for t := range s.WithAction {
+				types[t] = true
+			}
+		}
+	}
+	for _, t := range slices.Sorted(maps.Keys(types)) {
+		add("bookings with "+t, i(func(s *RoleStats) int { return s.WithAction[t] }), "%.0f")
+	}
+	add("KV copies committed", i(func(s *RoleStats) int { return s.CopiesCommitted }), "%.0f")
+	add("KV copies dropped (no source endpoint)", i(func(s *RoleStats) int { return s.CopiesDropped }), "%.0f")
+	add("fetched blocks", i(func(s *RoleStats) int { return s.FetchedBlocks }), "%.0f")
+	add("fetched blocks used", i(func(s *RoleStats) int { return s.FetchedUsed }), "%.0f")
+	add("fetched blocks wasted", i(func(s *RoleStats) int { return s.FetchedWasted }), "%.0f")
+	add("prefix hit ratio (cached / prompt blocks)", func(s *RoleStats) float64 { return s.HitRatio() }, "%.4f")
+	add("cached blocks", i(func(s *RoleStats) int { return s.CachedBlocks }), "%.0f")
+	add("prompt blocks", i(func(s *RoleStats) int { return s.PromptBlocks }), "%.0f")
+	add("prefill tokens computed", func(s *RoleStats) float64 { return float64(s.PrefillTokens) }, "%.0f")
+	add("retained blocks", i(func(s *RoleStats) int { return s.RetainedBlocks }), "%.0f")
+	add("retained blocks reused", i(func(s *RoleStats) int { return s.RetainedReused }), "%.0f")
+	add("retained blocks expired unused", i(func(s *RoleStats) int { return s.RetainedExpiredUnused }), "%.0f")
+	add("evicted blocks", i(func(s *RoleStats) int { return s.EvictedBlocks }), "%.0f")
+	add("evicted blocks asked for again", i(func(s *RoleStats) int { return s.EvictedAskedAgain }), "%.0f")
+	add("TTFT mean (ms, estimate)", func(s *RoleStats) float64 { return s.TTFTMeanMS }, "%.1f")
+	add("TTFT p50 (ms, estimate)", func(s *RoleStats) float64 { return s.TTFTP50MS }, "%.1f")
+	add("TTFT p90 (ms, estimate)", func(s *RoleStats) float64 { return s.TTFTP90MS }, "%.1f")
+	return out
+}
