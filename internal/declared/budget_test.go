@@ -1,8 +1,8 @@
 package declared
 
 import (
-	"fmt"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
