@@ -4,8 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"strings"
 	"testing"
+
+	"sigs.k8s.io/yaml"
 )
 
 // TestBudgetRefusesManyRules: the many-rules declarations that took
@@ -128,4 +131,37 @@ func BenchmarkBudgetRefusal(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkLoadAtBudget measures loading a declaration at the default
+// budget's rule limits (8 types x 16 rules), the most CEL a manager
+// compiles for one declaration by default, and reports the heap it keeps.
+func BenchmarkLoadAtBudget(b *testing.B) {
+	data := manyRules(8, 16)
+	var kept []*Catalog
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	b.ReportAllocs()
+	for b.Loop() {
+		cat, err := Load(data)
+		if err != nil {
+			b.Fatal(err)
+		}
+		kept = append(kept, cat)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/float64(len(kept)), "kept-B/op")
+	if u := Measure(mustParse(b, data)); u.RetainedBytes < int64(after.HeapAlloc-before.HeapAlloc)/int64(len(kept)) {
+		b.Errorf("the estimate %d is below the %d kept", u.RetainedBytes, (after.HeapAlloc-before.HeapAlloc)/uint64(len(kept)))
+	}
+}
+
+func mustParse(b *testing.B, data []byte) *Document {
+	var doc Document
+	if err := yaml.UnmarshalStrict(data, &doc); err != nil {
+		b.Fatal(err)
+	}
+	return &doc
 }
