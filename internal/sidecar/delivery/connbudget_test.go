@@ -3,10 +3,11 @@ package delivery
 import (
 	"context"
 	"fmt"
-	"github.com/kvrouter/kv-hint-operator/internal/simworker"
 	"net/http"
 	"testing"
 	"time"
+
+	"github.com/kvrouter/kv-hint-operator/internal/simworker"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
