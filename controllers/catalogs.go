@@ -224,6 +224,11 @@ func (c *catalogs) load(ctx context.Context, cm *corev1.ConfigMap) (*declared.Ca
 				return nil, err
 			}
 		}
+		if e.err != nil && ctx.Err() == nil && passing(e.err) {
+			// The load this one waited for ended for its own caller's
+			// reason (its context, its namespace's budget): load again.
+			return c.load(ctx, cm)
+		}
 		return e.cat, e.err
 	}
 
@@ -261,6 +266,13 @@ func (c *catalogs) load(ctx context.Context, cm *corev1.ConfigMap) (*declared.Ca
 	c.mu.Unlock()
 	close(e.done)
 	return cat, err
+}
+
+// passing reports whether a load's error belongs to the caller that ran
+// it, not to the declaration: a waiter for the same text loads again.
+func passing(err error) bool {
+	_, refused := errors.AsType[*admissionError](err)
+	return refused || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // admissionError is a declaration within its own budget that the
