@@ -1,8 +1,11 @@
 package fault
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"os/exec"
 	"path/filepath"
@@ -66,5 +69,45 @@ func TestWorkerIDCollision(t *testing.T) {
 	}
 	if a := do(t, http.MethodGet, s.ops+"/readyz", ""); a.code != http.StatusOK {
 		t.Errorf("/readyz: %d %s", a.code, a.body)
+	}
+}
+
+// TestSlowSendersDoNotStarveLongBookings: six connections declare 1 MiB
+// booking bodies and send 4 KiB of each, then nothing, for the read
+// timeout; meanwhile a 47,000-hash booking from another connection is
+// answered, not 503. Charged by the declared length the six held 36 MiB
+// of the 32 MiB budget and every long booking got 503 until they timed
+// out (the report).
+func TestSlowSendersDoNotStarveLongBookings(t *testing.T) {
+	sink := startSink(t)
+	s := startSidecar(t, sidecarOpts{config: hintsConfig(0), workers: "workers:\n" + workerLine("p0", sink.HintEndpoint())})
+	addr := strings.TrimPrefix(s.booking, "http://")
+	for i := range 6 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		head := fmt.Sprintf("POST /v1/bookings HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", 1<<20)
+		if _, err := c.Write(append([]byte(head), bytes.Repeat([]byte(" "), 4<<10)...)); err != nil {
+			t.Fatalf("slow sender %d: %v", i, err)
+		}
+	}
+	eventually(t, 10*time.Second, "the six bodies charged", func() error {
+		if v := scrape(t, s.ops)["kvhint_router_booking_memory_bytes"]; v < 6*128<<10 {
+			return fmt.Errorf("booking_memory_bytes %v, want the six slow bodies' charge", v)
+		}
+		return nil
+	})
+	t.Logf("six slow senders hold %v bytes of the booking budget", scrape(t, s.ops)["kvhint_router_booking_memory_bytes"])
+	r := newRouter(s, 1)
+	resp, err := r.c.Post(r.url, "application/json", bytes.NewReader(bookingBody("long", "prefill", "p0", 47000)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("a 47,000-hash booking beside six slow 1 MiB senders: %d %.200s, want 200", resp.StatusCode, b)
 	}
 }
