@@ -2,7 +2,11 @@ package controllers
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -53,30 +57,77 @@ func CatalogCacheOptions(namespaces []string) cache.Options {
 	return opts
 }
 
-// catalogs resolves the catalog each router is checked against, loading
-// each declaration once per version of its ConfigMap (its schemas checked
-// and its CEL compiled then, not at every reconcile), and keeps the last
-// good declaration of each router for when a newer one cannot be used.
+// CatalogLimits bound what the manager spends on declared catalogs: each
+// declaration within Budget (refused by counting, before it is compiled),
+// and the memory the loaded ones are estimated to keep, per namespace and
+// in all, so that no namespace, and no number of them, can grow the
+// manager past its memory limit.
+type CatalogLimits struct {
+	// Budget bounds one declaration.
+	Budget declared.Budget
+	// NamespaceBytes bounds the estimated memory of the distinct
+	// declarations the ConfigMaps of one namespace hold; 0: no limit.
+	NamespaceBytes int64
+	// TotalBytes bounds the estimated memory of all loaded declarations;
+	// 0: no limit.
+	TotalBytes int64
+}
+
+// DefaultCatalogLimits keep the manager's shipped limit (256Mi) well
+// clear: at most 32 MiB of loaded declarations in all (estimated, about
+// twice what they measure), 16 MiB of it for any one namespace, and one
+// load at a time.
+func DefaultCatalogLimits() CatalogLimits {
+	return CatalogLimits{Budget: declared.DefaultBudget(), NamespaceBytes: 16 << 20, TotalBytes: 32 << 20}
+}
+
+// catalogs resolves the catalog each router is checked against. A
+// declaration is loaded once per content (its schemas checked and its CEL
+// compiled then, not at every reconcile), shared by every ConfigMap that
+// holds the same text and dropped when none does; loads run one at a
+// time and outside the mutex, so that a router with no declaration, or
+// one already loaded, never waits behind a load. It keeps the last good
+// declaration of each router for when a newer one cannot be used.
 type catalogs struct {
 	reader client.Reader
 	linked *hints.Catalog
+	limits CatalogLimits
+	// namespaces, when not empty, are the only ones whose declarations
+	// are read (the catalog cache holds no others).
+	namespaces []string
+	// sem holds the one load that may run.
+	sem chan struct{}
 
-	mu       sync.Mutex
-	loaded   map[types.UID]loadedCatalog
+	mu sync.Mutex
+	// byHash holds each distinct declaration loaded or being loaded.
+	byHash map[string]*loadEntry
+	// byUID says which declaration each ConfigMap held when last read.
+	byUID    map[types.UID]uidRef
 	lastGood map[types.NamespacedName]*hints.Catalog
 }
 
-type loadedCatalog struct {
-	resourceVersion string
-	cat             *declared.Catalog
-	err             error
+// loadEntry is one distinct declaration. done is closed when the load
+// ends; cat and err are set before.
+type loadEntry struct {
+	done chan struct{}
+	cat  *declared.Catalog
+	err  error
+	// retained is the estimate of what cat keeps (0 for an error).
+	retained int64
+	// refs are the ConfigMaps that hold it.
+	refs map[types.UID]string // UID -> namespace
 }
 
-func newCatalogs(reader client.Reader, linked *hints.Catalog) *catalogs {
+type uidRef struct{ hash string }
+
+func newCatalogs(reader client.Reader, linked *hints.Catalog, limits CatalogLimits) *catalogs {
 	return &catalogs{
 		reader:   reader,
 		linked:   linked,
-		loaded:   map[types.UID]loadedCatalog{},
+		limits:   limits,
+		sem:      make(chan struct{}, 1),
+		byHash:   map[string]*loadEntry{},
+		byUID:    map[types.UID]uidRef{},
 		lastGood: map[types.NamespacedName]*hints.Catalog{},
 	}
 }
@@ -98,28 +149,30 @@ func (c *catalogs) forRouter(ctx context.Context, namespace, router string) (rou
 		return routerCatalog{}, err
 	}
 	key := types.NamespacedName{Namespace: namespace, Name: router}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	fallback := func(f rolegraph.Finding) routerCatalog {
-		rc := routerCatalog{cat: c.linked, problem: &f}
-		if good, ok := c.lastGood[key]; ok {
-			rc.cat = good
-		}
-		return rc
-	}
 	if len(cms) == 0 {
+		c.mu.Lock()
 		delete(c.lastGood, key)
+		c.mu.Unlock()
 		return routerCatalog{cat: c.linked}, nil
 	}
 	cat, problem := rolegraph.RouterCatalog(router, cms, func(cm *corev1.ConfigMap) (*hints.Catalog, error) {
-		d, err := c.load(cm)
+		d, err := c.load(ctx, cm)
 		if err != nil {
 			return nil, err
 		}
 		return d.Catalog, nil
 	})
+	if err := ctx.Err(); err != nil {
+		return routerCatalog{}, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if problem != nil {
-		return fallback(*problem), nil
+		rc := routerCatalog{cat: c.linked, problem: problem}
+		if good, ok := c.lastGood[key]; ok {
+			rc.cat = good
+		}
+		return rc, nil
 	}
 	c.lastGood[key] = cat
 	return routerCatalog{cat: cat, source: cms[0].Name}, nil
@@ -127,6 +180,10 @@ func (c *catalogs) forRouter(ctx context.Context, namespace, router string) (rou
 
 // declarations lists the declared-catalog ConfigMaps that match.
 func (c *catalogs) declarations(ctx context.Context, namespace string, match client.MatchingLabels) ([]corev1.ConfigMap, error) {
+	if len(c.namespaces) > 0 && !slices.Contains(c.namespaces, namespace) {
+		// Declarations are not read here: the linked catalog applies.
+		return nil, nil
+	}
 	var list corev1.ConfigMapList
 	if err := c.reader.List(ctx, &list, client.InNamespace(namespace), match); err != nil {
 		return nil, fmt.Errorf("listing the declared catalogs of namespace %s: %w", namespace, err)
@@ -134,22 +191,201 @@ func (c *catalogs) declarations(ctx context.Context, namespace string, match cli
 	return list.Items, nil
 }
 
-// load reads one declaration, or returns the result of its last read when
-// the ConfigMap has not changed since. Callers hold c.mu.
-func (c *catalogs) load(cm *corev1.ConfigMap) (*declared.Catalog, error) {
-	if l, ok := c.loaded[cm.UID]; ok && l.resourceVersion == cm.ResourceVersion {
-		return l.cat, l.err
+// load returns the declaration a ConfigMap holds: the one already loaded
+// from the same text, by this ConfigMap or another, or a new load, which
+// waits for the one load that may run. Callers do not hold c.mu.
+func (c *catalogs) load(ctx context.Context, cm *corev1.ConfigMap) (*declared.Catalog, error) {
+	text, ok := cm.Data[CatalogKey]
+	if !ok {
+		// LoadConfigMap words the missing key; nothing to keep.
+		return declared.LoadConfigMap(cm)
 	}
-	cat, err := declared.LoadConfigMap(cm)
-	c.loaded[cm.UID] = loadedCatalog{resourceVersion: cm.ResourceVersion, cat: cat, err: err}
+	sum := sha256.Sum256([]byte(text))
+	hash := hex.EncodeToString(sum[:])
+
+	c.mu.Lock()
+	c.refer(cm, hash)
+	e, ok := c.byHash[hash]
+	if !ok {
+		e = &loadEntry{done: make(chan struct{}), refs: map[types.UID]string{cm.UID: cm.Namespace}}
+		c.byHash[hash] = e
+	}
+	c.mu.Unlock()
+
+	if ok {
+		select {
+		case <-e.done:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		if e.err == nil {
+			// Shared with another namespace, it counts against this one too.
+			if err := c.admitShared(cm.Namespace, hash, e.retained); err != nil {
+				return nil, err
+			}
+		}
+		if e.err != nil && ctx.Err() == nil && passing(e.err) {
+			// The load this one waited for ended for its own caller's
+			// reason (its context, its namespace's budget): load again.
+			return c.load(ctx, cm)
+		}
+		return e.cat, e.err
+	}
+
+	select {
+	case c.sem <- struct{}{}:
+	case <-ctx.Done():
+		c.mu.Lock()
+		delete(c.byHash, hash)
+		e.err = ctx.Err()
+		c.mu.Unlock()
+		close(e.done)
+		return nil, ctx.Err()
+	}
+	var retained int64
+	budget := c.limits.Budget.WithAdmission(func(u declared.Usage) error {
+		retained = u.RetainedBytes
+		return c.admit(cm.Namespace, u.RetainedBytes)
+	})
+	cat, err := budget.Load([]byte(text))
+	<-c.sem
+
+	c.mu.Lock()
+	e.cat, e.err = cat, err
+	if err == nil {
+		e.retained = retained
+	}
+	if _, refused := errors.AsType[*admissionError](err); refused {
+		// Refused for what the others keep, not for itself: read again
+		// next time, when they may be gone.
+		delete(c.byHash, hash)
+		for uid := range e.refs {
+			delete(c.byUID, uid)
+		}
+	}
+	c.mu.Unlock()
+	close(e.done)
 	return cat, err
 }
 
-// forget drops what was loaded from a ConfigMap that is gone.
+// passing reports whether a load's error belongs to the caller that ran
+// it, not to the declaration: a waiter for the same text loads again.
+func passing(err error) bool {
+	_, refused := errors.AsType[*admissionError](err)
+	return refused || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// admissionError is a declaration within its own budget that the
+// manager's budget for all of them cannot take now.
+type admissionError struct{ msg string }
+
+func (e *admissionError) Error() string { return e.msg }
+
+// admit checks that a new declaration of namespace fits the namespace's
+// and the manager's budgets, before it is compiled.
+func (c *catalogs) admit(namespace string, retained int64) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ns, total := c.usedLocked(namespace, "")
+	return c.checkLocked(namespace, ns, total, retained)
+}
+
+// admitShared checks that a declaration already loaded for another
+// namespace fits namespace's budget.
+func (c *catalogs) admitShared(namespace, hash string, retained int64) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ns, _ := c.usedLocked(namespace, hash)
+	if lim := c.limits.NamespaceBytes; lim > 0 && ns+retained > lim {
+		return &admissionError{msg: fmt.Sprintf(
+			"the declared catalogs of namespace %s would keep about %s with this one (%s), over the budget of %s per namespace (manager flag --catalog-max-memory-per-namespace)",
+			namespace, declared.Bytes(ns+retained), declared.Bytes(retained), declared.Bytes(lim))}
+	}
+	return nil
+}
+
+func (c *catalogs) checkLocked(namespace string, ns, total, retained int64) error {
+	if lim := c.limits.NamespaceBytes; lim > 0 && ns+retained > lim {
+		return &admissionError{msg: fmt.Sprintf(
+			"the declared catalogs of namespace %s would keep about %s with this one (%s), over the budget of %s per namespace (manager flag --catalog-max-memory-per-namespace)",
+			namespace, declared.Bytes(ns+retained), declared.Bytes(retained), declared.Bytes(lim))}
+	}
+	if lim := c.limits.TotalBytes; lim > 0 && total+retained > lim {
+		return &admissionError{msg: fmt.Sprintf(
+			"the manager's declared catalogs would keep about %s with this one (%s), over its budget of %s in all (manager flag --catalog-max-memory-total)",
+			declared.Bytes(total+retained), declared.Bytes(retained), declared.Bytes(lim))}
+	}
+	return nil
+}
+
+// usedLocked sums the estimates of the loaded declarations, those held
+// by a ConfigMap of namespace and all, leaving out except. Loads under
+// way count at what their admission reserved.
+func (c *catalogs) usedLocked(namespace, except string) (ns, total int64) {
+	for h, e := range c.byHash {
+		if h == except {
+			continue
+		}
+		total += e.retained
+		for _, n := range e.refs {
+			if n == namespace {
+				ns += e.retained
+				break
+			}
+		}
+	}
+	return ns, total
+}
+
+// refer records that a ConfigMap holds the declaration hash, releasing
+// what it held before when that differs. Callers hold c.mu.
+func (c *catalogs) refer(cm *corev1.ConfigMap, hash string) {
+	if old, ok := c.byUID[cm.UID]; ok && old.hash != hash {
+		c.releaseLocked(cm.UID, old.hash)
+	}
+	c.byUID[cm.UID] = uidRef{hash: hash}
+	if e, ok := c.byHash[hash]; ok {
+		e.refs[cm.UID] = cm.Namespace
+	}
+}
+
+// releaseLocked drops a ConfigMap's reference to a declaration, and the
+// declaration when nothing holds it any more.
+func (c *catalogs) releaseLocked(uid types.UID, hash string) {
+	e, ok := c.byHash[hash]
+	if !ok {
+		return
+	}
+	delete(e.refs, uid)
+	if len(e.refs) == 0 {
+		select {
+		case <-e.done:
+			delete(c.byHash, hash)
+		default:
+			// A load under way keeps its entry; it is released when
+			// next referred to by nothing.
+		}
+	}
+}
+
+// forget drops a ConfigMap that is gone, and what was loaded from it when
+// no other ConfigMap holds the same text.
 func (c *catalogs) forget(uid types.UID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	delete(c.loaded, uid)
+	if ref, ok := c.byUID[uid]; ok {
+		c.releaseLocked(uid, ref.hash)
+		delete(c.byUID, uid)
+	}
+}
+
+// loadedCount returns how many distinct declarations are kept, and their
+// estimated memory, for tests and metrics.
+func (c *catalogs) loadedCount() (int, int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, total := c.usedLocked("", "")
+	return len(c.byHash), total
 }
 
 // forType returns the usable declarations of a namespace that declare a
@@ -160,11 +396,9 @@ func (c *catalogs) forType(ctx context.Context, namespace, hintType string) (map
 	if err != nil {
 		return nil, err
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	out := map[string]*hints.Catalog{}
 	for i := range cms {
-		cat, err := c.load(&cms[i])
+		cat, err := c.load(ctx, &cms[i])
 		if err != nil {
 			continue
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -175,10 +176,33 @@ func sidecarOwns(mf metav1.ManagedFieldsEntry, key string) bool {
 // cache must have been built with CacheOptions(namespaces). It adds the
 // cache of declared-catalog ConfigMaps (CatalogCacheOptions) to mgr.
 func Setup(ctx context.Context, mgr manager.Manager, cat *hints.Catalog, namespaces ...string) error {
+	return SetupWithOptions(ctx, mgr, cat, Options{Namespaces: namespaces, CatalogLimits: DefaultCatalogLimits()})
+}
+
+// Options are the manager's settings of the reconcilers.
+type Options struct {
+	// Namespaces, when not empty, limits the routers, HintPolicies and
+	// declared catalogs read to these namespaces.
+	Namespaces []string
+	// CatalogNamespaces, when not empty, limits the declared catalogs
+	// read to these namespaces (within Namespaces when both are set): a
+	// router elsewhere is compiled against the linked catalog.
+	CatalogNamespaces []string
+	// CatalogLimits bound what declared catalogs may cost.
+	CatalogLimits CatalogLimits
+}
+
+// SetupWithOptions is Setup with all the settings.
+func SetupWithOptions(ctx context.Context, mgr manager.Manager, cat *hints.Catalog, o Options) error {
+	namespaces := o.Namespaces
+	catalogNS, err := catalogNamespaces(namespaces, o.CatalogNamespaces)
+	if err != nil {
+		return err
+	}
 	if err := setupIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
 		return fmt.Errorf("field indexes: %w", err)
 	}
-	opts := CatalogCacheOptions(namespaces)
+	opts := CatalogCacheOptions(catalogNS)
 	opts.Scheme, opts.Mapper = mgr.GetScheme(), mgr.GetRESTMapper()
 	catalogCache, err := cache.New(mgr.GetConfig(), opts)
 	if err != nil {
@@ -187,7 +211,8 @@ func Setup(ctx context.Context, mgr manager.Manager, cat *hints.Catalog, namespa
 	if err := mgr.Add(catalogCache); err != nil {
 		return fmt.Errorf("declared-catalog cache: %w", err)
 	}
-	cats := newCatalogs(catalogCache, cat)
+	cats := newCatalogs(catalogCache, cat, o.CatalogLimits)
+	cats.namespaces = catalogNS
 	rec := mgr.GetEventRecorder(EventSource)
 	if err := (&RouterReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Catalog: cat, Recorder: rec,
 		catalogs: cats, catalogCache: catalogCache}).SetupWithManager(mgr); err != nil {
@@ -198,6 +223,26 @@ func Setup(ctx context.Context, mgr manager.Manager, cat *hints.Catalog, namespa
 		return fmt.Errorf("hintpolicy controller: %w", err)
 	}
 	return nil
+}
+
+// catalogNamespaces returns the namespaces declared catalogs are read
+// from: the manager's, narrowed to the chosen ones; none for all.
+func catalogNamespaces(namespaces, chosen []string) ([]string, error) {
+	if len(chosen) == 0 {
+		return namespaces, nil
+	}
+	if len(namespaces) == 0 {
+		return chosen, nil
+	}
+	var out []string
+	for _, ns := range chosen {
+		if slices.Contains(namespaces, ns) {
+			out = append(out, ns)
+		} else {
+			return nil, fmt.Errorf("--catalog-namespace %s: not a namespace the manager watches (--namespace %s)", ns, strings.Join(namespaces, ","))
+		}
+	}
+	return out, nil
 }
 
 // NewScheme returns a scheme with the Kubernetes built-in types and this

@@ -8,11 +8,13 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kvrouter/kv-hint-operator/internal/declared"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 )
 
 func newCatalogCommand(cat *hints.Catalog) *cobra.Command {
 	var catalogFile string
+	var budget *declared.Budget
 	cmd := &cobra.Command{
 		Use:   "catalog",
 		Short: "List the worker-selection and hint policy types linked into this binary",
@@ -23,14 +25,14 @@ does not list its hints (default hosts; * is every selection, - none).
 --catalog FILE lists a declared catalog instead, once it is checked.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cat, err := withCatalog(cat, catalogFile, cmd.InOrStdin(), cmd.ErrOrStderr())
+			cat, err := withCatalog(cat, catalogFile, budget, cmd.InOrStdin(), cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
 			return writeCatalog(cmd.OutOrStdout(), cat)
 		},
 	}
-	addCatalogFlag(cmd, &catalogFile)
+	budget = addCatalogFlag(cmd, &catalogFile)
 	return cmd
 }
 

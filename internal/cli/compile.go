@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kvrouter/kv-hint-operator/internal/declared"
 	"github.com/kvrouter/kv-hint-operator/internal/rolegraph"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
@@ -17,6 +18,7 @@ func newCompileCommand(cat *hints.Catalog) *cobra.Command {
 	var router string
 	var mode hintsconfig.RouterMode
 	var catalogFile string
+	var budget *declared.Budget
 	cmd := &cobra.Command{
 		Use:   "compile -f FILE...",
 		Short: "Print the compiled hints YAML: defaults expanded, parameters effective",
@@ -44,7 +46,7 @@ catalog (see kvhint validate --help).`,
 			if len(files) == 0 {
 				return fmt.Errorf("no input: give one or more -f FILE")
 			}
-			cat, err := withCatalog(cat, catalogFile, cmd.InOrStdin(), cmd.ErrOrStderr())
+			cat, err := withCatalog(cat, catalogFile, budget, cmd.InOrStdin(), cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
@@ -54,7 +56,7 @@ catalog (see kvhint validate --help).`,
 	cmd.Flags().StringArrayVarP(&files, "filename", "f", nil, "hints YAML or manifest file to compile (repeatable; - for stdin)")
 	cmd.Flags().StringVar(&router, "router", "", "print only the config of this router (manifests)")
 	cmd.Flags().Var(routerModeFlag{&mode}, "router-mode", "the router's mode for every role of a hints YAML file: "+hintsconfig.RouterModeList())
-	addCatalogFlag(cmd, &catalogFile)
+	budget = addCatalogFlag(cmd, &catalogFile)
 	return cmd
 }
 

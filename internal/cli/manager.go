@@ -39,11 +39,13 @@ type managerOptions struct {
 	leaderElectionID        string
 	leaderElectionNamespace string
 	workers                 int
+	catalogNamespaces       []string
+	catalogLimits           controllers.CatalogLimits
 	zap                     zap.Options
 }
 
 func newManagerCommand(cat *hints.Catalog) *cobra.Command {
-	o := managerOptions{}
+	o := managerOptions{catalogLimits: controllers.DefaultCatalogLimits()}
 	cmd := &cobra.Command{
 		Use:   "manager",
 		Short: "Run the operator: compile RouterRoles and HintPolicies into each router's hints ConfigMap",
@@ -89,6 +91,10 @@ HTTP: for a manager on your own machine only. Logs are JSON (see the
 	f.StringVar(&o.leaderElectionID, "leader-election-id", "kvhint-manager.hints.kvrouter.io", "name of the leader election Lease")
 	f.StringVar(&o.leaderElectionNamespace, "leader-election-namespace", "", "namespace of the Lease; default: the manager's own namespace")
 	f.IntVar(&o.workers, "workers", 4, "routers (and HintPolicies) reconciled at once")
+	f.StringSliceVar(&o.catalogNamespaces, "catalog-namespace", nil, "read declared catalogs (ConfigMaps labelled "+controllers.CatalogForLabel+") only in this namespace (repeatable or comma-separated; within --namespace); routers elsewhere are checked against the linked catalog. Default: every namespace the manager watches")
+	addBudgetFlags(f, &o.catalogLimits.Budget)
+	f.Var(&quantityFlag{n: &o.catalogLimits.NamespaceBytes}, "catalog-max-memory-per-namespace", "the most memory the distinct declared catalogs of one namespace are estimated to keep together (a quantity); 0: no limit")
+	f.Var(&quantityFlag{n: &o.catalogLimits.TotalBytes}, "catalog-max-memory-total", "the most memory all declared catalogs are estimated to keep together (a quantity); 0: no limit")
 	zfs := flag.NewFlagSet("zap", flag.ContinueOnError)
 	o.zap.BindFlags(zfs)
 	f.AddGoFlagSet(zfs)
@@ -126,7 +132,9 @@ func runManager(ctx context.Context, cat *hints.Catalog, o managerOptions) error
 	if err != nil {
 		return fmt.Errorf("creating the manager: %w", err)
 	}
-	if err := controllers.Setup(ctx, mgr, cat, o.namespaces...); err != nil {
+	if err := controllers.SetupWithOptions(ctx, mgr, cat, controllers.Options{
+		Namespaces: o.namespaces, CatalogNamespaces: o.catalogNamespaces, CatalogLimits: o.catalogLimits,
+	}); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
@@ -136,7 +144,7 @@ func runManager(ctx context.Context, cat *hints.Catalog, o managerOptions) error
 		return err
 	}
 
-	log.Info("Starting manager", "namespaces", o.namespaces, "leaderElection", o.leaderElect,
+	log.Info("Starting manager", "namespaces", o.namespaces, "catalogNamespaces", o.catalogNamespaces, "leaderElection", o.leaderElect,
 		"selectionTypes", cat.SelectionTypes(), "hintTypes", cat.HintTypes())
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("running the manager: %w", err)

@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/api/resource"
 )
 
 // MemoryLimitEnv names the container's memory limit in bytes, as the
@@ -21,6 +22,27 @@ const MemoryLimitEnv = "KVHINT_MEMORY_LIMIT"
 // 0.8), and RSS also holds what the runtime has not returned yet; 0.7
 // leaves that room before the kernel's OOM kill.
 const DefaultMemoryLimitFraction = 0.7
+
+// MinMemoryLimit is the least container memory limit taken: below it the
+// value is almost surely in the wrong unit (a resourceFieldRef with a
+// divisor gives 256 for 256Mi), and the Go runtime held to a few hundred
+// bytes collects without end.
+const MinMemoryLimit = 16 << 20
+
+// unitMistake names the unit a too-small limit was likely written in: the
+// smallest divisor that brings it to the floor.
+func unitMistake(limit int64) string {
+	for _, u := range []struct {
+		suffix, name string
+		mult         int64
+	}{{"Ki", "kibibytes", 1 << 10}, {"Mi", "mebibytes", 1 << 20}, {"Gi", "gibibytes", 1 << 30}} {
+		if limit*u.mult >= MinMemoryLimit {
+			return fmt.Sprintf("did you mean %s? a resourceFieldRef divisor of 1%s yields %s; leave the divisor out (1, bytes)",
+				resource.NewQuantity(limit*u.mult, resource.BinarySI), u.suffix, u.name)
+		}
+	}
+	return "want the container's memory limit in bytes (the downward API's resourceFieldRef limits.memory, no divisor)"
+}
 
 // setMemoryLimit sets the Go memory limit to fraction of the container's
 // limit, read from MemoryLimitEnv, unless GOMEMLIMIT is set: an explicit
@@ -43,6 +65,9 @@ func setMemoryLimit(log logr.Logger, fraction float64) error {
 	limit, err := strconv.ParseInt(raw, 10, 64)
 	if err != nil || limit <= 0 {
 		return fmt.Errorf("%s=%q: want the container's memory limit in bytes (the downward API's resourceFieldRef limits.memory)", MemoryLimitEnv, raw)
+	}
+	if limit < MinMemoryLimit {
+		return fmt.Errorf("%s=%d is %d bytes, below the floor of 16Mi: %s", MemoryLimitEnv, limit, limit, unitMistake(limit))
 	}
 	goLimit := int64(math.Floor(float64(limit) * fraction))
 	debug.SetMemoryLimit(goLimit)

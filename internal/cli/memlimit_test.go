@@ -3,6 +3,7 @@ package cli
 import (
 	"math"
 	"runtime/debug"
+	"strings"
 	"testing"
 
 	"github.com/go-logr/logr"
@@ -46,5 +47,33 @@ func TestSetMemoryLimit(t *testing.T) {
 	t.Setenv(MemoryLimitEnv, "")
 	if err := setMemoryLimit(logr.Discard(), DefaultMemoryLimitFraction); err != nil || debug.SetMemoryLimit(-1) != prev {
 		t.Errorf("without %s: %v, limit %d", MemoryLimitEnv, err, debug.SetMemoryLimit(-1))
+	}
+}
+
+// TestMemoryLimitFloor: a container limit below MinMemoryLimit is the
+// mistake of a resourceFieldRef divisor (256 for 256Mi with divisor 1Mi,
+// 262144 with 1Ki) and is refused with the likely unit named, never
+// taken as a limit of a few bytes.
+func TestMemoryLimitFloor(t *testing.T) {
+	prev := debug.SetMemoryLimit(-1)
+	t.Cleanup(func() { debug.SetMemoryLimit(prev) })
+	t.Setenv("GOMEMLIMIT", "")
+	for _, tc := range []struct{ env, want string }{
+		{"256", "KVHINT_MEMORY_LIMIT=256 is 256 bytes, below the floor of 16Mi: did you mean 256Mi? a resourceFieldRef divisor of 1Mi yields mebibytes; leave the divisor out (1, bytes)"},
+		{"262144", "did you mean 256Mi? a resourceFieldRef divisor of 1Ki yields kibibytes"},
+		{"1", "did you mean 1Gi? a resourceFieldRef divisor of 1Gi yields gibibytes"},
+	} {
+		t.Setenv(MemoryLimitEnv, tc.env)
+		err := setMemoryLimit(logr.Discard(), DefaultMemoryLimitFraction)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s=%s: %v\nwant %q", MemoryLimitEnv, tc.env, err, tc.want)
+		}
+		if got := debug.SetMemoryLimit(-1); got != prev {
+			t.Errorf("%s=%s: the Go memory limit became %d", MemoryLimitEnv, tc.env, got)
+		}
+	}
+	t.Setenv(MemoryLimitEnv, "16777216")
+	if err := setMemoryLimit(logr.Discard(), DefaultMemoryLimitFraction); err != nil {
+		t.Errorf("16Mi, the floor: %v", err)
 	}
 }

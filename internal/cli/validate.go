@@ -5,6 +5,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/kvrouter/kv-hint-operator/internal/declared"
 	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
 
 	"github.com/spf13/cobra"
@@ -18,6 +19,7 @@ func newValidateCommand(cat *hints.Catalog) *cobra.Command {
 	var output string
 	var mode hintsconfig.RouterMode
 	var catalogFile string
+	var budget *declared.Budget
 	cmd := &cobra.Command{
 		Use:   "validate -f FILE...",
 		Short: "Check hints YAML files or RouterRole/HintPolicy manifests with the router's start-up rules",
@@ -65,7 +67,7 @@ rule, 2 on a usage or read error. "-" reads standard input.`,
 			if output != "text" && output != "json" {
 				return fmt.Errorf("--output %q: use text or json", output)
 			}
-			cat, err := withCatalog(cat, catalogFile, cmd.InOrStdin(), cmd.ErrOrStderr())
+			cat, err := withCatalog(cat, catalogFile, budget, cmd.InOrStdin(), cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
@@ -75,7 +77,7 @@ rule, 2 on a usage or read error. "-" reads standard input.`,
 	cmd.Flags().StringArrayVarP(&files, "filename", "f", nil, "hints YAML or manifest file to check (repeatable; - for stdin)")
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "text, or json for pipeline tools")
 	cmd.Flags().Var(routerModeFlag{&mode}, "router-mode", "the router's mode for every role of a hints YAML file: "+hintsconfig.RouterModeList()+" (manifests carry spec.routerMode)")
-	addCatalogFlag(cmd, &catalogFile)
+	budget = addCatalogFlag(cmd, &catalogFile)
 	return cmd
 }
 

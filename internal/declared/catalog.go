@@ -67,19 +67,34 @@ func (e *Error) Error() string {
 // v1alpha1.CatalogKey (a router names its catalog with such a ConfigMap,
 // labelled v1alpha1.CatalogForLabel) and loads it as Load does.
 func LoadConfigMap(cm *corev1.ConfigMap) (*Catalog, error) {
+	return DefaultBudget().LoadConfigMap(cm)
+}
+
+// LoadConfigMap is LoadConfigMap within the budget b.
+func (b Budget) LoadConfigMap(cm *corev1.ConfigMap) (*Catalog, error) {
 	text, ok := cm.Data[v1alpha1.CatalogKey]
 	if !ok {
 		return nil, fmt.Errorf("it has no key %s (keys: %s)", v1alpha1.CatalogKey, strings.Join(slices.Sorted(maps.Keys(cm.Data)), ", "))
 	}
-	return Load([]byte(text))
+	return b.Load([]byte(text))
 }
 
-// Load reads and checks a declaration and builds its catalog. Every
-// schema is checked and every CEL expression compiled here, once; a bad
-// declaration is an *Error listing each problem with its place.
+// Load reads and checks a declaration and builds its catalog, within
+// DefaultBudget. Every schema is checked and every CEL expression compiled
+// here, once; a bad declaration is an *Error listing each problem with its
+// place.
 func Load(data []byte) (*Catalog, error) {
+	return DefaultBudget().Load(data)
+}
+
+// Load is Load within the budget b: a declaration over it is an *Error
+// found by counting, before anything is compiled.
+func (b Budget) Load(data []byte) (*Catalog, error) {
 	if len(data) > MaxDocumentBytes {
 		return nil, &Error{Problems: []Problem{{Message: fmt.Sprintf("the declaration is %d bytes, over the limit of %d", len(data), MaxDocumentBytes)}}}
+	}
+	if probs := b.CheckSize(len(data)); probs != nil {
+		return nil, &Error{Problems: probs}
 	}
 	if bytes.Contains(data, []byte("\n---")) || bytes.HasPrefix(data, []byte("---\n---")) {
 		if docs := documents(data); docs > 1 {
@@ -91,6 +106,18 @@ func Load(data []byte) (*Catalog, error) {
 		return nil, &Error{Problems: []Problem{{Message: "not a PolicyCatalog: " + strings.TrimPrefix(err.Error(), "error unmarshaling JSON: while decoding JSON: ")}}}
 	}
 	l := newLocator(data)
+	u := Measure(&doc)
+	if probs := b.Check(&doc, u); len(probs) > 0 {
+		for i := range probs {
+			probs[i].Line = l.line(probs[i].Path)
+		}
+		return nil, &Error{Problems: probs}
+	}
+	if b.admit != nil {
+		if err := b.admit(u); err != nil {
+			return nil, err
+		}
+	}
 	cat, probs := build(&doc)
 	for i := range probs {
 		probs[i].Line = l.line(probs[i].Path)

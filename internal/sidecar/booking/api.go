@@ -150,16 +150,17 @@ func (a *API) ExpectBody(ctx *fasthttp.RequestCtx) int {
 // net/http's ServeMux matches to it.
 func (a *API) Book(ctx *fasthttp.RequestCtx) {
 	declared := ctx.Request.Header.ContentLength()
-	charged, ok := a.Budget.reserve(declared, a.bookingLimit())
-	if !ok {
-		a.Budget.refuseOverBudget(ctx)
-		return
-	}
-	if charged > 0 {
-		defer a.Budget.release(charged)
+	body := requestBody(ctx)
+	if cr := a.Budget.charged(body, declared); cr != nil {
+		defer cr.release()
+		body = cr
 	}
 	var req decoded
-	if status, err := readBooking(requestBody(ctx), declared, a.bookingLimit(), &req); err != nil {
+	if status, err := readBooking(body, declared, a.bookingLimit(), &req); err != nil {
+		if errors.Is(err, errOverBudget) {
+			a.Budget.refuseOverBudget(ctx)
+			return
+		}
 		switch status {
 		case fasthttp.StatusRequestEntityTooLarge:
 			a.Dispatcher.RecordTooLargeBooking()

@@ -1,7 +1,9 @@
 package booking
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -37,10 +39,10 @@ const bookingMemoryPerByte = 6
 const smallBooking = 16 << 10
 
 // Budget bounds the memory of the bookings in flight: a booking with a
-// long committed copy is charged for what it will hold before its body is
-// read, and one that does not fit is answered 503 with Retry-After at
-// once, counted, rather than read into memory the container does not
-// have. It is safe for concurrent use; nil is no budget.
+// long committed copy is charged for what it holds as its body arrives,
+// and for what it will hold before the body is decoded; one that does not
+// fit is answered 503 with Retry-After at once, counted, rather than read
+// into memory the container does not have. It is safe for concurrent use; nil is no budget.
 type Budget struct {
 	limit int64
 	used  atomic.Int64
@@ -70,38 +72,80 @@ func NewBudget(limit int64, reg prometheus.Registerer) *Budget {
 	return b
 }
 
-// reserve charges a booking whose body declares declared bytes (negative
-// when it declares none: chunked, charged as the whole booking limit). It
-// returns the charge to release, and false when the budget has no room.
-// A booking is always let in when nothing else is charged, so that a
-// budget below one booking slows long bookings instead of refusing them
-// all.
-func (b *Budget) reserve(declared, limit int) (int64, bool) {
+// Of bookingMemoryPerByte, what the body buffer holds while the body
+// arrives (it doubles as it grows); the rest is charged once the body has
+// arrived, before it is decoded.
+const bookingBufferPerByte = 2
+
+// chargeStep is the granularity of the charge while a body arrives.
+const chargeStep = 64 << 10
+
+// errOverBudget ends the read of a body the budget has no room for.
+var errOverBudget = errors.New("the booking memory budget is full")
+
+// charged returns the reader of a body that declares declared bytes
+// (negative when chunked) which charges the budget as bytes arrive, not
+// for what the body declares: a connection holds only what it has sent,
+// so slow senders cannot hold the budget with bodies they have not sent.
+// The buffer is charged as it fills, and the rest of the booking's
+// memory once its end has arrived. A read the budget has no room for
+// fails with errOverBudget. nil (no budget, or a small declared body,
+// which is never charged) reads r as it is.
+func (b *Budget) charged(r io.Reader, declared int) *chargingReader {
 	if b == nil || (declared >= 0 && declared < smallBooking) {
-		return 0, true
+		return nil
 	}
-	if declared < 0 || declared > limit {
-		declared = limit
-	}
-	n := int64(declared) * bookingMemoryPerByte
-	if used := b.used.Add(n); used > b.limit && used != n {
-		b.used.Add(-n)
-		if b.refused != nil {
-			b.refused.Inc()
-		}
-		return 0, false
-	}
-	return n, true
+	return &chargingReader{r: r, b: b}
 }
 
-func (b *Budget) release(n int64) {
-	if n > 0 {
-		b.used.Add(-n)
+// chargingReader is a body being read under the budget.
+type chargingReader struct {
+	r    io.Reader
+	b    *Budget
+	read int64
+	// charge is what the body holds of the budget.
+	charge int64
+}
+
+func (c *chargingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.read += int64(n)
+	want := (c.read + chargeStep - 1) / chargeStep * chargeStep * bookingBufferPerByte
+	if err == io.EOF && c.read >= smallBooking {
+		want = c.read * bookingMemoryPerByte
+	}
+	if want > c.charge && !c.add(want-c.charge) {
+		return n, errOverBudget
+	}
+	return n, err
+}
+
+// add charges n more bytes, unless the budget then passes its limit while
+// other bodies hold part of it: a body alone is always let in, so that a
+// budget below one booking slows long bookings instead of refusing them.
+func (c *chargingReader) add(n int64) bool {
+	if used := c.b.used.Add(n); used > c.b.limit && used != c.charge+n {
+		c.b.used.Add(-n)
+		if c.b.refused != nil {
+			c.b.refused.Inc()
+		}
+		return false
+	}
+	c.charge += n
+	return true
+}
+
+// release gives back what the body held.
+func (c *chargingReader) release() {
+	if c != nil && c.charge > 0 {
+		c.b.used.Add(-c.charge)
+		c.charge = 0
 	}
 }
 
 // refuseOverBudget answers a booking the budget had no room for: 503,
-// Retry-After, and the connection closed, since its body is not read.
+// Retry-After, and the connection closed, since the rest of its body is
+// not read.
 func (b *Budget) refuseOverBudget(ctx *fasthttp.RequestCtx) {
 	ctx.Response.Header.SetCanonical(headerRetryAfter, valueOne)
 	ctx.SetConnectionClose()

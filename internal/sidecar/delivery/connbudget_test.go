@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvrouter/kv-hint-operator/internal/simworker"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -70,16 +72,18 @@ func TestConnLimit(t *testing.T) {
 // TestConnBudgetSweepsIdle: with a budget of 4, two workers hold idle
 // connections and two hold theirs in slow posts; a fifth worker's dial
 // finds the budget spent, closes the idle connections and is sent, not
-// refused.
+// refused. The idle workers and the fifth have endpoints of their own:
+// workers at one endpoint share its client and its idle connections.
 func TestConnBudgetSweepsIdle(t *testing.T) {
-	fast, slow := startWorker(t, "fast"), startWorker(t, "slow")
+	fasts := []*simworker.Server{startWorker(t, "fast0"), startWorker(t, "fast1"), startWorker(t, "fast2")}
+	slow := startWorker(t, "slow")
 	slow.SetBehaviour(http.StatusNoContent, 800*time.Millisecond)
 	m := NewMetrics(prometheus.NewRegistry())
 	del := New(Options{Metrics: m, MaxConns: 4, Timeout: 3 * time.Second, Log: testLogger(t)})
 	t.Cleanup(func() { del.Close(context.Background()) })
 	msg := func(id string) []byte { return []byte(message(id, staticJSON(1, "x"))) }
 	for i := range 2 {
-		del.NewQueue(fmt.Sprint("idle", i), fast.HintEndpoint()).Enqueue(msg(fmt.Sprint("i", i)), time.Now())
+		del.NewQueue(fmt.Sprint("idle", i), fasts[i].HintEndpoint()).Enqueue(msg(fmt.Sprint("i", i)), time.Now())
 		waitSent(t, m, i+1)
 	}
 	for i := range 2 {
@@ -91,7 +95,7 @@ func TestConnBudgetSweepsIdle(t *testing.T) {
 		}
 		return nil
 	})
-	del.NewQueue("late", fast.HintEndpoint()).Enqueue(msg("late"), time.Now())
+	del.NewQueue("late", fasts[2].HintEndpoint()).Enqueue(msg("late"), time.Now())
 	waitSent(t, m, 5)
 	if got := testutil.ToFloat64(m.errConnLimit); got != 0 {
 		t.Errorf("%v posts refused for the budget; the idle connections should have made room", got)

@@ -364,10 +364,18 @@ func (r *Registry) check(spec *WorkerSpec) error {
 // otherSource is the refusal of a change by source to a worker another
 // source registered, or nil. Guarded by mu.
 func otherSource(next map[string]*Worker, source, id string) error {
-	if old, ok := next[id]; ok && old.Source != source {
+	if old, ok := next[id]; ok && old.Source != source && !outranks(source, old.Source) {
 		return fmt.Errorf("worker %s is %w (%s), not %s", id, ErrOtherSource, old.Source, source)
 	}
 	return nil
+}
+
+// outranks reports whether source takes an ID from other: the workers
+// file, the operator's own configuration, takes it from a registration
+// over the API, so that a PUT can never make the file's reloads fail; the
+// API's entry is dropped.
+func outranks(source, other string) bool {
+	return source == SourceFile && other == SourceAPI
 }
 
 // HeldByOther reports whether another source than source registered id.
@@ -453,6 +461,14 @@ func (r *Registry) Replace(source string, specs []WorkerSpec) error {
 	}
 	if len(errs) > 0 {
 		return errors.Join(errs...)
+	}
+	for _, s := range specs {
+		if old, ok := next[s.ID]; ok && old.Source != source {
+			// An entry of a source this one outranks (otherSource let it
+			// through): put replaces it, and its queue closes there.
+			r.limit.log.Info("Worker registered over the API is taken over by the workers file", "worker", s.ID, "from", old.Source, "to", source)
+			r.forget(s.ID)
+		}
 	}
 	specs, seen = r.capSource(next, source, specs)
 	for id, w := range next {

@@ -170,3 +170,42 @@ func TestPodEndpointsUnderPolicy(t *testing.T) {
 		}
 	}
 }
+
+// TestFileOutranksAPI: a worker ID registered over the API and then
+// listed by the workers file never breaks the file's reload: the file is
+// the operator's configuration and takes the ID (the API's entry goes);
+// in the other order the PUT is refused with ErrOtherSource (409).
+func TestFileOutranksAPI(t *testing.T) {
+	hint := []string{router.CapabilityRouterHint}
+	// API first, then the file.
+	r := NewRegistry(&fakeDelivery{})
+	if err := r.Set(SourceAPI, WorkerSpec{ID: "w1", Capabilities: hint}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Set(SourceAPI, WorkerSpec{ID: "w2"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Replace(SourceFile, []WorkerSpec{{ID: "w1"}, {ID: "f"}}); err != nil {
+		t.Fatalf("file reload listing an API worker's ID: %v; want the file to take it", err)
+	}
+	if w, _ := r.Get("w1"); w.Source != SourceFile || w.Capable {
+		t.Errorf("w1 after the reload: source %s capable %v, want the file's entry", w.Source, w.Capable)
+	}
+	if w, ok := r.Get("w2"); !ok || w.Source != SourceAPI {
+		t.Errorf("w2, an API worker the file does not list, is gone or moved: %+v", w)
+	}
+	// Reloads keep working, and the API cannot take the ID back.
+	if err := r.Replace(SourceFile, []WorkerSpec{{ID: "w1"}}); err != nil {
+		t.Fatalf("second reload: %v", err)
+	}
+	if err := r.Set(SourceAPI, WorkerSpec{ID: "w1"}); !errors.Is(err, ErrOtherSource) {
+		t.Errorf("PUT of the file's w1: %v, want ErrOtherSource (409)", err)
+	}
+	// Once the file drops the ID, the API may register it.
+	if err := r.Replace(SourceFile, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Set(SourceAPI, WorkerSpec{ID: "w1"}); err != nil {
+		t.Errorf("PUT once the file no longer lists w1: %v", err)
+	}
+}

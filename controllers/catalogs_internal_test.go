@@ -1,0 +1,135 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
+)
+
+// catalogCM is a declared-catalog ConfigMap of router holding text.
+func catalogCM(ns, name, router, text string) *corev1.ConfigMap {
+	return &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(ns + "/" + name),
+			Labels: map[string]string{CatalogForLabel: router}},
+		Data: map[string]string{CatalogKey: text},
+	}
+}
+
+func readDecl(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("../internal/declared/testdata/custom-router.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// TestCatalogsShareByContent: ConfigMaps holding the same text, in one
+// namespace or two, cost one load; it is released when the last of them
+// is gone.
+func TestCatalogsShareByContent(t *testing.T) {
+	text := readDecl(t)
+	objs := []client.Object{catalogCM("a", "c1", "r1", text), catalogCM("a", "c2", "r2", text), catalogCM("b", "c1", "r1", text)}
+	c := newCatalogs(fake.NewClientBuilder().WithObjects(objs...).Build(), builtin.NewCatalog(), DefaultCatalogLimits())
+	ctx := context.Background()
+	var first *routerCatalog
+	for _, k := range []types.NamespacedName{{Namespace: "a", Name: "r1"}, {Namespace: "a", Name: "r2"}, {Namespace: "b", Name: "r1"}} {
+		rc, err := c.forRouter(ctx, k.Namespace, k.Name)
+		if err != nil || rc.problem != nil {
+			t.Fatalf("%s: %v %v", k, err, rc.problem)
+		}
+		if first == nil {
+			first = &rc
+		} else if rc.cat != first.cat {
+			t.Errorf("%s: a catalog of its own; want the one loaded for the same text", k)
+		}
+	}
+	if n, bytes := c.loadedCount(); n != 1 || bytes <= 0 {
+		t.Errorf("loaded %d declarations (%d bytes), want 1", n, bytes)
+	}
+	for _, o := range objs {
+		c.forget(o.GetUID())
+	}
+	if n, bytes := c.loadedCount(); n != 0 || bytes != 0 {
+		t.Errorf("after every ConfigMap is gone: %d declarations (%d bytes) kept, want 0", n, bytes)
+	}
+}
+
+// TestCatalogsNamespaceBudget: distinct declarations of one namespace
+// past its budget are refused, naming the budget, while another
+// namespace still loads; an update releases what the old text cost.
+func TestCatalogsNamespaceBudget(t *testing.T) {
+	text := readDecl(t)
+	other := text + "\n# another text\n"
+	objs := []client.Object{catalogCM("a", "c1", "r1", text), catalogCM("a", "c2", "r2", other), catalogCM("b", "c1", "r1", other)}
+	limits := DefaultCatalogLimits()
+	c := newCatalogs(fake.NewClientBuilder().WithObjects(objs...).Build(), builtin.NewCatalog(), limits)
+	ctx := context.Background()
+	if rc, err := c.forRouter(ctx, "a", "r1"); err != nil || rc.problem != nil {
+		t.Fatalf("a/r1: %v %v", err, rc.problem)
+	}
+	_, one := c.loadedCount()
+	c.limits.NamespaceBytes = one + one/2
+	rc, err := c.forRouter(ctx, "a", "r2")
+	if err != nil || rc.problem == nil || !strings.Contains(rc.problem.Message, "over the budget of") ||
+		!strings.Contains(rc.problem.Message, "per namespace (manager flag --catalog-max-memory-per-namespace)") {
+		t.Fatalf("a/r2 over the namespace budget: %v %+v", err, rc.problem)
+	}
+	if rc, err := c.forRouter(ctx, "b", "r1"); err != nil || rc.problem != nil {
+		t.Fatalf("b/r1, another namespace: %v %v", err, rc.problem)
+	}
+	c.limits.TotalBytes = one
+	c.forget("b/c1")
+	if n, _ := c.loadedCount(); n != 1 {
+		t.Fatalf("after b/c1 is gone: %d declarations, want 1", n)
+	}
+	// Once a/c1 is gone, a/r2's text fits again: a refusal for what
+	// others keep is not remembered.
+	c.forget("a/c1")
+	if err := c.reader.(client.Client).Delete(ctx, objs[0]); err != nil {
+		t.Fatal(err)
+	}
+	if rc, err := c.forRouter(ctx, "a", "r2"); err != nil || rc.problem != nil {
+		t.Fatalf("a/r2 after a/c1 is gone: %v %v", err, rc.problem)
+	}
+}
+
+// TestCatalogsLoadOutsideLock: while a load holds the one load slot, a
+// router with no declaration and a router whose declaration is loaded
+// are resolved at once, and one that needs a load waits (here: until its
+// context ends) without holding the others up.
+func TestCatalogsLoadOutsideLock(t *testing.T) {
+	text := readDecl(t)
+	objs := []client.Object{catalogCM("a", "c1", "r1", text), catalogCM("a", "c2", "r2", text+"\n# other\n")}
+	c := newCatalogs(fake.NewClientBuilder().WithObjects(objs...).Build(), builtin.NewCatalog(), DefaultCatalogLimits())
+	ctx := context.Background()
+	if _, err := c.forRouter(ctx, "a", "r1"); err != nil {
+		t.Fatal(err)
+	}
+	c.sem <- struct{}{} // a load under way
+	defer func() { <-c.sem }()
+	done := make(chan error, 3)
+	go func() { _, err := c.forRouter(ctx, "b", "plain"); done <- err }()
+	go func() { _, err := c.forRouter(ctx, "a", "r1"); done <- err }()
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if _, err := c.forRouter(short, "a", "r2"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a router that needs a load while another runs: %v, want it to wait for the slot", err)
+	}
+}
