@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kvrouter/kv-hint-operator/internal/declared"
 	"github.com/kvrouter/kv-hint-operator/internal/preview"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
@@ -25,6 +26,7 @@ type previewFlags struct {
 	trace, base, head, router string
 	mode                      hintsconfig.RouterMode
 	catalogFile               string
+	budget                    *declared.Budget
 	output                    string
 	topology                  string
 	choices                   string
@@ -75,7 +77,7 @@ Exit status: 0 when nothing differs, 1 when something does, 2 on an error
 	fl.StringVar(&f.head, "head", "", "the config after the change: what kvhint compile -f reads")
 	fl.StringVar(&f.router, "router", "", "the router whose config to preview, when the manifests hold several")
 	fl.Var(routerModeFlag{&f.mode}, "router-mode", "the router's mode for every role of a hints YAML file: "+hintsconfig.RouterModeList())
-	addCatalogFlag(cmd, &f.catalogFile)
+	f.budget = addCatalogFlag(cmd, &f.catalogFile)
 	fl.StringVarP(&f.output, "output", "o", "md", "report format: md or json")
 	fl.IntVar(&f.a.BlockSize, "trace-block-size", preview.DefaultBlockSize, "tokens per hash id in the trace, and the block size of the bookings")
 	fl.IntVar(&f.a.Topology.Default.Workers, "workers", preview.DefaultWorkers, "workers per role")
@@ -131,7 +133,7 @@ func runPreview(cat *hints.Catalog, f *previewFlags, stdin io.Reader, stdout, st
 		}
 		f.a.Topology = t
 	}
-	cat, err := withCatalog(cat, f.catalogFile, stdin, stderr)
+	cat, err := withCatalog(cat, f.catalogFile, f.budget, stdin, stderr)
 	if err != nil {
 		return PreviewError
 	}
