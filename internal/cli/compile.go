@@ -17,6 +17,7 @@ func newCompileCommand(cat *hints.Catalog) *cobra.Command {
 	var router string
 	var mode hintsconfig.RouterMode
 	var catalogFile string
+	var form hintsconfig.Form
 	cmd := &cobra.Command{
 		Use:   "compile -f FILE...",
 		Short: "Print the compiled hints YAML: defaults expanded, parameters effective",
@@ -37,28 +38,35 @@ and its hash, is written to standard error. --router NAME prints one
 router's alone.
 
 A hints YAML file is compiled with every role under --router-mode (default
-kv), as Dynamo's router runs it. --catalog FILE compiles against a declared
-catalog (see kvhint validate --help).`,
+kv), as Dynamo's router runs it, and written in its policy-file form
+(--policy-file-form, else the --catalog declaration's, else the file's; see
+kvhint validate --help). A router of manifests is written in the form its
+declared catalog's policyFileForm names: in RouterWideHint, each role an
+instance named after it and one kv_hint_policy for the router, and roles
+on the KV path that do not all run one and the same single hint policy
+are refused (PolicyFormCannotCarry). --catalog FILE compiles against a
+declared catalog (see kvhint validate --help).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if len(files) == 0 {
 				return fmt.Errorf("no input: give one or more -f FILE")
 			}
-			cat, err := withCatalog(cat, catalogFile, cmd.InOrStdin(), cmd.ErrOrStderr())
+			cat, form, err := withCatalog(cat, catalogFile, form, cmd.InOrStdin(), cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
-			return compileFiles(cat, files, router, mode, cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
+			return compileFiles(cat, files, router, mode, form, cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	cmd.Flags().StringArrayVarP(&files, "filename", "f", nil, "hints YAML or manifest file to compile (repeatable; - for stdin)")
 	cmd.Flags().StringVar(&router, "router", "", "print only the config of this router (manifests)")
 	cmd.Flags().Var(routerModeFlag{&mode}, "router-mode", "the router's mode for every role of a hints YAML file: "+hintsconfig.RouterModeList())
 	addCatalogFlag(cmd, &catalogFile)
+	cmd.Flags().Var(formFlag{&form}, "policy-file-form", formFlagHelp)
 	return cmd
 }
 
-func compileFiles(cat *hints.Catalog, files []string, router string, mode hintsconfig.RouterMode, stdin io.Reader, stdout, stderr io.Writer) error {
+func compileFiles(cat *hints.Catalog, files []string, router string, mode hintsconfig.RouterMode, form hintsconfig.Form, stdin io.Reader, stdout, stderr io.Writer) error {
 	files, err := expandInputs(files)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
@@ -80,7 +88,7 @@ func compileFiles(cat *hints.Catalog, files []string, router string, mode hintsc
 		if router != "" {
 			continue
 		}
-		g, probs := compileHintsYAML(cat, data, mode)
+		g, probs := compileHintsYAML(cat, data, mode, form)
 		printProblems(stderr, name, probs)
 		if probs.HasErrors() {
 			return exitError{code: ExitInvalid}
