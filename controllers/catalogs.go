@@ -24,6 +24,7 @@ import (
 	"github.com/kvrouter/kv-hint-operator/internal/declared"
 	"github.com/kvrouter/kv-hint-operator/internal/rolegraph"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
+	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
 )
 
 // CatalogForLabel and CatalogKey name a router's declared catalog (see
@@ -103,7 +104,14 @@ type catalogs struct {
 	byHash map[string]*loadEntry
 	// byUID says which declaration each ConfigMap held when last read.
 	byUID    map[types.UID]uidRef
-	lastGood map[types.NamespacedName]*hints.Catalog
+	lastGood map[types.NamespacedName]lastGoodCatalog
+}
+
+// lastGoodCatalog is a router's last usable declaration: its types and
+// the policy-file form its build reads.
+type lastGoodCatalog struct {
+	cat  *hints.Catalog
+	form hintsconfig.Form
 }
 
 // loadEntry is one distinct declaration. done is closed when the load
@@ -128,13 +136,16 @@ func newCatalogs(reader client.Reader, linked *hints.Catalog, limits CatalogLimi
 		sem:      make(chan struct{}, 1),
 		byHash:   map[string]*loadEntry{},
 		byUID:    map[types.UID]uidRef{},
-		lastGood: map[types.NamespacedName]*hints.Catalog{},
+		lastGood: map[types.NamespacedName]lastGoodCatalog{},
 	}
 }
 
 // routerCatalog is the catalog a router's roles are compiled against.
 type routerCatalog struct {
 	cat *hints.Catalog
+	// form is the policy-file form the router's build reads: its
+	// declaration's, or hintsconfig.FormPerRoleHints.
+	form hintsconfig.Form
 	// source names the declaration for logs, empty for the linked catalog.
 	source string
 	// problem, when set, says why the router's declaration cannot be used;
@@ -153,14 +164,14 @@ func (c *catalogs) forRouter(ctx context.Context, namespace, router string) (rou
 		c.mu.Lock()
 		delete(c.lastGood, key)
 		c.mu.Unlock()
-		return routerCatalog{cat: c.linked}, nil
+		return routerCatalog{cat: c.linked, form: hintsconfig.FormPerRoleHints}, nil
 	}
-	cat, problem := rolegraph.RouterCatalog(router, cms, func(cm *corev1.ConfigMap) (*hints.Catalog, error) {
+	cat, form, problem := rolegraph.RouterCatalog(router, cms, func(cm *corev1.ConfigMap) (*hints.Catalog, hintsconfig.Form, error) {
 		d, err := c.load(ctx, cm)
 		if err != nil {
-			return nil, err
+			return nil, "", err
 		}
-		return d.Catalog, nil
+		return d.Catalog, d.Form, nil
 	})
 	if err := ctx.Err(); err != nil {
 		return routerCatalog{}, err
@@ -168,14 +179,14 @@ func (c *catalogs) forRouter(ctx context.Context, namespace, router string) (rou
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if problem != nil {
-		rc := routerCatalog{cat: c.linked, problem: problem}
+		rc := routerCatalog{cat: c.linked, form: hintsconfig.FormPerRoleHints, problem: problem}
 		if good, ok := c.lastGood[key]; ok {
-			rc.cat = good
+			rc.cat, rc.form = good.cat, good.form
 		}
 		return rc, nil
 	}
-	c.lastGood[key] = cat
-	return routerCatalog{cat: cat, source: cms[0].Name}, nil
+	c.lastGood[key] = lastGoodCatalog{cat: cat, form: form}
+	return routerCatalog{cat: cat, form: form, source: cms[0].Name}, nil
 }
 
 // declarations lists the declared-catalog ConfigMaps that match.

@@ -23,6 +23,7 @@ import (
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
 	"github.com/kvrouter/kv-hint-operator/internal/rolegraph"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
+	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
 )
 
 // RouterReconciler compiles the RouterRoles of one router into the
@@ -80,6 +81,7 @@ func (r *RouterReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	if rc.problem != nil {
 		in.CatalogProblems = map[string]rolegraph.Finding{req.Name: *rc.problem}
 	}
+	in.PolicyFileForms = map[string]hintsconfig.Form{req.Name: rc.form}
 	ro, err := r.observeRollout(ctx, req.Namespace, req.Name, &in)
 	if err != nil {
 		return ctrl.Result{}, err

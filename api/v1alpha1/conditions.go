@@ -83,6 +83,12 @@ const (
 	ReasonHintsRequireKVMode     ConditionReason = "HintsRequireKVMode"
 	ReasonKVCopySenderMissing    ConditionReason = "KVCopySenderMissing"
 	ReasonKVCopySenderDuplicate  ConditionReason = "KVCopySenderDuplicate"
+	// ReasonPolicyFormCannotCarry: the router's declared catalog says its
+	// build reads the released policy-file form (policyFileForm:
+	// RouterWideHint: one kv_hint_policy for the whole router), and the
+	// router's roles on the KV path do not all run one and the same single
+	// hint policy. The message names the form and what each role runs.
+	ReasonPolicyFormCannotCarry ConditionReason = "PolicyFormCannotCarry"
 )
 
 // Reasons of Accepted=False that come from the graph of objects rather than

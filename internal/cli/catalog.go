@@ -25,7 +25,7 @@ does not list its hints (default hosts; * is every selection, - none).
 --catalog FILE lists a declared catalog instead, once it is checked.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cat, err := withCatalog(cat, catalogFile, budget, cmd.InOrStdin(), cmd.ErrOrStderr())
+			cat, _, err := withCatalog(cat, catalogFile, budget, "", cmd.InOrStdin(), cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}

@@ -19,6 +19,7 @@ func newCompileCommand(cat *hints.Catalog) *cobra.Command {
 	var mode hintsconfig.RouterMode
 	var catalogFile string
 	var budget *declared.Budget
+	var form hintsconfig.Form
 	cmd := &cobra.Command{
 		Use:   "compile -f FILE...",
 		Short: "Print the compiled hints YAML: defaults expanded, parameters effective",
@@ -39,29 +40,36 @@ and its hash, is written to standard error. --router NAME prints one
 router's alone.
 
 A hints YAML file is compiled with every role under --router-mode (default
-kv), as Dynamo's router runs it. --catalog FILE compiles against a declared
-catalog (see kvhint validate --help).`,
+kv), as Dynamo's router runs it, and written in its policy-file form
+(--policy-file-form, else the --catalog declaration's, else the file's; see
+kvhint validate --help). A router of manifests is written in the form its
+declared catalog's policyFileForm names: in RouterWideHint, each role an
+instance named after it and one kv_hint_policy for the router, and roles
+on the KV path that do not all run one and the same single hint policy
+are refused (PolicyFormCannotCarry). --catalog FILE compiles against a
+declared catalog (see kvhint validate --help).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if len(files) == 0 {
 				return fmt.Errorf("no input: give one or more -f FILE")
 			}
-			cat, err := withCatalog(cat, catalogFile, budget, cmd.InOrStdin(), cmd.ErrOrStderr())
+			cat, form, err := withCatalog(cat, catalogFile, budget, form, cmd.InOrStdin(), cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
-			return compileFiles(cat, files, router, mode, cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
+			return compileFiles(cat, files, router, mode, form, cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	cmd.Flags().StringArrayVarP(&files, "filename", "f", nil, "hints YAML or manifest file to compile (repeatable; - for stdin)")
 	cmd.Flags().StringVar(&router, "router", "", "print only the config of this router (manifests)")
 	cmd.Flags().Var(routerModeFlag{&mode}, "router-mode", "the router's mode for every role of a hints YAML file: "+hintsconfig.RouterModeList())
 	budget = addCatalogFlag(cmd, &catalogFile)
+	cmd.Flags().Var(formFlag{&form}, "policy-file-form", formFlagHelp)
 	return cmd
 }
 
-func compileFiles(cat *hints.Catalog, files []string, router string, mode hintsconfig.RouterMode, stdin io.Reader, stdout, stderr io.Writer) error {
-	configs, err := loadCompiled(cat, files, router, mode, stdin, stderr)
+func compileFiles(cat *hints.Catalog, files []string, router string, mode hintsconfig.RouterMode, form hintsconfig.Form, stdin io.Reader, stdout, stderr io.Writer) error {
+	configs, err := loadCompiled(cat, files, router, mode, form, stdin, stderr)
 	if err != nil {
 		return err
 	}
@@ -94,6 +102,7 @@ func compileFiles(cat *hints.Catalog, files []string, router string, mode hintsc
 type compiledConfig struct {
 	doc    []byte
 	modes  hintsconfig.Modes
+	form   hintsconfig.Form // the doc's policy-file form
 	hash   string
 	note   string
 	router string // the router's name, for manifests
@@ -105,7 +114,7 @@ type compiledConfig struct {
 // stderr; an input that breaks a rule returns ExitInvalid, an unreadable
 // one or a bad --router ExitUsage. With router set, only that router's
 // config is returned (and hints YAML files are ignored).
-func loadCompiled(cat *hints.Catalog, files []string, router string, mode hintsconfig.RouterMode, stdin io.Reader, stderr io.Writer) ([]compiledConfig, error) {
+func loadCompiled(cat *hints.Catalog, files []string, router string, mode hintsconfig.RouterMode, form hintsconfig.Form, stdin io.Reader, stderr io.Writer) ([]compiledConfig, error) {
 	files, err := expandInputs(files)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
@@ -126,7 +135,7 @@ func loadCompiled(cat *hints.Catalog, files []string, router string, mode hintsc
 		if router != "" {
 			continue
 		}
-		g, probs := compileHintsYAML(cat, data, mode)
+		g, probs := compileHintsYAML(cat, data, mode, form)
 		printProblems(stderr, name, probs)
 		if probs.HasErrors() {
 			return nil, exitError{code: ExitInvalid}
@@ -136,7 +145,7 @@ func loadCompiled(cat *hints.Catalog, files []string, router string, mode hintsc
 			fmt.Fprintf(stderr, "%s: %v\n", name, err)
 			return nil, exitError{code: ExitInvalid}
 		}
-		out = append(out, compiledConfig{doc: doc, hash: hash, modes: hintsconfig.Modes{Default: mode, Flag: "--router-mode"},
+		out = append(out, compiledConfig{doc: doc, hash: hash, form: g.Form, modes: hintsconfig.Modes{Default: mode, Flag: "--router-mode"},
 			note: fmt.Sprintf("# %s: hash %s", name, hash)})
 	}
 	if len(manifests.files) > 0 {
@@ -154,6 +163,7 @@ func loadCompiled(cat *hints.Catalog, files []string, router string, mode hintsc
 			}
 			c := compiledConfig{doc: r.router.Config, hash: r.router.Hash, note: r.note(), router: r.router.Name}
 			if r.router.Compiled != nil {
+				c.form = r.router.Compiled.Form
 				c.modes = hintsconfig.Modes{Roles: map[string]hintsconfig.RouterMode{}}
 				for role, s := range r.router.Compiled.Roles {
 					c.modes.Roles[role] = s.RouterMode

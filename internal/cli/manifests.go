@@ -115,7 +115,7 @@ func (s *manifestSet) parts(ns string, in *rolegraph.Input, cat *hints.Catalog) 
 	var parts []part
 	decls := s.declarations[ns]
 	for _, router := range slices.Sorted(maps.Keys(decls)) {
-		c, problem := rolegraph.RouterCatalog(router, decls[router], loadDeclaration)
+		c, form, problem := rolegraph.RouterCatalog(router, decls[router], loadDeclaration)
 		if problem != nil {
 			if rest.in.CatalogProblems == nil {
 				rest.in.CatalogProblems = map[string]rolegraph.Finding{}
@@ -125,6 +125,7 @@ func (s *manifestSet) parts(ns string, in *rolegraph.Input, cat *hints.Catalog) 
 		}
 		p := part{cat: c, in: *in}
 		p.in.RouterRoles = nil
+		p.in.PolicyFileForms = map[string]hintsconfig.Form{router: form}
 		own[router] = len(parts)
 		parts = append(parts, p)
 	}
@@ -138,13 +139,14 @@ func (s *manifestSet) parts(ns string, in *rolegraph.Input, cat *hints.Catalog) 
 	return append([]part{rest}, parts...)
 }
 
-// loadDeclaration reads the catalog a ConfigMap declares.
-func loadDeclaration(cm *corev1.ConfigMap) (*hints.Catalog, error) {
+// loadDeclaration reads the catalog a ConfigMap declares, and the
+// policy-file form it says the router's build reads.
+func loadDeclaration(cm *corev1.ConfigMap) (*hints.Catalog, hintsconfig.Form, error) {
 	d, err := declared.LoadConfigMap(cm)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	return d.Catalog, nil
+	return d.Catalog, d.Form, nil
 }
 
 // claim records where an object comes from; an object defined twice keeps

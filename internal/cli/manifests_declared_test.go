@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/kvrouter/kv-hint-operator/internal/dynamopolicy"
 )
 
 // dynamoSample is the shipped Dynamo router sample: a declared catalog, a
@@ -103,5 +105,77 @@ spec:
 				}
 			}
 		})
+	}
+}
+
+// TestManifestsReleasedForm: a router whose declared catalog says its
+// build reads the released form (policyFileForm: RouterWideHint) gets its
+// file written in that form, and roles that do not all run one and the
+// same hint policy are refused with PolicyFormCannotCarry, as the manager
+// refuses them.
+func TestManifestsReleasedForm(t *testing.T) {
+	role := func(maxBlocks string) string {
+		return `---
+apiVersion: hints.kvrouter.io/v1alpha1
+kind: RouterRole
+metadata:
+  name: llama-prefill
+spec:
+  router: llama
+  role: prefill
+  workerSelection:
+    type: dynamo-default-cost-fn
+    parameters: {router_temperature: 0.5}
+  hints:
+  - type: harness_prefetch
+    parameters:
+      max_blocks: ` + maxBlocks + "\n"
+	}
+	released := []string{"    kind: PolicyCatalog\n", "    kind: PolicyCatalog\n    policyFileForm: RouterWideHint\n"}
+
+	same := writeVariant(t, role("64"), released...)
+	code, out, errOut := runCLI("compile", "-f", same)
+	if code != ExitOK {
+		t.Fatalf("compile: exit %d\n%s%s", code, out, errOut)
+	}
+	const want = `kv_hint_policy:
+  parameters:
+    max_blocks: 64
+  type: harness_prefetch
+worker_selection:
+  decode: default
+  instances:
+  - name: prefill
+    parameters:
+      router_temperature: 0.5
+    type: dynamo-default-cost-fn
+  prefill: prefill
+`
+	if out != want {
+		t.Errorf("compiled file:\n%s\nwant:\n%s", out, want)
+	}
+	if err := dynamopolicy.CheckReleased([]byte(out)); err != nil {
+		t.Errorf("a released Frontend would refuse it: %v", err)
+	}
+
+	differ := writeVariant(t, role("32"), released...)
+	code, out, errOut = runCLI("validate", "-f", differ)
+	if code != ExitInvalid {
+		t.Fatalf("validate: exit %d, want %d\n%s%s", code, ExitInvalid, out, errOut)
+	}
+	for _, w := range []string{
+		"RouterRole llama-decode spec.hints: PolicyFormCannotCarry: the router's build reads the RouterWideHint policy-file form",
+		"RouterRole llama-prefill spec.hints: PolicyFormCannotCarry: ",
+		`role prefill runs [harness_prefetch {"max_blocks":32}], role decode runs [harness_prefetch {"max_blocks":64}]`,
+	} {
+		if !strings.Contains(out, w) {
+			t.Errorf("the report lacks %q:\n%s", w, out)
+		}
+	}
+
+	// The same roles under the default form are two per-role lists.
+	code, out, errOut = runCLI("validate", "-f", writeVariant(t, role("32")))
+	if code != ExitOK {
+		t.Errorf("per-role form: exit %d\n%s%s", code, out, errOut)
 	}
 }

@@ -133,15 +133,15 @@ func runPreview(cat *hints.Catalog, f *previewFlags, stdin io.Reader, stdout, st
 		}
 		f.a.Topology = t
 	}
-	cat, err := withCatalog(cat, f.catalogFile, f.budget, stdin, stderr)
+	cat, form, err := withCatalog(cat, f.catalogFile, f.budget, "", stdin, stderr)
 	if err != nil {
 		return PreviewError
 	}
-	base, err := previewConfig(cat, "--base", f.base, f, stdin, stderr)
+	base, err := previewConfig(cat, form, "--base", f.base, f, stdin, stderr)
 	if err != nil {
 		return PreviewError
 	}
-	head, err := previewConfig(cat, "--head", f.head, f, stdin, stderr)
+	head, err := previewConfig(cat, form, "--head", f.head, f, stdin, stderr)
 	if err != nil {
 		return PreviewError
 	}
@@ -178,8 +178,8 @@ func runPreview(cat *hints.Catalog, f *previewFlags, stdin io.Reader, stdout, st
 
 // previewConfig loads one side the way compile -f does, and requires it
 // to come to exactly one config with a policy file.
-func previewConfig(cat *hints.Catalog, flag, path string, f *previewFlags, stdin io.Reader, stderr io.Writer) (preview.Config, error) {
-	configs, err := loadCompiled(cat, []string{path}, f.router, f.mode, stdin, stderr)
+func previewConfig(cat *hints.Catalog, form hintsconfig.Form, flag, path string, f *previewFlags, stdin io.Reader, stderr io.Writer) (preview.Config, error) {
+	configs, err := loadCompiled(cat, []string{path}, f.router, f.mode, form, stdin, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "kvhint preview: %s %s does not compile (see above)\n", flag, path)
 		return preview.Config{}, err
@@ -193,7 +193,7 @@ func previewConfig(cat *hints.Catalog, flag, path string, f *previewFlags, stdin
 			names = append(names, c.router)
 		}
 		if c.doc != nil {
-			found = append(found, preview.Config{Name: name, Doc: c.doc, Modes: c.modes, Hash: c.hash})
+			found = append(found, preview.Config{Name: name, Doc: c.doc, Modes: c.modes, Hash: c.hash, Form: c.form})
 		}
 	}
 	switch {

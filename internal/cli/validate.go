@@ -20,6 +20,7 @@ func newValidateCommand(cat *hints.Catalog) *cobra.Command {
 	var mode hintsconfig.RouterMode
 	var catalogFile string
 	var budget *declared.Budget
+	var form hintsconfig.Form
 	cmd := &cobra.Command{
 		Use:   "validate -f FILE...",
 		Short: "Check hints YAML files or RouterRole/HintPolicy manifests with the router's start-up rules",
@@ -44,6 +45,14 @@ and reported as NotChecked warnings. A second document, a role key that
 YAML 1.1 reads as something else than written (yes, no, on, off: quote
 them), .nan or .inf are errors.
 
+A hints YAML is read in the policy-file form of --policy-file-form, else of
+the --catalog declaration, else of the file: PerRoleHints (each role a
+{type, parameters, hints} mapping or a bare type, as Dynamo's developer
+documentation writes it) or RouterWideHint (as a released Dynamo Frontend
+reads it: each role names an entry of worker_selection.instances or
+default, and one root kv_hint_policy runs on every role on the KV path, or
+no hint policy runs). A file with a root kv_hint_policy is RouterWideHint.
+
 Every problem is printed as FILE:LINE: LOCATION: Reason: message (":LINE" left
 out where the place has no line); the Reason is the one the object's Accepted
 or ResolvedRefs condition would carry. --output json prints one JSON document
@@ -67,17 +76,18 @@ rule, 2 on a usage or read error. "-" reads standard input.`,
 			if output != "text" && output != "json" {
 				return fmt.Errorf("--output %q: use text or json", output)
 			}
-			cat, err := withCatalog(cat, catalogFile, budget, cmd.InOrStdin(), cmd.ErrOrStderr())
+			cat, form, err := withCatalog(cat, catalogFile, budget, form, cmd.InOrStdin(), cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
-			return validateFiles(cat, files, output, mode, cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
+			return validateFiles(cat, files, output, mode, form, cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	cmd.Flags().StringArrayVarP(&files, "filename", "f", nil, "hints YAML or manifest file to check (repeatable; - for stdin)")
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "text, or json for pipeline tools")
 	cmd.Flags().Var(routerModeFlag{&mode}, "router-mode", "the router's mode for every role of a hints YAML file: "+hintsconfig.RouterModeList()+" (manifests carry spec.routerMode)")
 	budget = addCatalogFlag(cmd, &catalogFile)
+	cmd.Flags().Var(formFlag{&form}, "policy-file-form", formFlagHelp)
 	return cmd
 }
 
@@ -92,7 +102,7 @@ const (
 	reasonReadError = "ReadError"
 )
 
-func validateFiles(cat *hints.Catalog, files []string, output string, mode hintsconfig.RouterMode, stdin io.Reader, stdout, stderr io.Writer) error {
+func validateFiles(cat *hints.Catalog, files []string, output string, mode hintsconfig.RouterMode, form hintsconfig.Form, stdin io.Reader, stdout, stderr io.Writer) error {
 	files, err := expandInputs(files)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
@@ -115,7 +125,7 @@ func validateFiles(cat *hints.Catalog, files []string, output string, mode hints
 			manifests.add(name, data)
 			continue
 		}
-		g, ps := compileHintsYAML(cat, data, mode)
+		g, ps := compileHintsYAML(cat, data, mode, form)
 		for _, p := range ps {
 			probs = append(probs, hintsProblem(name, p))
 		}
@@ -158,9 +168,10 @@ func validateFiles(cat *hints.Catalog, files []string, output string, mode hints
 	return nil
 }
 
-// compileHintsYAML parses and compiles one hints YAML document.
-func compileHintsYAML(cat *hints.Catalog, data []byte, mode hintsconfig.RouterMode) (*hintsconfig.Graph, hintsconfig.Problems) {
-	cfg, err := hintsconfig.ParseConfig(data)
+// compileHintsYAML parses one hints YAML document in a policy-file form
+// (empty: the file's own) and compiles it.
+func compileHintsYAML(cat *hints.Catalog, data []byte, mode hintsconfig.RouterMode, form hintsconfig.Form) (*hintsconfig.Graph, hintsconfig.Problems) {
+	cfg, err := hintsconfig.ParseConfigForm(data, form)
 	if err != nil {
 		if probs, ok := err.(hintsconfig.Problems); ok {
 			return nil, probs

@@ -43,6 +43,12 @@ const (
 	// without any state of its own. It is the manager's business; routers
 	// ignore it.
 	SourcesAnnotation = "hints.kvrouter.io/sources"
+	// FormKey holds the policy file's form (hintsconfig.Form) when it is
+	// not the default, hintsconfig.FormPerRoleHints: a file in the
+	// released form with no kv_hint_policy reads, byte for byte, like a
+	// per-role file whose roles run their defaults, so the form goes with
+	// it. Routers read only PolicyKey; the sidecar reads this too.
+	FormKey = "policy-file-form"
 )
 
 // MaxRolesBytes caps the role settings a router reads, like the policy
@@ -77,13 +83,15 @@ type Config struct {
 	// Roles are the settings of every role the policy file holds, and of
 	// no other.
 	Roles map[string]RoleSettings
+	// Form is the policy file's form; empty is FormPerRoleHints.
+	Form hintsconfig.Form
 }
 
 // New renders a compiled graph with each role's worker selector: the
 // policy file the core encodes (nil for a graph with no role, which
 // Dynamo's router would refuse) and the modes the graph's roles run under.
 func New(g *hintsconfig.Graph, selectors map[string]*metav1.LabelSelector) (*Config, error) {
-	c := &Config{Roles: make(map[string]RoleSettings, len(g.Roles))}
+	c := &Config{Roles: make(map[string]RoleSettings, len(g.Roles)), Form: g.Form}
 	for _, r := range g.Roles {
 		c.Roles[r.Name] = RoleSettings{RouterMode: r.Mode, WorkerSelector: selectors[r.Name]}
 	}
@@ -110,6 +118,9 @@ func (c *Config) Data() (map[string]string, string, error) {
 	if c.Policy != nil {
 		data[PolicyKey] = string(c.Policy)
 	}
+	if c.Form.OrDefault() != hintsconfig.FormPerRoleHints {
+		data[FormKey] = string(c.Form)
+	}
 	return data, Hash(data), nil
 }
 
@@ -121,11 +132,12 @@ func (c *Config) rolesOrEmpty() map[string]RoleSettings {
 }
 
 // Hash is the content hash of a compiled ConfigMap's data: the first 16
-// hex digits of the SHA-256 over its two keys, each as name, length and
+// hex digits of the SHA-256 over its keys (the policy file, the role
+// settings, and the form when it is there), each as name, length and
 // bytes, so no two data sets share an input. Other keys are not hashed.
 func Hash(data map[string]string) string {
 	h := sha256.New()
-	for _, k := range []string{PolicyKey, RolesKey} {
+	for _, k := range []string{PolicyKey, RolesKey, FormKey} {
 		v, ok := data[k]
 		if !ok {
 			continue
@@ -198,11 +210,16 @@ func Decode(data map[string]string) (*Decoded, error) {
 		}
 		d.Selectors[role] = sel
 	}
-	d.Parsed = &hintsconfig.Config{}
+	form := hintsconfig.Form(data[FormKey])
+	if _, ok := data[FormKey]; ok && (form == "" || !form.Valid()) {
+		return fail("%s: %q is not one of %s, %s", FormKey, form, hintsconfig.FormPerRoleHints, hintsconfig.FormRouterWideHint)
+	}
+	d.Form = form.OrDefault()
+	d.Parsed = &hintsconfig.Config{Form: d.Form}
 	if doc, ok := data[PolicyKey]; ok {
 		d.Policy = []byte(doc)
 		var err error
-		if d.Parsed, err = hintsconfig.ParseConfig(d.Policy); err != nil {
+		if d.Parsed, err = hintsconfig.ParseConfigForm(d.Policy, d.Form); err != nil {
 			return fail("%s: %v", PolicyKey, err)
 		}
 	}

@@ -111,6 +111,11 @@ var paramCases = map[string][]string{
 	builtin.TypeLeastLoaded:         {``, `{"x": 1}`},
 	builtin.TypeDirect:              {``, `{"x": 1}`},
 	builtin.TypeDeviceAwareWeighted: {``, `{"x": 1}`},
+	builtin.TypeSoftAffinityLoadGuard: {
+		``, `{}`, `{"max_active_requests": 32}`, `{"max_active_requests": 0, "move_margin": 1}`, `{"move_margin": 0}`,
+		`{"move_margin": -1}`, `{"max_active_requests": -1}`, `{"max_active_requests": 1.5}`, `{"move_margin": "2"}`,
+		`{"group_idle_ttl_secs": 300}`, `{"move_margin": null}`,
+	},
 	builtin.TypeKVFetch: {
 		``, `{"min_blocks": 4}`, `{"min_blocks": 4, "max_blocks": 16}`, `{"min_blocks": 4, "max_blocks": 2}`,
 		`{"max_blocks": 0}`, `{"min_blocks": 0}`, `{"min_blocks": 2000000}`, `{"max_blocks": -1}`,

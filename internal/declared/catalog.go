@@ -14,6 +14,7 @@ import (
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
+	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
 )
 
 // ErrDeclaredOnly is what a declared hint policy's BuildHints returns: a
@@ -28,6 +29,10 @@ type Catalog struct {
 	// Catalog holds the declared types, for hintsconfig.Compile and the
 	// operator's compile step. Its hint policies never run.
 	Catalog *hints.Catalog
+	// Form is the policy-file form the router's build reads
+	// (Document.PolicyFileForm); empty when the declaration does not say,
+	// which the manager reads as hintsconfig.FormPerRoleHints.
+	Form hintsconfig.Form
 }
 
 // Problem is one thing wrong with a declaration, located.
@@ -140,6 +145,10 @@ func build(doc *Document) (*Catalog, []Problem) {
 	if doc.Kind != Kind {
 		fail("kind", "must be %s, not %q", Kind, doc.Kind)
 	}
+	if !doc.PolicyFileForm.Valid() {
+		fail("policyFileForm", "%q is not a policy-file form; use %s (each role lists its hints; the default) or %s (one kv_hint_policy for the router, as a released Dynamo Frontend reads)",
+			doc.PolicyFileForm, hintsconfig.FormPerRoleHints, hintsconfig.FormRouterWideHint)
+	}
 	if len(doc.WorkerSelections) == 0 {
 		fail("workerSelections", "declares no worker-selection type; a role needs one")
 	}
@@ -199,7 +208,7 @@ func build(doc *Document) (*Catalog, []Problem) {
 	if len(probs) > 0 {
 		return nil, probs
 	}
-	return &Catalog{Name: doc.Metadata.Name, Catalog: cat}, nil
+	return &Catalog{Name: doc.Metadata.Name, Catalog: cat, Form: doc.PolicyFileForm}, nil
 }
 
 func selectionProvider(d Selection, path string) (*hints.SelectionProvider, []Problem) {

@@ -20,6 +20,7 @@
 //
 // The package is internal: a declaration is read by the manager and by
 // kvhint validate, not by plugin builds, and what it holds is the
-// product's file format, not a contract for plugins. It imports pkg/hints
-// and the apiextensions and CEL libraries, nothing of the operator.
+// product's file format, not a contract for plugins. It imports pkg/hints,
+// pkg/hintsconfig (for the policy-file form a declaration names) and the
+// apiextensions and CEL libraries, nothing of the operator.
 package declared

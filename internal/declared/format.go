@@ -2,6 +2,8 @@ package declared
 
 import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+
+	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
 )
 
 // APIVersion and Kind identify a declaration document.
@@ -40,6 +42,14 @@ type Document struct {
 	Kind string `json:"kind"`
 	// Metadata names the declaration, for messages; optional.
 	Metadata Metadata `json:"metadata,omitempty"`
+	// PolicyFileForm is the shape of policy file the router's build reads
+	// (hintsconfig.Form): PerRoleHints, the default, where each role lists
+	// its own hint policies (Dynamo's developer documentation), or
+	// RouterWideHint, where roles name worker_selection.instances and one
+	// root kv_hint_policy runs for the whole router (a released Dynamo
+	// Frontend). The manager and kvhint compile write the router's file
+	// in it, and refuse roles it cannot carry.
+	PolicyFileForm hintsconfig.Form `json:"policyFileForm,omitempty"`
 	// WorkerSelections are the worker-selection types the router links,
 	// in the order listings show them.
 	WorkerSelections []Selection `json:"workerSelections,omitempty"`

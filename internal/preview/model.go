@@ -25,6 +25,8 @@ type Config struct {
 	Doc   []byte
 	Modes hintsconfig.Modes
 	Hash  string
+	// Form is Doc's policy-file form; empty reads it from the file.
+	Form hintsconfig.Form
 }
 
 // RoleStats are what one role's bookings did under one config.
@@ -221,7 +223,7 @@ func Replay(cat *hints.Catalog, cfg Config, rows []Row, a Assumptions) (*Result,
 		sessions: map[string][]uint64{}, lastReq: map[string]string{}, lastHashes: map[string][]uint64{}, nextID: syntheticBase, res: &Result{Roles: map[string]*RoleStats{}}}
 	s.d = router.NewDispatcher(router.Options{Catalog: cat, Workers: s.reg,
 		PolicyDeadline: time.Hour, Isolation: router.IsolationOptions{HardDeadline: time.Hour}})
-	if err := s.d.LoadConfig(router.Config{Doc: cfg.Doc, Modes: cfg.Modes, Hash: cfg.Hash}, cfg.Name); err != nil {
+	if err := s.d.LoadConfig(router.Config{Doc: cfg.Doc, Modes: cfg.Modes, Hash: cfg.Hash, Form: cfg.Form}, cfg.Name); err != nil {
 		return nil, err
 	}
 	for i, r := range g.Roles {

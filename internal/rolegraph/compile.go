@@ -41,6 +41,12 @@ type Input struct {
 	// by the catalog Compile is given, the last good one), and the router's
 	// ConfigMap is left as it is (Router.Held).
 	CatalogProblems map[string]Finding
+	// PolicyFileForms are, by router, the policy-file form its build reads,
+	// which its declared catalog says (declared.Catalog.Form); a router
+	// not named reads hintsconfig.FormPerRoleHints. The router's config is
+	// written in it, and roles it cannot carry are refused with
+	// PolicyFormCannotCarry.
+	PolicyFileForms map[string]hintsconfig.Form
 }
 
 // Output is the compiled configs and the status of every input object.
@@ -173,7 +179,7 @@ func Compile(cat *hints.Catalog, in Input) *Output {
 		if f, ok := in.CatalogProblems[name]; ok {
 			held = f.Message
 		}
-		r, ps := compileRouter(cat, name, byRouter[name], configMapFor(in.ConfigMaps, name), in.Pods, held, workloads[name])
+		r, ps := compileRouter(cat, name, in.PolicyFileForms[name].OrDefault(), byRouter[name], configMapFor(in.ConfigMaps, name), in.Pods, held, workloads[name])
 		out.Routers = append(out.Routers, r)
 		for _, p := range ps {
 			placements[p.res.rr.Name] = p
@@ -228,7 +234,7 @@ type placement struct {
 }
 
 // compileRouter builds one router's config from its RouterRoles.
-func compileRouter(cat *hints.Catalog, name string, results []*roleResult, cm *corev1.ConfigMap, pods []corev1.Pod, held string, workloads []*Workload) (*Router, []*placement) {
+func compileRouter(cat *hints.Catalog, name string, form hintsconfig.Form, results []*roleResult, cm *corev1.ConfigMap, pods []corev1.Pod, held string, workloads []*Workload) (*Router, []*placement) {
 	r := &Router{Name: name, Held: held, Workloads: workloads}
 	var prev *running
 	if cm != nil && !CreatedByManager(cm) {
@@ -248,10 +254,31 @@ func compileRouter(cat *hints.Catalog, name string, results []*roleResult, cm *c
 	for _, res := range results {
 		claims[res.rr.Spec.Role] = append(claims[res.rr.Spec.Role], res)
 	}
-	cfg := &hintsconfig.Config{WorkerSelection: map[string]*hintsconfig.RoleEntry{}}
+	cfg := &hintsconfig.Config{WorkerSelection: map[string]*hintsconfig.RoleEntry{}, Form: form}
 	modes := hintsconfig.Modes{Roles: map[string]hintsconfig.RouterMode{}}
 	sources := map[string]compiled.Source{}
 	selectors := map[string]*metav1.LabelSelector{}
+	var wl *Workload
+	if len(workloads) > 0 {
+		wl = workloads[0]
+	}
+	// put places what a role runs in the config, or takes it out.
+	put := func(p *placement, sel *metav1.LabelSelector) {
+		role := p.res.rr.Spec.Role
+		delete(cfg.WorkerSelection, role)
+		delete(modes.Roles, role)
+		delete(sources, role)
+		delete(selectors, role)
+		if p.runs == nil {
+			return
+		}
+		if sel != nil {
+			selectors[role] = sel
+		}
+		cfg.WorkerSelection[role] = p.runs.Entry()
+		modes.Roles[role] = p.runs.Mode
+		sources[role] = compiled.Source{RouterRole: p.res.rr.Name, UID: p.res.rr.UID, Generation: p.generation}
+	}
 	var placements []*placement
 	for _, role := range sortedKeys(claims) {
 		claimants := claims[role]
@@ -274,21 +301,10 @@ func compileRouter(cat *hints.Catalog, name string, results []*roleResult, cm *c
 			if p.runs == nil {
 				// The pool goes with the entry: an invalid change keeps
 				// both as they were.
-				var wl *Workload
-				if len(workloads) > 0 {
-					wl = workloads[0]
-				}
 				p.runs, p.generation = prev.lastGood(cat, res.rr, wl)
 				sel = prev.selector(role)
 			}
-			if p.runs != nil && sel != nil {
-				selectors[role] = sel
-			}
-			if p.runs != nil {
-				cfg.WorkerSelection[role] = p.runs.Entry()
-				modes.Roles[role] = p.runs.Mode
-				sources[role] = compiled.Source{RouterRole: res.rr.Name, UID: res.rr.UID, Generation: p.generation}
-			}
+			put(p, sel)
 		}
 	}
 
@@ -296,6 +312,33 @@ func compileRouter(cat *hints.Catalog, name string, results []*roleResult, cm *c
 	// it, and is rendered by the core: what is written is what routers
 	// accept, byte for byte the same for the same roles.
 	graph, _ := hintsconfig.Compile(cat, cfg, modes)
+	if form == hintsconfig.FormRouterWideHint {
+		if _, prob := hintsconfig.RouterWideHintPolicy(graph.Roles); prob != nil {
+			// The roles on the KV path that run their current spec are
+			// refused together (what the form cannot carry is the set,
+			// not one of them) and run their last good entries, which
+			// a config in this form held before.
+			for _, p := range placements {
+				if p.winner != nil || p.runs == nil || p.runs != p.res.compiled || p.runs.Mode != hintsconfig.ModeKV {
+					continue
+				}
+				p.res.findings = append(p.res.findings, Finding{
+					Severity: hintsconfig.SeverityError, Condition: v1alpha1.ConditionAccepted,
+					Reason: v1alpha1.ReasonPolicyFormCannotCarry, Field: "spec.hints", Message: prob.Message,
+				})
+				p.res.compiled = nil
+				p.runs, p.generation = prev.lastGood(cat, p.res.rr, wl)
+				put(p, prev.selector(p.res.rr.Spec.Role))
+			}
+			graph, _ = hintsconfig.Compile(cat, cfg, modes)
+			if _, prob := hintsconfig.RouterWideHintPolicy(graph.Roles); prob != nil && held == "" {
+				// Not even the last good entries can be written in the
+				// form (the declared form changed): nothing is written.
+				held = prob.Message
+				r.Held = held
+			}
+		}
+	}
 	out, err := compiled.New(graph, selectors)
 	var data map[string]string
 	var hash string

@@ -178,9 +178,10 @@ func CatalogFinding(reason v1alpha1.ConditionReason, router, configMaps, msg str
 // RouterCatalog picks the catalog a router's roles are compiled against
 // from the ConfigMaps that declare it (labelled v1alpha1.CatalogForLabel
 // with the router's name; at least one): the one declaration load reads
-// from its v1alpha1.CatalogKey, or a CatalogFinding when there are several
+// from its v1alpha1.CatalogKey, with the policy-file form it says the
+// router's build reads, or a CatalogFinding when there are several
 // (CatalogConflict) or the one cannot be used (InvalidCatalog).
-func RouterCatalog(router string, cms []corev1.ConfigMap, load func(*corev1.ConfigMap) (*hints.Catalog, error)) (*hints.Catalog, *Finding) {
+func RouterCatalog(router string, cms []corev1.ConfigMap, load func(*corev1.ConfigMap) (*hints.Catalog, hintsconfig.Form, error)) (*hints.Catalog, hintsconfig.Form, *Finding) {
 	if len(cms) > 1 {
 		names := make([]string, len(cms))
 		for i := range cms {
@@ -190,14 +191,14 @@ func RouterCatalog(router string, cms []corev1.ConfigMap, load func(*corev1.Conf
 		f := CatalogFinding(v1alpha1.ReasonCatalogConflict, router, strings.Join(names, ", "),
 			fmt.Sprintf("%d ConfigMaps declare the catalog of router %s (label %s=%s): %s; keep one",
 				len(cms), router, v1alpha1.CatalogForLabel, router, strings.Join(names, ", ")))
-		return nil, &f
+		return nil, "", &f
 	}
 	cm := &cms[0]
-	cat, err := load(cm)
+	cat, form, err := load(cm)
 	if err != nil {
 		f := CatalogFinding(v1alpha1.ReasonInvalidCatalog, router, cm.Name,
 			fmt.Sprintf("ConfigMap %s declares the catalog of router %s, but it cannot be used: %v", cm.Name, router, err))
-		return nil, &f
+		return nil, "", &f
 	}
-	return cat, nil
+	return cat, form.OrDefault(), nil
 }

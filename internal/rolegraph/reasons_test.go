@@ -29,6 +29,7 @@ func TestCatalogReasonsMatchCore(t *testing.T) {
 		{hintsconfig.ReasonHintsRequireKVMode, v1alpha1.ReasonHintsRequireKVMode},
 		{hintsconfig.ReasonKVCopySenderMissing, v1alpha1.ReasonKVCopySenderMissing},
 		{hintsconfig.ReasonKVCopySenderDuplicate, v1alpha1.ReasonKVCopySenderDuplicate},
+		{hintsconfig.ReasonPolicyFormCannotCarry, v1alpha1.ReasonPolicyFormCannotCarry},
 	} {
 		if string(tc.core) != string(tc.api) {
 			t.Errorf("core reason %q is %q in the API", tc.core, tc.api)

@@ -62,8 +62,14 @@ func (r *running) lastGood(cat *hints.Catalog, rr *v1alpha1.RouterRole, wl *Work
 	if !ok || src.RouterRole != rr.Name || src.UID != rr.UID {
 		return nil, 0
 	}
-	entry, ok := r.cfg.Parsed.WorkerSelection[role]
-	if !ok {
+	mode := r.cfg.Roles[role].RouterMode
+	if wl != nil {
+		mode = wl.Mode
+	}
+	// A file in the released form holds the router's hint policy at its
+	// root: the entry runs it as the role's own.
+	entry := r.cfg.Parsed.EntryUnder(role, mode)
+	if entry == nil {
 		return nil, 0
 	}
 	var compiledRole *hintsconfig.Role
@@ -71,7 +77,7 @@ func (r *running) lastGood(cat *hints.Catalog, rr *v1alpha1.RouterRole, wl *Work
 	if wl != nil {
 		compiledRole, probs = compileUnder(cat, role, entry, wl)
 	} else {
-		compiledRole, probs = hintsconfig.CompileRole(cat, role, entry, r.cfg.Roles[role].RouterMode)
+		compiledRole, probs = hintsconfig.CompileRole(cat, role, entry, mode)
 	}
 	if compiledRole == nil || probs.HasErrors() {
 		return nil, 0

@@ -31,9 +31,21 @@ func Compile(cat *hints.Catalog, cfg *Config, modes Modes) (*Graph, Problems) {
 			Message: fmt.Sprintf("%s is kept as written and not checked by kvhint; Dynamo's router checks it at start-up", key),
 		})
 	}
+	routerWide, ps := cfg.routerWideHints(cat, modes)
+	probs = append(probs, ps...)
 	roles := make([]*Role, 0, len(cfg.WorkerSelection))
 	for _, name := range slices.Sorted(maps.Keys(cfg.WorkerSelection)) {
 		entry := cfg.WorkerSelection[name]
+		if cfg.Form == FormRouterWideHint && entry != nil && entry.Hints == nil {
+			// The role runs the file's one hint policy, on the KV path.
+			e := *entry
+			hs := []HintSpec{}
+			if routerWide != nil && modes.For(name) == ModeKV {
+				hs = []HintSpec{*routerWide}
+			}
+			e.Hints = &hs
+			entry = &e
+		}
 		c := roleCompiler{cat: cat, role: name, modes: modes}
 		role := c.compile(entry, modes.For(name))
 		ps := c.probs
@@ -52,7 +64,36 @@ func Compile(cat *hints.Catalog, cfg *Config, modes Modes) (*Graph, Problems) {
 	cfg.source.locate(probs)
 	g := newGraph(roles)
 	g.Unchecked = cfg.Unchecked
+	g.Form = cfg.Form.OrDefault()
 	return g, probs
+}
+
+// routerWideHints checks the kv_hint_policy of a FormRouterWideHint config
+// once, for the whole router, and returns it when the roles can run it:
+// nil when there is none, or when it breaks a rule (the problems say so,
+// located at kv_hint_policy, and no role runs it). A policy that no role
+// on the KV path would run is an error too: hints run only there.
+func (cfg *Config) routerWideHints(cat *hints.Catalog, modes Modes) (*HintSpec, Problems) {
+	if cfg.Form != FormRouterWideHint || cfg.HintPolicy == nil {
+		return nil, nil
+	}
+	c := roleCompiler{cat: cat}
+	c.hint(NoHint, *cfg.HintPolicy, map[string]seenHint{})
+	for i := range c.probs {
+		c.probs[i].Message = kvHintPolicyKey + ": " + c.probs[i].Message
+	}
+	kv := len(cfg.WorkerSelection) == 0 // a file of kv_hint_policy alone: no role to judge
+	for name := range cfg.WorkerSelection {
+		kv = kv || modes.For(name) == ModeKV
+	}
+	if !kv {
+		c.fail(ReasonHintsRequireKVMode, NoHint, cfg.HintPolicy.Type, "", "%s: hints run only on the KV path, but no role of the file runs on it (%s); run the router with router mode kv, or leave kv_hint_policy out",
+			kvHintPolicyKey, modes.origin(""))
+	}
+	if c.probs.HasErrors() {
+		return nil, c.probs
+	}
+	return cfg.HintPolicy, c.probs
 }
 
 // CompileRole checks one role entry under a router mode and resolves it.

@@ -41,6 +41,13 @@ type Config struct {
 	// file (worker_selection.instances), which a bare role entry may name;
 	// ParseConfig has already resolved every entry that does.
 	Instances []Instance `json:"-"`
+	// Form is the shape the file is written in, and the one Marshal and
+	// the compiled graph write; empty is FormPerRoleHints.
+	Form Form `json:"-"`
+	// HintPolicy is the root kv_hint_policy of a FormRouterWideHint file:
+	// the one hint policy every role on the KV path runs; nil runs none.
+	// Compile gives it to each role whose entry lists no hints.
+	HintPolicy *HintSpec `json:"-"`
 	// Unchecked are root keys Dynamo's router reads that kvhint does not
 	// check (policy_classes, models, ...), as written, by key. They are
 	// kept in the compiled file so that it is still the file the router
@@ -123,12 +130,27 @@ var identifierRe = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)
 // level, duplicate keys and wrong types are errors. Structural errors of
 // several roles are all returned, as Problems with ReasonInvalidConfig.
 //
+// The form is read from the document: a root kv_hint_policy, which only
+// FormRouterWideHint has, makes it that form; any other document is read
+// in FormPerRoleHints. A reader that knows the form its router's build
+// reads uses ParseConfigForm.
+//
 // The text must hold exactly one YAML document (a second would be one
 // router config silently ignored), and its mapping keys must read as the
 // strings written (YAML 1.1 turns a plain yes: into true:). Problems carry
 // the line they point at; so do those Compile finds in the config
 // returned.
 func ParseConfig(data []byte) (*Config, error) {
+	return ParseConfigForm(data, "")
+}
+
+// ParseConfigForm is ParseConfig in a given form: a document that does
+// not hold to it is refused, saying which form it was read in. The empty
+// form reads the form from the document, as ParseConfig does.
+func ParseConfigForm(data []byte, form Form) (*Config, error) {
+	if !form.Valid() {
+		return nil, Problems{configProblem("", fmt.Sprintf("policy-file form %q is not one of %s", form, formList()))}
+	}
 	if len(data) > MaxConfigBytes {
 		return nil, Problems{configProblem("", fmt.Sprintf("file is %d bytes, over the %d-byte limit", len(data), MaxConfigBytes))}
 	}
@@ -144,7 +166,7 @@ func ParseConfig(data []byte) (*Config, error) {
 		}
 		return nil, Problems{p}
 	}
-	cfg, err := ParseConfigJSON(src.restoreWide(js))
+	cfg, err := parseConfigJSON(src.restoreWide(js), form)
 	if probs, ok := err.(Problems); ok {
 		src.restoreNonFinite(probs)
 		src.locate(probs)
@@ -176,18 +198,41 @@ const routerModeMoved = "the router mode is not part of the policy file (Dynamo'
 	"it is the router's --router-mode flag (DYN_ROUTER_MODE), RouterRole's spec.routerMode, " +
 	"and --router-mode to kvhint validate, compile and sidecar --config-file"
 
-// rootKeys lists the root keys ParseConfigJSON accepts, for messages.
-func rootKeys() string {
-	return strings.Join(append([]string{"worker_selection"}, uncheckedRootKeys...), ", ")
+// rootKeys lists the root keys a form accepts, for messages.
+func rootKeys(form Form) string {
+	keys := []string{"worker_selection"}
+	if form == FormRouterWideHint {
+		keys = append(keys, kvHintPolicyKey)
+	}
+	return strings.Join(append(keys, uncheckedRootKeys...), ", ")
 }
 
 // ParseConfigJSON is ParseConfig for a document already in JSON.
 func ParseConfigJSON(js []byte) (*Config, error) {
+	return parseConfigJSON(js, "")
+}
+
+// formList is the forms, for messages.
+func formList() string {
+	s := make([]string, len(Forms))
+	for i, f := range Forms {
+		s[i] = string(f)
+	}
+	return strings.Join(s, ", ")
+}
+
+func parseConfigJSON(js []byte, form Form) (*Config, error) {
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(js, &top); err != nil || top == nil {
 		return nil, Problems{configProblem("", "the document must be a mapping with worker_selection (a Dynamo router policy file)")}
 	}
-	cfg := &Config{WorkerSelection: map[string]*RoleEntry{}}
+	if form == "" {
+		form = FormPerRoleHints
+		if _, ok := top[kvHintPolicyKey]; ok {
+			form = FormRouterWideHint
+		}
+	}
+	cfg := &Config{WorkerSelection: map[string]*RoleEntry{}, Form: form}
 	var probs Problems
 	for _, key := range slices.Sorted(maps.Keys(top)) {
 		switch {
@@ -201,14 +246,19 @@ func ParseConfigJSON(js []byte) (*Config, error) {
 		case key == "router_mode":
 			// What a file from an earlier compile has at its root.
 			probs = append(probs, configProblem("", fmt.Sprintf("unknown key %q: %s", key, routerModeMoved)))
-		case key == "kv_hint_policy":
-			probs = append(probs, configProblem("", "kv_hint_policy (one hint policy for the whole router) is not read by kvhint, which runs hints per role: "+
-				"list them under worker_selection.<role>.hints"))
+		case key == kvHintPolicyKey && form == FormRouterWideHint:
+			var ps Problems
+			cfg.HintPolicy, ps = parseKVHintPolicy(top[key])
+			probs = append(probs, ps...)
+		case key == kvHintPolicyKey:
+			probs = append(probs, configProblem("", fmt.Sprintf("kv_hint_policy (one hint policy for the whole router) belongs to the %s form, but the file is read in the %s form, "+
+				"which carries %s", FormRouterWideHint, form, form.carries())))
 		default:
-			probs = append(probs, configProblem("", fmt.Sprintf("unknown key %q; a Dynamo router policy file takes %s", key, rootKeys())))
+			probs = append(probs, configProblem("", fmt.Sprintf("unknown key %q; a Dynamo router policy file takes %s", key, rootKeys(form))))
 		}
 	}
-	if _, ok := top["worker_selection"]; !ok && len(cfg.Unchecked) == 0 {
+	_, hasPolicy := top[kvHintPolicyKey]
+	if _, ok := top["worker_selection"]; !ok && len(cfg.Unchecked) == 0 && !(hasPolicy && form == FormRouterWideHint) {
 		probs = append(probs, configProblem("", "worker_selection is required: the roles the router books workers for, each with its worker-selection policy "+
 			"(Dynamo: a router policy config must define a root profile, at least one model profile, or worker_selection)"))
 	}
@@ -235,7 +285,7 @@ func (cfg *Config) parseWorkerSelection(raw json.RawMessage) Problems {
 	instances := map[string]*Instance{}
 	if rawInst, ok := roles[instancesKey]; ok {
 		var ps Problems
-		cfg.Instances, ps = parseInstances(rawInst)
+		cfg.Instances, ps = parseInstances(rawInst, cfg.Form == FormRouterWideHint)
 		probs = append(probs, ps...)
 		for i := range cfg.Instances {
 			instances[cfg.Instances[i].Name] = &cfg.Instances[i]
@@ -243,6 +293,15 @@ func (cfg *Config) parseWorkerSelection(raw json.RawMessage) Problems {
 	}
 	for _, role := range slices.Sorted(maps.Keys(roles)) {
 		if role == instancesKey {
+			continue
+		}
+		if cfg.Form == FormRouterWideHint {
+			entry, err := routerWideEntry(role, roles[role], instances)
+			if err != nil {
+				probs = append(probs, configProblem(role, err.Error()))
+				continue
+			}
+			cfg.WorkerSelection[role] = entry
 			continue
 		}
 		entry, err := parseRoleEntry(roles[role])
@@ -263,8 +322,10 @@ func (cfg *Config) parseWorkerSelection(raw json.RawMessage) Problems {
 }
 
 // parseInstances reads worker_selection.instances: a list of {name, type,
-// parameters}, names valid identifiers, unique, never "default".
-func parseInstances(raw json.RawMessage) ([]Instance, Problems) {
+// parameters}, names valid identifiers, unique, never "default". strict
+// refuses parameters written as null, as a released Dynamo Frontend does
+// (serde_yaml reads them as a value that is not a mapping).
+func parseInstances(raw json.RawMessage, strict bool) ([]Instance, Problems) {
 	var items []json.RawMessage
 	if err := json.Unmarshal(raw, &items); err != nil || items == nil {
 		return nil, Problems{configProblem("", fmt.Sprintf("worker_selection.instances: got %s, want a list of {name, type, parameters}", shorten(raw)))}
@@ -291,6 +352,10 @@ func parseInstances(raw json.RawMessage) ([]Instance, Problems) {
 			case "type":
 				err = decodeField(fields[key], &inst.Type, "a string")
 			case "parameters":
+				if strict && isNull(fields[key]) {
+					err = &fieldError{"null: parameters must be a YAML mapping (leave the key out for none)"}
+					break
+				}
 				inst.Parameters, err = decodeParamsField(fields[key])
 			default:
 				err = fmt.Errorf("unknown key %q; known: name, parameters, type", key)

@@ -63,7 +63,7 @@ func TestParseConfigRejects(t *testing.T) {
 		{"router_mode is not a key of an entry", "worker_selection: {decode: {type: kvcr, router_mode: kv}}\n", "decode", []string{`"router_mode"`, "--router-mode"}},
 		{"empty worker_selection, as Dynamo's router refuses it", "worker_selection: {}\n", "", []string{"worker_selection must define an instance or an aggregated, prefill, decode, or encode selection"}},
 		{"no worker_selection and nothing else", "# nothing\n", "", []string{"must be a mapping"}},
-		{"kv_hint_policy: one policy for the whole router", "kv_hint_policy: {type: test, parameters: {enabled: true}}\nworker_selection: {decode: kvcr}\n", "", []string{"kv_hint_policy", "per role"}},
+		{"kv_hint_policy makes the released form, where a role names an instance", "kv_hint_policy: {type: test, parameters: {enabled: true}}\nworker_selection: {decode: kvcr}\n", "decode", []string{`decode "kvcr" does not name a configured instance`}},
 		{"an instance parameters that are not a mapping (Dynamo's fixture)", "worker_selection:\n  instances:\n    - name: alpha\n      type: alpha\n      parameters: 1\n", "", []string{"instances[0]", "parameters", "mapping"}},
 		{"an instance named default", "worker_selection:\n  decode: default\n  instances: [{name: default, type: dynamo-random}]\n", "", []string{"reserved"}},
 		{"two instances of one name", "worker_selection:\n  instances: [{name: a, type: dynamo-random}, {name: a, type: dynamo-direct}]\n", "", []string{`"a"`, "already used"}},

@@ -20,7 +20,10 @@ type Graph struct {
 	// Unchecked are the root keys of the file kvhint keeps as written
 	// (Config.Unchecked); the compiled file carries them on.
 	Unchecked map[string]json.RawMessage
-	byName    map[string]*Role
+	// Form is the policy-file form Encode writes: the form of the config
+	// the graph was compiled from (FormPerRoleHints when it had none).
+	Form   Form
+	byName map[string]*Role
 }
 
 // Role looks a role up by name.
@@ -75,7 +78,7 @@ func (h *Hint) ID() string {
 // every role's hints listed, defaults expanded, parameters effective, the
 // unchecked root keys as they were written.
 func (g *Graph) Config() *Config {
-	cfg := &Config{WorkerSelection: make(map[string]*RoleEntry, len(g.Roles)), Unchecked: g.Unchecked}
+	cfg := &Config{WorkerSelection: make(map[string]*RoleEntry, len(g.Roles)), Unchecked: g.Unchecked, Form: g.Form}
 	for _, r := range g.Roles {
 		cfg.WorkerSelection[r.Name] = r.Entry()
 	}
@@ -104,8 +107,17 @@ func (r *Role) Entry() *RoleEntry {
 
 // Encode returns the graph's compiled hints YAML, the same bytes for the
 // same graph, and its hash.
+//
+// In FormRouterWideHint the roles must run what that form can carry
+// (RouterWideHintPolicy); if they do not, the error is Problems holding a
+// ReasonPolicyFormCannotCarry problem.
 func (g *Graph) Encode() (yamlDoc []byte, hash string, err error) {
-	doc, err := g.Config().Marshal()
+	var doc []byte
+	if g.Form == FormRouterWideHint {
+		doc, err = g.marshalRouterWide()
+	} else {
+		doc, err = g.Config().Marshal()
+	}
 	if err != nil {
 		return nil, "", err
 	}

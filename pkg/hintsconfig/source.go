@@ -352,6 +352,24 @@ func (s *source) line(p Problem) int {
 		return 0
 	}
 	if p.Role == "" {
+		if strings.HasPrefix(p.Message, kvHintPolicyKey) {
+			var candidates []string
+			if p.Key != "" {
+				candidates = append(candidates, kvHintPolicyKey+"/parameters/"+p.Key)
+			}
+			switch p.Reason {
+			case ReasonUnknownHintType:
+				candidates = append(candidates, kvHintPolicyKey+"/type")
+			case ReasonInvalidParameters:
+				candidates = append(candidates, kvHintPolicyKey+"/parameters")
+			}
+			for _, c := range append(candidates, kvHintPolicyKey) {
+				if l, ok := s.lines[c]; ok {
+					return l
+				}
+			}
+			return 0
+		}
 		if m := instanceRe.FindStringSubmatch(p.Message); m != nil {
 			if m[1] == "" {
 				return s.lines["worker_selection/instances"]

@@ -40,6 +40,10 @@ type Config struct {
 	// means hintsconfig.ContentHash(Doc). A compiled ConfigMap's hash
 	// covers the role settings as well.
 	Hash string
+	// Form is the policy file's form (hintsconfig.Form); empty reads it
+	// from the file, as hintsconfig.ParseConfig does. A compiled
+	// ConfigMap says its form beside the file.
+	Form hintsconfig.Form
 }
 
 // LoadConfig is Load for a config whose modes and hash come with it, such
@@ -66,7 +70,7 @@ func (d *Dispatcher) LoadConfig(c Config, origin string) error {
 		}
 		return nil
 	}
-	g, warnings, err := compileDoc(d.cat, doc, c.Modes)
+	g, warnings, err := compileDoc(d.cat, doc, c.Form, c.Modes)
 	if err != nil {
 		err = fmt.Errorf("%w (%s, hash %s): %w", ErrConfigRejected, origin, hash, err)
 		d.recordFailure(hash, origin, err)
@@ -135,11 +139,11 @@ func (d *Dispatcher) RecordSourceError(origin string, err error) {
 // compileDoc parses and compiles a document, all or nothing: a config with
 // any error is refused whole, as the sidecar must not run half a config.
 // Warnings do not block it; they are returned for the log.
-func compileDoc(cat *hints.Catalog, doc []byte, modes hintsconfig.Modes) (*hintsconfig.Graph, hintsconfig.Problems, error) {
-	cfg := &hintsconfig.Config{}
+func compileDoc(cat *hints.Catalog, doc []byte, form hintsconfig.Form, modes hintsconfig.Modes) (*hintsconfig.Graph, hintsconfig.Problems, error) {
+	cfg := &hintsconfig.Config{Form: form}
 	if doc != nil {
 		var err error
-		if cfg, err = hintsconfig.ParseConfig(doc); err != nil {
+		if cfg, err = hintsconfig.ParseConfigForm(doc, form); err != nil {
 			return nil, nil, err
 		}
 	}

@@ -91,7 +91,7 @@ func (l *compiledLoader) load(d *router.Dispatcher, data map[string]string, orig
 		d.RecordSourceError(origin, fmt.Errorf("%w: %w", router.ErrConfigRejected, err))
 		return
 	}
-	cfg := router.Config{Doc: dec.Policy, Modes: dec.Modes(), Hash: dec.Hash}
+	cfg := router.Config{Doc: dec.Policy, Modes: dec.Modes(), Hash: dec.Hash, Form: dec.Form}
 	if onPools == nil {
 		_ = d.LoadConfig(cfg, origin) // logged and counted by LoadConfig
 		return

@@ -82,12 +82,14 @@ func (s FileSource) runDir(ctx context.Context, d *router.Dispatcher, log logr.L
 			dir = real
 		}
 		data := map[string]string{}
-		for _, key := range []string{compiled.PolicyKey, compiled.RolesKey} {
+		for _, key := range []string{compiled.PolicyKey, compiled.RolesKey, compiled.FormKey} {
 			b, err := filewatch.ReadLimited(filepath.Join(dir, key), hintsconfig.MaxConfigBytes)
 			switch {
 			case errors.Is(err, fs.ErrNotExist) && key == compiled.PolicyKey:
 				// No role is accepted: the ConfigMap holds the role
 				// settings alone.
+			case errors.Is(err, fs.ErrNotExist) && key == compiled.FormKey:
+				// The policy file is in the default form.
 			case err != nil:
 				d.RecordSourceError(s.Dir, fmt.Errorf("%w: %w", router.ErrConfigRejected, err))
 				return

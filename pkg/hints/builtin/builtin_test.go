@@ -110,12 +110,14 @@ func TestBuiltinCatalog(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string{
 		"dynamo-default-cost-fn", "dynamo-device-aware-weighted", "dynamo-direct", "dynamo-least-loaded",
-		"dynamo-power-of-two-choices", "dynamo-random", "dynamo-round-robin", "dynamo-two-tier-cost-fn", "kvcr",
+		"dynamo-power-of-two-choices", "dynamo-random", "dynamo-round-robin", "dynamo-soft-affinity-load-guard",
+		"dynamo-two-tier-cost-fn", "kvcr",
 	}, cat.SelectionTypes()); diff != "" {
 		t.Errorf("selection types (-want +got):\n%s", diff)
 	}
 	// Listings follow registration order: Dynamo's KV-aware selections,
-	// its load-only ones in router-mode order, then kvcr.
+	// its load-only ones in router-mode order, its soft-affinity load
+	// guard, then kvcr.
 	var order []string
 	for _, p := range cat.SelectionProviders() {
 		order = append(order, p.Type)
@@ -126,7 +128,7 @@ func TestBuiltinCatalog(t *testing.T) {
 	if diff := cmp.Diff([]string{
 		builtin.TypeDefaultCostFn, builtin.TypeTwoTierCostFn,
 		builtin.TypeRoundRobin, builtin.TypeRandom, builtin.TypePowerOfTwoChoices, builtin.TypeLeastLoaded,
-		builtin.TypeDirect, builtin.TypeDeviceAwareWeighted,
+		builtin.TypeDirect, builtin.TypeDeviceAwareWeighted, builtin.TypeSoftAffinityLoadGuard,
 		builtin.TypeKVCR,
 	}, order); diff != "" {
 		t.Errorf("selection registration order (-want +got):\n%s", diff)

@@ -19,6 +19,11 @@
 //   - dynamo-round-robin, dynamo-random, dynamo-power-of-two-choices,
 //     dynamo-least-loaded, dynamo-direct, dynamo-device-aware-weighted:
 //     load only, no parameters at all.
+//   - dynamo-soft-affinity-load-guard: keeps a session's soft binding on
+//     its worker while that worker holds at most max_active_requests
+//     (default 32); past that, moves it only to a worker with at least
+//     move_margin (default 2, at least 1) fewer. Load only, never commits
+//     KV copies; Dynamo's stock builds link it.
 //
 // And this product's own:
 //
@@ -48,15 +53,16 @@ const (
 
 // Worker-selection policy types: Dynamo's, then this product's kvcr.
 const (
-	TypeDefaultCostFn       = "dynamo-default-cost-fn"
-	TypeTwoTierCostFn       = "dynamo-two-tier-cost-fn"
-	TypeRoundRobin          = "dynamo-round-robin"
-	TypeRandom              = "dynamo-random"
-	TypePowerOfTwoChoices   = "dynamo-power-of-two-choices"
-	TypeLeastLoaded         = "dynamo-least-loaded"
-	TypeDirect              = "dynamo-direct"
-	TypeDeviceAwareWeighted = "dynamo-device-aware-weighted"
-	TypeKVCR                = "kvcr"
+	TypeDefaultCostFn         = "dynamo-default-cost-fn"
+	TypeTwoTierCostFn         = "dynamo-two-tier-cost-fn"
+	TypeRoundRobin            = "dynamo-round-robin"
+	TypeRandom                = "dynamo-random"
+	TypePowerOfTwoChoices     = "dynamo-power-of-two-choices"
+	TypeLeastLoaded           = "dynamo-least-loaded"
+	TypeDirect                = "dynamo-direct"
+	TypeDeviceAwareWeighted   = "dynamo-device-aware-weighted"
+	TypeSoftAffinityLoadGuard = "dynamo-soft-affinity-load-guard"
+	TypeKVCR                  = "kvcr"
 )
 
 // Register adds the built-in policies to cat.
@@ -65,13 +71,14 @@ const (
 // Dynamo's KV-aware ones (dynamo-default-cost-fn, then
 // dynamo-two-tier-cost-fn), Dynamo's load-only ones in the order of the
 // router modes they match (round-robin, random, power-of-two-choices,
-// least-loaded, direct, device-aware-weighted), and last kvcr, which is
+// least-loaded, direct, device-aware-weighted),
+// dynamo-soft-affinity-load-guard, and last kvcr, which is
 // this product's and not Dynamo's. Hint policies are registered in the
 // order their defaults run: fetch, retain, evict.
 func Register(cat *hints.Catalog) error {
 	sels := []hints.SelectionProvider{costFnProvider(), twoTierProvider()}
 	sels = append(sels, loadOnlyProviders()...)
-	sels = append(sels, kvcrProvider())
+	sels = append(sels, softAffinityProvider(), kvcrProvider())
 	for _, p := range sels {
 		if err := cat.RegisterSelection(p); err != nil {
 			return err

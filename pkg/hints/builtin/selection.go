@@ -295,6 +295,63 @@ func twoTierProvider() hints.SelectionProvider {
 	}
 }
 
+// Defaults of dynamo-soft-affinity-load-guard, as Dynamo sets them
+// (lib/router-plugins/builtin/src/soft_affinity_load_guard.rs).
+const (
+	softAffinityMaxActiveRequests = 32
+	softAffinityMoveMargin        = 2
+)
+
+// softAffinityParams are the parameters of dynamo-soft-affinity-load-guard,
+// both integers (Rust usize) and optional. move_margin is read as a signed
+// integer so that a value below 1 is refused in the words the declared
+// schema's minimum uses; it tops out at 2^63-1 where Dynamo's usize would
+// take 2^64-1, a margin no pool reaches. As with the cost
+// parameters, a key left out stays nil and is not reported, so the
+// compiled file carries only what the user wrote; the router applies its
+// own defaults to the rest.
+type softAffinityParams struct {
+	// MaxActiveRequests is how many active requests the bound worker may
+	// hold, inclusive, before the binding may move. Dynamo default 32.
+	MaxActiveRequests *uint64 `json:"max_active_requests,omitempty"`
+	// MoveMargin is how many fewer active requests another worker must
+	// hold before the binding moves to it; at least 1 (0 would move on an
+	// equal load). Dynamo default 2.
+	MoveMargin *int64 `json:"move_margin,omitempty"`
+}
+
+// keyMoveMargin is the key Dynamo bounds below.
+const keyMoveMargin = "move_margin"
+
+// softAffinity is a parsed dynamo-soft-affinity-load-guard: it keeps a
+// session's soft binding on its worker until that worker's load passes a
+// guard. It looks at load alone and never commits KV copies.
+type softAffinity struct{ set softAffinityParams }
+
+func (s *softAffinity) CommitsKVCopies() bool { return false }
+
+// EffectiveParameters reports the keys that were set and nothing else.
+func (s *softAffinity) EffectiveParameters() any { return s.set }
+
+func softAffinityProvider() hints.SelectionProvider {
+	return hints.SelectionProvider{
+		Type: TypeSoftAffinityLoadGuard,
+		Description: fmt.Sprintf("Dynamo's soft-affinity load guard: keeps a session on its bound worker until that worker holds more than "+
+			"max_active_requests (default %d), then moves it only to a worker with at least move_margin (default %d, >= 1) fewer; "+
+			"load only, never commits KV copies", softAffinityMaxActiveRequests, softAffinityMoveMargin),
+		Parse: func(raw hints.Params) (hints.SelectionPolicy, error) {
+			var p softAffinityParams
+			if err := hints.DecodeParams(raw, &p); err != nil {
+				return nil, err
+			}
+			if p.MoveMargin != nil && *p.MoveMargin < 1 {
+				return nil, hints.ParamErrorf(keyMoveMargin, "%d is below the minimum 1", *p.MoveMargin)
+			}
+			return &softAffinity{set: p}, nil
+		},
+	}
+}
+
 // loadOnly is a selection that looks at load alone, takes no parameters and
 // never commits copies.
 type loadOnly struct{}

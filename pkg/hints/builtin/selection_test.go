@@ -244,3 +244,30 @@ func TestLoadOnlySelections(t *testing.T) {
 		t.Run(typ, func(t *testing.T) { runSelectionCases(t, typ, cases) })
 	}
 }
+
+// TestSoftAffinityLoadGuardParameters holds dynamo-soft-affinity-load-guard
+// to Dynamo's own (lib/router-plugins/builtin/src/soft_affinity_load_guard.rs
+// and the tests of lib/router-plugins/builtin/src/lib.rs): both keys
+// optional usize, move_margin at least 1, any other key refused by name.
+func TestSoftAffinityLoadGuardParameters(t *testing.T) {
+	runSelectionCases(t, builtin.TypeSoftAffinityLoadGuard, []selCase{
+		// resolves_soft_affinity_load_guard_without_parameters.
+		{name: "no parameters", params: ``, want: `{}`},
+		{name: "an empty mapping", params: `{}`, want: `{}`},
+		// resolves_documented_soft_affinity_load_guard_yaml.
+		{name: "max_active_requests 32, as Dynamo's documented instance", params: `{"max_active_requests": 32}`, want: `{"max_active_requests": 32}`},
+		{name: "both set", params: `{"max_active_requests": 7, "move_margin": 3}`, want: `{"max_active_requests": 7, "move_margin": 3}`},
+		{name: "max_active_requests 0 keeps a binding only on an idle worker", params: `{"max_active_requests": 0}`, want: `{"max_active_requests": 0}`},
+		{name: "move_margin at its minimum", params: `{"move_margin": 1}`, want: `{"move_margin": 1}`},
+		{name: "max_active_requests at the u64 maximum", params: `{"max_active_requests": 18446744073709551615}`, want: `{"max_active_requests": 18446744073709551615}`},
+		{name: "move_margin at the i64 maximum", params: `{"move_margin": 9223372036854775807}`, want: `{"move_margin": 9223372036854775807}`},
+		// rejects_a_zero_move_margin: "move_margin must be at least 1".
+		{name: "move_margin 0", params: `{"move_margin": 0}`, errKey: "move_margin", errWord: "0 is below the minimum 1"},
+		{name: "move_margin negative", params: `{"move_margin": -1}`, errKey: "move_margin", errWord: "-1 is below the minimum 1"},
+		{name: "max_active_requests negative", params: `{"max_active_requests": -1}`, errKey: "max_active_requests", errWord: "-1 is not a non-negative integer"},
+		{name: "max_active_requests fractional", params: `{"max_active_requests": 1.5}`, errKey: "max_active_requests", errWord: "1.5 is not a non-negative integer"},
+		// rejects_an_unknown_soft_affinity_load_guard_parameter.
+		{name: "a key of another policy", params: `{"group_idle_ttl_secs": 300}`, errKey: "group_idle_ttl_secs",
+			errWord: `parameter "group_idle_ttl_secs": unknown parameter; known: max_active_requests, move_margin`},
+	})
+}
