@@ -130,7 +130,6 @@ lint: $(STATICCHECK) $(GOIMPORTS) ## staticcheck (default checks) and goimports 
 	@test -z "$$($(GOIMPORTS) -local $(LOCAL_MODULE) -l $(GOIMPORTS_FILES))" || { echo "goimports needed (make imports):"; $(GOIMPORTS) -local $(LOCAL_MODULE) -l $(GOIMPORTS_FILES); exit 1; }
 	$(STATICCHECK) $(LINT_PKGS)
 	@for m in $(dir $(EXAMPLES)); do (cd $$m && $(STATICCHECK) ./...) || exit 1; done
-	cd $(OBSERVABILITY) && $(STATICCHECK) ./...
 
 .PHONY: api-check
 api-check: $(APIDIFF) ## Fail on an incompatible change to the public packages (pkg/) against hack/api.
