@@ -23,6 +23,10 @@ LINT_PKGS = $$(go list ./...)
 GOIMPORTS_FILES = $$(git ls-files -co --exclude-standard '*.go' | grep -v -e 'zz_generated')
 # The examples are modules of their own, as a team's plugin or router is.
 EXAMPLES := $(wildcard examples/*/go.mod)
+# Monitoring as code (alert rules, dashboard) and its tests: a module of its
+# own, so that Prometheus, the Prometheus Operator's types and the Grafana
+# SDK stay out of the product's go.mod.
+OBSERVABILITY := tools/observability
 # -count=1: the end-to-end tests build and run kvhint themselves, which Go's
 # test cache cannot see, so a cached pass could hide a broken binary.
 GO_TEST_FLAGS ?= -count=1
@@ -44,12 +48,20 @@ envtest: ## Build (or reuse) kube-apiserver and etcd for the tests; prints their
 	@hack/envtest-assets.sh
 
 .PHONY: test
-test: ## Run every test against a real kube-apiserver and etcd (built on first use), the examples' modules included.
+test: ## Run every test against a real kube-apiserver and etcd (built on first use), the examples' and tools/observability's modules included.
 	@# The assets first, on their own: were the script to fail inside the
 	@# test command, KUBEBUILDER_ASSETS would be empty and the tests that
 	@# need an API server would skip instead of failing.
 	assets="$$(hack/envtest-assets.sh)" && KUBEBUILDER_ASSETS="$$assets" go test $(GO_TEST_FLAGS) ./...
 	@for m in $(dir $(EXAMPLES)); do echo "go test $$m"; (cd $$m && go test $(GO_TEST_FLAGS) ./...) || exit 1; done
+	@# The rules parse, the metric-existence check and the generated files'
+	@# check. The promtool cases (-tags promtool) and the apply to
+	@# kube-apiserver (-tags apply) are not run here yet: see tools/observability.
+	@echo "go test $(OBSERVABILITY)"; assets="$$(hack/envtest-assets.sh)" && cd $(OBSERVABILITY) && KUBEBUILDER_ASSETS="$$assets" go test $(GO_TEST_FLAGS) ./...
+
+.PHONY: observability-gen
+observability-gen: ## Regenerate the PrometheusRule and the Grafana dashboard (JSON, ConfigMap) from their sources in tools/observability.
+	cd $(OBSERVABILITY) && go run ./cmd/observability-gen
 
 # make unit: every package's own tests, in -short, with no API server: the
 # tests that need kube-apiserver and etcd skip when KUBEBUILDER_ASSETS is
@@ -153,6 +165,7 @@ verify: manifests generate docs imports-check api-check lint linkcheck ## Fail i
 	@test -z "$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files -co --exclude-standard '*.go'); exit 1; }
 	go vet ./...
 	@for m in $(dir $(EXAMPLES)); do (cd $$m && go vet ./...) || exit 1; done
+	cd $(OBSERVABILITY) && go vet ./...
 	@git diff --exit-code -- api config docs/reference || { echo "generated files are stale: run make manifests generate docs and commit"; exit 1; }
 	@test -z "$$(git status --porcelain -- api config docs/reference)" || { echo "untracked generated files:"; git status --porcelain -- api config docs/reference; exit 1; }
 

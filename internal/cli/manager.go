@@ -20,6 +20,7 @@ import (
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -136,6 +137,9 @@ func runManager(ctx context.Context, cat *hints.Catalog, o managerOptions) error
 		Namespaces: o.namespaces, CatalogNamespaces: o.catalogNamespaces, CatalogLimits: o.catalogLimits,
 	}); err != nil {
 		return err
+	}
+	if err := controllers.RegisterMetrics(ctrlmetrics.Registry, mgr); err != nil {
+		return fmt.Errorf("registering the manager's metrics: %w", err)
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err

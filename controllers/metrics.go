@@ -1,0 +1,135 @@
+package controllers
+
+import (
+	"context"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+)
+
+// ManagerMetricsNamespace prefixes the manager's own metrics (controller-
+// runtime's keep their controller_runtime_, workqueue_ and rest_client_
+// names).
+const ManagerMetricsNamespace = "kvhint_manager"
+
+// statusListTimeout bounds one scrape's read of the cache.
+const statusListTimeout = 5 * time.Second
+
+var (
+	conditionDesc = prometheus.NewDesc(ManagerMetricsNamespace+"_routerrole_condition",
+		"1 when the RouterRole's condition of this type is True, 0 when it is False or Unknown; absent while the role does not carry the condition (Stalled, Reconciling and PolicyEjected are present only when True).",
+		[]string{"namespace", "routerrole", "router", "role", "type"}, nil)
+	podsDesc = prometheus.NewDesc(ManagerMetricsNamespace+"_router_pods",
+		"A router's pods as its RouterRoles' status counts them: state total (not being deleted) and up_to_date (running the compiled config's hash); mode sidecar (a kvhint sidecar in each pod reports the hash) or restart (a Deployment opted in to restarts by the manager).",
+		[]string{"namespace", "router", "mode", "state"}, nil)
+	configDesc = prometheus.NewDesc(ManagerMetricsNamespace+"_router_config_info",
+		"1 for the hash of the config compiled for a router (its <router>-hints ConfigMap's), to compare with the hash each sidecar runs (kvhint_router_config_info).",
+		[]string{"namespace", "router", "hash"}, nil)
+	rolesDesc = prometheus.NewDesc(ManagerMetricsNamespace+"_routerroles",
+		"RouterRoles in the manager's cache. A manager that is not the leader reports 0 and no status series: the leader reports them.",
+		nil, nil)
+)
+
+// statusCollector exports the status of the RouterRoles in the manager's
+// cache at scrape time, the way kube-state-metrics exports the status of
+// built-in objects: alerts on Programmed need it, and a collector that
+// reads the cache holds no series of its own that could outlive a role.
+// Its series are bounded by the RouterRoles times their seven condition
+// types, plus three per router.
+//
+// Only the leader exports the status series: every replica would report
+// the same status and fire every alert once per replica.
+type statusCollector struct {
+	reader  client.Reader
+	elected <-chan struct{}
+}
+
+// NewStatusCollector returns the collector of RouterRole status read
+// through reader (the manager's cache), which exports once elected is
+// closed (manager.Manager's Elected; a closed channel without leader
+// election).
+func NewStatusCollector(reader client.Reader, elected <-chan struct{}) prometheus.Collector {
+	return &statusCollector{reader: reader, elected: elected}
+}
+
+// RegisterMetrics registers the manager's own metrics, read from mgr's
+// cache, in reg (controller-runtime's metrics.Registry in the manager, so
+// that they are served with controller-runtime's on the same endpoint).
+func RegisterMetrics(reg prometheus.Registerer, mgr manager.Manager) error {
+	return reg.Register(NewStatusCollector(mgr.GetCache(), mgr.Elected()))
+}
+
+func (c *statusCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- conditionDesc
+	ch <- podsDesc
+	ch <- configDesc
+	ch <- rolesDesc
+}
+
+func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
+	select {
+	case <-c.elected:
+	default:
+		ch <- prometheus.MustNewConstMetric(rolesDesc, prometheus.GaugeValue, 0)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), statusListTimeout)
+	defer cancel()
+	var roles v1alpha1.RouterRoleList
+	if err := c.reader.List(ctx, &roles); err != nil {
+		ch <- prometheus.NewInvalidMetric(conditionDesc, err)
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(rolesDesc, prometheus.GaugeValue, float64(len(roles.Items)))
+	type routerKey struct{ namespace, router string }
+	pods := map[routerKey]*v1alpha1.RouterPods{}
+	for i := range roles.Items {
+		rr := &roles.Items[i]
+		for _, cond := range rr.Status.Conditions {
+			v := 0.0
+			if cond.Status == metav1.ConditionTrue {
+				v = 1
+			}
+			ch <- prometheus.MustNewConstMetric(conditionDesc, prometheus.GaugeValue, v,
+				rr.Namespace, rr.Name, rr.Spec.Router, string(rr.Spec.Role), cond.Type)
+		}
+		// Every role of a router carries the same count; one is exported.
+		if p := rr.Status.RouterPods; p != nil {
+			pods[routerKey{rr.Namespace, rr.Spec.Router}] = p
+		}
+	}
+	if len(pods) == 0 {
+		return
+	}
+	// A router is restart-mode when one of its Deployments opted in, as
+	// the reconciler decides (observeRollout).
+	var deps appsv1.DeploymentList
+	if err := c.reader.List(ctx, &deps, client.HasLabels{v1alpha1.RouterLabel}); err != nil {
+		ch <- prometheus.NewInvalidMetric(podsDesc, err)
+		return
+	}
+	restart := map[routerKey]bool{}
+	for i := range deps.Items {
+		d := &deps.Items[i]
+		if anyOptedIn(deps.Items[i : i+1]) {
+			restart[routerKey{d.Namespace, d.Labels[v1alpha1.RouterLabel]}] = true
+		}
+	}
+	for k, p := range pods {
+		mode := "sidecar"
+		if restart[k] {
+			mode = "restart"
+		}
+		ch <- prometheus.MustNewConstMetric(podsDesc, prometheus.GaugeValue, float64(p.Total), k.namespace, k.router, mode, "total")
+		ch <- prometheus.MustNewConstMetric(podsDesc, prometheus.GaugeValue, float64(p.UpToDate), k.namespace, k.router, mode, "up_to_date")
+		if p.Hash != "" {
+			ch <- prometheus.MustNewConstMetric(configDesc, prometheus.GaugeValue, 1, k.namespace, k.router, p.Hash)
+		}
+	}
+}
