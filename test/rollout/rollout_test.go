@@ -279,13 +279,13 @@ func TestStuckRolloutIsFailed(t *testing.T) {
 }
 
 // TestNotOptedInIsNeverWritten: a router Deployment without the
-// policy-volume annotation is a sidecar router's: the manager compiles
+// router-container annotation is a sidecar router's: the manager compiles
 // and reports, and never writes the Deployment.
 func TestNotOptedInIsNeverWritten(t *testing.T) {
 	ns := newNamespace(t)
 	rr := decodeRole(ns, 60)
 	dep := routerDeployment(ns, 2)
-	delete(dep.Annotations, v1alpha1.PolicyVolumeAnnotation)
+	delete(dep.Annotations, v1alpha1.RouterContainerAnnotation)
 	create(t, rr, dep)
 	// Sidecar mode: the pods run no sidecar that reports a hash.
 	waitProgrammed(t, rr, metav1.ConditionFalse, v1alpha1.ReasonPending, "0/2 router pods run", rr.Generation)
