@@ -163,8 +163,10 @@ func TestManagerWritesOnlyThePolicyVolume(t *testing.T) {
 				WithEnv(corev1ac.EnvVar().WithName("DYN_ROUTER_POLICY_CONFIG").WithValue("/etc/passwd")))))
 		}, false, "DYN_ROUTER_POLICY_CONFIG=/etc/kvhint/policy/hints.yaml"},
 		{"its volume mounted writable elsewhere", func() error {
-			return applyTemplate(manager, ns, "opted-in", corev1ac.PodTemplateSpec().WithSpec(corev1ac.PodSpec().WithContainers(corev1ac.Container().WithName("frontend").
-				WithVolumeMounts(corev1ac.VolumeMount().WithName(v1alpha1.PolicyVolumeName).WithMountPath("/usr/bin")))))
+			return applyTemplate(manager, ns, "opted-in", corev1ac.PodTemplateSpec().WithSpec(corev1ac.PodSpec().
+				WithVolumes(corev1ac.Volume().WithName(v1alpha1.PolicyVolumeName).WithConfigMap(corev1ac.ConfigMapVolumeSource().WithName(revision))).
+				WithContainers(corev1ac.Container().WithName("frontend").
+					WithVolumeMounts(corev1ac.VolumeMount().WithName(v1alpha1.PolicyVolumeName).WithMountPath("/usr/bin")))))
 		}, false, "a read-only mount of volume kvhint-policy at /etc/kvhint/policy"},
 		{"the replicas of an opted-in Deployment", func() error { return patchDeployment(manager, ns, "opted-in", `{"spec":{"replicas":9}}`) }, false, "its spec"},
 		{"the pod labels of an opted-in Deployment", func() error {
