@@ -10,9 +10,10 @@
 // ConfigMap, so a restart changes nothing.
 //
 // For a restart-mode router (a Deployment that opts in with
-// v1alpha1.PolicyVolumeAnnotation) it also writes each compiled config as
-// an immutable revision ConfigMap, points the Deployment's policy volume
-// at it, and removes the revisions no ReplicaSet references (rollout.go);
+// v1alpha1.RouterContainerAnnotation) it also writes each compiled config
+// as an immutable revision ConfigMap, adds the manager's three entries
+// (volume, mount, variable) on it to the Deployment's pod template, and
+// removes the revisions no ReplicaSet references (rollout.go);
 // Deployments and ReplicaSets are mapped to their router by label too.
 //
 // The HintPolicy reconciler writes HintPolicy status only: whether the

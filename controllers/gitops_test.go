@@ -355,8 +355,9 @@ func TestArgoCDConfigMapSnippet(t *testing.T) {
 		t.Fatal(err)
 	}
 	for key, file := range map[string]string{
-		"resource.customizations.health.hints.kvrouter.io_RouterRole": "health-routerrole.lua",
-		"resource.customizations.health.hints.kvrouter.io_HintPolicy": "health-hintpolicy.lua",
+		"resource.customizations.health.hints.kvrouter.io_RouterRole":     "health-routerrole.lua",
+		"resource.customizations.health.hints.kvrouter.io_HintPolicy":     "health-hintpolicy.lua",
+		"resource.customizations.health.nvidia.com_DynamoGraphDeployment": "health-dynamographdeployment.lua",
 	} {
 		script, err := os.ReadFile(filepath.Join("..", "config", "argocd", file))
 		if err != nil {

@@ -35,7 +35,7 @@ func TestProgressEventsWaitUrgentOnesDoNot(t *testing.T) {
 			Status:     appsv1.DeploymentStatus{ReadyReplicas: ready},
 		}
 	}
-	optIn := map[string]string{v1alpha1.PolicyVolumeAnnotation: "policy"}
+	optIn := map[string]string{v1alpha1.RouterContainerAnnotation: "frontend"}
 	for _, tc := range []struct {
 		name     string
 		urgent   func(o, n client.Object) bool

@@ -16,13 +16,15 @@ import (
 	"github.com/kvrouter/kv-hint-operator/internal/rolegraph"
 )
 
-// Restart-mode routers (see v1alpha1.PolicyVolumeAnnotation): the manager
-// writes each compiled config as an immutable ConfigMap named by its hash
-// and points the opted-in Deployments' policy volume at it; the
-// Deployment's own rolling update replaces the pods. Deployments are
-// patched, never created or deleted, and only the one field; the
-// admission policy config/admission/rollout_writers.yaml holds the
-// manager's identity to that.
+// Restart-mode routers (see v1alpha1.RouterContainerAnnotation): the
+// manager writes each compiled config as an immutable ConfigMap named by
+// its hash and adds three entries of its own to the opted-in
+// Deployments' pod template (a volume on that ConfigMap, a read-only
+// mount of it in the router container, and the variable that names the
+// file); the Deployment's own rolling update replaces the pods.
+// Deployments are patched, never created or deleted, and only those
+// entries; the admission policy config/admission/rollout_writers.yaml
+// holds the manager's identity to that.
 //
 // +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=apps,resources=replicasets,verbs=list;watch
@@ -61,7 +63,7 @@ func (r *RouterReconciler) observeRollout(ctx context.Context, namespace, router
 
 func anyOptedIn(deps []appsv1.Deployment) bool {
 	for i := range deps {
-		if _, ok := deps[i].Annotations[v1alpha1.PolicyVolumeAnnotation]; ok {
+		if v1alpha1.OptedIn(deps[i].Annotations) {
 			return true
 		}
 	}
@@ -72,6 +74,8 @@ func anyOptedIn(deps []appsv1.Deployment) bool {
 // at it and removes the revisions nothing references any more. A config
 // with no policy file (no role accepted yet) is not rolled: Dynamo's
 // router does not start without one, and the pods keep what they run.
+// Nor is a workload whose router would not read the file
+// (Workload.NotRead): it would restart for nothing.
 func (r *RouterReconciler) rollOut(ctx context.Context, in *rolegraph.Input, ro *rollout, compiled *rolegraph.Router) error {
 	if compiled.Revision == nil || compiled.Config == nil {
 		return nil
@@ -80,7 +84,7 @@ func (r *RouterReconciler) rollOut(ctx context.Context, in *rolegraph.Input, ro 
 		return err
 	}
 	for _, w := range compiled.Workloads {
-		if !w.Writable || w.References == compiled.Revision.Name {
+		if !w.Writable || (w.References == compiled.Revision.Name && w.Entries) {
 			continue
 		}
 		if err := r.pointVolume(ctx, compiled.Revision, w, in.Deployments); err != nil {
@@ -110,32 +114,58 @@ func (r *RouterReconciler) writeRevision(ctx context.Context, ro *rollout, want 
 	return nil
 }
 
-// pointVolume sets the workload's policy volume to the revision with
-// server-side apply of that one field, as its own field manager, forcing
-// ownership: a reference set by hand is drift, set back to the compiled
-// config and reported with an event on the Deployment.
+// pointVolume writes the manager's three entries of the workload's pod
+// template with server-side apply, as its own field manager: the volume
+// v1alpha1.PolicyVolumeName on the revision, its read-only mount at
+// v1alpha1.PolicyMountPath in the router container, and
+// v1alpha1.RouterPolicyConfigEnv naming the file. The owner's manifest
+// has none of them, so a re-apply of it by another field manager, forced
+// or not, leaves them alone. Ownership is forced: a reference set by
+// hand is drift, set back to the compiled config and reported with an
+// event on the Deployment.
 func (r *RouterReconciler) pointVolume(ctx context.Context, rev *corev1.ConfigMap, w *rolegraph.Workload, deps []appsv1.Deployment) error {
 	ac := appsv1ac.Deployment(w.Name, rev.Namespace).
 		WithSpec(appsv1ac.DeploymentSpec().
-			WithTemplate(corev1ac.PodTemplateSpec().
-				WithSpec(corev1ac.PodSpec().
-					WithVolumes(corev1ac.Volume().
-						WithName(w.Volume).
-						WithConfigMap(corev1ac.ConfigMapVolumeSource().WithName(rev.Name))))))
+			WithTemplate(PolicyEntries(rev.Name, w.Container)))
 	if err := r.Client.Apply(ctx, ac, client.FieldOwner(v1alpha1.RolloutFieldManager), client.ForceOwnership); err != nil {
-		return fmt.Errorf("pointing volume %s of Deployment %s at ConfigMap %s: %w", w.Volume, w.Name, rev.Name, err)
+		return fmt.Errorf("pointing Deployment %s at ConfigMap %s: %w", w.Name, rev.Name, err)
 	}
-	ctrl.LoggerFrom(ctx).Info("Rolling out config", "deployment", w.Name, "volume", w.Volume, "from", w.References, "to", rev.Name)
+	ctrl.LoggerFrom(ctx).Info("Rolling out config", "deployment", w.Name, "container", w.Container, "from", w.References, "to", rev.Name)
 	if r.Recorder == nil {
 		return nil
 	}
 	for i := range deps {
-		if deps[i].Name == w.Name {
-			r.Recorder.Eventf(&deps[i], nil, corev1.EventTypeNormal, "PolicyConfigChanged", "Roll",
-				"volume %s: ConfigMap %s replaced by %s, the compiled config (a reference set by hand is set back)", w.Volume, w.References, rev.Name)
+		if deps[i].Name != w.Name {
+			continue
 		}
+		if w.References == "" {
+			r.Recorder.Eventf(&deps[i], nil, corev1.EventTypeNormal, "PolicyConfigChanged", "Roll",
+				"volume %s: ConfigMap %s, the compiled config, mounted at %s in container %s", v1alpha1.PolicyVolumeName, rev.Name, v1alpha1.PolicyMountPath, w.Container)
+			continue
+		}
+		r.Recorder.Eventf(&deps[i], nil, corev1.EventTypeNormal, "PolicyConfigChanged", "Roll",
+			"volume %s: ConfigMap %s replaced by %s, the compiled config (a reference set by hand is set back)", v1alpha1.PolicyVolumeName, w.References, rev.Name)
 	}
 	return nil
+}
+
+// PolicyEntries is the pod template part of the manager's write to a
+// restart-mode router: exactly the three entries, nothing else.
+func PolicyEntries(revision, container string) *corev1ac.PodTemplateSpecApplyConfiguration {
+	return corev1ac.PodTemplateSpec().
+		WithSpec(corev1ac.PodSpec().
+			WithVolumes(corev1ac.Volume().
+				WithName(v1alpha1.PolicyVolumeName).
+				WithConfigMap(corev1ac.ConfigMapVolumeSource().WithName(revision))).
+			WithContainers(corev1ac.Container().
+				WithName(container).
+				WithVolumeMounts(corev1ac.VolumeMount().
+					WithName(v1alpha1.PolicyVolumeName).
+					WithMountPath(v1alpha1.PolicyMountPath).
+					WithReadOnly(true)).
+				WithEnv(corev1ac.EnvVar().
+					WithName(v1alpha1.RouterPolicyConfigEnv).
+					WithValue(v1alpha1.PolicyFilePath))))
 }
 
 // collectRevisions deletes the revisions of the router that no workload,

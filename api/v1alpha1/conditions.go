@@ -155,10 +155,11 @@ const (
 	// ConfigMapConflict it sets Stalled, which kstatus reads as Failed.
 	ReasonRolloutFailed ConditionReason = "RolloutFailed"
 
-	// ReasonPolicyFileNotRead: a restart-mode router's container does not
-	// read the file the manager mounts: it does not mount the policy
-	// volume, or its --router-policy-config (DYN_ROUTER_POLICY_CONFIG) is
-	// unset or names another path. The config is written, but the router
-	// would not run it. It sets Stalled.
+	// ReasonPolicyFileNotRead: a restart-mode router's container would
+	// not read the file the manager mounts: its template's own
+	// --router-policy-config or DYN_ROUTER_POLICY_CONFIG names another
+	// path (not overwritten), or the opt-in names no container of the
+	// template. The config is compiled, but nothing is written to the
+	// workload. It sets Stalled.
 	ReasonPolicyFileNotRead ConditionReason = "PolicyFileNotRead"
 )

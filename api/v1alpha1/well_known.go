@@ -26,14 +26,40 @@ func HintsConfigMapName(router string) string { return wellknown.ConfigMapName(r
 // Restart-mode routers: a router workload that reads its policy file only
 // at start-up (Dynamo's own router) opts in to having the manager roll it.
 const (
-	// PolicyVolumeAnnotation, on a Deployment that also carries
-	// RouterLabel, names the volume of its pod template that holds the
-	// policy file. With it the manager writes each compiled config as an
+	// RouterContainerAnnotation, on a Deployment that also carries
+	// RouterLabel, opts it in to restart mode and names the container that
+	// runs the router. The manager then writes each compiled config as an
 	// immutable ConfigMap named by its hash (RevisionConfigMapName) and
-	// sets that volume's configMap.name to it, and nothing else of the
-	// Deployment; the Deployment's rolling update replaces the pods.
-	// Without it the manager never writes the Deployment.
+	// adds three entries of its own to the pod template, by server-side
+	// apply as RolloutFieldManager: volume PolicyVolumeName on that
+	// ConfigMap, a read-only mount of it at PolicyMountPath on the router
+	// container, and env RouterPolicyConfigEnv naming PolicyFilePath.
+	// Nothing else of the Deployment is written, and nothing at all of a
+	// Deployment without the opt-in; the Deployment's rolling update
+	// replaces the pods.
+	RouterContainerAnnotation = "hints.kvrouter.io/router-container"
+
+	// PolicyVolumeAnnotation is the earlier opt-in: it named a volume of
+	// the owner's manifest whose configMap.name the manager repointed. It
+	// still opts a Deployment in, its router container being the first
+	// that mounts that volume, and the manager adds its three entries as
+	// for RouterContainerAnnotation; the named volume is no longer
+	// written (docs/dynamo.md, "Migrating from policy-volume").
 	PolicyVolumeAnnotation = "hints.kvrouter.io/policy-volume"
+
+	// PolicyVolumeName is the pod template volume the manager adds to an
+	// opted-in workload: a configMap volume on the current revision.
+	PolicyVolumeName = "kvhint-policy"
+	// PolicyMountPath is where the manager mounts PolicyVolumeName,
+	// read-only, in the router container.
+	PolicyMountPath = "/etc/kvhint/policy"
+	// PolicyFilePath is the policy file the router reads:
+	// PolicyMountPath/HintsConfigKey.
+	PolicyFilePath = PolicyMountPath + "/" + HintsConfigKey
+	// RouterPolicyConfigEnv is the environment variable the manager sets
+	// on the router container to PolicyFilePath; Dynamo's router reads
+	// its policy file from it unless --router-policy-config is given.
+	RouterPolicyConfigEnv = "DYN_ROUTER_POLICY_CONFIG"
 
 	// ConfigHashLabel is on every immutable ConfigMap the manager writes
 	// for a restart-mode router: the content hash it holds. The mutable
@@ -41,9 +67,20 @@ const (
 	ConfigHashLabel = "hints.kvrouter.io/config-hash"
 
 	// RolloutFieldManager is the field manager of the manager's writes to
-	// a router workload: only the policy volume's configMap.name.
-	RolloutFieldManager = "kvhint-manager-rollout"
+	// a router workload: the three entries above and nothing else. (The
+	// earlier "kvhint-manager-rollout", which repointed a volume of the
+	// owner's manifest, is left as it is on Deployments it wrote.)
+	RolloutFieldManager = "kvhint-manager-policy"
 )
+
+// OptedIn reports whether a router workload's annotations opt it in to
+// restart mode (RouterContainerAnnotation, or the earlier
+// PolicyVolumeAnnotation).
+func OptedIn(annotations map[string]string) bool {
+	_, c := annotations[RouterContainerAnnotation]
+	_, v := annotations[PolicyVolumeAnnotation]
+	return c || v
+}
 
 // RevisionConfigMapName returns the name of the immutable ConfigMap that
 // holds one compiled config of a restart-mode router:

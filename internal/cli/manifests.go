@@ -213,6 +213,20 @@ func (s *manifestSet) compile(cat *hints.Catalog) []compiledRouter {
 			for _, r := range outs[i].RouterRoles {
 				s.report("RouterRole", ns, r.Name, r.Findings)
 			}
+			// A router that would start without the compiled file: the
+			// manager's Programmed=False PolicyFileNotRead, on every role
+			// of it that is accepted (the others fail already).
+			for _, r := range outs[i].Routers {
+				f := rolegraph.PolicyFileFinding(r.Workloads)
+				if f == nil {
+					continue
+				}
+				for _, rr := range p.in.RouterRoles {
+					if res := outs[i].RouterRole(rr.Name); rr.Spec.Router == r.Name && res != nil && res.Accepted() {
+						s.report("RouterRole", ns, rr.Name, rolegraph.Findings{*f})
+					}
+				}
+			}
 			for _, r := range outs[i].HintPolicies {
 				used[r.Name] = used[r.Name] || len(r.Status.UsedBy) > 0
 			}

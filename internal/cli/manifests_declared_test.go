@@ -74,6 +74,12 @@ spec:
 	}{
 		{name: "round-robin template", file: writeVariant(t, "", "- kv\n", "- round-robin\n"),
 			want: []string{`RouterRole llama-decode spec.hints: HintsRequireKVMode: hints run only on the KV path, but --router-mode of container "frontend" of Deployment llama-frontend is "round-robin"`}},
+		// As the manager's Programmed=False PolicyFileNotRead (issue 29):
+		// a router that would start without the compiled file fails CI.
+		{name: "a user-set --router-policy-config", file: writeVariant(t, "", "- kv\n", "- kv\n        - --router-policy-config\n        - /etc/router/hints.yaml\n"),
+			want: []string{`RouterRole llama-decode spec.router (Deployment llama-frontend): PolicyFileNotRead: container "frontend" of Deployment llama-frontend sets --router-policy-config to /etc/router/hints.yaml: the router would read that file, not the compiled config the manager mounts at /etc/kvhint/policy/hints.yaml`}},
+		{name: "a user-set DYN_ROUTER_POLICY_CONFIG", file: writeVariant(t, "", "        args:\n", "        env:\n        - {name: DYN_ROUTER_POLICY_CONFIG, value: /etc/dynamo/policy.yaml}\n        args:\n"),
+			want: []string{`RouterRole llama-decode spec.router (Deployment llama-frontend): PolicyFileNotRead: container "frontend" of Deployment llama-frontend sets DYN_ROUTER_POLICY_CONFIG to /etc/dynamo/policy.yaml`}},
 		{name: "out of range", file: writeVariant(t, "", "max_blocks: 64", "max_blocks: 0"),
 			want: []string{`RouterRole llama-decode spec.hints[0] (harness_prefetch): InvalidParameters: parameter "max_blocks": 0 is below the minimum 1`}},
 		{name: "unknown parameter", file: writeVariant(t, "", "max_blocks: 64", "max_blocks: 64\n      depth: 2"),

@@ -29,8 +29,8 @@ type Input struct {
 	// and phase are read, and for restart-mode routers their configMap
 	// volumes and Ready condition.
 	Pods []corev1.Pod
-	// Deployments are router Deployments (RouterLabel). Those that carry
-	// v1alpha1.PolicyVolumeAnnotation make their router a restart-mode
+	// Deployments are router Deployments (RouterLabel). Those that opt in
+	// (v1alpha1.OptedIn) make their router a restart-mode
 	// one; the others are only read for nothing.
 	Deployments []appsv1.Deployment
 	// Now stamps the conditions that change.

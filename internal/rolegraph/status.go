@@ -129,10 +129,11 @@ func programmedCondition(rr *v1alpha1.RouterRole, p *placement) metav1.Condition
 	cm := v1alpha1.HintsConfigMapName(rr.Spec.Router)
 	if c.restart {
 		cm = v1alpha1.RevisionConfigMapName(rr.Spec.Router, c.hash)
+		if f := PolicyFileFinding(p.router.Workloads); f != nil {
+			return condition(v1alpha1.ConditionProgrammed, false, f.Reason, p.generation, f.Message)
+		}
 		for _, w := range p.router.Workloads {
 			switch {
-			case w.NotRead != "":
-				return condition(v1alpha1.ConditionProgrammed, false, v1alpha1.ReasonPolicyFileNotRead, p.generation, w.NotRead)
 			case w.RolloutFailed != "":
 				return condition(v1alpha1.ConditionProgrammed, false, v1alpha1.ReasonRolloutFailed, p.generation,
 					fmt.Sprintf("%d/%d router pods run %s%s; the rollout of ConfigMap %s failed: %s", c.upToDate, c.total, c.hash, suffix, cm, w.RolloutFailed))

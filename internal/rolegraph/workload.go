@@ -21,30 +21,34 @@ const (
 	RouterModeFlag         = "--router-mode"
 	RouterModeEnv          = "DYN_ROUTER_MODE"
 	RouterPolicyConfigFlag = "--router-policy-config"
-	RouterPolicyConfigEnv  = "DYN_ROUTER_POLICY_CONFIG"
+	RouterPolicyConfigEnv  = v1alpha1.RouterPolicyConfigEnv
 )
 
 // DefaultRouterMode is the mode Dynamo's router runs in when neither
 // --router-mode nor DYN_ROUTER_MODE is given.
 const DefaultRouterMode = hintsconfig.ModeRoundRobin
 
-// Workload is a router Deployment that opted in to restart mode (it
-// carries v1alpha1.PolicyVolumeAnnotation), as its pod template says the
-// router will start.
+// Workload is a router Deployment that opted in to restart mode (see
+// v1alpha1.OptedIn), as its pod template says the router will start.
 type Workload struct {
 	// Name and UID are the Deployment's.
 	Name string
 	UID  types.UID
-	// Volume is the pod template volume that holds the policy file.
-	Volume string
-	// Writable is true when Volume is a configMap volume of the pod
-	// template: the only kind the manager points at a compiled config.
+	// Writable is true when the manager may add its three entries
+	// (v1alpha1.RouterContainerAnnotation) to the pod template: the
+	// router container is found and would read the file they mount
+	// (NotRead is empty). Nothing is written otherwise.
 	Writable bool
-	// References is the ConfigMap the volume names now; empty when it
-	// is not a configMap volume.
+	// References is the ConfigMap the manager's volume
+	// (v1alpha1.PolicyVolumeName) names now; empty before the manager's
+	// first write.
 	References string
-	// Container is the router container: the first container that
-	// mounts Volume; empty when none does.
+	// Entries is true when the router container already mounts the
+	// manager's volume read-only at v1alpha1.PolicyMountPath and its
+	// v1alpha1.RouterPolicyConfigEnv names v1alpha1.PolicyFilePath: with
+	// References the current revision, nothing needs writing.
+	Entries bool
+	// Container is the router container; empty when none is found.
 	Container string
 	// Mode is the router mode the container starts with, and ModeOrigin
 	// says where it came from, for messages: the flag or the variable and
@@ -52,7 +56,7 @@ type Workload struct {
 	Mode       hintsconfig.RouterMode
 	ModeOrigin string
 	// NotRead, when not empty, says why the router container would not
-	// read the mounted policy file.
+	// read the policy file the manager mounts (see ReadTemplate).
 	NotRead string
 	// Replicas is the Deployment's desired number of pods.
 	Replicas int32
@@ -63,14 +67,14 @@ type Workload struct {
 }
 
 // workloadsOf returns the opted-in Deployments of each router, sorted by
-// name. A Deployment without the annotation is not a workload the manager
+// name. A Deployment without the opt-in is not a workload the manager
 // may touch, and is left out.
 func workloadsOf(deps []appsv1.Deployment) map[string][]*Workload {
 	out := map[string][]*Workload{}
 	for i := range deps {
 		d := &deps[i]
 		router := d.Labels[v1alpha1.RouterLabel]
-		if _, ok := d.Annotations[v1alpha1.PolicyVolumeAnnotation]; !ok || router == "" || d.DeletionTimestamp != nil {
+		if !v1alpha1.OptedIn(d.Annotations) || router == "" || d.DeletionTimestamp != nil {
 			continue
 		}
 		out[router] = append(out[router], ReadWorkload(d))
@@ -82,90 +86,151 @@ func workloadsOf(deps []appsv1.Deployment) map[string][]*Workload {
 }
 
 // ReadWorkload reads what an opted-in Deployment's pod template says about
-// its router: which volume and container, the router mode and whether the
-// container reads the mounted policy file.
+// its router: which container, the router mode, whether the container
+// would read the policy file the manager mounts, and whether the
+// manager's entries are in place.
 func ReadWorkload(d *appsv1.Deployment) *Workload {
-	w := &Workload{Name: d.Name, UID: d.UID, Volume: d.Annotations[v1alpha1.PolicyVolumeAnnotation], Replicas: 1}
+	w := &Workload{Name: d.Name, UID: d.UID, Replicas: 1}
 	if d.Spec.Replicas != nil {
 		w.Replicas = *d.Spec.Replicas
 	}
 	w.RolloutFailed = rolloutFailure(d)
-	where := fmt.Sprintf("Deployment %s", d.Name)
-	spec := &d.Spec.Template.Spec
-
-	var vol *corev1.Volume
-	for i := range spec.Volumes {
-		if spec.Volumes[i].Name == w.Volume {
-			vol = &spec.Volumes[i]
-		}
-	}
-	w.Mode, w.ModeOrigin = DefaultRouterMode, fmt.Sprintf("the default router mode (no %s nor %s in %s)", RouterModeFlag, RouterModeEnv, where)
-	switch {
-	case vol == nil:
-		w.NotRead = fmt.Sprintf("%s: annotation %s names volume %q, but the pod template has no volume of that name", where, v1alpha1.PolicyVolumeAnnotation, w.Volume)
-		return w
-	case vol.ConfigMap == nil:
-		w.NotRead = fmt.Sprintf("%s: volume %q is not a configMap volume; the manager points only a configMap volume at the compiled config", where, w.Volume)
-		return w
-	}
-	w.Writable, w.References = true, vol.ConfigMap.Name
-
-	var c *corev1.Container
-	var mount *corev1.VolumeMount
-	for i := range spec.Containers {
-		for j := range spec.Containers[i].VolumeMounts {
-			if m := &spec.Containers[i].VolumeMounts[j]; m.Name == w.Volume && c == nil {
-				c, mount = &spec.Containers[i], m
-			}
-		}
-	}
-	if c == nil {
-		w.NotRead = fmt.Sprintf("%s: no container mounts volume %q", where, w.Volume)
-		return w
-	}
-	w.Container = c.Name
-	where = fmt.Sprintf("container %q of Deployment %s", c.Name, d.Name)
-	w.ModeOrigin = fmt.Sprintf("the default router mode (no %s nor %s in %s)", RouterModeFlag, RouterModeEnv, where)
-
-	if v, from, ok := setting(c, RouterModeFlag, RouterModeEnv); ok {
-		w.Mode, w.ModeOrigin = hintsconfig.RouterMode(v), fmt.Sprintf("%s of %s", from, where)
-	}
-	file, ok := policyFile(vol, mount)
-	if !ok {
-		w.NotRead = fmt.Sprintf("%s: volume %q does not hold %s (its items leave that key out)", where, w.Volume, v1alpha1.HintsConfigKey)
-		return w
-	}
-	got, from, ok := setting(c, RouterPolicyConfigFlag, RouterPolicyConfigEnv)
-	switch {
-	case !ok:
-		w.NotRead = fmt.Sprintf("%s sets neither %s nor %s: the router starts without a policy file; set %s %s", where, RouterPolicyConfigFlag, RouterPolicyConfigEnv, RouterPolicyConfigFlag, file)
-	case path.Clean(got) != file:
-		w.NotRead = fmt.Sprintf("%s: %s is %q, but the policy file is mounted at %s (volume %q); set %s %s", where, from, got, file, w.Volume, RouterPolicyConfigFlag, file)
-	}
+	t := ReadTemplate(fmt.Sprintf("Deployment %s", d.Name), &d.Spec.Template.Spec, DeploymentContainer(d), nil)
+	w.Container, w.Mode, w.ModeOrigin, w.NotRead = t.Container, t.Mode, t.ModeOrigin, t.NotRead
+	w.References, w.Entries = t.References, t.Entries
+	w.Writable = w.NotRead == ""
 	return w
 }
 
-// policyFile is the path at which a container that mounts a configMap
-// volume sees the policy file, and false when the volume does not carry
-// it.
-func policyFile(vol *corev1.Volume, m *corev1.VolumeMount) (string, bool) {
-	name := v1alpha1.HintsConfigKey
-	if items := vol.ConfigMap.Items; len(items) > 0 {
-		i := slices.IndexFunc(items, func(k corev1.KeyToPath) bool { return k.Key == v1alpha1.HintsConfigKey })
-		if i < 0 {
-			return "", false
-		}
-		name = items[i].Path
+// ContainerChoice says how the router container of a pod template is
+// found: by Name, or as the first container that mounts Volume.
+// Annotation names what said so, for messages ("annotation x").
+type ContainerChoice struct {
+	Name, Volume, Annotation string
+}
+
+// DeploymentContainer is how an opted-in Deployment names its router
+// container: v1alpha1.RouterContainerAnnotation, else the first container
+// that mounts the volume v1alpha1.PolicyVolumeAnnotation names.
+func DeploymentContainer(d *appsv1.Deployment) ContainerChoice {
+	if name, ok := d.Annotations[v1alpha1.RouterContainerAnnotation]; ok {
+		return ContainerChoice{Name: name, Annotation: "annotation " + v1alpha1.RouterContainerAnnotation}
 	}
-	if m.SubPath != "" {
-		// The mount is one file (or folder) of the volume.
-		if path.Clean(m.SubPath) == path.Clean(name) {
-			return path.Clean(m.MountPath), true
+	return ContainerChoice{Volume: d.Annotations[v1alpha1.PolicyVolumeAnnotation], Annotation: "annotation " + v1alpha1.PolicyVolumeAnnotation}
+}
+
+// Template is what a router's pod template says about how the router
+// starts, for the start-up checks and the rollout (see ReadTemplate).
+type Template struct {
+	// Container is the router container, empty when none is found.
+	Container string
+	// Mode and ModeOrigin: as Workload's.
+	Mode       hintsconfig.RouterMode
+	ModeOrigin string
+	// NotRead, when not empty, says why the router would not start with
+	// the policy file the manager mounts.
+	NotRead string
+	// References and Entries: as Workload's.
+	References string
+	Entries    bool
+}
+
+// ReadTemplate reads a router's pod template: where names the workload
+// for messages ("Deployment x"), choice how its router container is
+// found, and env holds variables set before the container's own (a
+// DynamoGraphDeployment's spec.env), which the container's own of the
+// same name override.
+//
+// The manager mounts the policy file itself (v1alpha1.PolicyVolumeName at
+// v1alpha1.PolicyMountPath) and sets v1alpha1.RouterPolicyConfigEnv to
+// it. A container that names another file, by --router-policy-config
+// (which wins over the variable) or by the variable, would start with
+// that file instead: NotRead says so, and the manager writes nothing
+// rather than overwrite what the template's owner set.
+func ReadTemplate(where string, spec *corev1.PodSpec, choice ContainerChoice, env []corev1.EnvVar) Template {
+	var t Template
+	t.Mode, t.ModeOrigin = DefaultRouterMode, fmt.Sprintf("the default router mode (no %s nor %s in %s)", RouterModeFlag, RouterModeEnv, where)
+
+	var c *corev1.Container
+	switch {
+	case choice.Name != "":
+		for i := range spec.Containers {
+			if spec.Containers[i].Name == choice.Name {
+				c = &spec.Containers[i]
+			}
 		}
-		rel, ok := strings.CutPrefix(path.Clean(name), path.Clean(m.SubPath)+"/")
-		return path.Join(m.MountPath, rel), ok
+		if c == nil {
+			t.NotRead = fmt.Sprintf("%s: %s names container %q, but the pod template has no container of that name", where, choice.Annotation, choice.Name)
+			return t
+		}
+	case choice.Volume != "":
+		for i := range spec.Containers {
+			for j := range spec.Containers[i].VolumeMounts {
+				if spec.Containers[i].VolumeMounts[j].Name == choice.Volume && c == nil {
+					c = &spec.Containers[i]
+				}
+			}
+		}
+		if c == nil {
+			t.NotRead = fmt.Sprintf("%s: %s names volume %q, but no container mounts it; name the router container with annotation %s instead",
+				where, choice.Annotation, choice.Volume, v1alpha1.RouterContainerAnnotation)
+			return t
+		}
+	default:
+		t.NotRead = fmt.Sprintf("%s: %s is empty; it names the router container", where, choice.Annotation)
+		return t
 	}
-	return path.Join(m.MountPath, name), true
+	t.Container = c.Name
+	merged := *c
+	merged.Env = append(slices.Clone(env), c.Env...)
+	where = fmt.Sprintf("container %q of %s", c.Name, where)
+	t.ModeOrigin = fmt.Sprintf("the default router mode (no %s nor %s in %s)", RouterModeFlag, RouterModeEnv, where)
+	if v, from, ok := setting(&merged, RouterModeFlag, RouterModeEnv); ok {
+		t.Mode, t.ModeOrigin = hintsconfig.RouterMode(v), fmt.Sprintf("%s of %s", from, where)
+	}
+
+	for i := range spec.Volumes {
+		if v := &spec.Volumes[i]; v.Name == v1alpha1.PolicyVolumeName {
+			if v.ConfigMap == nil {
+				t.NotRead = fmt.Sprintf("%s: the pod template has a volume %q that is not a configMap volume; that name is the manager's (the compiled config is mounted under it)", where, v.Name)
+				return t
+			}
+			t.References = v.ConfigMap.Name
+		}
+	}
+	mounted := false
+	for _, m := range c.VolumeMounts {
+		if path.Clean(m.MountPath) != v1alpha1.PolicyMountPath {
+			continue
+		}
+		if m.Name != v1alpha1.PolicyVolumeName {
+			t.NotRead = fmt.Sprintf("%s mounts volume %q at %s, where the manager mounts the compiled config; mount it elsewhere", where, m.Name, v1alpha1.PolicyMountPath)
+			return t
+		}
+		mounted = m.ReadOnly && m.SubPath == ""
+	}
+	t.NotRead = policyFileNotRead(where, &merged)
+	t.Entries = mounted && slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool {
+		return e.Name == RouterPolicyConfigEnv && e.ValueFrom == nil && e.Value == v1alpha1.PolicyFilePath
+	})
+	return t
+}
+
+// policyFileNotRead says why container c (env merged) would start with
+// another policy file than the one the manager mounts: a
+// --router-policy-config flag or a RouterPolicyConfigEnv of its owner's
+// that names another path. Empty when it would read the manager's.
+func policyFileNotRead(where string, c *corev1.Container) string {
+	got, from, ok := setting(c, RouterPolicyConfigFlag, RouterPolicyConfigEnv)
+	switch {
+	case ok && path.Clean(got) != v1alpha1.PolicyFilePath:
+		return fmt.Sprintf("%s sets %s to %s: the router would read that file, not the compiled config the manager mounts at %s; remove the setting (the manager sets %s), it is not overwritten",
+			where, from, got, v1alpha1.PolicyFilePath, RouterPolicyConfigEnv)
+	case !ok && slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == RouterPolicyConfigEnv && e.ValueFrom != nil }):
+		return fmt.Sprintf("%s sets %s by valueFrom: the router may read another file than the compiled config the manager mounts at %s; remove it (the manager sets it), it is not overwritten",
+			where, RouterPolicyConfigEnv, v1alpha1.PolicyFilePath)
+	}
+	return ""
 }
 
 // setting reads one of the router's settings from a container: the flag
@@ -217,4 +282,26 @@ func rolloutFailure(d *appsv1.Deployment) string {
 // messages by the flag and its value.
 func (w *Workload) modes() hintsconfig.Modes {
 	return hintsconfig.Modes{Default: w.Mode, Flag: w.ModeOrigin}
+}
+
+// PolicyFileFinding is the verdict that a restart-mode router would start
+// without the compiled policy file: the first of its workloads whose
+// template says so (Workload.NotRead), as a PolicyFileNotRead error under
+// Programmed, or nil. The manager reports it as the Programmed condition
+// of the router's roles, and `kvhint validate -f` as a finding of each of
+// them, so both reach it through this one function.
+func PolicyFileFinding(workloads []*Workload) *Finding {
+	for _, w := range workloads {
+		if w.NotRead != "" {
+			return &Finding{
+				Severity:  hintsconfig.SeverityError,
+				Condition: v1alpha1.ConditionProgrammed,
+				Reason:    v1alpha1.ReasonPolicyFileNotRead,
+				Field:     "spec.router",
+				Detail:    "Deployment " + w.Name,
+				Message:   w.NotRead,
+			}
+		}
+	}
+	return nil
 }

@@ -13,30 +13,25 @@ import (
 	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
 )
 
-// routerDeployment is an opted-in router Deployment whose container is c,
-// mounting volume "policy" (ConfigMap llama-hints) at /etc/router.
+// routerDeployment is a router Deployment opted in with
+// RouterContainerAnnotation whose router container is c, named
+// "frontend".
 func routerDeployment(c corev1.Container) *appsv1.Deployment {
 	c.Name = "frontend"
-	if c.VolumeMounts == nil {
-		c.VolumeMounts = []corev1.VolumeMount{{Name: "policy", MountPath: "/etc/router"}}
-	}
 	return &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        "llama",
 			Labels:      map[string]string{v1alpha1.RouterLabel: "llama"},
-			Annotations: map[string]string{v1alpha1.PolicyVolumeAnnotation: "policy"},
+			Annotations: map[string]string{v1alpha1.RouterContainerAnnotation: "frontend"},
 		},
 		Spec: appsv1.DeploymentSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
-			Containers: []corev1.Container{c},
-			Volumes: []corev1.Volume{{Name: "policy", VolumeSource: corev1.VolumeSource{
-				ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "llama-hints"}},
-			}}},
+			Containers: []corev1.Container{{Name: "sidecar"}, c},
 		}}},
 	}
 }
 
 func TestReadWorkload(t *testing.T) {
-	const file = "--router-policy-config=/etc/router/hints.yaml"
+	ours := corev1.EnvVar{Name: "DYN_ROUTER_POLICY_CONFIG", Value: v1alpha1.PolicyFilePath}
 	for _, tc := range []struct {
 		name      string
 		container corev1.Container
@@ -44,23 +39,23 @@ func TestReadWorkload(t *testing.T) {
 		origin    string // in ModeOrigin
 		notRead   string // in NotRead; empty: the file is read
 	}{
-		{name: "flags", container: corev1.Container{Args: []string{"--router-mode", "kv", file}}, mode: hintsconfig.ModeKV, origin: "--router-mode"},
-		{name: "flag with =", container: corev1.Container{Args: []string{"--router-mode=kv", file}}, mode: hintsconfig.ModeKV, origin: "--router-mode"},
-		{name: "shell command line", container: corev1.Container{Command: []string{"sh", "-c", "exec python -m dynamo.frontend --router-mode kv --router-policy-config /etc/router/hints.yaml"}}, mode: hintsconfig.ModeKV, origin: "--router-mode"},
-		{name: "env", container: corev1.Container{Env: []corev1.EnvVar{{Name: "DYN_ROUTER_MODE", Value: "kv"}, {Name: "DYN_ROUTER_POLICY_CONFIG", Value: "/etc/router/hints.yaml"}}}, mode: hintsconfig.ModeKV, origin: "DYN_ROUTER_MODE"},
-		{name: "flag wins over env", container: corev1.Container{Args: []string{"--router-mode", "random", file}, Env: []corev1.EnvVar{{Name: "DYN_ROUTER_MODE", Value: "kv"}}}, mode: hintsconfig.ModeRandom, origin: "--router-mode"},
-		{name: "the last flag wins", container: corev1.Container{Args: []string{"--router-mode", "kv", "--router-mode", "direct", file}}, mode: hintsconfig.ModeDirect, origin: "--router-mode"},
-		{name: "no mode: Dynamo's default", container: corev1.Container{Args: []string{file}}, mode: hintsconfig.ModeRoundRobin, origin: "the default router mode"},
-		{name: "no policy file", container: corev1.Container{Args: []string{"--router-mode", "kv"}}, mode: hintsconfig.ModeKV, origin: "--router-mode",
-			notRead: "sets neither --router-policy-config nor DYN_ROUTER_POLICY_CONFIG"},
-		{name: "another file", container: corev1.Container{Args: []string{"--router-mode", "kv", "--router-policy-config", "/etc/other/hints.yaml"}}, mode: hintsconfig.ModeKV, origin: "--router-mode",
-			notRead: `--router-policy-config is "/etc/other/hints.yaml", but the policy file is mounted at /etc/router/hints.yaml`},
-		{name: "subPath mount", container: corev1.Container{
-			Args:         []string{"--router-mode", "kv", "--router-policy-config", "/etc/policy.yaml"},
-			VolumeMounts: []corev1.VolumeMount{{Name: "policy", MountPath: "/etc/policy.yaml", SubPath: "hints.yaml"}},
-		}, mode: hintsconfig.ModeKV, origin: "--router-mode"},
-		{name: "not mounted", container: corev1.Container{Args: []string{"--router-mode", "kv", file}, VolumeMounts: []corev1.VolumeMount{}},
-			mode: hintsconfig.ModeRoundRobin, origin: "the default router mode", notRead: `no container mounts volume "policy"`},
+		{name: "flags", container: corev1.Container{Args: []string{"--router-mode", "kv"}}, mode: hintsconfig.ModeKV, origin: "--router-mode"},
+		{name: "flag with =", container: corev1.Container{Args: []string{"--router-mode=kv"}}, mode: hintsconfig.ModeKV, origin: "--router-mode"},
+		{name: "shell command line", container: corev1.Container{Command: []string{"sh", "-c", "exec python -m dynamo.frontend --router-mode kv"}}, mode: hintsconfig.ModeKV, origin: "--router-mode"},
+		{name: "env", container: corev1.Container{Env: []corev1.EnvVar{{Name: "DYN_ROUTER_MODE", Value: "kv"}}}, mode: hintsconfig.ModeKV, origin: "DYN_ROUTER_MODE"},
+		{name: "flag wins over env", container: corev1.Container{Args: []string{"--router-mode", "random"}, Env: []corev1.EnvVar{{Name: "DYN_ROUTER_MODE", Value: "kv"}}}, mode: hintsconfig.ModeRandom, origin: "--router-mode"},
+		{name: "the last flag wins", container: corev1.Container{Args: []string{"--router-mode", "kv", "--router-mode", "direct"}}, mode: hintsconfig.ModeDirect, origin: "--router-mode"},
+		{name: "no mode: Dynamo's default", container: corev1.Container{}, mode: hintsconfig.ModeRoundRobin, origin: "the default router mode"},
+		{name: "the manager's own variable", container: corev1.Container{Args: []string{"--router-mode", "kv"}, Env: []corev1.EnvVar{ours}}, mode: hintsconfig.ModeKV, origin: "--router-mode"},
+		{name: "the flag naming the manager's file", container: corev1.Container{Args: []string{"--router-mode", "kv", "--router-policy-config", v1alpha1.PolicyFilePath}}, mode: hintsconfig.ModeKV, origin: "--router-mode"},
+		{name: "a user-set flag", container: corev1.Container{Args: []string{"--router-mode", "kv", "--router-policy-config", "/etc/other/hints.yaml"}, Env: []corev1.EnvVar{ours}}, mode: hintsconfig.ModeKV, origin: "--router-mode",
+			notRead: `container "frontend" of Deployment llama sets --router-policy-config to /etc/other/hints.yaml: the router would read that file, not the compiled config the manager mounts at /etc/kvhint/policy/hints.yaml`},
+		{name: "a user-set variable", container: corev1.Container{Args: []string{"--router-mode", "kv"}, Env: []corev1.EnvVar{{Name: "DYN_ROUTER_POLICY_CONFIG", Value: "/etc/dynamo/policy.yaml"}}}, mode: hintsconfig.ModeKV, origin: "--router-mode",
+			notRead: "sets DYN_ROUTER_POLICY_CONFIG to /etc/dynamo/policy.yaml"},
+		{name: "a variable by valueFrom", container: corev1.Container{Env: []corev1.EnvVar{{Name: "DYN_ROUTER_POLICY_CONFIG", ValueFrom: &corev1.EnvVarSource{}}}}, mode: hintsconfig.ModeRoundRobin, origin: "the default router mode",
+			notRead: "sets DYN_ROUTER_POLICY_CONFIG by valueFrom"},
+		{name: "another volume at the manager's mount path", container: corev1.Container{VolumeMounts: []corev1.VolumeMount{{Name: "mine", MountPath: v1alpha1.PolicyMountPath + "/"}}}, mode: hintsconfig.ModeRoundRobin, origin: "the default router mode",
+			notRead: `mounts volume "mine" at /etc/kvhint/policy`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := ReadWorkload(routerDeployment(tc.container))
@@ -68,28 +63,54 @@ func TestReadWorkload(t *testing.T) {
 				t.Errorf("mode %q from %q, want %q from %q", w.Mode, w.ModeOrigin, tc.mode, tc.origin)
 			}
 			switch {
-			case tc.notRead == "" && w.NotRead != "":
-				t.Errorf("NotRead %q, want the file read", w.NotRead)
-			case tc.notRead != "" && !strings.Contains(w.NotRead, tc.notRead):
-				t.Errorf("NotRead %q, want it to say %q", w.NotRead, tc.notRead)
+			case tc.notRead == "" && (w.NotRead != "" || !w.Writable):
+				t.Errorf("NotRead %q, writable %v; want the file read", w.NotRead, w.Writable)
+			case tc.notRead != "" && (!strings.Contains(w.NotRead, tc.notRead) || w.Writable):
+				t.Errorf("NotRead %q, writable %v; want it to say %q, and nothing written", w.NotRead, w.Writable, tc.notRead)
 			}
 		})
 	}
 }
 
-func TestReadWorkloadVolume(t *testing.T) {
-	d := routerDeployment(corev1.Container{Args: []string{"--router-mode", "kv", "--router-policy-config", "/etc/router/hints.yaml"}})
-	if w := ReadWorkload(d); !w.Writable || w.References != "llama-hints" || w.Container != "frontend" {
-		t.Errorf("got writable %v, references %q, container %q", w.Writable, w.References, w.Container)
+// TestReadWorkloadEntries: the manager's three entries are read back,
+// and the router container is found by either opt-in.
+func TestReadWorkloadEntries(t *testing.T) {
+	d := routerDeployment(corev1.Container{Args: []string{"--router-mode", "kv"}})
+	if w := ReadWorkload(d); !w.Writable || w.References != "" || w.Entries || w.Container != "frontend" {
+		t.Errorf("before the manager's write: writable %v, references %q, entries %v, container %q", w.Writable, w.References, w.Entries, w.Container)
 	}
-	d.Spec.Template.Spec.Volumes[0].ConfigMap = nil
-	d.Spec.Template.Spec.Volumes[0].EmptyDir = &corev1.EmptyDirVolumeSource{}
-	if w := ReadWorkload(d); w.Writable || !strings.Contains(w.NotRead, "not a configMap volume") {
-		t.Errorf("an emptyDir volume: writable %v, NotRead %q", w.Writable, w.NotRead)
+	spec := &d.Spec.Template.Spec
+	spec.Volumes = append(spec.Volumes, corev1.Volume{Name: v1alpha1.PolicyVolumeName, VolumeSource: corev1.VolumeSource{
+		ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "llama-hints-0123456789abcdef"}},
+	}})
+	if w := ReadWorkload(d); w.References != "llama-hints-0123456789abcdef" || w.Entries {
+		t.Errorf("the volume alone: references %q, entries %v", w.References, w.Entries)
 	}
-	d.Annotations[v1alpha1.PolicyVolumeAnnotation] = "missing"
-	if w := ReadWorkload(d); w.Writable || !strings.Contains(w.NotRead, `no volume of that name`) {
-		t.Errorf("a volume that is not there: writable %v, NotRead %q", w.Writable, w.NotRead)
+	c := &spec.Containers[1]
+	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: v1alpha1.PolicyVolumeName, MountPath: v1alpha1.PolicyMountPath, ReadOnly: true})
+	c.Env = append(c.Env, corev1.EnvVar{Name: "DYN_ROUTER_POLICY_CONFIG", Value: v1alpha1.PolicyFilePath})
+	if w := ReadWorkload(d); !w.Writable || !w.Entries {
+		t.Errorf("all three entries: writable %v, entries %v, NotRead %q", w.Writable, w.Entries, w.NotRead)
+	}
+
+	d.Annotations = map[string]string{v1alpha1.RouterContainerAnnotation: "missing"}
+	if w := ReadWorkload(d); w.Writable || !strings.Contains(w.NotRead, `names container "missing", but the pod template has no container of that name`) {
+		t.Errorf("a container that is not there: writable %v, NotRead %q", w.Writable, w.NotRead)
+	}
+
+	// The earlier opt-in: the router container mounts the named volume.
+	d.Annotations = map[string]string{v1alpha1.PolicyVolumeAnnotation: "router-policy"}
+	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "router-policy", MountPath: "/etc/router"})
+	if w := ReadWorkload(d); !w.Writable || w.Container != "frontend" {
+		t.Errorf("policy-volume opt-in: writable %v, container %q, NotRead %q", w.Writable, w.Container, w.NotRead)
+	}
+	c.Args = append(c.Args, "--router-policy-config", "/etc/router/hints.yaml")
+	if w := ReadWorkload(d); w.Writable || !strings.Contains(w.NotRead, "sets --router-policy-config to /etc/router/hints.yaml") {
+		t.Errorf("policy-volume opt-in still naming its own file: writable %v, NotRead %q", w.Writable, w.NotRead)
+	}
+	d.Annotations[v1alpha1.PolicyVolumeAnnotation] = "nothing-mounts-it"
+	if w := ReadWorkload(d); w.Writable || !strings.Contains(w.NotRead, "no container mounts it") {
+		t.Errorf("policy-volume naming an unmounted volume: writable %v, NotRead %q", w.Writable, w.NotRead)
 	}
 }
 

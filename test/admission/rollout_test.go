@@ -16,10 +16,12 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+	"github.com/kvrouter/kv-hint-operator/controllers"
 )
 
-// routerDeployment is a router Deployment with a policy volume and a
-// second volume; opted in when optIn.
+// routerDeployment is a router Deployment with its router container
+// "frontend", a second container "other" that names a policy file of its
+// own, and a volume; opted in when optIn.
 func routerDeployment(name string, optIn bool) *appsv1.Deployment {
 	labels := map[string]string{"app": name, v1alpha1.RouterLabel: "llama"}
 	d := &appsv1.Deployment{
@@ -30,10 +32,12 @@ func routerDeployment(name string, optIn bool) *appsv1.Deployment {
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
 				Spec: corev1.PodSpec{
-					Containers: []corev1.Container{{Name: "frontend", Image: "dynamo-frontend:1.0",
-						VolumeMounts: []corev1.VolumeMount{{Name: "policy", MountPath: "/etc/router"}}}},
+					Containers: []corev1.Container{
+						{Name: "frontend", Image: "dynamo-frontend:1.0", Env: []corev1.EnvVar{{Name: "DYN_ROUTER_MODE", Value: "kv"}},
+							VolumeMounts: []corev1.VolumeMount{{Name: "models", MountPath: "/models"}}},
+						{Name: "other", Image: "other:1.0", Env: []corev1.EnvVar{{Name: "DYN_ROUTER_POLICY_CONFIG", Value: "/etc/other/hints.yaml"}}},
+					},
 					Volumes: []corev1.Volume{
-						{Name: "policy", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "llama-hints"}}}},
 						{Name: "models", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "models"}}}},
 					},
 				},
@@ -41,18 +45,26 @@ func routerDeployment(name string, optIn bool) *appsv1.Deployment {
 		},
 	}
 	if optIn {
-		d.Annotations = map[string]string{v1alpha1.PolicyVolumeAnnotation: "policy"}
+		d.Annotations = map[string]string{v1alpha1.RouterContainerAnnotation: "frontend"}
 	}
 	return d
 }
 
-// pointVolume is the manager's own write (controllers.pointVolume):
-// server-side apply of the volume's configMap.name, as its rollout field
-// manager.
-func pointVolume(c kubernetes.Interface, ns, deployment, volume, configMap string) error {
+// pointVolume is the manager's own write (controllers.PolicyEntries):
+// server-side apply of its three entries (volume, mount, variable) in
+// container, as its rollout field manager.
+func pointVolume(c kubernetes.Interface, ns, deployment, container, configMap string) error {
 	ac := appsv1ac.Deployment(deployment, ns).WithSpec(appsv1ac.DeploymentSpec().
-		WithTemplate(corev1ac.PodTemplateSpec().WithSpec(corev1ac.PodSpec().
-			WithVolumes(corev1ac.Volume().WithName(volume).WithConfigMap(corev1ac.ConfigMapVolumeSource().WithName(configMap))))))
+		WithTemplate(controllers.PolicyEntries(configMap, container)))
+	_, err := c.AppsV1().Deployments(ns).Apply(context.Background(), ac, metav1.ApplyOptions{FieldManager: v1alpha1.RolloutFieldManager, Force: true})
+	return err
+}
+
+// applyTemplate is a server-side apply of a pod template part by the
+// manager's identity under its field manager, for writes the manager
+// does not make.
+func applyTemplate(c kubernetes.Interface, ns, deployment string, tmpl *corev1ac.PodTemplateSpecApplyConfiguration) error {
+	ac := appsv1ac.Deployment(deployment, ns).WithSpec(appsv1ac.DeploymentSpec().WithTemplate(tmpl))
 	_, err := c.AppsV1().Deployments(ns).Apply(context.Background(), ac, metav1.ApplyOptions{FieldManager: v1alpha1.RolloutFieldManager, Force: true})
 	return err
 }
@@ -68,11 +80,13 @@ func patchDeploymentOpts(c kubernetes.Interface, ns, name, patch string, opts me
 
 // TestManagerWritesOnlyThePolicyVolume is the attack on restart mode's
 // RBAC: the manager's ClusterRole patches every Deployment, so with its
-// token alone one could change any Deployment's image, replicas or
-// volumes, or opt a Deployment in. With config/admission, the manager's
-// identity (a token of ServiceAccount kvhint-manager bound to the
-// manager's pod) may change only the policy volume's configMap.name of an
-// opted-in Deployment, to one of its own config revisions.
+// token alone one could change any Deployment's image, replicas,
+// variables or volumes, or opt a Deployment in. With config/admission,
+// the manager's identity (a token of ServiceAccount kvhint-manager bound
+// to the manager's pod) may write only its three entries of an opted-in
+// Deployment: volume kvhint-policy on one of its own config revisions, a
+// read-only mount of it at /etc/kvhint/policy, and
+// DYN_ROUTER_POLICY_CONFIG naming the file in a container that sets none.
 func TestManagerWritesOnlyThePolicyVolume(t *testing.T) {
 	requireEnv(t)
 	ctx := context.Background()
@@ -125,24 +139,45 @@ func TestManagerWritesOnlyThePolicyVolume(t *testing.T) {
 		allowed bool
 		says    string // in the refusal
 	}{
-		{"the policy volume of an opted-in Deployment, to a revision", func() error { return pointVolume(manager, ns, "opted-in", "policy", revision) }, true, ""},
-		{"the policy volume of an opted-in Deployment, to another ConfigMap", func() error { return pointVolume(manager, ns, "opted-in", "policy", "someone-elses") }, false, "only to a config revision llama-hints-<hash>"},
+		{"its three entries of an opted-in Deployment, on a revision", func() error { return pointVolume(manager, ns, "opted-in", "frontend", revision) }, true, ""},
+		{"its three entries again, on the next revision", func() error {
+			return pointVolume(manager, ns, "opted-in", "frontend", "llama-hints-fedcba9876543210")
+		}, true, ""},
+		{"its volume of an opted-in Deployment, on another ConfigMap", func() error { return pointVolume(manager, ns, "opted-in", "frontend", "someone-elses") }, false, "on a config revision llama-hints-<hash>"},
+		{"its variable over one the container sets", func() error { return pointVolume(manager, ns, "opted-in", "other", revision) }, false, "where the container sets none"},
 		{"another volume of an opted-in Deployment", func() error {
 			return patchDeployment(manager, ns, "opted-in", `{"spec":{"template":{"spec":{"volumes":[{"name":"models","configMap":{"name":"`+revision+`"}}]}}}}`)
 		}, false, "other volumes"},
 		{"the image of an opted-in Deployment", func() error {
 			return patchDeployment(manager, ns, "opted-in", `{"spec":{"template":{"spec":{"containers":[{"name":"frontend","image":"evil:1"}]}}}}`)
-		}, false, "the rest of its pod template must stay"},
+		}, false, "the rest of the pod template must stay"},
+		{"the command of an opted-in Deployment", func() error {
+			return patchDeployment(manager, ns, "opted-in", `{"spec":{"template":{"spec":{"containers":[{"name":"frontend","command":["sh","-c","evil"]}]}}}}`)
+		}, false, "the rest of the pod template must stay"},
+		{"another variable of the router container", func() error {
+			return applyTemplate(manager, ns, "opted-in", corev1ac.PodTemplateSpec().WithSpec(corev1ac.PodSpec().WithContainers(corev1ac.Container().WithName("frontend").
+				WithEnv(corev1ac.EnvVar().WithName("DYN_ROUTER_MODE").WithValue("round-robin")))))
+		}, false, "the rest of the pod template must stay"},
+		{"the variable naming another file", func() error {
+			return applyTemplate(manager, ns, "opted-in", corev1ac.PodTemplateSpec().WithSpec(corev1ac.PodSpec().WithContainers(corev1ac.Container().WithName("frontend").
+				WithEnv(corev1ac.EnvVar().WithName("DYN_ROUTER_POLICY_CONFIG").WithValue("/etc/passwd")))))
+		}, false, "DYN_ROUTER_POLICY_CONFIG=/etc/kvhint/policy/hints.yaml"},
+		{"its volume mounted writable elsewhere", func() error {
+			return applyTemplate(manager, ns, "opted-in", corev1ac.PodTemplateSpec().WithSpec(corev1ac.PodSpec().
+				WithVolumes(corev1ac.Volume().WithName(v1alpha1.PolicyVolumeName).WithConfigMap(corev1ac.ConfigMapVolumeSource().WithName(revision))).
+				WithContainers(corev1ac.Container().WithName("frontend").
+					WithVolumeMounts(corev1ac.VolumeMount().WithName(v1alpha1.PolicyVolumeName).WithMountPath("/usr/bin")))))
+		}, false, "a read-only mount of volume kvhint-policy at /etc/kvhint/policy"},
 		{"the replicas of an opted-in Deployment", func() error { return patchDeployment(manager, ns, "opted-in", `{"spec":{"replicas":9}}`) }, false, "its spec"},
 		{"the pod labels of an opted-in Deployment", func() error {
 			return patchDeployment(manager, ns, "opted-in", `{"spec":{"template":{"metadata":{"labels":{"extra":"x"}}}}}`)
 		}, false, "the rest of its pod template must stay"},
 		{"the opt-in of an opted-in Deployment, removed", func() error {
-			return patchDeployment(manager, ns, "opted-in", `{"metadata":{"annotations":{"hints.kvrouter.io/policy-volume":null}}}`)
+			return patchDeployment(manager, ns, "opted-in", `{"metadata":{"annotations":{"hints.kvrouter.io/router-container":null}}}`)
 		}, false, "its metadata"},
-		{"the policy volume of a Deployment that did not opt in", func() error { return pointVolume(manager, ns, "not-opted-in", "policy", revision) }, false, "did not opt in"},
+		{"its three entries of a Deployment that did not opt in", func() error { return pointVolume(manager, ns, "not-opted-in", "frontend", revision) }, false, "did not opt in"},
 		{"the opt-in annotation, added", func() error {
-			return patchDeployment(manager, ns, "not-opted-in", `{"metadata":{"annotations":{"hints.kvrouter.io/policy-volume":"policy"}}}`)
+			return patchDeployment(manager, ns, "not-opted-in", `{"metadata":{"annotations":{"hints.kvrouter.io/router-container":"frontend"}}}`)
 		}, false, "did not opt in"},
 		{"the image of a Deployment that did not opt in", func() error {
 			return patchDeployment(manager, ns, "not-opted-in", `{"spec":{"template":{"spec":{"containers":[{"name":"frontend","image":"evil:1"}]}}}}`)

@@ -49,15 +49,13 @@ func eventually(t *testing.T, what string, check func(ctx context.Context) error
 
 func ptrTo[T any](v T) *T { return &v }
 
-const policyFile = "/etc/router/" + v1alpha1.HintsConfigKey
-
 // routerDeployment is a Dynamo router Deployment as its owner writes it:
-// labelled for router llama, opted in with its "policy" volume, and
-// started with --router-mode kv and the mounted policy file. Its pods run
-// on kwok's fake node.
+// labelled for router llama, opted in with its router container
+// "frontend", started with --router-mode kv, and with no policy file of
+// its own (the manager adds it). Its pods run on kwok's fake node.
 func routerDeployment(ns string, replicas int32, args ...string) *appsv1.Deployment {
 	if args == nil {
-		args = []string{"--router-mode", "kv", "--router-policy-config", policyFile}
+		args = []string{"--router-mode", "kv"}
 	}
 	labels := map[string]string{"app": "llama-frontend", v1alpha1.RouterLabel: "llama"}
 	surge := intstr.FromString("25%")
@@ -65,7 +63,7 @@ func routerDeployment(ns string, replicas int32, args ...string) *appsv1.Deploym
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: ns, Name: "llama-frontend",
 			Labels:      map[string]string{v1alpha1.RouterLabel: "llama"},
-			Annotations: map[string]string{v1alpha1.PolicyVolumeAnnotation: "policy"},
+			Annotations: map[string]string{v1alpha1.RouterContainerAnnotation: "frontend"},
 		},
 		Spec: appsv1.DeploymentSpec{
 			Replicas: ptrTo(replicas),
@@ -81,15 +79,9 @@ func routerDeployment(ns string, replicas int32, args ...string) *appsv1.Deploym
 					AutomountServiceAccountToken: ptrTo(false),
 					Containers: []corev1.Container{{
 						Name: "frontend", Image: "dynamo-frontend:test",
-						Command:      []string{"python", "-m", "dynamo.frontend"},
-						Args:         args,
-						VolumeMounts: []corev1.VolumeMount{{Name: "policy", MountPath: filepath.Dir(policyFile), ReadOnly: true}},
+						Command: []string{"python", "-m", "dynamo.frontend"},
+						Args:    args,
 					}},
-					// Any name will do until the manager points it at the
-					// compiled config.
-					Volumes: []corev1.Volume{{Name: "policy", VolumeSource: corev1.VolumeSource{
-						ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "llama-hints"}},
-					}}},
 				},
 			},
 		},
@@ -196,10 +188,10 @@ func livePods(t *testing.T, ns string) []corev1.Pod {
 }
 
 // policyConfigMap is the ConfigMap a pod's or template's policy volume
-// references: its only configMap volume.
+// (the manager's) references; empty when it has none.
 func policyConfigMap(spec *corev1.PodSpec) string {
 	for _, v := range spec.Volumes {
-		if v.ConfigMap != nil {
+		if v.Name == v1alpha1.PolicyVolumeName && v.ConfigMap != nil {
 			return v.ConfigMap.Name
 		}
 	}

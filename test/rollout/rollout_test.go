@@ -81,7 +81,8 @@ func TestValidChangeRollsEveryPod(t *testing.T) {
 }
 
 // requireOnlyVolumeWritten checks the manager's field manager owns
-// nothing of the Deployment but the policy volume's configMap.name.
+// nothing of the Deployment but its three entries: the volume, the
+// read-only mount and the variable in container frontend.
 func requireOnlyVolumeWritten(t *testing.T, dep *appsv1.Deployment) {
 	t.Helper()
 	if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(dep), dep); err != nil {
@@ -91,9 +92,9 @@ func requireOnlyVolumeWritten(t *testing.T, dep *appsv1.Deployment) {
 		if !strings.HasPrefix(mf.Manager, "kvhint") {
 			continue
 		}
-		want := `{"f:spec":{"f:template":{"f:spec":{"f:volumes":{"k:{\"name\":\"policy\"}":{".":{},"f:configMap":{"f:name":{}},"f:name":{}}}}}}}`
+		want := `{"f:spec":{"f:template":{"f:spec":{"f:containers":{"k:{\"name\":\"frontend\"}":{".":{},"f:env":{"k:{\"name\":\"DYN_ROUTER_POLICY_CONFIG\"}":{".":{},"f:name":{},"f:value":{}}},"f:name":{},"f:volumeMounts":{"k:{\"mountPath\":\"/etc/kvhint/policy\"}":{".":{},"f:mountPath":{},"f:name":{},"f:readOnly":{}}}}},"f:volumes":{"k:{\"name\":\"kvhint-policy\"}":{".":{},"f:configMap":{"f:name":{}},"f:name":{}}}}}}}`
 		if mf.Manager != v1alpha1.RolloutFieldManager || mf.Subresource != "" || mf.FieldsV1.GetRawString() != want {
-			t.Errorf("the manager owns %s of the Deployment as %s (subresource %q); want only the policy volume's configMap.name as %s",
+			t.Errorf("the manager owns %s of the Deployment as %s (subresource %q); want only its three entries as %s",
 				mf.FieldsV1.GetRawString(), mf.Manager, mf.Subresource, v1alpha1.RolloutFieldManager)
 		}
 	}
@@ -182,8 +183,8 @@ func TestChangeDuringRollout(t *testing.T) {
 		return nil
 	})
 	requirePodsOn(t, ns, 3, newest)
-	if !strings.Contains(dep.Spec.Template.Spec.Volumes[0].ConfigMap.Name, hashOf(t, rr)) {
-		t.Errorf("the Deployment mounts %s, want the newest config %s", dep.Spec.Template.Spec.Volumes[0].ConfigMap.Name, newest)
+	if got := policyConfigMap(&dep.Spec.Template.Spec); got != newest {
+		t.Errorf("the Deployment mounts %s, want the newest config %s", got, newest)
 	}
 }
 
@@ -278,13 +279,13 @@ func TestStuckRolloutIsFailed(t *testing.T) {
 }
 
 // TestNotOptedInIsNeverWritten: a router Deployment without the
-// policy-volume annotation is a sidecar router's: the manager compiles
+// router-container annotation is a sidecar router's: the manager compiles
 // and reports, and never writes the Deployment.
 func TestNotOptedInIsNeverWritten(t *testing.T) {
 	ns := newNamespace(t)
 	rr := decodeRole(ns, 60)
 	dep := routerDeployment(ns, 2)
-	delete(dep.Annotations, v1alpha1.PolicyVolumeAnnotation)
+	delete(dep.Annotations, v1alpha1.RouterContainerAnnotation)
 	create(t, rr, dep)
 	// Sidecar mode: the pods run no sidecar that reports a hash.
 	waitProgrammed(t, rr, metav1.ConditionFalse, v1alpha1.ReasonPending, "0/2 router pods run", rr.Generation)
@@ -303,7 +304,7 @@ func TestNotOptedInIsNeverWritten(t *testing.T) {
 	if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(dep), dep); err != nil {
 		t.Fatal(err)
 	}
-	if dep.Generation != 1 || policyConfigMap(&dep.Spec.Template.Spec) != "llama-hints" {
+	if dep.Generation != 1 || policyConfigMap(&dep.Spec.Template.Spec) != "" {
 		t.Errorf("Deployment at generation %d mounting %s; want it untouched", dep.Generation, policyConfigMap(&dep.Spec.Template.Spec))
 	}
 	for _, mf := range dep.ManagedFields {
@@ -339,7 +340,7 @@ func TestRoundRobinTemplateRefusesHints(t *testing.T) {
 		}
 		return nil
 	})
-	dep := routerDeployment(ns, 1, "--router-mode", "round-robin", "--router-policy-config", policyFile)
+	dep := routerDeployment(ns, 1, "--router-mode", "round-robin")
 	create(t, dep)
 	eventually(t, "Accepted=False HintsRequireKVMode", func(ctx context.Context) error {
 		if err := k8s.Get(ctx, client.ObjectKeyFromObject(rr), rr); err != nil {
@@ -359,7 +360,7 @@ func TestRoundRobinTemplateRefusesHints(t *testing.T) {
 	if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(dep), dep); err != nil {
 		t.Fatal(err)
 	}
-	if got := policyConfigMap(&dep.Spec.Template.Spec); got != "llama-hints" {
+	if got := policyConfigMap(&dep.Spec.Template.Spec); got != "" {
 		t.Errorf("the Deployment was pointed at %s although no role is accepted", got)
 	}
 }
