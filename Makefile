@@ -54,6 +54,8 @@ test: ## Run every test against a real kube-apiserver and etcd (built on first u
 	@# need an API server would skip instead of failing.
 	assets="$$(hack/envtest-assets.sh)" && KUBEBUILDER_ASSETS="$$assets" go test $(GO_TEST_FLAGS) ./...
 	@for m in $(dir $(EXAMPLES)); do echo "go test $$m"; (cd $$m && go test $(GO_TEST_FLAGS) ./...) || exit 1; done
+	@# The chart's tests: Helm's SDK, in a module of its own (tools/chart).
+	assets="$$(hack/envtest-assets.sh)" && cd tools/chart && KUBEBUILDER_ASSETS="$$assets" go test $(GO_TEST_FLAGS) ./...
 	@# The rules parse, the metric-existence check and the generated files'
 	@# check. The promtool cases (-tags promtool) and the apply to
 	@# kube-apiserver (-tags apply) are not run here yet: see tools/observability.
@@ -95,8 +97,22 @@ $(CONTROLLER_GEN):
 	mv $(BIN)/controller-gen $(CONTROLLER_GEN)
 
 .PHONY: manifests
-manifests: $(CONTROLLER_GEN) ## Generate CRDs and RBAC from the markers.
+manifests: $(CONTROLLER_GEN) ## Generate CRDs and RBAC from the markers, and copy config/ into the Helm chart's files/.
 	@if [ -d api ]; then $(CONTROLLER_GEN) crd rbac:roleName=kvhint-manager paths=./api/... paths=./controllers/... paths=./internal/... output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac; fi
+	@$(MAKE) --no-print-directory chart-files
+
+# The chart renders these files of config/ as they are (Helm reads only
+# files inside the chart), so config/ stays the one source and the chart
+# test's comparison with kustomize build config/default catches the rest.
+CHART := charts/kv-hint-operator
+.PHONY: chart-files
+chart-files: ## Copy the CRDs, cluster roles, admission and injection policies (and alert rules, when config/prometheus has them) into the chart's files/.
+	@rm -rf $(CHART)/files && mkdir -p $(CHART)/files/crds $(CHART)/files/rbac $(CHART)/files/admission $(CHART)/files/injection
+	@cp config/crd/bases/*.yaml $(CHART)/files/crds/
+	@cp config/rbac/role.yaml config/rbac/edit_role.yaml config/rbac/view_role.yaml config/rbac/metrics_reader_role.yaml $(CHART)/files/rbac/
+	@for f in config/admission/*.yaml; do [ "$$(basename $$f)" = kustomization.yaml ] || cp $$f $(CHART)/files/admission/; done
+	@cp config/injection/policy.yaml $(CHART)/files/injection/
+	@if ls config/prometheus/*.yaml >/dev/null 2>&1; then mkdir -p $(CHART)/files/prometheus; for f in config/prometheus/*.yaml; do [ "$$(basename $$f)" = kustomization.yaml ] || cp $$f $(CHART)/files/prometheus/; done; fi
 
 .PHONY: generate
 generate: $(CONTROLLER_GEN) ## Generate deepcopy code.
@@ -166,8 +182,14 @@ verify: manifests generate docs imports-check api-check lint linkcheck ## Fail i
 	go vet ./...
 	@for m in $(dir $(EXAMPLES)); do (cd $$m && go vet ./...) || exit 1; done
 	cd $(OBSERVABILITY) && go vet ./...
-	@git diff --exit-code -- api config docs/reference || { echo "generated files are stale: run make manifests generate docs and commit"; exit 1; }
-	@test -z "$$(git status --porcelain -- api config docs/reference)" || { echo "untracked generated files:"; git status --porcelain -- api config docs/reference; exit 1; }
+	cd tools/chart && go vet ./...
+	@git diff --exit-code -- api config docs/reference $(CHART)/files || { echo "generated files are stale: run make manifests generate docs and commit"; exit 1; }
+	@test -z "$$(git status --porcelain -- api config docs/reference $(CHART)/files)" || { echo "untracked generated files:"; git status --porcelain -- api config docs/reference $(CHART)/files; exit 1; }
+
+.PHONY: release
+release: ## Write the release bundle into dist/: install.yaml, crds.yaml, the packaged chart and SHA256SUMS (make release VERSION=x.y.z).
+	@test -n "$(VERSION)" || { echo "make release VERSION=x.y.z"; exit 1; }
+	cd tools/chart && go run ./cmd/kvhint-release -repo ../.. -version $(VERSION) -out ../../dist
 
 .PHONY: dev
 dev: build-dev ## Run the whole product locally (control plane, manager, sidecars, workers) until Ctrl-C.

@@ -76,7 +76,8 @@ func TestKubectlExplain(t *testing.T) {
 }
 
 // TestKustomizeDefaultDryRun has the API server check config/default (CRDs,
-// RBAC, the manager Deployment, the admission policies) without creating anything. The namespace
+// RBAC, the manager Deployment, the admission policies, the sidecar
+// injection policy and its parameters) without creating anything. The namespace
 // must exist for the namespaced objects, so the test creates it.
 func TestKustomizeDefaultDryRun(t *testing.T) {
 	requireAPIServer(t)
@@ -99,6 +100,9 @@ func TestKustomizeDefaultDryRun(t *testing.T) {
 		"validatingadmissionpolicybinding.admissionregistration.k8s.io/kvhint-sidecar-pod-report",
 		"validatingadmissionpolicy.admissionregistration.k8s.io/kvhint-applied-hash-writers",
 		"validatingadmissionpolicybinding.admissionregistration.k8s.io/kvhint-applied-hash-writers",
+		"mutatingadmissionpolicy.admissionregistration.k8s.io/kvhint-sidecar-injection",
+		"mutatingadmissionpolicybinding.admissionregistration.k8s.io/kvhint-sidecar-injection",
+		"configmap/kvhint-sidecar-injection",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %s:\n%s", want, out)

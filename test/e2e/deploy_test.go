@@ -16,54 +16,64 @@ import (
 )
 
 // TestRouterDeploymentManifests checks that the example router Deployment
-// with its native kvhint sidecar, the sidecar's RBAC and the router pods'
-// NetworkPolicy are accepted by the API server as written (server-side dry
-// run: schema, defaults, admission).
+// (labelled for injection in config/router, with the native kvhint
+// sidecar written in by hand in config/router-manual), the sidecar's RBAC
+// and the router pods' NetworkPolicy are accepted by the API server as
+// written (server-side dry run: schema, defaults, admission).
 func TestRouterDeploymentManifests(t *testing.T) {
 	requireEnv(t)
-	out := kubectl(t, "", "apply", "--dry-run=server", "-k", filepath.Join(repo, "config/router"))
-	for _, want := range []string{
-		"serviceaccount/kvhint-sidecar-llama created (server dry run)",
-		"role.rbac.authorization.k8s.io/kvhint-sidecar-llama created (server dry run)",
-		"rolebinding.rbac.authorization.k8s.io/kvhint-sidecar-llama created (server dry run)",
-		"deployment.apps/llama-router created (server dry run)",
-		"networkpolicy.networking.k8s.io/llama-router created (server dry run)",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("kubectl output lacks %q:\n%s", want, out)
+	for _, dir := range []string{"config/router", "config/router-manual"} {
+		out := kubectl(t, "", "apply", "--dry-run=server", "-k", filepath.Join(repo, dir))
+		for _, want := range []string{
+			"serviceaccount/kvhint-sidecar-llama created (server dry run)",
+			"role.rbac.authorization.k8s.io/kvhint-sidecar-llama created (server dry run)",
+			"rolebinding.rbac.authorization.k8s.io/kvhint-sidecar-llama created (server dry run)",
+			"deployment.apps/llama-router created (server dry run)",
+			"networkpolicy.networking.k8s.io/llama-router created (server dry run)",
+		} {
+			if !strings.Contains(out, want) {
+				t.Errorf("%s: kubectl output lacks %q:\n%s", dir, want, out)
+			}
 		}
 	}
 }
 
-// TestRouterDeploymentUnixSocketManifests: config/router with its
+// TestRouterDeploymentUnixSocketManifests: config/router-manual with its
 // Unix-socket patch enabled, as its kustomization.yaml says to, is
 // accepted as written too, and does what the patch says: the sidecar
 // listens on the socket in an emptyDir the router mounts as well.
 func TestRouterDeploymentUnixSocketManifests(t *testing.T) {
 	requireEnv(t)
-	dir := t.TempDir()
-	src := filepath.Join(repo, "config/router")
-	ents, err := os.ReadDir(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range ents {
-		if e.IsDir() {
-			continue
-		}
-		data, err := os.ReadFile(filepath.Join(src, e.Name()))
+	root := t.TempDir()
+	dir := filepath.Join(root, "router-manual")
+	// config/router-manual builds on ../router: copy both, side by side.
+	for _, d := range []string{"router", "router-manual"} {
+		src := filepath.Join(repo, "config", d)
+		ents, err := os.ReadDir(src)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if e.Name() == "kustomization.yaml" {
-			enabled := strings.NewReplacer("# patches:\n", "patches:\n", "# - path: unix-socket-patch.yaml\n", "- path: unix-socket-patch.yaml\n").Replace(string(data))
-			if enabled == string(data) {
-				t.Fatal("config/router/kustomization.yaml has no commented unix-socket-patch.yaml entry to enable")
-			}
-			data = []byte(enabled)
-		}
-		if err := os.WriteFile(filepath.Join(dir, e.Name()), data, 0o644); err != nil {
+		if err := os.Mkdir(filepath.Join(root, d), 0o755); err != nil {
 			t.Fatal(err)
+		}
+		for _, e := range ents {
+			if e.IsDir() {
+				continue
+			}
+			data, err := os.ReadFile(filepath.Join(src, e.Name()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d == "router-manual" && e.Name() == "kustomization.yaml" {
+				enabled := strings.Replace(string(data), "# - path: unix-socket-patch.yaml\n", "- path: unix-socket-patch.yaml\n", 1)
+				if enabled == string(data) {
+					t.Fatal("config/router-manual/kustomization.yaml has no commented unix-socket-patch.yaml entry to enable")
+				}
+				data = []byte(enabled)
+			}
+			if err := os.WriteFile(filepath.Join(root, d, e.Name()), data, 0o644); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	out := kubectl(t, "", "apply", "--dry-run=server", "-k", dir)

@@ -1,0 +1,33 @@
+{{/* Labels every object carries; part-of is config/'s own label. */}}
+{{- define "kvhint.labels" -}}
+app.kubernetes.io/part-of: kv-hint-operator
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The manager's image: the tag defaults to the chart's appVersion. */}}
+{{- define "kvhint.image" -}}
+{{ .Values.manager.image.repository }}:{{ .Values.manager.image.tag | default .Chart.AppVersion }}
+{{- end }}
+
+{{/* The injected sidecar's image: the manager's unless set. */}}
+{{- define "kvhint.sidecarImage" -}}
+{{- $repo := .Values.injection.image.repository | default .Values.manager.image.repository -}}
+{{- $tag := .Values.injection.image.tag | default .Values.manager.image.tag | default .Chart.AppVersion -}}
+{{ $repo }}:{{ $tag }}
+{{- end }}
+
+{{/*
+kvhint.file renders one YAML file of files/ (a copy of config/, kept
+current by `make manifests`) with the chart's labels added.
+*/}}
+{{- define "kvhint.file" -}}
+{{- $obj := .root.Files.Get .path | fromYaml -}}
+{{- if hasKey $obj "Error" }}{{ fail (printf "%s: %s" .path $obj.Error) }}{{ end -}}
+{{- $_ := set $obj.metadata "labels" (merge (default (dict) (get $obj.metadata "labels")) (include "kvhint.labels" .root | fromYaml)) -}}
+{{- range $k, $v := (default (dict) (get . "annotations")) }}
+{{- $_ := set $obj.metadata "annotations" (merge (default (dict) (get $obj.metadata "annotations")) (dict $k $v)) -}}
+{{- end }}
+{{ toYaml $obj }}
+{{- end }}
