@@ -89,8 +89,14 @@ func TestRouterWideHintForm(t *testing.T) {
 		},
 		{
 			name:     "an unknown root key names the form's keys",
+			doc:      "kv_hint_policy: {type: kv-evict}\nrouting: kv\n",
+			parseErr: []string{`unknown key "routing"`, "worker_selection, kv_hint_policy, default_policy_family"},
+		},
+		{
+			// router_mode has a message of its own, in either form.
+			name:     "router_mode at the root says where the mode went",
 			doc:      "kv_hint_policy: {type: kv-evict}\nrouter_mode: kv\n",
-			parseErr: []string{`unknown key "router_mode"`, "worker_selection, kv_hint_policy, default_policy_family"},
+			parseErr: []string{`unknown key "router_mode"`, "--router-mode", "spec.routerMode"},
 		},
 		{
 			name:     "kv_hint_policy in a file read in the per-role form",

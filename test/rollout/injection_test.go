@@ -50,7 +50,9 @@ func installInjection(t *testing.T) {
 	ns := newNamespace(t)
 	probe := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "probe", Labels: map[string]string{v1alpha1.RouterLabel: "llama", injectLabel: "true"}},
-		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "router", Image: "router:1"}}},
+		// The ServiceAccount admission plugin, which envtest's API server
+		// runs without, would set it; the sidecar's projected token needs it.
+		Spec: corev1.PodSpec{ServiceAccountName: "default", Containers: []corev1.Container{{Name: "router", Image: "router:1"}}},
 	}
 	eventually(t, "the injection policy to act", func(ctx context.Context) error {
 		p := probe.DeepCopy()
