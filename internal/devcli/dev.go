@@ -141,10 +141,13 @@ func runDev(ctx context.Context, cmd *cobra.Command, o devenv.Options, rate floa
 		case <-tick.C:
 		}
 		st, err := env.Status(ctx)
+		if ctx.Err() != nil {
+			// The run ended while the status was read: the reads it cut
+			// short (a worker reads as -1) are no verdict, so the last
+			// whole status stands.
+			continue
+		}
 		if err != nil {
-			if ctx.Err() != nil {
-				continue
-			}
 			fmt.Fprintf(out, "kvhint-dev dev: reading status: %v\n", err)
 			continue
 		}
