@@ -56,9 +56,8 @@ test: ## Run every test against a real kube-apiserver and etcd (built on first u
 	@for m in $(dir $(EXAMPLES)); do echo "go test $$m"; (cd $$m && go test $(GO_TEST_FLAGS) ./...) || exit 1; done
 	@# The chart's tests: Helm's SDK, in a module of its own (tools/chart).
 	assets="$$(hack/envtest-assets.sh)" && cd tools/chart && KUBEBUILDER_ASSETS="$$assets" go test $(GO_TEST_FLAGS) ./...
-	@# The rules parse, the metric-existence check and the generated files'
-	@# check. The promtool cases (-tags promtool) and the apply to
-	@# kube-apiserver (-tags apply) are not run here yet: see tools/observability.
+	@# The rules parse, the metric-existence check, the generated files'
+	@# check, promtool's rule cases and the apply to kube-apiserver.
 	@echo "go test $(OBSERVABILITY)"; assets="$$(hack/envtest-assets.sh)" && cd $(OBSERVABILITY) && KUBEBUILDER_ASSETS="$$assets" go test $(GO_TEST_FLAGS) ./...
 
 .PHONY: observability-gen

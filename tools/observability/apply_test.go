@@ -1,5 +1,3 @@
-//go:build apply
-
 package observability_test
 
 import (

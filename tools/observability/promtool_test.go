@@ -1,5 +1,3 @@
-//go:build promtool
-
 package observability_test
 
 import (
