@@ -48,7 +48,7 @@ envtest: ## Build (or reuse) kube-apiserver and etcd for the tests; prints their
 	@hack/envtest-assets.sh
 
 .PHONY: test
-test: ## Run every test against a real kube-apiserver and etcd (built on first use), the examples' and tools/observability's modules included.
+test: ## Run every test against a real kube-apiserver and etcd (built on first use), the examples' and the tools/ modules (chart, observability) included.
 	@# The assets first, on their own: were the script to fail inside the
 	@# test command, KUBEBUILDER_ASSETS would be empty and the tests that
 	@# need an API server would skip instead of failing.
