@@ -7,10 +7,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+	"github.com/kvrouter/kv-hint-operator/internal/dynamograph"
 )
 
 // ManagerMetricsNamespace prefixes the manager's own metrics (controller-
@@ -48,6 +50,9 @@ var (
 type statusCollector struct {
 	reader  client.Reader
 	elected <-chan struct{}
+	// graphs reads opted-in DynamoGraphDeployments; nil when the
+	// manager does not watch them (yet).
+	graphs *graphWatch
 }
 
 // NewStatusCollector returns the collector of RouterRole status read
@@ -62,7 +67,11 @@ func NewStatusCollector(reader client.Reader, elected <-chan struct{}) prometheu
 // cache, in reg (controller-runtime's metrics.Registry in the manager, so
 // that they are served with controller-runtime's on the same endpoint).
 func RegisterMetrics(reg prometheus.Registerer, mgr manager.Manager) error {
-	return reg.Register(NewStatusCollector(mgr.GetCache(), mgr.Elected()))
+	c := &statusCollector{reader: mgr.GetCache(), elected: mgr.Elected()}
+	if g, ok := graphWatches.Load(mgr); ok {
+		c.graphs = g.(*graphWatch)
+	}
+	return reg.Register(c)
 }
 
 func (c *statusCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -107,8 +116,9 @@ func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
 	if len(pods) == 0 {
 		return
 	}
-	// A router is restart-mode when one of its Deployments opted in, as
-	// the reconciler decides (observeRollout).
+	// A router is restart-mode when one of its Deployments or
+	// DynamoGraphDeployments opted in, as the reconciler decides
+	// (observeRollout).
 	var deps appsv1.DeploymentList
 	if err := c.reader.List(ctx, &deps, client.HasLabels{v1alpha1.RouterLabel}); err != nil {
 		ch <- prometheus.NewInvalidMetric(podsDesc, err)
@@ -119,6 +129,19 @@ func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
 		d := &deps.Items[i]
 		if anyOptedIn(deps.Items[i : i+1]) {
 			restart[routerKey{d.Namespace, d.Labels[v1alpha1.RouterLabel]}] = true
+		}
+	}
+	if rd := c.graphs.reader(); rd != nil {
+		list := &unstructured.UnstructuredList{}
+		list.SetGroupVersionKind(dynamograph.GroupVersion.WithKind(dynamograph.Kind + "List"))
+		if err := rd.List(ctx, list, client.HasLabels{v1alpha1.RouterLabel}); err != nil {
+			ch <- prometheus.NewInvalidMetric(podsDesc, err)
+			return
+		}
+		for _, g := range list.Items {
+			if v1alpha1.GraphOptedIn(g.GetAnnotations()) {
+				restart[routerKey{g.GetNamespace(), g.GetLabels()[v1alpha1.RouterLabel]}] = true
+			}
 		}
 	}
 	for k, p := range pods {

@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -13,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+	"github.com/kvrouter/kv-hint-operator/internal/dynamograph"
 	"github.com/kvrouter/kv-hint-operator/internal/rolegraph"
 )
 
@@ -45,8 +47,13 @@ func (r *RouterReconciler) observeRollout(ctx context.Context, namespace, router
 		return nil, fmt.Errorf("listing the Deployments of router %s: %w", router, err)
 	}
 	in.Deployments = deps.Items
+	graphs, err := r.listGraphs(ctx, namespace, router)
+	if err != nil {
+		return nil, err
+	}
+	in.Graphs = graphs
 	ro := &rollout{}
-	if !anyOptedIn(deps.Items) {
+	if !anyOptedIn(deps.Items) && !slices.ContainsFunc(graphs, func(g dynamograph.Graph) bool { return v1alpha1.GraphOptedIn(g.Annotations) }) {
 		return ro, nil
 	}
 	var rss appsv1.ReplicaSetList
@@ -87,7 +94,13 @@ func (r *RouterReconciler) rollOut(ctx context.Context, in *rolegraph.Input, ro 
 		if !w.Writable || (w.References == compiled.Revision.Name && w.Entries) {
 			continue
 		}
-		if err := r.pointVolume(ctx, compiled.Revision, w, in.Deployments); err != nil {
+		var err error
+		if w.Kind == dynamograph.Kind {
+			err = r.pointGraph(ctx, compiled.Revision, w, in.Graphs)
+		} else {
+			err = r.pointVolume(ctx, compiled.Revision, w, in.Deployments)
+		}
+		if err != nil {
 			return err
 		}
 	}
@@ -171,7 +184,7 @@ func PolicyEntries(revision, container string) *corev1ac.PodTemplateSpecApplyCon
 // collectRevisions deletes the revisions of the router that no workload,
 // ReplicaSet or pod references (rolegraph.StaleRevisions).
 func (r *RouterReconciler) collectRevisions(ctx context.Context, in *rolegraph.Input, ro *rollout, compiled *rolegraph.Router) error {
-	for _, cm := range rolegraph.StaleRevisions(compiled.Name, compiled.Hash, ro.revisions, in.Deployments, ro.replicaSets, in.Pods) {
+	for _, cm := range rolegraph.StaleRevisions(compiled.Name, compiled.Hash, ro.revisions, in.Deployments, in.Graphs, ro.replicaSets, in.Pods) {
 		err := r.Client.Delete(ctx, cm, client.Preconditions{UID: &cm.UID, ResourceVersion: &cm.ResourceVersion})
 		switch {
 		case apierrors.IsNotFound(err), apierrors.IsConflict(err):

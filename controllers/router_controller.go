@@ -43,6 +43,9 @@ type RouterReconciler struct {
 	// catalogCache holds the declared-catalog ConfigMaps, watched apart
 	// from the manager's cache.
 	catalogCache cache.Cache
+	// graphs watches DynamoGraphDeployments once their CRD is served;
+	// nil: never (see graphWatch).
+	graphs *graphWatch
 }
 
 // +kubebuilder:rbac:groups=hints.kvrouter.io,resources=routerroles,verbs=get;list;watch
@@ -119,7 +122,23 @@ func (r *RouterReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	if err := r.rollOut(ctx, &in, ro, compiled); err != nil {
 		return ctrl.Result{}, err
 	}
-	return retryStale(ctx, r.writeStatus(ctx, in.RouterRoles, out))
+	res, err := retryStale(ctx, r.writeStatus(ctx, in.RouterRoles, out))
+	return recheck(res, compiled.Workloads, in.Now.Time), err
+}
+
+// recheck makes res come back when a workload's progress deadline ends
+// (Workload.RecheckAt), which no event marks.
+func recheck(res ctrl.Result, workloads []*rolegraph.Workload, now time.Time) ctrl.Result {
+	for _, w := range workloads {
+		if w.RecheckAt.IsZero() {
+			continue
+		}
+		after := max(w.RecheckAt.Sub(now), time.Second)
+		if res.RequeueAfter == 0 || after < res.RequeueAfter {
+			res.RequeueAfter = after
+		}
+	}
+	return res
 }
 
 // routerCatalog returns the catalog the router's roles are compiled
@@ -209,7 +228,7 @@ func (r *RouterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.catalogCache == nil {
 		return fmt.Errorf("router controller: no declared-catalog cache (use Setup)")
 	}
-	return ctrl.NewControllerManagedBy(mgr).
+	c, err := ctrl.NewControllerManagedBy(mgr).
 		Named("router").
 		Watches(&v1alpha1.RouterRole{},
 			handler.EnqueueRequestsFromMapFunc(routerOfRole),
@@ -239,5 +258,10 @@ func (r *RouterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			}
 			return l
 		}).
-		Complete(r)
+		Build(r)
+	if err != nil || r.graphs == nil {
+		return err
+	}
+	r.graphs.controller = c
+	return mgr.Add(r.graphs)
 }

@@ -1,12 +1,14 @@
 package controllers
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -190,7 +192,15 @@ type Options struct {
 	CatalogNamespaces []string
 	// CatalogLimits bound what declared catalogs may cost.
 	CatalogLimits CatalogLimits
+	// GraphDiscoveryInterval is how often the manager looks for the
+	// DynamoGraphDeployment CRD until it is served; zero is
+	// DefaultGraphDiscoveryInterval.
+	GraphDiscoveryInterval time.Duration
 }
+
+// graphWatches holds each manager's DynamoGraphDeployment watch, for its
+// metrics (RegisterMetrics).
+var graphWatches sync.Map
 
 // SetupWithOptions is Setup with all the settings.
 func SetupWithOptions(ctx context.Context, mgr manager.Manager, cat *hints.Catalog, o Options) error {
@@ -214,8 +224,10 @@ func SetupWithOptions(ctx context.Context, mgr manager.Manager, cat *hints.Catal
 	cats := newCatalogs(catalogCache, cat, o.CatalogLimits)
 	cats.namespaces = catalogNS
 	rec := mgr.GetEventRecorder(EventSource)
+	graphs := &graphWatch{cfg: mgr.GetConfig(), namespaces: namespaces, interval: cmp.Or(o.GraphDiscoveryInterval, DefaultGraphDiscoveryInterval)}
+	graphWatches.Store(mgr, graphs)
 	if err := (&RouterReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Catalog: cat, Recorder: rec,
-		catalogs: cats, catalogCache: catalogCache}).SetupWithManager(mgr); err != nil {
+		catalogs: cats, catalogCache: catalogCache, graphs: graphs}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("router controller: %w", err)
 	}
 	if err := (&HintPolicyReconciler{Client: mgr.GetClient(), Catalog: cat, Recorder: rec,

@@ -162,4 +162,24 @@ const (
 	// template. The config is compiled, but nothing is written to the
 	// workload. It sets Stalled.
 	ReasonPolicyFileNotRead ConditionReason = "PolicyFileNotRead"
+
+	// ReasonInvalidRouterWorkload: the opt-in of a restart-mode router's
+	// workload cannot be followed: it names no component (or container)
+	// that runs a router, the component has no pod template, or its pods
+	// would not carry RouterLabel, by which they are counted. Nothing is
+	// written to the workload. It sets Stalled.
+	ReasonInvalidRouterWorkload ConditionReason = "InvalidRouterWorkload"
+
+	// ReasonRouterWouldNotStart: the router would refuse to start with
+	// the compiled policy file as its template starts it: an EPP without
+	// DYN_EPP_MAX_NUM_BATCHED_TOKENS, or a setting that picks a
+	// worker-selection instance the file does not have. Nothing is
+	// written to the workload. It sets Stalled.
+	ReasonRouterWouldNotStart ConditionReason = "RouterWouldNotStart"
+
+	// ReasonUpdateStrategyOnDelete: a DynamoGraphDeployment rendered on
+	// Grove with nvidia.com/grove-update-strategy: OnDelete. Its pods take
+	// a new template only when deleted, so no write of the manager's would
+	// reach them; nothing is written. It sets Stalled.
+	ReasonUpdateStrategyOnDelete ConditionReason = "UpdateStrategyOnDelete"
 )

@@ -71,7 +71,26 @@ const (
 	// earlier "kvhint-manager-rollout", which repointed a volume of the
 	// owner's manifest, is left as it is on Deployments it wrote.)
 	RolloutFieldManager = "kvhint-manager-policy"
+
+	// RouterComponentAnnotation, on a DynamoGraphDeployment
+	// (nvidia.com/v1beta1) that also carries RouterLabel, opts it in to
+	// restart mode. Its value names the component that runs the router;
+	// empty, the component is found by type: the one of type epp, else
+	// the one of type frontend, else the one with a frontendSidecar. The
+	// manager adds the same three entries as for a Deployment to that
+	// component's podTemplate on the DGD itself, by server-side apply as
+	// RolloutFieldManager (on container "main", or the frontendSidecar's
+	// container); Dynamo's operator renders them into the pods. Nothing
+	// else of the DGD is written, and nothing of a DGD without the opt-in.
+	RouterComponentAnnotation = "hints.kvrouter.io/router-component"
 )
+
+// GraphOptedIn reports whether a DynamoGraphDeployment's annotations opt
+// it in to restart mode (RouterComponentAnnotation).
+func GraphOptedIn(annotations map[string]string) bool {
+	_, ok := annotations[RouterComponentAnnotation]
+	return ok
+}
 
 // OptedIn reports whether a router workload's annotations opt it in to
 // restart mode (RouterContainerAnnotation, or the earlier

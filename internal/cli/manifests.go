@@ -14,6 +14,7 @@ import (
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
 	"github.com/kvrouter/kv-hint-operator/internal/declared"
+	"github.com/kvrouter/kv-hint-operator/internal/dynamograph"
 	"github.com/kvrouter/kv-hint-operator/internal/rolegraph"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
@@ -82,6 +83,11 @@ func (s *manifestSet) add(file string, data []byte) {
 	for _, d := range in.Deployments {
 		if d.Labels[v1alpha1.RouterLabel] != "" && s.claim(file, "Deployment", d.ObjectMeta) {
 			s.input(d.Namespace).Deployments = append(s.input(d.Namespace).Deployments, d)
+		}
+	}
+	for _, g := range in.Graphs {
+		if g.Labels[v1alpha1.RouterLabel] != "" && s.claim(file, dynamograph.Kind, g.ObjectMeta) {
+			s.input(g.Namespace).Graphs = append(s.input(g.Namespace).Graphs, g)
 		}
 	}
 	for _, cm := range in.ConfigMaps {

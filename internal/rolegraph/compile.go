@@ -13,6 +13,7 @@ import (
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
 	"github.com/kvrouter/kv-hint-operator/internal/compiled"
+	"github.com/kvrouter/kv-hint-operator/internal/dynamograph"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 	"github.com/kvrouter/kv-hint-operator/pkg/wellknown"
 )
@@ -33,6 +34,9 @@ type Input struct {
 	// (v1alpha1.OptedIn) make their router a restart-mode
 	// one; the others are only read for nothing.
 	Deployments []appsv1.Deployment
+	// Graphs are router DynamoGraphDeployments (RouterLabel); those that
+	// opt in (v1alpha1.GraphOptedIn) make their router a restart-mode one.
+	Graphs []dynamograph.Graph
 	// Now stamps the conditions that change.
 	Now metav1.Time
 	// CatalogProblems are, by router, why the catalog the router declares
@@ -77,8 +81,9 @@ type Router struct {
 	// Notes say why the existing ConfigMap was not trusted for last good
 	// entries, if it was not; for the log.
 	Notes []string
-	// Workloads are the router's restart-mode Deployments, sorted by
-	// name; empty for a sidecar router. Each gets its policy volume
+	// Workloads are the router's restart-mode Deployments and
+	// DynamoGraphDeployments, sorted by kind and name; empty for a sidecar
+	// router. Each gets its policy volume
 	// pointed at Revision.
 	Workloads []*Workload
 	// Revision is the immutable ConfigMap that holds this config for the
@@ -152,7 +157,7 @@ func Compile(cat *hints.Catalog, in Input) *Output {
 	roles := sortedByName(in.RouterRoles)
 	policies := newPolicyIndex(cat, in.HintPolicies)
 
-	workloads := workloadsOf(in.Deployments)
+	workloads := workloadsOf(in.Deployments, in.Graphs, in.Now.Time)
 	results := make(map[string]*roleResult, len(roles))
 	byRouter := map[string][]*roleResult{}
 	for _, rr := range roles {
@@ -354,6 +359,9 @@ func compileRouter(cat *hints.Catalog, name string, form hintsconfig.Form, resul
 		data, hash, _ = out.Data()
 	}
 	r.Config, r.Compiled, r.Hash = out.Policy, out, hash
+	for _, w := range workloads {
+		w.checkOverrides(r.Config)
+	}
 	if held != "" && cm != nil {
 		// Nothing is written: routers run what the ConfigMap holds.
 		hash = cm.Annotations[v1alpha1.HashAnnotation]

@@ -17,11 +17,13 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+	"github.com/kvrouter/kv-hint-operator/internal/dynamograph"
 )
 
 // ReadManifests decodes a multi-document YAML stream of Kubernetes objects
 // (the items of a List included) and adds to in the RouterRoles and
-// HintPolicies, and the ConfigMaps, Pods and Deployments, it holds. Documents of other
+// HintPolicies, and the ConfigMaps, Pods, Deployments and DynamoGraphDeployments,
+// it holds. Documents of other
 // kinds are skipped, so the output of a kustomize build can be checked as
 // it is. Decoding is strict: an unknown or mistyped field is an error. A
 // bad document does not stop the others; the errors, each a
@@ -146,6 +148,15 @@ func readDocument(doc []byte, in *Input) error {
 			return fmt.Errorf("Deployment: %w", err)
 		}
 		in.Deployments = append(in.Deployments, d)
+	case tm.APIVersion == dynamograph.GroupVersion.String() && tm.Kind == dynamograph.Kind:
+		// A router DynamoGraphDeployment: its router component's
+		// template, as for a Deployment; the rest is read leniently.
+		var g dynamograph.Graph
+		if err := json.Unmarshal(js, &g); err != nil {
+			//lint:ignore ST1005 the message starts with the Kind, as the others here do
+			return fmt.Errorf("DynamoGraphDeployment: %w", err)
+		}
+		in.Graphs = append(in.Graphs, g)
 	case tm.APIVersion == "v1" && tm.Kind == "Pod":
 		// Only the metadata and phase of router pods matter; the rest is
 		// read leniently.

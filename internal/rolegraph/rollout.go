@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+	"github.com/kvrouter/kv-hint-operator/internal/dynamograph"
 )
 
 // revisionConfigMap is the immutable copy of a router's compiled
@@ -31,7 +32,7 @@ func revisionConfigMap(compiled *corev1.ConfigMap, router, hash string, workload
 	cm.OwnerReferences = nil
 	for _, w := range workloads {
 		cm.OwnerReferences = append(cm.OwnerReferences, metav1.OwnerReference{
-			APIVersion: "apps/v1", Kind: "Deployment", Name: w.Name, UID: w.UID,
+			APIVersion: w.APIVersion, Kind: w.Kind, Name: w.Name, UID: w.UID,
 		})
 	}
 	immutable := true
@@ -57,8 +58,19 @@ func IsRevision(cm *corev1.ConfigMap, router string) bool {
 // pod. It returns nothing while a workload's controller has not yet seen
 // its current template (status.observedGeneration behind generation):
 // the ReplicaSet of the template just written may not exist yet.
-func StaleRevisions(router, current string, revisions []corev1.ConfigMap, deps []appsv1.Deployment, rss []appsv1.ReplicaSet, pods []corev1.Pod) []*corev1.ConfigMap {
+func StaleRevisions(router, current string, revisions []corev1.ConfigMap, deps []appsv1.Deployment, graphs []dynamograph.Graph, rss []appsv1.ReplicaSet, pods []corev1.Pod) []*corev1.ConfigMap {
 	used := map[string]bool{v1alpha1.RevisionConfigMapName(router, current): true}
+	for i := range graphs {
+		g := &graphs[i]
+		if g.Status.ObservedGeneration < g.Generation {
+			return nil
+		}
+		for _, c := range g.Spec.Components {
+			if c.PodTemplate != nil {
+				addVolumes(used, c.PodTemplate.Spec.Volumes)
+			}
+		}
+	}
 	for i := range deps {
 		d := &deps[i]
 		if d.Status.ObservedGeneration < d.Generation {
@@ -97,6 +109,13 @@ func addVolumes(used map[string]bool, vols []corev1.Volume) {
 // replicas when there are fewer (pods not created yet do not run it
 // either).
 func countRestartPods(pods []corev1.Pod, router, hash string, workloads []*Workload) podCount {
+	if slices.ContainsFunc(workloads, func(w *Workload) bool { return w.graph != "" }) {
+		// A DynamoGraphDeployment's other components may carry the
+		// router label too (spec.labels reach every component).
+		pods = slices.DeleteFunc(slices.Clone(pods), func(p corev1.Pod) bool {
+			return !slices.ContainsFunc(workloads, func(w *Workload) bool { return w.owns(&p) })
+		})
+	}
 	c := countPods(pods, router, hash)
 	c.upToDate = 0
 	want := v1alpha1.RevisionConfigMapName(router, hash)

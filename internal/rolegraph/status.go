@@ -27,7 +27,8 @@ func roleStatus(rr *v1alpha1.RouterRole, p *placement, now metav1.Time) v1alpha1
 	// and a ConfigMap of someone else's in the compiled config's place.
 	blocking := []metav1.Condition{accepted, resolved}
 	switch v1alpha1.ConditionReason(programmed.Reason) {
-	case v1alpha1.ReasonConfigMapConflict, v1alpha1.ReasonRolloutFailed, v1alpha1.ReasonPolicyFileNotRead:
+	case v1alpha1.ReasonConfigMapConflict, v1alpha1.ReasonRolloutFailed, v1alpha1.ReasonPolicyFileNotRead,
+		v1alpha1.ReasonInvalidRouterWorkload, v1alpha1.ReasonRouterWouldNotStart, v1alpha1.ReasonUpdateStrategyOnDelete:
 		blocking = append(blocking, programmed)
 	}
 	setAbnormal(&st.Conditions, v1alpha1.ConditionStalled, stalledCondition(rr.Generation, ready, blocking...), now)
@@ -140,6 +141,18 @@ func programmedCondition(rr *v1alpha1.RouterRole, p *placement) metav1.Condition
 			}
 		}
 	}
+	var unsettled, warnings []string
+	if c.restart {
+		for _, w := range p.router.Workloads {
+			if w.Unsettled != "" {
+				unsettled = append(unsettled, w.Unsettled)
+			}
+			warnings = append(warnings, w.Warnings...)
+		}
+	}
+	if len(warnings) > 0 {
+		suffix += "; warning: " + strings.Join(warnings, "; ")
+	}
 	switch {
 	case c.total == 0:
 		return condition(v1alpha1.ConditionProgrammed, false, v1alpha1.ReasonNoRouterPods, p.generation,
@@ -148,6 +161,11 @@ func programmedCondition(rr *v1alpha1.RouterRole, p *placement) metav1.Condition
 	case c.upToDate < c.total:
 		return condition(v1alpha1.ConditionProgrammed, false, v1alpha1.ReasonPending, p.generation,
 			fmt.Sprintf("%d/%d router pods run %s%s", c.upToDate, c.total, c.hash, suffix))
+	case len(unsettled) > 0:
+		// Every pod runs it, but the workload's controller has not said
+		// its rollout is over: more pods may come and go.
+		return condition(v1alpha1.ConditionProgrammed, false, v1alpha1.ReasonPending, p.generation,
+			fmt.Sprintf("%d/%d router pods run %s%s; %s", c.upToDate, c.total, c.hash, suffix, strings.Join(unsettled, "; ")))
 	}
 	return condition(v1alpha1.ConditionProgrammed, true, v1alpha1.ReasonProgrammed, p.generation,
 		fmt.Sprintf("%d/%d router pods run %s%s", c.upToDate, c.total, c.hash, suffix))

@@ -6,12 +6,14 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+	"github.com/kvrouter/kv-hint-operator/internal/dynamograph"
 	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
 )
 
@@ -28,12 +30,18 @@ const (
 // --router-mode nor DYN_ROUTER_MODE is given.
 const DefaultRouterMode = hintsconfig.ModeRoundRobin
 
-// Workload is a router Deployment that opted in to restart mode (see
-// v1alpha1.OptedIn), as its pod template says the router will start.
+// Workload is a router workload that opted in to restart mode: a
+// Deployment (v1alpha1.OptedIn) or a DynamoGraphDeployment
+// (v1alpha1.GraphOptedIn), as its pod template says the router will
+// start.
 type Workload struct {
-	// Name and UID are the Deployment's.
-	Name string
-	UID  types.UID
+	// APIVersion, Kind, Name and UID are the workload's.
+	APIVersion, Kind string
+	Name             string
+	UID              types.UID
+	// Component is the DynamoGraphDeployment's component that runs the
+	// router; empty for a Deployment.
+	Component string
 	// Writable is true when the manager may add its three entries
 	// (v1alpha1.RouterContainerAnnotation) to the pod template: the
 	// router container is found and would read the file they mount
@@ -55,22 +63,69 @@ type Workload struct {
 	// the container.
 	Mode       hintsconfig.RouterMode
 	ModeOrigin string
-	// NotRead, when not empty, says why the router container would not
-	// read the policy file the manager mounts (see ReadTemplate).
+	// NotRead, when not empty, says why the router would not start with
+	// the policy file the manager mounts (see ReadTemplate), and Blocked is
+	// the reason reported for it (v1alpha1.ReasonPolicyFileNotRead unless
+	// another says more).
 	NotRead string
-	// Replicas is the Deployment's desired number of pods.
+	Blocked v1alpha1.ConditionReason
+	// Replicas is the desired number of router pods.
 	Replicas int32
-	// RolloutFailed, when not empty, is the Deployment's message for a
-	// rollout past its progress deadline (Progressing=False,
-	// ProgressDeadlineExceeded) of its current template.
+	// RolloutFailed, when not empty, is the workload's message for a
+	// rollout of its current template that stopped: a Deployment past its
+	// progress deadline (Progressing=False, ProgressDeadlineExceeded), a
+	// DynamoGraphDeployment that reports failure or no progress within
+	// GraphProgressDeadline.
 	RolloutFailed string
+	// Unsettled, when not empty, says why the workload's controller does
+	// not yet report its current template rolled out (a
+	// DynamoGraphDeployment's status; see ReadGraph). Programmed waits
+	// for it as for the pods.
+	Unsettled string
+	// RecheckAt, when not zero, is when the workload is to be looked at
+	// again without an event: the end of a DynamoGraphDeployment's
+	// progress deadline.
+	RecheckAt time.Time
+	// Warnings are said in Programmed's message: what the write will cost
+	// that the owner may not expect.
+	Warnings []string
+	// overrides: as Template's.
+	overrides []hintsconfig.InstanceOverride
+	// graph and component select a DynamoGraphDeployment's router pods
+	// by Dynamo's labels; empty for a Deployment, whose pods are all the
+	// router's.
+	graph string
 }
 
-// workloadsOf returns the opted-in Deployments of each router, sorted by
-// name. A Deployment without the opt-in is not a workload the manager
-// may touch, and is left out.
-func workloadsOf(deps []appsv1.Deployment) map[string][]*Workload {
+// WorkloadKind is the kind of an opted-in Deployment.
+const WorkloadKind = "Deployment"
+
+// where names the workload in messages: "Deployment x".
+func (w *Workload) where() string { return w.Kind + " " + w.Name }
+
+// owns reports whether a router pod belongs to the workload: any router
+// pod of a Deployment's (as before DynamoGraphDeployments), a
+// DynamoGraphDeployment's router component's pods by Dynamo's labels.
+func (w *Workload) owns(p *corev1.Pod) bool {
+	if w.graph == "" {
+		return true
+	}
+	return p.Labels[dynamograph.GraphLabel] == w.graph && p.Labels[dynamograph.ComponentLabel] == w.Component
+}
+
+// workloadsOf returns the opted-in Deployments and DynamoGraphDeployments
+// of each router, sorted by kind and name. A workload without the opt-in
+// is not one the manager may touch, and is left out.
+func workloadsOf(deps []appsv1.Deployment, graphs []dynamograph.Graph, now time.Time) map[string][]*Workload {
 	out := map[string][]*Workload{}
+	for i := range graphs {
+		g := &graphs[i]
+		router := g.Labels[v1alpha1.RouterLabel]
+		if !v1alpha1.GraphOptedIn(g.Annotations) || router == "" || g.DeletionTimestamp != nil {
+			continue
+		}
+		out[router] = append(out[router], ReadGraph(g, now))
+	}
 	for i := range deps {
 		d := &deps[i]
 		router := d.Labels[v1alpha1.RouterLabel]
@@ -80,7 +135,7 @@ func workloadsOf(deps []appsv1.Deployment) map[string][]*Workload {
 		out[router] = append(out[router], ReadWorkload(d))
 	}
 	for _, ws := range out {
-		slices.SortFunc(ws, func(a, b *Workload) int { return cmp.Compare(a.Name, b.Name) })
+		slices.SortFunc(ws, func(a, b *Workload) int { return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Name, b.Name)) })
 	}
 	return out
 }
@@ -90,15 +145,16 @@ func workloadsOf(deps []appsv1.Deployment) map[string][]*Workload {
 // would read the policy file the manager mounts, and whether the
 // manager's entries are in place.
 func ReadWorkload(d *appsv1.Deployment) *Workload {
-	w := &Workload{Name: d.Name, UID: d.UID, Replicas: 1}
+	w := &Workload{APIVersion: "apps/v1", Kind: WorkloadKind, Name: d.Name, UID: d.UID, Replicas: 1}
 	if d.Spec.Replicas != nil {
 		w.Replicas = *d.Spec.Replicas
 	}
 	w.RolloutFailed = rolloutFailure(d)
 	t := ReadTemplate(fmt.Sprintf("Deployment %s", d.Name), &d.Spec.Template.Spec, DeploymentContainer(d), nil)
 	w.Container, w.Mode, w.ModeOrigin, w.NotRead = t.Container, t.Mode, t.ModeOrigin, t.NotRead
-	w.References, w.Entries = t.References, t.Entries
+	w.References, w.Entries, w.overrides = t.References, t.Entries, t.Overrides
 	w.Writable = w.NotRead == ""
+	w.Blocked = v1alpha1.ReasonPolicyFileNotRead
 	return w
 }
 
@@ -133,6 +189,10 @@ type Template struct {
 	// References and Entries: as Workload's.
 	References string
 	Entries    bool
+	// Overrides are the settings that pick a worker-selection instance
+	// outside the policy file, checked against the compiled file
+	// (checkOverrides).
+	Overrides []hintsconfig.InstanceOverride
 }
 
 // ReadTemplate reads a router's pod template: where names the workload
@@ -210,10 +270,46 @@ func ReadTemplate(where string, spec *corev1.PodSpec, choice ContainerChoice, en
 		mounted = m.ReadOnly && m.SubPath == ""
 	}
 	t.NotRead = policyFileNotRead(where, &merged)
+	t.Overrides = instanceOverrides(where, &merged)
 	t.Entries = mounted && slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool {
 		return e.Name == RouterPolicyConfigEnv && e.ValueFrom == nil && e.Value == v1alpha1.PolicyFilePath
 	})
 	return t
+}
+
+// instanceOverrides reads the settings of container c (env merged) that
+// pick a worker-selection instance by name: a stage's flag or variable,
+// and the variable for every role.
+func instanceOverrides(where string, c *corev1.Container) []hintsconfig.InstanceOverride {
+	var out []hintsconfig.InstanceOverride
+	for _, s := range []struct{ role, flag, env string }{
+		{string(v1alpha1.RolePrefill), hintsconfig.PrefillPolicyFlag, hintsconfig.PrefillPolicyEnv},
+		{string(v1alpha1.RoleDecode), hintsconfig.DecodePolicyFlag, hintsconfig.DecodePolicyEnv},
+	} {
+		if v, from, ok := setting(c, s.flag, s.env); ok {
+			out = append(out, hintsconfig.InstanceOverride{Role: s.role, Setting: from + " of " + where, Value: v})
+		}
+	}
+	for _, e := range c.Env {
+		if e.Name == hintsconfig.WorkerSelectionPolicyEnv && e.ValueFrom == nil {
+			out = append(out, hintsconfig.InstanceOverride{Setting: e.Name + " of " + where, Value: e.Value})
+		}
+	}
+	return out
+}
+
+// checkOverrides refuses to write the compiled file to a workload whose
+// template picks a worker-selection instance the file does not have: the
+// router would not start (hintsconfig.CheckInstanceOverrides).
+func (w *Workload) checkOverrides(policyFile []byte) {
+	if !w.Writable || len(w.overrides) == 0 || policyFile == nil {
+		return
+	}
+	probs, err := hintsconfig.CheckInstanceOverrides(policyFile, w.overrides)
+	if err != nil || len(probs) == 0 {
+		return
+	}
+	w.NotRead, w.Blocked, w.Writable = probs[0].Message, v1alpha1.ReasonRouterWouldNotStart, false
 }
 
 // policyFileNotRead says why container c (env merged) would start with
@@ -293,12 +389,16 @@ func (w *Workload) modes() hintsconfig.Modes {
 func PolicyFileFinding(workloads []*Workload) *Finding {
 	for _, w := range workloads {
 		if w.NotRead != "" {
+			reason := w.Blocked
+			if reason == "" {
+				reason = v1alpha1.ReasonPolicyFileNotRead
+			}
 			return &Finding{
 				Severity:  hintsconfig.SeverityError,
 				Condition: v1alpha1.ConditionProgrammed,
-				Reason:    v1alpha1.ReasonPolicyFileNotRead,
+				Reason:    reason,
 				Field:     "spec.router",
-				Detail:    "Deployment " + w.Name,
+				Detail:    w.where(),
 				Message:   w.NotRead,
 			}
 		}

@@ -133,7 +133,7 @@ func TestStaleRevisions(t *testing.T) {
 	dep.Spec.Template = mounting("llama-hints-cccccccccccccccc")
 	rss := []appsv1.ReplicaSet{{Spec: appsv1.ReplicaSetSpec{Template: mounting("llama-hints-bbbbbbbbbbbbbbbb")}}}
 
-	got := StaleRevisions("llama", "cccccccccccccccc", revs, []appsv1.Deployment{dep}, rss, nil)
+	got := StaleRevisions("llama", "cccccccccccccccc", revs, []appsv1.Deployment{dep}, nil, rss, nil)
 	var names []string
 	for _, cm := range got {
 		names = append(names, cm.Name)
@@ -145,7 +145,7 @@ func TestStaleRevisions(t *testing.T) {
 	}
 
 	dep.Generation = 4
-	if got := StaleRevisions("llama", "cccccccccccccccc", revs, []appsv1.Deployment{dep}, rss, nil); len(got) != 0 {
+	if got := StaleRevisions("llama", "cccccccccccccccc", revs, []appsv1.Deployment{dep}, nil, rss, nil); len(got) != 0 {
 		t.Errorf("with a template the Deployment controller has not seen, nothing may go; got %d", len(got))
 	}
 }

@@ -1,0 +1,380 @@
+package controllers
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+	"github.com/kvrouter/kv-hint-operator/internal/dynamograph"
+	"github.com/kvrouter/kv-hint-operator/internal/rolegraph"
+)
+
+// DynamoGraphDeployments (DGDs) as restart-mode routers: the manager reads
+// opted-in DGDs (v1alpha1.GraphOptedIn) and adds its three entries to the
+// router component's podTemplate on the DGD, by server-side apply as
+// v1alpha1.RolloutFieldManager; Dynamo's operator renders them into the
+// Deployment or PodClique it owns. The DGD's CRD is Dynamo's, and a
+// cluster may not have it: the manager looks for it in discovery until it
+// appears, and only then starts watching DGDs (graphWatch).
+//
+// +kubebuilder:rbac:groups=nvidia.com,resources=dynamographdeployments,verbs=get;list;watch;patch
+
+// DefaultGraphDiscoveryInterval is how often the manager looks for the
+// DGD CRD until it is served.
+const DefaultGraphDiscoveryInterval = 10 * time.Second
+
+// graphWatch starts watching DGDs once the API server serves them.
+type graphWatch struct {
+	cfg        *rest.Config
+	namespaces []string
+	interval   time.Duration
+	controller controller.Controller
+	// cache holds the router-labelled DGDs once the watch began; nil
+	// before.
+	cache atomic.Pointer[cache.Cache]
+}
+
+// reader returns the DGD cache, or nil while the CRD is not served.
+func (g *graphWatch) reader() client.Reader {
+	if g == nil {
+		return nil
+	}
+	if c := g.cache.Load(); c != nil {
+		return *c
+	}
+	return nil
+}
+
+// Start implements manager.Runnable: it waits for the DGD CRD, then
+// starts a cache of router-labelled DGDs and a watch of it on the router
+// controller. A cluster without Dynamo never gets past the wait, and
+// nothing else changes.
+func (g *graphWatch) Start(ctx context.Context) error {
+	log := ctrl.LoggerFrom(ctx).WithValues("kind", dynamograph.Kind, "apiVersion", dynamograph.GroupVersion.String())
+	dc, err := discovery.NewDiscoveryClientForConfig(g.cfg)
+	if err != nil {
+		return fmt.Errorf("DynamoGraphDeployment watch: %w", err)
+	}
+	tick := time.NewTicker(g.interval)
+	defer tick.Stop()
+	for {
+		served, err := graphsServed(dc)
+		if err != nil {
+			log.V(1).Info("Looking for the DynamoGraphDeployment CRD", "error", err.Error())
+		}
+		if served {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+	c, err := g.newCache()
+	if err != nil {
+		return err
+	}
+	go func() {
+		if err := c.Start(ctx); err != nil {
+			log.Error(err, "DynamoGraphDeployment cache stopped")
+		}
+	}()
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(dynamograph.GVK)
+	if err := g.controller.Watch(source.Kind[client.Object](c, u, progressEvents(workloadChanged))); err != nil {
+		return fmt.Errorf("watching DynamoGraphDeployments: %w", err)
+	}
+	if !c.WaitForCacheSync(ctx) {
+		return nil
+	}
+	g.cache.Store(&c)
+	log.Info("Watching DynamoGraphDeployments: the CRD is served")
+	<-ctx.Done()
+	return nil
+}
+
+// graphsServed reports whether the API server serves the DGD's storage
+// version.
+func graphsServed(dc discovery.DiscoveryInterface) (bool, error) {
+	list, err := dc.ServerResourcesForGroupVersion(dynamograph.GroupVersion.String())
+	switch {
+	case apierrors.IsNotFound(err):
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	for _, r := range list.APIResources {
+		if r.Name == dynamograph.Resource {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// newCache is the cache of router-labelled DGDs: a REST mapper of its own,
+// built now that the CRD is served, and of each DGD's managedFields only
+// the manager's own entries' times (see rolegraph.ReadGraph).
+func (g *graphWatch) newCache() (cache.Cache, error) {
+	hc, err := rest.HTTPClientFor(g.cfg)
+	if err != nil {
+		return nil, fmt.Errorf("DynamoGraphDeployment cache: %w", err)
+	}
+	mapper, err := apiutil.NewDynamicRESTMapper(g.cfg, hc)
+	if err != nil {
+		return nil, fmt.Errorf("DynamoGraphDeployment cache: %w", err)
+	}
+	hasRouter, err := labels.NewRequirement(v1alpha1.RouterLabel, selection.Exists, nil)
+	if err != nil {
+		return nil, err
+	}
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(dynamograph.GVK)
+	opts := cache.Options{
+		HTTPClient: hc,
+		Mapper:     mapper,
+		ByObject: map[client.Object]cache.ByObject{
+			u: {Label: labels.NewSelector().Add(*hasRouter), Transform: trimGraph},
+		},
+	}
+	if len(g.namespaces) > 0 {
+		opts.DefaultNamespaces = map[string]cache.Config{}
+		for _, ns := range g.namespaces {
+			opts.DefaultNamespaces[ns] = cache.Config{}
+		}
+	}
+	return cache.New(g.cfg, opts)
+}
+
+// trimGraph keeps of a DGD's managedFields the manager's own entries,
+// without their field sets: when it last wrote is all that is read.
+func trimGraph(obj any) (any, error) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return obj, nil
+	}
+	var kept []metav1.ManagedFieldsEntry
+	for _, mf := range u.GetManagedFields() {
+		if mf.Manager == v1alpha1.RolloutFieldManager {
+			mf.FieldsV1 = nil
+			kept = append(kept, mf)
+		}
+	}
+	u.SetManagedFields(kept)
+	return u, nil
+}
+
+// listGraphs returns the router's DGDs from the cache, sorted by name;
+// none while the CRD is not served.
+func (r *RouterReconciler) listGraphs(ctx context.Context, namespace, router string) ([]dynamograph.Graph, error) {
+	rd := r.graphs.reader()
+	if rd == nil {
+		return nil, nil
+	}
+	list := &unstructured.UnstructuredList{}
+	list.SetGroupVersionKind(dynamograph.GroupVersion.WithKind(dynamograph.Kind + "List"))
+	if err := rd.List(ctx, list, client.InNamespace(namespace), client.MatchingLabels{v1alpha1.RouterLabel: router}); err != nil {
+		return nil, fmt.Errorf("listing the DynamoGraphDeployments of router %s: %w", router, err)
+	}
+	var out []dynamograph.Graph
+	for i := range list.Items {
+		g, err := dynamograph.FromUnstructured(&list.Items[i])
+		if err != nil {
+			// Not the schema this manager reads: not a workload it
+			// may write.
+			ctrl.LoggerFrom(ctx).Info("Skipping a DynamoGraphDeployment", "error", err.Error())
+			continue
+		}
+		out = append(out, *g)
+	}
+	slices.SortFunc(out, func(a, b dynamograph.Graph) int { return cmp.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// pointGraph writes the manager's three entries to the router component
+// of a DGD (see pointVolume for a Deployment), by server-side apply as
+// v1alpha1.RolloutFieldManager, forced: the component is named by its
+// key in spec.components, and its podTemplate's containers, volumes, env
+// and mounts merge by their keys.
+//
+// The apply is first made as a dry run, and its result checked to differ
+// from the DGD only by those entries. The DGD's schema is Dynamo's: one
+// that declared a list of the pod template atomic would have the
+// manager's apply replace the whole list (the router container, say),
+// and that is refused here instead of written.
+func (r *RouterReconciler) pointGraph(ctx context.Context, rev *corev1.ConfigMap, w *rolegraph.Workload, graphs []dynamograph.Graph) error {
+	var current *dynamograph.Graph
+	for i := range graphs {
+		if graphs[i].Name == w.Name {
+			current = &graphs[i]
+		}
+	}
+	if current == nil {
+		return nil
+	}
+	patch, err := graphEntries(rev.Namespace, w.Name, w.Component, rev.Name, w.Container)
+	if err != nil {
+		return err
+	}
+	dry := patch.DeepCopy()
+	if err := r.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(dry), client.FieldOwner(v1alpha1.RolloutFieldManager), client.ForceOwnership, client.DryRunAll); err != nil {
+		return fmt.Errorf("pointing DynamoGraphDeployment %s at ConfigMap %s (dry run): %w", w.Name, rev.Name, err)
+	}
+	if err := checkGraphWrite(current, dry, w.Component, rev.Name, w.Container); err != nil {
+		if r.Recorder != nil {
+			r.Recorder.Eventf(graphRef(current), nil, corev1.EventTypeWarning, "PolicyConfigNotWritten", "Roll", "%v", err)
+		}
+		return fmt.Errorf("DynamoGraphDeployment %s: %w", w.Name, err)
+	}
+	if err := r.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(patch), client.FieldOwner(v1alpha1.RolloutFieldManager), client.ForceOwnership); err != nil {
+		return fmt.Errorf("pointing DynamoGraphDeployment %s at ConfigMap %s: %w", w.Name, rev.Name, err)
+	}
+	ctrl.LoggerFrom(ctx).Info("Rolling out config", "dynamoGraphDeployment", w.Name, "component", w.Component, "container", w.Container, "from", w.References, "to", rev.Name)
+	if r.Recorder != nil {
+		from := "none"
+		if w.References != "" {
+			from = w.References
+		}
+		r.Recorder.Eventf(graphRef(current), nil, corev1.EventTypeNormal, "PolicyConfigChanged", "Roll",
+			"component %s: volume %s on ConfigMap %s (was %s), the compiled config, mounted at %s in container %s", w.Component, v1alpha1.PolicyVolumeName, rev.Name, from, v1alpha1.PolicyMountPath, w.Container)
+	}
+	return nil
+}
+
+// graphRef is a DGD as an object events can be recorded on.
+func graphRef(g *dynamograph.Graph) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(dynamograph.GVK)
+	u.SetNamespace(g.Namespace)
+	u.SetName(g.Name)
+	u.SetUID(g.UID)
+	return u
+}
+
+// graphEntries is the manager's apply to a DGD: the three entries of
+// PolicyEntries in the podTemplate of one component, nothing else.
+func graphEntries(namespace, name, component, revision, container string) (*unstructured.Unstructured, error) {
+	js, err := json.Marshal(PolicyEntries(revision, container))
+	if err != nil {
+		return nil, err
+	}
+	var tmpl map[string]any
+	if err := json.Unmarshal(js, &tmpl); err != nil {
+		return nil, err
+	}
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"spec": map[string]any{
+			"components": []any{map[string]any{"name": component, "podTemplate": tmpl}},
+		},
+	}}
+	u.SetGroupVersionKind(dynamograph.GVK)
+	u.SetNamespace(namespace)
+	u.SetName(name)
+	return u, nil
+}
+
+// checkGraphWrite checks the result of the manager's apply (after, a dry
+// run's) against the DGD before it: the same spec but for the router
+// component's podTemplate, and that the same but for the three entries.
+func checkGraphWrite(before *dynamograph.Graph, after *unstructured.Unstructured, component, revision, container string) error {
+	got, err := dynamograph.FromUnstructured(after)
+	if err != nil {
+		return err
+	}
+	refused := "the manager's server-side apply of its three entries to component %q would change %s too; the CRD's schema must merge podTemplate's containers, volumes, env and volumeMounts by key (x-kubernetes-list-type: map, as Kubernetes' own types declare): nothing is written"
+	if !equality.Semantic.DeepEqual(specWithoutTemplate(before.Object, component), specWithoutTemplate(after.Object, component)) {
+		return fmt.Errorf(refused, component, "other fields of spec")
+	}
+	b, a := before.Component(component), got.Component(component)
+	if b == nil || a == nil || b.PodTemplate == nil || a.PodTemplate == nil {
+		return fmt.Errorf(refused, component, "the component itself")
+	}
+	want := b.PodTemplate.DeepCopy()
+	addEntries(want, revision, container)
+	if !equality.Semantic.DeepEqual(normalizedTemplate(want), normalizedTemplate(a.PodTemplate)) {
+		return fmt.Errorf(refused, component, "other fields of its podTemplate")
+	}
+	return nil
+}
+
+// specWithoutTemplate is a DGD's spec, as read, with one component's
+// podTemplate left out.
+func specWithoutTemplate(obj map[string]any, component string) any {
+	spec, _, _ := unstructured.NestedMap(obj, "spec")
+	if spec == nil {
+		return nil
+	}
+	spec = runtime.DeepCopyJSON(spec)
+	comps, _, _ := unstructured.NestedSlice(spec, "components")
+	for _, c := range comps {
+		if m, ok := c.(map[string]any); ok && m["name"] == component {
+			delete(m, "podTemplate")
+		}
+	}
+	if comps != nil {
+		spec["components"] = comps
+	}
+	return spec
+}
+
+// addEntries sets the manager's three entries in a pod template, as
+// server-side apply merges them.
+func addEntries(t *corev1.PodTemplateSpec, revision, container string) {
+	vol := corev1.Volume{Name: v1alpha1.PolicyVolumeName, VolumeSource: corev1.VolumeSource{
+		ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: revision}},
+	}}
+	t.Spec.Volumes = slices.DeleteFunc(t.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == vol.Name })
+	t.Spec.Volumes = append(t.Spec.Volumes, vol)
+	for i := range t.Spec.Containers {
+		c := &t.Spec.Containers[i]
+		if c.Name != container {
+			continue
+		}
+		c.VolumeMounts = slices.DeleteFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == v1alpha1.PolicyMountPath })
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: vol.Name, MountPath: v1alpha1.PolicyMountPath, ReadOnly: true})
+		c.Env = slices.DeleteFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == v1alpha1.RouterPolicyConfigEnv })
+		c.Env = append(c.Env, corev1.EnvVar{Name: v1alpha1.RouterPolicyConfigEnv, Value: v1alpha1.PolicyFilePath})
+	}
+}
+
+// normalizedTemplate orders the lists server-side apply merges by key,
+// whose order an apply may change, and drops what the API server fills
+// in on the manager's volume (defaultMode).
+func normalizedTemplate(t *corev1.PodTemplateSpec) *corev1.PodTemplateSpec {
+	t = t.DeepCopy()
+	slices.SortFunc(t.Spec.Volumes, func(a, b corev1.Volume) int { return cmp.Compare(a.Name, b.Name) })
+	for i := range t.Spec.Volumes {
+		if v := &t.Spec.Volumes[i]; v.Name == v1alpha1.PolicyVolumeName && v.ConfigMap != nil {
+			v.ConfigMap.DefaultMode = nil
+		}
+	}
+	slices.SortFunc(t.Spec.Containers, func(a, b corev1.Container) int { return cmp.Compare(a.Name, b.Name) })
+	for i := range t.Spec.Containers {
+		c := &t.Spec.Containers[i]
+		slices.SortFunc(c.Env, func(a, b corev1.EnvVar) int { return cmp.Compare(a.Name, b.Name) })
+		slices.SortFunc(c.VolumeMounts, func(a, b corev1.VolumeMount) int { return cmp.Compare(a.MountPath, b.MountPath) })
+	}
+	return t
+}
