@@ -185,3 +185,49 @@ worker_selection:
 		t.Errorf("per-role form: exit %d\n%s%s", code, out, errOut)
 	}
 }
+
+// TestValidateManifestsGraph: `kvhint validate -f` on the shipped
+// DynamoGraphDeployment sample reads the router component's template as
+// the manager does (spec.env first), and reports the manager's pre-flight
+// refusals, each under its own reason.
+func TestValidateManifestsGraph(t *testing.T) {
+	const sample = "../../config/samples/dynamo-graph/graph.yaml"
+	code, out, errOut := runCLI("validate", "-f", sample)
+	if code != ExitOK || out != "1 file(s) valid\n" || errOut != "" {
+		t.Fatalf("the shipped sample: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	data, err := os.ReadFile(sample)
+	if err != nil {
+		t.Fatal(err)
+	}
+	variant := func(old, new string) string {
+		t.Helper()
+		if !strings.Contains(string(data), old) {
+			t.Fatalf("the sample has no %q any more", old)
+		}
+		path := filepath.Join(t.TempDir(), "graph.yaml")
+		if err := os.WriteFile(path, []byte(strings.Replace(string(data), old, new, 1)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	for _, tc := range []struct{ name, file, want string }{
+		{"an EPP without its token limit", variant("    type: frontend\n", "    type: epp\n"),
+			`RouterRole llama-decode spec.router (DynamoGraphDeployment llama): RouterWouldNotStart: component "frontend" of DynamoGraphDeployment llama: an EPP given a policy config needs DYN_EPP_MAX_NUM_BATCHED_TOKENS`},
+		{"Grove OnDelete", variant(`router-component: ""`, "router-component: \"\"\n    nvidia.com/grove-update-strategy: OnDelete"),
+			`RouterRole llama-decode spec.router (DynamoGraphDeployment llama): UpdateStrategyOnDelete: DynamoGraphDeployment llama: annotation nvidia.com/grove-update-strategy is OnDelete`},
+		{"a user-set path in spec.env", variant("{name: DYN_ROUTER_MODE, value: kv}", "{name: DYN_ROUTER_MODE, value: kv}\n  - {name: DYN_ROUTER_POLICY_CONFIG, value: /etc/mine.yaml}"),
+			`PolicyFileNotRead: container "main" of component "frontend" of DynamoGraphDeployment llama sets DYN_ROUTER_POLICY_CONFIG to /etc/mine.yaml`},
+		{"an instance the file does not have", variant("{name: DYN_ROUTER_MODE, value: kv}", "{name: DYN_ROUTER_MODE, value: kv}\n  - {name: DYN_ROUTER_WORKER_SELECTION_POLICY, value: sticky}"),
+			`RouterWouldNotStart: DYN_ROUTER_WORKER_SELECTION_POLICY of container "main" of component "frontend" of DynamoGraphDeployment llama is "sticky", which names no instance`},
+		{"pods without the router label", variant("          hints.kvrouter.io/router: llama   # the manager counts the router's pods by it\n", "          app: frontend\n"),
+			`InvalidRouterWorkload: component "frontend" of DynamoGraphDeployment llama: podTemplate.metadata.labels has hints.kvrouter.io/router=""`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out, errOut := runCLI("validate", "-f", tc.file)
+			if code != ExitInvalid || !strings.Contains(out+errOut, tc.want) {
+				t.Errorf("exit %d (want %d); the report lacks %q:\n%s%s", code, ExitInvalid, tc.want, out, errOut)
+			}
+		})
+	}
+}
