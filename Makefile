@@ -98,6 +98,11 @@ $(CONTROLLER_GEN):
 .PHONY: manifests
 manifests: $(CONTROLLER_GEN) ## Generate CRDs and RBAC from the markers, and copy config/ into the Helm chart's files/.
 	@if [ -d api ]; then $(CONTROLLER_GEN) crd rbac:roleName=kvhint-manager paths=./api/... paths=./controllers/... paths=./internal/... output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac; fi
+	@# The tests' DynamoGraphDeployment CRD, from the Go types written after
+	@# Dynamo's public v1beta1 schema. generateEmbeddedObjectMeta keeps a
+	@# component podTemplate's labels and annotations (without it the API
+	@# server would prune them).
+	$(CONTROLLER_GEN) crd:generateEmbeddedObjectMeta=true paths=./test/dynamo/v1beta1/... output:crd:artifacts:config=test/dynamo/crd
 	@$(MAKE) --no-print-directory chart-files
 
 # The chart renders these files of config/ as they are (Helm reads only
@@ -116,6 +121,7 @@ chart-files: ## Copy the CRDs, cluster roles, admission and injection policies (
 .PHONY: generate
 generate: $(CONTROLLER_GEN) ## Generate deepcopy code.
 	@if [ -d api ]; then $(CONTROLLER_GEN) object paths=./api/...; fi
+	$(CONTROLLER_GEN) object paths=./test/dynamo/v1beta1/...
 
 .PHONY: crd-ref-docs
 crd-ref-docs: $(CRD_REF_DOCS)
@@ -182,8 +188,8 @@ verify: manifests generate docs imports-check api-check lint linkcheck ## Fail i
 	@for m in $(dir $(EXAMPLES)); do (cd $$m && go vet ./...) || exit 1; done
 	cd $(OBSERVABILITY) && go vet ./...
 	cd tools/chart && go vet ./...
-	@git diff --exit-code -- api config docs/reference $(CHART)/files || { echo "generated files are stale: run make manifests generate docs and commit"; exit 1; }
-	@test -z "$$(git status --porcelain -- api config docs/reference $(CHART)/files)" || { echo "untracked generated files:"; git status --porcelain -- api config docs/reference $(CHART)/files; exit 1; }
+	@git diff --exit-code -- api config docs/reference $(CHART)/files test/dynamo || { echo "generated files are stale: run make manifests generate docs and commit"; exit 1; }
+	@test -z "$$(git status --porcelain -- api config docs/reference $(CHART)/files test/dynamo)" || { echo "untracked generated files:"; git status --porcelain -- api config docs/reference $(CHART)/files test/dynamo; exit 1; }
 
 .PHONY: release
 release: ## Write the release bundle into dist/: install.yaml, crds.yaml, the packaged chart and SHA256SUMS (make release VERSION=x.y.z).
