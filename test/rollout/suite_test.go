@@ -36,6 +36,7 @@ import (
 
 	"github.com/kvrouter/kv-hint-operator/controllers"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
+	"github.com/kvrouter/kv-hint-operator/test/dynamo"
 )
 
 var (
@@ -94,7 +95,17 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	if k8s, err = client.New(restCfg, client.Options{Scheme: scheme}); err != nil {
+	// The admin's client also knows Dynamo's DGD; the manager's scheme
+	// does not (it reads DGDs unstructured, as in a cluster).
+	adminScheme, err := controllers.NewScheme()
+	if err == nil {
+		err = dynamo.AddToScheme(adminScheme)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if k8s, err = client.New(restCfg, client.Options{Scheme: adminScheme}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
@@ -148,7 +159,49 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer stopManager()
+
+	// Dynamo: its DGD CRD appears only now, after the manager started
+	// without it (as on a cluster where Dynamo is installed later), and a
+	// stand-in for Dynamo's operator renders DGDs into Deployments.
+	if _, err := envtest.InstallCRDs(restCfg, envtest.CRDInstallOptions{
+		Paths: []string{dynamo.CRDPath(filepath.Join("..", ".."))}, ErrorIfPathMissing: true,
+	}); err != nil {
+		fmt.Fprintln(os.Stderr, "rollout: installing the DynamoGraphDeployment CRD:", err)
+		return 1
+	}
+	stopDynamo, err := startDynamoStandIn()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "rollout: starting the stand-in for Dynamo's operator:", err)
+		return 1
+	}
+	defer stopDynamo()
 	return m.Run()
+}
+
+// startDynamoStandIn runs the stand-in for Dynamo's operator
+// (test/dynamo) in a manager of its own, as Dynamo's operator runs apart
+// from the kvhint manager.
+func startDynamoStandIn() (func(), error) {
+	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
+		Scheme:                 dynamo.NewScheme(),
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := (&dynamo.StandIn{}).SetupWithManager(mgr); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	return func() {
+		cancel()
+		if err := <-done; err != nil {
+			fmt.Fprintln(os.Stderr, "rollout: the stand-in for Dynamo's operator stopped with:", err)
+		}
+	}, nil
 }
 
 // startProcess runs one of the assets' binaries, its output in dir, and
@@ -274,7 +327,10 @@ func startManager() (func(), error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	if err := controllers.Setup(ctx, mgr, builtin.NewCatalog()); err != nil {
+	// The DGD CRD is looked for every 200 ms, not every 10 s: it is
+	// installed after the manager starts (run).
+	opts := controllers.Options{CatalogLimits: controllers.DefaultCatalogLimits(), GraphDiscoveryInterval: 200 * time.Millisecond}
+	if err := controllers.SetupWithOptions(ctx, mgr, builtin.NewCatalog(), opts); err != nil {
 		cancel()
 		return nil, err
 	}
