@@ -234,7 +234,7 @@ func (r *RouterReconciler) pointGraph(ctx context.Context, rev *corev1.ConfigMap
 	if current == nil {
 		return nil
 	}
-	patch, err := graphEntries(rev.Namespace, w.Name, w.Component, rev.Name, w.Container)
+	patch, err := GraphEntries(rev.Namespace, w.Name, w.Component, rev.Name, w.Container)
 	if err != nil {
 		return err
 	}
@@ -273,9 +273,9 @@ func graphRef(g *dynamograph.Graph) *unstructured.Unstructured {
 	return u
 }
 
-// graphEntries is the manager's apply to a DGD: the three entries of
+// GraphEntries is the manager's apply to a DGD: the three entries of
 // PolicyEntries in the podTemplate of one component, nothing else.
-func graphEntries(namespace, name, component, revision, container string) (*unstructured.Unstructured, error) {
+func GraphEntries(namespace, name, component, revision, container string) (*unstructured.Unstructured, error) {
 	js, err := json.Marshal(PolicyEntries(revision, container))
 	if err != nil {
 		return nil, err

@@ -150,6 +150,17 @@ func ptrTo[T any](v T) *T { return &v }
 // client that uses it and nothing else.
 func tokenFor(t *testing.T, ns, sa string, pod *corev1.Pod) kubernetes.Interface {
 	t.Helper()
+	c, err := kubernetes.NewForConfig(tokenConfig(t, ns, sa, pod))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// tokenConfig is a client config with only a token of ServiceAccount sa,
+// bound to pod when not nil.
+func tokenConfig(t *testing.T, ns, sa string, pod *corev1.Pod) *rest.Config {
+	t.Helper()
 	req := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptrTo(int64(600))}}
 	if pod != nil {
 		req.Spec.BoundObjectRef = &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}
@@ -160,11 +171,7 @@ func tokenFor(t *testing.T, ns, sa string, pod *corev1.Pod) kubernetes.Interface
 	}
 	cfg := rest.AnonymousClientConfig(restCfg)
 	cfg.BearerToken = tr.Status.Token
-	c, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return cfg
 }
 
 func patchPod(c kubernetes.Interface, ns, name, patch string, dryRun bool) error {
