@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Times restart-mode rollouts (test/rollout BenchmarkRollout): from a
+# Times restart-mode rollouts (test/rollout BenchmarkRollout, and
+# BenchmarkGraphRollout for a DynamoGraphDeployment): from a
 # RouterRole change to every router pod Ready on the new config, for 3 and
 # 30 replicas with maxSurge 25%, beside a floor (the same Deployment rolled
 # by a template change made directly), and the manager's API writes per
@@ -11,5 +12,5 @@ cd "$(dirname "$0")/.."
 count=${1:-3}
 assets=$(hack/envtest-assets.sh)
 echo "load before: $(uptime)"
-KUBEBUILDER_ASSETS="$assets" go test ./test/rollout/ -run '^$' -bench BenchmarkRollout -benchtime "${count}x" -count 1 -v -timeout 30m
+KUBEBUILDER_ASSETS="$assets" go test ./test/rollout/ -run '^$' -bench 'Benchmark(Graph)?Rollout' -benchtime "${count}x" -count 1 -v -timeout 30m
 echo "load after: $(uptime)"

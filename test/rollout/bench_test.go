@@ -15,6 +15,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+	"github.com/kvrouter/kv-hint-operator/test/dynamo"
+	"github.com/kvrouter/kv-hint-operator/test/dynamo/v1beta1"
 )
 
 // BenchmarkRollout measures, for 3 and 30 replicas (maxSurge 25%), the
@@ -151,4 +153,111 @@ func sumWrites(m map[string]int) int {
 
 func findCondition(rr *v1alpha1.RouterRole, t v1alpha1.ConditionType) *metav1.Condition {
 	return meta.FindStatusCondition(rr.Status.Conditions, string(t))
+}
+
+// BenchmarkGraphRollout is BenchmarkRollout for a DynamoGraphDeployment:
+// for 3 and 30 Frontend replicas, the time from a RouterRole change to
+// every Frontend pod Ready on the new config (Programmed n/n, which also
+// waits for the DGD's status to say its rollout is over), through the
+// manager's write to the DGD and the stand-in for Dynamo's operator. Its
+// floor is the same change of the DGD made by hand (an annotation of the
+// frontend's pod template), timed to the same end (the DGD's status:
+// generation observed, Ready, the frontend's replicas all updated and
+// ready). hack/bench-rollout.sh runs it.
+func BenchmarkGraphRollout(b *testing.B) {
+	if restCfg == nil {
+		b.Skip(skipWhy)
+	}
+	for _, n := range []int32{3, 30} {
+		b.Run(fmt.Sprintf("replicas=%d", n), func(b *testing.B) {
+			rr, _ := benchGraph(b, n)
+			b.ReportAllocs()
+			before := writesSnapshot()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				gen := benchSetTTL(b, rr, 1000+i)
+				benchWait(b, "Programmed with the new hash on every pod", func(ctx context.Context) (bool, error) {
+					if err := k8s.Get(ctx, client.ObjectKeyFromObject(rr), rr); err != nil {
+						return false, err
+					}
+					p := rr.Status.RouterPods
+					c := findCondition(rr, v1alpha1.ConditionProgrammed)
+					return c != nil && c.Status == metav1.ConditionTrue && c.ObservedGeneration == gen && p != nil && p.UpToDate == n && p.Total == n, nil
+				})
+			}
+			b.StopTimer()
+			after := writesSnapshot()
+			b.ReportMetric(float64(sumWrites(after)-sumWrites(before))/float64(b.N), "writes/change")
+			b.ReportMetric(b.Elapsed().Seconds()/float64(b.N), "s/change")
+		})
+		b.Run(fmt.Sprintf("replicas=%d/floor", n), func(b *testing.B) {
+			_, g := benchGraph(b, n)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				var gen int64
+				benchWait(b, "template change of the DGD", func(ctx context.Context) (bool, error) {
+					if err := k8s.Get(ctx, client.ObjectKeyFromObject(g), g); err != nil {
+						return false, err
+					}
+					tmpl := g.Spec.Components[0].PodTemplate
+					if tmpl.Annotations == nil {
+						tmpl.Annotations = map[string]string{}
+					}
+					tmpl.Annotations["bench/iteration"] = strconv.Itoa(i)
+					if err := k8s.Update(ctx, g); err != nil {
+						return false, nil
+					}
+					gen = g.Generation
+					return true, nil
+				})
+				benchWait(b, "the DGD's rollout done", func(ctx context.Context) (bool, error) {
+					return graphRolledOut(ctx, g, gen, n)
+				})
+			}
+			b.StopTimer()
+			b.ReportMetric(b.Elapsed().Seconds()/float64(b.N), "s/change")
+		})
+	}
+}
+
+// graphRolledOut reports whether the DGD's status says generation gen
+// rolled out to all n Frontend replicas.
+func graphRolledOut(ctx context.Context, g *v1beta1.DynamoGraphDeployment, gen int64, n int32) (bool, error) {
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(g), g); err != nil {
+		return false, err
+	}
+	st := g.Status
+	c := meta.FindStatusCondition(st.Conditions, "Ready")
+	fe, ok := st.Components[dynamo.FrontendComponent]
+	return st.ObservedGeneration >= gen && c != nil && c.Status == metav1.ConditionTrue && ok &&
+		fe.UpdatedReplicas == n && fe.Replicas == n && fe.ReadyReplicas != nil && *fe.ReadyReplicas == n, nil
+}
+
+// benchGraph starts an n-replica DGD router and waits until all its
+// Frontend pods run its first config.
+func benchGraph(b *testing.B, n int32) (*v1alpha1.RouterRole, *v1beta1.DynamoGraphDeployment) {
+	b.Helper()
+	nsObj := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "kvhint-bench-"}}
+	if err := k8s.Create(context.Background(), nsObj); err != nil {
+		b.Fatal(err)
+	}
+	rr := decodeRole(nsObj.Name, 60)
+	g := routerGraph(nsObj.Name, n)
+	for _, o := range []client.Object{rr, g} {
+		if err := k8s.Create(context.Background(), o); err != nil {
+			b.Fatal(err)
+		}
+	}
+	benchWait(b, "the first config on every pod", func(ctx context.Context) (bool, error) {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(rr), rr); err != nil {
+			return false, err
+		}
+		c := findCondition(rr, v1alpha1.ConditionProgrammed)
+		return c != nil && c.Status == metav1.ConditionTrue, nil
+	})
+	benchWait(b, "the first rollout done", func(ctx context.Context) (bool, error) {
+		return graphRolledOut(ctx, g, g.Generation, n)
+	})
+	return rr, g
 }
