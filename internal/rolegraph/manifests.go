@@ -153,7 +153,6 @@ func readDocument(doc []byte, in *Input) error {
 		// template, as for a Deployment; the rest is read leniently.
 		var g dynamograph.Graph
 		if err := json.Unmarshal(js, &g); err != nil {
-			//lint:ignore ST1005 the message starts with the Kind, as the others here do
 			return fmt.Errorf("DynamoGraphDeployment: %w", err)
 		}
 		in.Graphs = append(in.Graphs, g)

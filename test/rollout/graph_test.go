@@ -88,7 +88,7 @@ func requireGraphEntries(t *testing.T, g *v1beta1.DynamoGraphDeployment, comp, c
 		if mf.Manager != v1alpha1.RolloutFieldManager {
 			continue
 		}
-		fields := string(mf.FieldsV1.Raw)
+		fields := mf.FieldsV1.GetRawString()
 		for _, forbidden := range []string{`"f:metadata"`, `"f:replicas"`, `"f:type"`, `"f:image"`, `"f:command"`, `"f:args"`, `"f:env":{"k:{\"name\":\"DYN_ROUTER_MODE\"}"`} {
 			if strings.Contains(fields, forbidden) {
 				t.Errorf("the manager owns %s of DynamoGraphDeployment %s: %s", forbidden, g.Name, fields)
@@ -106,7 +106,7 @@ func requireNotWritten(t *testing.T, g *v1beta1.DynamoGraphDeployment, gen int64
 	}
 	for _, mf := range got.ManagedFields {
 		if mf.Manager == v1alpha1.RolloutFieldManager {
-			t.Errorf("the manager wrote DynamoGraphDeployment %s: %s", g.Name, mf.FieldsV1.Raw)
+			t.Errorf("the manager wrote DynamoGraphDeployment %s: %s", g.Name, mf.FieldsV1.GetRawString())
 		}
 	}
 }
