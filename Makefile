@@ -188,8 +188,8 @@ verify: manifests generate docs imports-check api-check lint linkcheck ## Fail i
 	@for m in $(dir $(EXAMPLES)); do (cd $$m && go vet ./...) || exit 1; done
 	cd $(OBSERVABILITY) && go vet ./...
 	cd tools/chart && go vet ./...
-	@git diff --exit-code -- api config docs/reference $(CHART)/files test/dynamo || { echo "generated files are stale: run make manifests generate docs and commit"; exit 1; }
-	@test -z "$$(git status --porcelain -- api config docs/reference $(CHART)/files test/dynamo)" || { echo "untracked generated files:"; git status --porcelain -- api config docs/reference $(CHART)/files test/dynamo; exit 1; }
+	@git diff --exit-code -- api config docs/reference $(CHART)/files test/dynamo/crd test/dynamo/v1beta1 || { echo "generated files are stale: run make manifests generate docs and commit"; exit 1; }
+	@test -z "$$(git status --porcelain -- api config docs/reference $(CHART)/files test/dynamo/crd test/dynamo/v1beta1)" || { echo "untracked generated files:"; git status --porcelain -- api config docs/reference $(CHART)/files test/dynamo/crd test/dynamo/v1beta1; exit 1; }
 
 .PHONY: release
 release: ## Write the release bundle into dist/: install.yaml, crds.yaml, the packaged chart and SHA256SUMS (make release VERSION=x.y.z).

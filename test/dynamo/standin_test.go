@@ -8,6 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -313,4 +314,34 @@ func container(t *testing.T, spec *corev1.PodSpec, name string) *corev1.Containe
 	}
 	t.Fatalf("no container %q in %v", name, spec.Containers)
 	return nil
+}
+
+// TestStandInDeletesDroppedComponent drops the worker from the graph; its
+// Deployment goes, the frontend's stays.
+func TestStandInDeletesDroppedComponent(t *testing.T) {
+	ns := newNamespace(t)
+	dgd, _ := createGraph(t, ns)
+	waitDeployment(t, ns, "llama-worker")
+	ctx := context.Background()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(dgd), dgd); err != nil {
+			return err
+		}
+		dgd.Spec.Components = dgd.Spec.Components[:1]
+		return k8s.Update(ctx, dgd)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the worker's Deployment deleted", func(ctx context.Context) (bool, error) {
+		err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "llama-worker"}, &appsv1.Deployment{})
+		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+	})
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "llama-frontend"}, &appsv1.Deployment{}); err != nil {
+		t.Errorf("the frontend's Deployment: %v", err)
+	}
+	waitGraph(t, dgd, "no worker in the status", func(g *v1beta1.DynamoGraphDeployment) bool {
+		_, ok := g.Status.Components["worker"]
+		return !ok && g.Status.ObservedGeneration == g.Generation
+	})
 }

@@ -2,7 +2,6 @@ package dynamo_test
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -16,7 +15,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/kvrouter/kv-hint-operator/test/dynamo"
 )
@@ -64,39 +62,20 @@ func runSuite(m *testing.M) int {
 			fmt.Fprintln(os.Stderr, "dynamo: stopping the control plane:", err)
 		}
 	}()
-	scheme := dynamo.NewScheme()
-	if k8s, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
+	if k8s, err = client.New(cfg, client.Options{Scheme: dynamo.NewScheme()}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                 scheme,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-	})
+	stop, err := dynamo.Start(cfg)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
+		fmt.Fprintln(os.Stderr, "dynamo: starting the stand-in:", err)
 		return 1
 	}
-	if err := (&dynamo.StandIn{}).SetupWithManager(mgr); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
 	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			fmt.Fprintln(os.Stderr, "dynamo: the manager stopped with:", err)
+		if err := stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "dynamo: the stand-in stopped with:", err)
 		}
 	}()
-	syncCtx, syncCancel := context.WithTimeout(ctx, timeout)
-	defer syncCancel()
-	if !mgr.GetCache().WaitForCacheSync(syncCtx) {
-		fmt.Fprintln(os.Stderr, errors.New("dynamo: the manager's caches did not sync"))
-		return 1
-	}
 	return m.Run()
 }
 

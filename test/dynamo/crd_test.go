@@ -1,0 +1,162 @@
+package dynamo_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kvrouter/kv-hint-operator/test/dynamo"
+	"github.com/kvrouter/kv-hint-operator/test/dynamo/v1beta1"
+)
+
+// TestCRDRefuses holds the API server to the CRD's rules from Dynamo's
+// schema: graphs that break them are refused with Dynamo's message.
+func TestCRDRefuses(t *testing.T) {
+	ns := newNamespace(t)
+	for _, tc := range []struct {
+		name   string
+		change func(*v1beta1.DynamoGraphDeployment)
+		want   string
+	}{
+		{"two epp components", func(g *v1beta1.DynamoGraphDeployment) {
+			g.Spec.Components[0].ComponentType = v1beta1.ComponentTypeEPP
+			g.Spec.Components[1].ComponentType = v1beta1.ComponentTypeEPP
+		}, "at most one component may have type epp"},
+		{"names equal but for case", func(g *v1beta1.DynamoGraphDeployment) {
+			g.Spec.Components[1].ComponentName = "Frontend"
+		}, "component names must be unique case-insensitively"},
+		{"a type outside the enum", func(g *v1beta1.DynamoGraphDeployment) {
+			g.Spec.Components[1].ComponentType = "router"
+		}, `Unsupported value: "router"`},
+		{"a name that is no DNS label", func(g *v1beta1.DynamoGraphDeployment) {
+			g.Spec.Components[1].ComponentName = "worker_1"
+		}, "should match"},
+		{"negative replicas", func(g *v1beta1.DynamoGraphDeployment) {
+			g.Spec.Components[0].Replicas = new(int32(-1))
+		}, "should be greater than or equal to 0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := dynamo.FrontendGraph(ns, "refused", 1)
+			tc.change(g)
+			err := k8s.Create(context.Background(), g)
+			if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("create: %v, want Invalid with %q", err, tc.want)
+			}
+		})
+	}
+
+	// A component's type cannot change once set.
+	g := dynamo.FrontendGraph(ns, "typed", 1)
+	if err := k8s.Create(context.Background(), g); err != nil {
+		t.Fatal(err)
+	}
+	g.Spec.Components[1].ComponentType = v1beta1.ComponentTypePrefill
+	err := k8s.Update(context.Background(), g)
+	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "type is immutable after it is set") {
+		t.Fatalf("changing a component's type: %v, want Invalid, type is immutable", err)
+	}
+}
+
+// TestCRDMergesPodTemplateListsByKey is what the manager relies on: the
+// podTemplate's containers, volumes, mounts and env are list maps, so a
+// server-side apply by one field manager adds entries beside another's,
+// and a forced re-apply of the owner's manifest (Flux's way) leaves them.
+func TestCRDMergesPodTemplateListsByKey(t *testing.T) {
+	ns := newNamespace(t)
+	ctx := context.Background()
+	manifest := func() *unstructured.Unstructured {
+		g := dynamo.FrontendGraph(ns, "merge", 2)
+		obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		u := &unstructured.Unstructured{Object: obj}
+		unstructured.RemoveNestedField(u.Object, "status")
+		unstructured.RemoveNestedField(u.Object, "metadata", "creationTimestamp")
+		return u
+	}
+	apply := func(u *unstructured.Unstructured, owner string) {
+		t.Helper()
+		if err := k8s.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(owner), client.ForceOwnership); err != nil {
+			t.Fatalf("apply as %s: %v", owner, err)
+		}
+	}
+	apply(manifest(), "gitops")
+
+	// The three entries, and only them, as another field manager.
+	hints := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "nvidia.com/v1beta1", "kind": "DynamoGraphDeployment",
+		"metadata": map[string]any{"name": "merge", "namespace": ns},
+		"spec": map[string]any{"components": []any{map[string]any{
+			"name": "frontend",
+			"podTemplate": map[string]any{"spec": map[string]any{
+				"volumes": []any{map[string]any{"name": "merge-hints-1", "configMap": map[string]any{"name": "merge-hints-1"}}},
+				"containers": []any{map[string]any{
+					"name":         "main",
+					"volumeMounts": []any{map[string]any{"name": "merge-hints-1", "mountPath": "/etc/kvhint", "readOnly": true}},
+					"env":          []any{map[string]any{"name": "DYN_ROUTER_POLICY_CONFIG", "value": "/etc/kvhint/hints.yaml"}},
+				}},
+			}},
+		}}},
+	}}
+	apply(hints, "kvhint")
+
+	check := func(when string) {
+		t.Helper()
+		g := &v1beta1.DynamoGraphDeployment{}
+		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "merge"}, g); err != nil {
+			t.Fatal(err)
+		}
+		if len(g.Spec.Components) != 2 {
+			t.Fatalf("%s: %d components, want 2", when, len(g.Spec.Components))
+		}
+		tmpl := g.Component("frontend").PodTemplate
+		main := tmpl.Spec.Containers[0]
+		if main.Image != dynamo.FrontendImage || len(tmpl.Spec.Containers) != 1 {
+			t.Errorf("%s: containers %+v, want main with its image", when, tmpl.Spec.Containers)
+		}
+		wantEnv := []corev1.EnvVar{{Name: "DYN_ROUTER_MODE", Value: "kv"}, {Name: "DYN_ROUTER_POLICY_CONFIG", Value: "/etc/kvhint/hints.yaml"}}
+		if d := cmp.Diff(wantEnv, main.Env); d != "" {
+			t.Errorf("%s: env (-want +got):\n%s", when, d)
+		}
+		if len(main.VolumeMounts) != 1 || main.VolumeMounts[0].Name != "merge-hints-1" {
+			t.Errorf("%s: mounts %+v, want merge-hints-1", when, main.VolumeMounts)
+		}
+		if len(tmpl.Spec.Volumes) != 1 || tmpl.Spec.Volumes[0].Name != "merge-hints-1" {
+			t.Errorf("%s: volumes %+v, want merge-hints-1", when, tmpl.Spec.Volumes)
+		}
+		if *g.Component("frontend").Replicas != 2 {
+			t.Errorf("%s: replicas %d, want 2", when, *g.Component("frontend").Replicas)
+		}
+	}
+	check("after the second field manager's apply")
+	g := &v1beta1.DynamoGraphDeployment{}
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "merge"}, g); err != nil {
+		t.Fatal(err)
+	}
+	gen := g.Generation
+	apply(manifest(), "gitops")
+	check("after the owner's forced re-apply")
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "merge"}, g); err != nil {
+		t.Fatal(err)
+	}
+	if g.Generation != gen {
+		t.Errorf("the unchanged re-apply moved the generation from %d to %d", gen, g.Generation)
+	}
+
+	// The stand-in renders the merged template.
+	dep := waitDeployment(t, ns, "merge-frontend")
+	eventually(t, "the volume rendered", func(ctx context.Context) (bool, error) {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(dep), dep); err != nil {
+			return false, err
+		}
+		return len(dep.Spec.Template.Spec.Volumes) == 1, nil
+	})
+}
