@@ -104,7 +104,7 @@ func (g *graphWatch) Start(ctx context.Context) error {
 	}()
 	u := &unstructured.Unstructured{}
 	u.SetGroupVersionKind(dynamograph.GVK)
-	if err := g.controller.Watch(source.Kind[client.Object](c, u, progressEvents(workloadChanged))); err != nil {
+	if err := g.controller.Watch(source.Kind[client.Object](c, u, progressEvents(graphChanged))); err != nil {
 		return fmt.Errorf("watching DynamoGraphDeployments: %w", err)
 	}
 	if !c.WaitForCacheSync(ctx) {

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -16,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+	"github.com/kvrouter/kv-hint-operator/internal/dynamograph"
 )
 
 // The router reconciler's requests name a router, not an object: Namespace
@@ -173,4 +176,39 @@ func podReportChanged(o, n client.Object) bool {
 func workloadChanged(o, n client.Object) bool {
 	return o.GetGeneration() != n.GetGeneration() ||
 		!maps.Equal(o.GetLabels(), n.GetLabels()) || !maps.Equal(o.GetAnnotations(), n.GetAnnotations())
+}
+
+// graphChanged: as workloadChanged for a DynamoGraphDeployment, and also
+// the end of a rollout as Dynamo's operator reports it (the generation it
+// observed, its state, Ready): what turns Programmed True once the pods
+// run the revision, with nothing after it to batch with.
+func graphChanged(o, n client.Object) bool {
+	if workloadChanged(o, n) {
+		return true
+	}
+	ou, ok1 := o.(*unstructured.Unstructured)
+	nu, ok2 := n.(*unstructured.Unstructured)
+	if !ok1 || !ok2 {
+		return false
+	}
+	for _, f := range [][]string{{"status", "observedGeneration"}, {"status", "state"}} {
+		ov, _, _ := unstructured.NestedFieldNoCopy(ou.Object, f...)
+		nv, _, _ := unstructured.NestedFieldNoCopy(nu.Object, f...)
+		if !equality.Semantic.DeepEqual(ov, nv) {
+			return true
+		}
+	}
+	return graphReady(ou) != graphReady(nu)
+}
+
+// graphReady is the status of a DGD's Ready condition, empty without one.
+func graphReady(u *unstructured.Unstructured) string {
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, c := range conds {
+		if m, ok := c.(map[string]any); ok && m["type"] == dynamograph.ConditionReady {
+			s, _ := m["status"].(string)
+			return s
+		}
+	}
+	return ""
 }

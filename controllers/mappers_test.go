@@ -7,6 +7,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -56,5 +57,38 @@ func TestProgressEventsWaitUrgentOnesDoNot(t *testing.T) {
 				t.Errorf("queued at once: %v, want %v (queue length %d)", got, tc.now, q.Len())
 			}
 		})
+	}
+}
+
+// TestGraphChanged: a DGD's component counts moving is progress, batched;
+// its spec, metadata, observed generation, state or Ready is news at once.
+func TestGraphChanged(t *testing.T) {
+	graph := func(gen, observed int64, state, ready string, updated int64) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{Object: map[string]any{
+			"status": map[string]any{
+				"observedGeneration": observed, "state": state,
+				"conditions": []any{map[string]any{"type": "Ready", "status": ready}},
+				"components": map[string]any{"frontend": map[string]any{"updatedReplicas": updated}},
+			},
+		}}
+		u.SetGeneration(gen)
+		u.SetLabels(map[string]string{v1alpha1.RouterLabel: "llama"})
+		return u
+	}
+	base := graph(2, 2, "pending", "False", 1)
+	for _, tc := range []struct {
+		name   string
+		n      *unstructured.Unstructured
+		urgent bool
+	}{
+		{"a replica updated", graph(2, 2, "pending", "False", 2), false},
+		{"the spec", graph(3, 2, "pending", "False", 1), true},
+		{"the generation observed", graph(2, 3, "pending", "False", 1), true},
+		{"the state", graph(2, 2, "successful", "False", 1), true},
+		{"Ready", graph(2, 2, "pending", "True", 1), true},
+	} {
+		if got := graphChanged(base, tc.n); got != tc.urgent {
+			t.Errorf("%s: urgent %v, want %v", tc.name, got, tc.urgent)
+		}
 	}
 }
