@@ -1,15 +1,22 @@
 package rollout
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -367,4 +374,54 @@ func TestGraphForcedReapplyKeepsTheEntries(t *testing.T) {
 	}
 	js, _ := json.Marshal(getGraph(t, g).Status)
 	t.Logf("DGD status after the syncs: %s", js)
+}
+
+// TestGraphSampleRolls applies config/samples/dynamo-graph as it ships,
+// with only the fake node added (no scheduler runs here), and waits for
+// both Frontend pods on the compiled config, written in the released
+// form its catalog declares.
+func TestGraphSampleRolls(t *testing.T) {
+	ns := newNamespace(t)
+	data, err := os.ReadFile(filepath.Join("..", "..", "config", "samples", "dynamo-graph", "graph.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rr *v1alpha1.RouterRole
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	for {
+		u := &unstructured.Unstructured{}
+		if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		u.SetNamespace(ns)
+		if u.GetKind() == "DynamoGraphDeployment" {
+			comps, _, _ := unstructured.NestedSlice(u.Object, "spec", "components")
+			for _, c := range comps {
+				if err := unstructured.SetNestedField(c.(map[string]any), node, "podTemplate", "spec", "nodeName"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := unstructured.SetNestedSlice(u.Object, comps, "spec", "components"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := k8s.Create(context.Background(), u); err != nil {
+			t.Fatalf("creating %s %s: %v", u.GetKind(), u.GetName(), err)
+		}
+		if u.GetKind() == "RouterRole" {
+			rr = &v1alpha1.RouterRole{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: u.GetName()}}
+		}
+	}
+	waitProgrammed(t, rr, metav1.ConditionTrue, v1alpha1.ReasonProgrammed, "2/2 router pods run ", 0)
+	rev := v1alpha1.RevisionConfigMapName("llama", hashOf(t, rr))
+	requirePodsOn(t, ns, 2, rev)
+	cm := &corev1.ConfigMap{}
+	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: rev}, cm); err != nil {
+		t.Fatal(err)
+	}
+	if file := cm.Data[v1alpha1.HintsConfigKey]; !strings.Contains(file, "instances:") || !strings.Contains(file, "dynamo-soft-affinity-load-guard") {
+		t.Errorf("the revision's policy file is not in the released form:\n%s", file)
+	}
 }
