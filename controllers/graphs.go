@@ -51,9 +51,9 @@ type graphWatch struct {
 	namespaces []string
 	interval   time.Duration
 	controller controller.Controller
-	// cache holds the router-labelled DGDs once the watch began; nil
-	// before.
-	cache atomic.Pointer[cache.Cache]
+	// cache reads the router-labelled DGDs once the watch began (the
+	// cache of newCache); nil before.
+	cache atomic.Pointer[client.Reader]
 }
 
 // reader returns the DGD cache, or nil while the CRD is not served.
@@ -110,7 +110,8 @@ func (g *graphWatch) Start(ctx context.Context) error {
 	if !c.WaitForCacheSync(ctx) {
 		return nil
 	}
-	g.cache.Store(&c)
+	var rd client.Reader = c
+	g.cache.Store(&rd)
 	log.Info("Watching DynamoGraphDeployments: the CRD is served")
 	<-ctx.Done()
 	return nil

@@ -28,7 +28,7 @@ var (
 		"1 when the RouterRole's condition of this type is True, 0 when it is False or Unknown; absent while the role does not carry the condition (Stalled, Reconciling and PolicyEjected are present only when True).",
 		[]string{"namespace", "routerrole", "router", "role", "type"}, nil)
 	podsDesc = prometheus.NewDesc(ManagerMetricsNamespace+"_router_pods",
-		"A router's pods as its RouterRoles' status counts them: state total (not being deleted) and up_to_date (running the compiled config's hash); mode sidecar (a kvhint sidecar in each pod reports the hash) or restart (a Deployment opted in to restarts by the manager).",
+		"A router's pods as its RouterRoles' status counts them: state total (not being deleted) and up_to_date (running the compiled config's hash); mode sidecar (a kvhint sidecar in each pod reports the hash) or restart (a Deployment or DynamoGraphDeployment opted in to restarts by the manager).",
 		[]string{"namespace", "router", "mode", "state"}, nil)
 	configDesc = prometheus.NewDesc(ManagerMetricsNamespace+"_router_config_info",
 		"1 for the hash of the config compiled for a router (its <router>-hints ConfigMap's), to compare with the hash each sidecar runs (kvhint_router_config_info).",
