@@ -221,24 +221,31 @@ func (r *RouterReconciler) listGraphs(ctx context.Context, namespace, router str
 // and mounts merge by their keys.
 //
 // The apply is first made as a dry run, and its result checked to differ
-// from the DGD only by those entries. The DGD's schema is Dynamo's: one
+// from the DGD (read from the API server, not the cache) only by those
+// entries; then made on the same resourceVersion. The DGD's schema is Dynamo's: one
 // that declared a list of the pod template atomic would have the
 // manager's apply replace the whole list (the router container, say),
 // and that is refused here instead of written.
-func (r *RouterReconciler) pointGraph(ctx context.Context, rev *corev1.ConfigMap, w *rolegraph.Workload, graphs []dynamograph.Graph) error {
-	var current *dynamograph.Graph
-	for i := range graphs {
-		if graphs[i].Name == w.Name {
-			current = &graphs[i]
-		}
+func (r *RouterReconciler) pointGraph(ctx context.Context, rev *corev1.ConfigMap, w *rolegraph.Workload) error {
+	// The DGD as the API server has it now, not as the cache last saw
+	// it: the dry run's result is compared with it, and the apply is
+	// made on its resourceVersion, so that a change by anyone else in
+	// between fails the write (a conflict, tried again) instead of
+	// passing a check made against an older DGD.
+	fresh := &unstructured.Unstructured{}
+	fresh.SetGroupVersionKind(dynamograph.GVK)
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: rev.Namespace, Name: w.Name}, fresh); err != nil {
+		return client.IgnoreNotFound(err)
 	}
-	if current == nil {
-		return nil
+	current, err := dynamograph.FromUnstructured(fresh)
+	if err != nil {
+		return err
 	}
 	patch, err := GraphEntries(rev.Namespace, w.Name, w.Component, rev.Name, w.Container)
 	if err != nil {
 		return err
 	}
+	patch.SetResourceVersion(fresh.GetResourceVersion())
 	dry := patch.DeepCopy()
 	if err := r.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(dry), client.FieldOwner(v1alpha1.RolloutFieldManager), client.ForceOwnership, client.DryRunAll); err != nil {
 		return fmt.Errorf("pointing DynamoGraphDeployment %s at ConfigMap %s (dry run): %w", w.Name, rev.Name, err)

@@ -96,7 +96,7 @@ func (r *RouterReconciler) rollOut(ctx context.Context, in *rolegraph.Input, ro 
 		}
 		var err error
 		if w.Kind == dynamograph.Kind {
-			err = r.pointGraph(ctx, compiled.Revision, w, in.Graphs)
+			err = r.pointGraph(ctx, compiled.Revision, w)
 		} else {
 			err = r.pointVolume(ctx, compiled.Revision, w, in.Deployments)
 		}
