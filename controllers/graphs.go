@@ -104,7 +104,10 @@ func (g *graphWatch) Start(ctx context.Context) error {
 	}()
 	u := &unstructured.Unstructured{}
 	u.SetGroupVersionKind(dynamograph.GVK)
-	if err := g.controller.Watch(source.Kind[client.Object](c, u, progressEvents(graphChanged))); err != nil {
+	// The informer first, then the reader, then the watch: the watch's
+	// first events (every DGD, as added) must find the reader set, or a
+	// reconcile would see no DGD and nothing would come after it.
+	if _, err := c.GetInformer(ctx, u); err != nil {
 		return fmt.Errorf("watching DynamoGraphDeployments: %w", err)
 	}
 	if !c.WaitForCacheSync(ctx) {
@@ -112,6 +115,9 @@ func (g *graphWatch) Start(ctx context.Context) error {
 	}
 	var rd client.Reader = c
 	g.cache.Store(&rd)
+	if err := g.controller.Watch(source.Kind[client.Object](c, u, progressEvents(graphChanged))); err != nil {
+		return fmt.Errorf("watching DynamoGraphDeployments: %w", err)
+	}
 	log.Info("Watching DynamoGraphDeployments: the CRD is served")
 	<-ctx.Done()
 	return nil
