@@ -184,19 +184,7 @@ func TestManagerWritesOnlyThePolicyVolume(t *testing.T) {
 			return patchDeployment(manager, ns, "not-opted-in", `{"spec":{"template":{"spec":{"containers":[{"name":"frontend","image":"evil:1"}]}}}}`)
 		}, false, "did not opt in"},
 	} {
-		t.Run("manager writes "+tc.name, func(t *testing.T) {
-			err := tc.write()
-			switch {
-			case tc.allowed && err != nil:
-				t.Errorf("refused: %v", err)
-			case !tc.allowed && err == nil:
-				t.Errorf("allowed")
-			case !tc.allowed && (!strings.Contains(err.Error(), "kvhint-manager-rollout") || !strings.Contains(err.Error(), tc.says)):
-				t.Errorf("refused, but not by kvhint-manager-rollout saying %q: %v", tc.says, err)
-			case !tc.allowed:
-				t.Logf("refused: %v", err)
-			}
-		})
+		t.Run("manager writes "+tc.name, func(t *testing.T) { requireVerdict(t, "kvhint-manager-rollout", tc.write(), tc.allowed, tc.says) })
 	}
 
 	d, err := admin.AppsV1().Deployments(ns).Get(ctx, "not-opted-in", metav1.GetOptions{})
@@ -215,5 +203,21 @@ func TestManagerWritesOnlyThePolicyVolume(t *testing.T) {
 	// The admin (the Deployment's owner) is not held by the policy.
 	if err := patchDeployment(admin, ns, "not-opted-in", `{"spec":{"replicas":3}}`); err != nil {
 		t.Errorf("the owner scaling its Deployment: %v", err)
+	}
+}
+
+// requireVerdict checks a write's outcome: allowed, or refused by the
+// admission policy named policy with a message that says says.
+func requireVerdict(t *testing.T, policy string, err error, allowed bool, says string) {
+	t.Helper()
+	switch {
+	case allowed && err != nil:
+		t.Errorf("refused: %v", err)
+	case !allowed && err == nil:
+		t.Errorf("allowed")
+	case !allowed && (!strings.Contains(err.Error(), policy) || !strings.Contains(err.Error(), says)):
+		t.Errorf("refused, but not by %s saying %q: %v", policy, says, err)
+	case !allowed:
+		t.Logf("refused: %v", err)
 	}
 }

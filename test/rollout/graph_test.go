@@ -1,13 +1,9 @@
 package rollout
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -16,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -382,38 +377,20 @@ func TestGraphForcedReapplyKeepsTheEntries(t *testing.T) {
 // form its catalog declares.
 func TestGraphSampleRolls(t *testing.T) {
 	ns := newNamespace(t)
-	data, err := os.ReadFile(filepath.Join("..", "..", "config", "samples", "dynamo-graph", "graph.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rr *v1alpha1.RouterRole
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-	for {
-		u := &unstructured.Unstructured{}
-		if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
-			break
-		} else if err != nil {
-			t.Fatal(err)
+	rr := applySample(t, ns, filepath.Join("..", "..", "config", "samples", "dynamo-graph", "graph.yaml"), func(u *unstructured.Unstructured) {
+		if u.GetKind() != "DynamoGraphDeployment" {
+			return
 		}
-		u.SetNamespace(ns)
-		if u.GetKind() == "DynamoGraphDeployment" {
-			comps, _, _ := unstructured.NestedSlice(u.Object, "spec", "components")
-			for _, c := range comps {
-				if err := unstructured.SetNestedField(c.(map[string]any), node, "podTemplate", "spec", "nodeName"); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if err := unstructured.SetNestedSlice(u.Object, comps, "spec", "components"); err != nil {
+		comps, _, _ := unstructured.NestedSlice(u.Object, "spec", "components")
+		for _, c := range comps {
+			if err := unstructured.SetNestedField(c.(map[string]any), node, "podTemplate", "spec", "nodeName"); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if err := k8s.Create(context.Background(), u); err != nil {
-			t.Fatalf("creating %s %s: %v", u.GetKind(), u.GetName(), err)
+		if err := unstructured.SetNestedSlice(u.Object, comps, "spec", "components"); err != nil {
+			t.Fatal(err)
 		}
-		if u.GetKind() == "RouterRole" {
-			rr = &v1alpha1.RouterRole{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: u.GetName()}}
-		}
-	}
+	})
 	waitProgrammed(t, rr, metav1.ConditionTrue, v1alpha1.ReasonProgrammed, "2/2 router pods run ", 0)
 	rev := v1alpha1.RevisionConfigMapName("llama", hashOf(t, rr))
 	requirePodsOn(t, ns, 2, rev)

@@ -412,7 +412,22 @@ func TestRevisionsCollected(t *testing.T) {
 // pods on the compiled config.
 func TestSampleRolls(t *testing.T) {
 	ns := newNamespace(t)
-	data, err := os.ReadFile(filepath.Join("..", "..", "config", "samples", "dynamo-router", "router.yaml"))
+	rr := applySample(t, ns, filepath.Join("..", "..", "config", "samples", "dynamo-router", "router.yaml"), func(u *unstructured.Unstructured) {
+		if u.GetKind() == "Deployment" {
+			if err := unstructured.SetNestedField(u.Object, node, "spec", "template", "spec", "nodeName"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+	waitProgrammed(t, rr, metav1.ConditionTrue, v1alpha1.ReasonProgrammed, "2/2 router pods run ", 0)
+	requirePodsOn(t, ns, 2, v1alpha1.RevisionConfigMapName("llama", hashOf(t, rr)))
+}
+
+// applySample creates every object of a sample manifest in namespace ns,
+// each after edit, and returns its RouterRole.
+func applySample(t *testing.T, ns, file string, edit func(u *unstructured.Unstructured)) *v1alpha1.RouterRole {
+	t.Helper()
+	data, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -426,11 +441,7 @@ func TestSampleRolls(t *testing.T) {
 			t.Fatal(err)
 		}
 		u.SetNamespace(ns)
-		if u.GetKind() == "Deployment" {
-			if err := unstructured.SetNestedField(u.Object, node, "spec", "template", "spec", "nodeName"); err != nil {
-				t.Fatal(err)
-			}
-		}
+		edit(u)
 		if err := k8s.Create(context.Background(), u); err != nil {
 			t.Fatalf("creating %s %s: %v", u.GetKind(), u.GetName(), err)
 		}
@@ -438,8 +449,10 @@ func TestSampleRolls(t *testing.T) {
 			rr = &v1alpha1.RouterRole{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: u.GetName()}}
 		}
 	}
-	waitProgrammed(t, rr, metav1.ConditionTrue, v1alpha1.ReasonProgrammed, "2/2 router pods run ", 0)
-	requirePodsOn(t, ns, 2, v1alpha1.RevisionConfigMapName("llama", hashOf(t, rr)))
+	if rr == nil {
+		t.Fatalf("%s has no RouterRole", file)
+	}
+	return rr
 }
 
 // TestRevisionsOutliveRoles: a revision is the Deployment's, not the
