@@ -169,39 +169,17 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "rollout: installing the DynamoGraphDeployment CRD:", err)
 		return 1
 	}
-	stopDynamo, err := startDynamoStandIn()
+	stopDynamo, err := dynamo.Start(restCfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "rollout: starting the stand-in for Dynamo's operator:", err)
 		return 1
 	}
-	defer stopDynamo()
-	return m.Run()
-}
-
-// startDynamoStandIn runs the stand-in for Dynamo's operator
-// (test/dynamo) in a manager of its own, as Dynamo's operator runs apart
-// from the kvhint manager.
-func startDynamoStandIn() (func(), error) {
-	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
-		Scheme:                 dynamo.NewScheme(),
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-	})
-	if err != nil {
-		return nil, err
-	}
-	if err := (&dynamo.StandIn{}).SetupWithManager(mgr); err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	return func() {
-		cancel()
-		if err := <-done; err != nil {
+	defer func() {
+		if err := stopDynamo(); err != nil {
 			fmt.Fprintln(os.Stderr, "rollout: the stand-in for Dynamo's operator stopped with:", err)
 		}
-	}, nil
+	}()
+	return m.Run()
 }
 
 // startProcess runs one of the assets' binaries, its output in dir, and
