@@ -213,9 +213,10 @@ func SetupWithOptions(ctx context.Context, mgr manager.Manager, cat *hints.Catal
 	}
 	cats := newCatalogs(catalogCache, cat, o.CatalogLimits)
 	cats.namespaces = catalogNS
+	loaded := cats.loadInBackground(ctx)
 	rec := mgr.GetEventRecorder(EventSource)
 	if err := (&RouterReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Catalog: cat, Recorder: rec,
-		catalogs: cats, catalogCache: catalogCache}).SetupWithManager(mgr); err != nil {
+		catalogs: cats, catalogCache: catalogCache, loaded: loaded}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("router controller: %w", err)
 	}
 	if err := (&HintPolicyReconciler{Client: mgr.GetClient(), Catalog: cat, Recorder: rec,
