@@ -98,6 +98,17 @@ type catalogs struct {
 	namespaces []string
 	// sem holds the one load that may run.
 	sem chan struct{}
+	// async, when set, makes forRouter start a load it needs in the
+	// background and return at once (routerCatalog.pending), so that no
+	// router's reconcile holds one of the controller's workers while it
+	// waits for the load slot or loads: a tenant's loads, queued in
+	// front of another namespace's router, held all four and that router
+	// waited for them (1.6 s after a restart, declarations at the
+	// budget). base bounds the background loads, and loaded receives
+	// the ConfigMaps whose load ended, for their routers' reconcile.
+	async  bool
+	base   context.Context
+	loaded chan event.TypedGenericEvent[*corev1.ConfigMap]
 
 	mu sync.Mutex
 	// byHash holds each distinct declaration loaded or being loaded.
@@ -105,7 +116,20 @@ type catalogs struct {
 	// byUID says which declaration each ConfigMap held when last read.
 	byUID    map[types.UID]uidRef
 	lastGood map[types.NamespacedName]lastGoodCatalog
+	// refused holds, for each ConfigMap that waited on a background load
+	// refused for what the others keep, that refusal, for its router's
+	// next read only: the entry is gone, and a new load at once would
+	// refuse, notify and load again without end.
+	refused map[types.UID]error
 }
+
+// errLoadPending: the declaration is being loaded in the background; its
+// router is reconciled again when the load ends.
+var errLoadPending = errors.New("the declared catalog is being loaded")
+
+// loadedEvents is how many ended loads may wait for the router
+// controller to take them.
+const loadedEvents = 1024
 
 // lastGoodCatalog is a router's last usable declaration: its types and
 // the policy-file form its build reads.
@@ -124,6 +148,9 @@ type loadEntry struct {
 	retained int64
 	// refs are the ConfigMaps that hold it.
 	refs map[types.UID]string // UID -> namespace
+	// waiters are the ConfigMaps whose routers asked for it while it
+	// loaded in the background, to be told when it is done.
+	waiters map[types.UID]*corev1.ConfigMap
 }
 
 type uidRef struct{ hash string }
@@ -137,7 +164,16 @@ func newCatalogs(reader client.Reader, linked *hints.Catalog, limits CatalogLimi
 		byHash:   map[string]*loadEntry{},
 		byUID:    map[types.UID]uidRef{},
 		lastGood: map[types.NamespacedName]lastGoodCatalog{},
+		refused:  map[types.UID]error{},
 	}
+}
+
+// loadInBackground makes forRouter load in the background, within base,
+// and returns the channel of the ConfigMaps whose load ended.
+func (c *catalogs) loadInBackground(base context.Context) <-chan event.TypedGenericEvent[*corev1.ConfigMap] {
+	c.async, c.base = true, base
+	c.loaded = make(chan event.TypedGenericEvent[*corev1.ConfigMap], loadedEvents)
+	return c.loaded
 }
 
 // routerCatalog is the catalog a router's roles are compiled against.
@@ -151,6 +187,10 @@ type routerCatalog struct {
 	// problem, when set, says why the router's declaration cannot be used;
 	// cat is then the last good declaration, or the linked catalog.
 	problem *rolegraph.Finding
+	// pending is set, and nothing else, while the router's declaration
+	// loads in the background: the router is reconciled again when the
+	// load ends.
+	pending bool
 }
 
 // forRouter returns the catalog of one router.
@@ -166,8 +206,12 @@ func (c *catalogs) forRouter(ctx context.Context, namespace, router string) (rou
 		c.mu.Unlock()
 		return routerCatalog{cat: c.linked, form: hintsconfig.FormPerRoleHints}, nil
 	}
+	pending := false
 	cat, form, problem := rolegraph.RouterCatalog(router, cms, func(cm *corev1.ConfigMap) (*hints.Catalog, hintsconfig.Form, error) {
-		d, err := c.load(ctx, cm)
+		d, err := c.load(ctx, cm, !c.async)
+		if errors.Is(err, errLoadPending) {
+			pending = true
+		}
 		if err != nil {
 			return nil, "", err
 		}
@@ -175,6 +219,9 @@ func (c *catalogs) forRouter(ctx context.Context, namespace, router string) (rou
 	})
 	if err := ctx.Err(); err != nil {
 		return routerCatalog{}, err
+	}
+	if pending {
+		return routerCatalog{pending: true}, nil
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -204,8 +251,11 @@ func (c *catalogs) declarations(ctx context.Context, namespace string, match cli
 
 // load returns the declaration a ConfigMap holds: the one already loaded
 // from the same text, by this ConfigMap or another, or a new load, which
-// waits for the one load that may run. Callers do not hold c.mu.
-func (c *catalogs) load(ctx context.Context, cm *corev1.ConfigMap) (*declared.Catalog, error) {
+// waits for the one load that may run. Without wait, a load that has not
+// ended is left to run in the background (started if need be) and
+// errLoadPending returned; the ConfigMap is sent on c.loaded when it ends.
+// Callers do not hold c.mu.
+func (c *catalogs) load(ctx context.Context, cm *corev1.ConfigMap, wait bool) (*declared.Catalog, error) {
 	text, ok := cm.Data[CatalogKey]
 	if !ok {
 		// LoadConfigMap words the missing key; nothing to keep.
@@ -217,9 +267,31 @@ func (c *catalogs) load(ctx context.Context, cm *corev1.ConfigMap) (*declared.Ca
 	c.mu.Lock()
 	c.refer(cm, hash)
 	e, ok := c.byHash[hash]
+	if !ok && !wait {
+		if err, refused := c.refused[cm.UID]; refused {
+			delete(c.refused, cm.UID)
+			c.mu.Unlock()
+			return nil, err
+		}
+	}
 	if !ok {
 		e = &loadEntry{done: make(chan struct{}), refs: map[types.UID]string{cm.UID: cm.Namespace}}
 		c.byHash[hash] = e
+	}
+	if !wait {
+		select {
+		case <-e.done:
+		default:
+			if e.waiters == nil {
+				e.waiters = map[types.UID]*corev1.ConfigMap{}
+			}
+			e.waiters[cm.UID] = cm
+			c.mu.Unlock()
+			if !ok {
+				go c.run(c.base, e, hash, text, cm.Namespace)
+			}
+			return nil, errLoadPending
+		}
 	}
 	c.mu.Unlock()
 
@@ -238,25 +310,30 @@ func (c *catalogs) load(ctx context.Context, cm *corev1.ConfigMap) (*declared.Ca
 		if e.err != nil && ctx.Err() == nil && passing(e.err) {
 			// The load this one waited for ended for its own caller's
 			// reason (its context, its namespace's budget): load again.
-			return c.load(ctx, cm)
+			return c.load(ctx, cm, wait)
 		}
 		return e.cat, e.err
 	}
+	return c.run(ctx, e, hash, text, cm.Namespace)
+}
 
+// run loads a new entry's text when the one load slot is free, within
+// ctx, ends the entry and tells its waiters.
+func (c *catalogs) run(ctx context.Context, e *loadEntry, hash, text, namespace string) (*declared.Catalog, error) {
 	select {
 	case c.sem <- struct{}{}:
 	case <-ctx.Done():
 		c.mu.Lock()
 		delete(c.byHash, hash)
 		e.err = ctx.Err()
-		c.mu.Unlock()
 		close(e.done)
+		c.mu.Unlock()
 		return nil, ctx.Err()
 	}
 	var retained int64
 	budget := c.limits.Budget.WithAdmission(func(u declared.Usage) error {
 		retained = u.RetainedBytes
-		return c.admit(cm.Namespace, u.RetainedBytes)
+		return c.admit(namespace, u.RetainedBytes)
 	})
 	cat, err := budget.Load([]byte(text))
 	<-c.sem
@@ -273,9 +350,23 @@ func (c *catalogs) load(ctx context.Context, cm *corev1.ConfigMap) (*declared.Ca
 		for uid := range e.refs {
 			delete(c.byUID, uid)
 		}
+		for uid := range e.waiters {
+			c.refused[uid] = err
+		}
 	}
-	c.mu.Unlock()
+	waiters := e.waiters
+	e.waiters = nil
+	// Closed under c.mu, so that a reader that found it open has
+	// registered as a waiter before waiters was taken.
 	close(e.done)
+	c.mu.Unlock()
+	for _, cm := range waiters {
+		select {
+		case c.loaded <- event.TypedGenericEvent[*corev1.ConfigMap]{Object: cm}:
+		case <-ctx.Done():
+			return cat, err
+		}
+	}
 	return cat, err
 }
 
@@ -388,6 +479,7 @@ func (c *catalogs) forget(uid types.UID) {
 		c.releaseLocked(uid, ref.hash)
 		delete(c.byUID, uid)
 	}
+	delete(c.refused, uid)
 }
 
 // loadedCount returns how many distinct declarations are kept, and their
@@ -409,7 +501,7 @@ func (c *catalogs) forType(ctx context.Context, namespace, hintType string) (map
 	}
 	out := map[string]*hints.Catalog{}
 	for i := range cms {
-		cat, err := c.load(ctx, &cms[i])
+		cat, err := c.load(ctx, &cms[i], true)
 		if err != nil {
 			continue
 		}
@@ -443,6 +535,10 @@ func catalogEvents(c *catalogs) handler.TypedEventHandler[*corev1.ConfigMap, rec
 			if c != nil {
 				c.forget(e.Object.UID)
 			}
+			enqueue(q, e.Object)
+		},
+		// A background load of the ConfigMap's text ended.
+		GenericFunc: func(_ context.Context, e event.TypedGenericEvent[*corev1.ConfigMap], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 			enqueue(q, e.Object)
 		},
 	}

@@ -133,3 +133,63 @@ func TestCatalogsLoadOutsideLock(t *testing.T) {
 		t.Fatalf("a router that needs a load while another runs: %v, want it to wait for the slot", err)
 	}
 }
+
+// TestCatalogsLoadInBackground: in the manager's mode a router whose
+// declaration is not loaded yet gets pending at once, even while another
+// load holds the slot, instead of holding its reconcile; the ConfigMap is
+// sent on the loaded channel when the load ends, and the next read finds
+// it. A load refused for what the others keep is told to the next read
+// once, and loaded again after that.
+func TestCatalogsLoadInBackground(t *testing.T) {
+	text := readDecl(t)
+	objs := []client.Object{catalogCM("a", "c1", "r1", text), catalogCM("a", "c2", "r2", text+"\n# other\n")}
+	c := newCatalogs(fake.NewClientBuilder().WithObjects(objs...).Build(), builtin.NewCatalog(), DefaultCatalogLimits())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	loaded := c.loadInBackground(ctx)
+	next := func(want string) {
+		t.Helper()
+		select {
+		case ev := <-loaded:
+			if ev.Object.Name != want {
+				t.Fatalf("loaded %s, want %s", ev.Object.Name, want)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("no word of %s's load", want)
+		}
+	}
+
+	c.sem <- struct{}{} // another load under way
+	start := time.Now()
+	rc, err := c.forRouter(ctx, "a", "r1")
+	if err != nil || !rc.pending {
+		t.Fatalf("a/r1 while the slot is taken: %+v %v, want pending", rc, err)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("a/r1 took %v to say pending", took)
+	}
+	if rc, err := c.forRouter(ctx, "a", "r1"); err != nil || !rc.pending {
+		t.Fatalf("a/r1 asked again: %+v %v, want pending", rc, err)
+	}
+	<-c.sem
+	next("c1")
+	if rc, err := c.forRouter(ctx, "a", "r1"); err != nil || rc.pending || rc.problem != nil || rc.cat == nil {
+		t.Fatalf("a/r1 once loaded: %+v %v", rc, err)
+	}
+
+	// r2's text does not fit beside r1's.
+	_, one := c.loadedCount()
+	c.limits.NamespaceBytes = one + one/2
+	if rc, err := c.forRouter(ctx, "a", "r2"); err != nil || !rc.pending {
+		t.Fatalf("a/r2: %+v %v, want pending", rc, err)
+	}
+	next("c2")
+	rc, err = c.forRouter(ctx, "a", "r2")
+	if err != nil || rc.pending || rc.problem == nil || !strings.Contains(rc.problem.Message, "--catalog-max-memory-per-namespace") {
+		t.Fatalf("a/r2 after its load was refused: %+v %v, want the namespace budget's refusal", rc, err)
+	}
+	if rc, err := c.forRouter(ctx, "a", "r2"); err != nil || !rc.pending {
+		t.Fatalf("a/r2 read again: %+v %v, want a new load", rc, err)
+	}
+	next("c2")
+}

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -46,6 +47,9 @@ type RouterReconciler struct {
 	// graphs watches DynamoGraphDeployments once their CRD is served;
 	// nil: never (see graphWatch).
 	graphs *graphWatch
+	// loaded tells of the declared-catalog ConfigMaps whose background
+	// load ended (catalogs.loadInBackground).
+	loaded <-chan event.TypedGenericEvent[*corev1.ConfigMap]
 }
 
 // +kubebuilder:rbac:groups=hints.kvrouter.io,resources=routerroles,verbs=get;list;watch
@@ -80,6 +84,12 @@ func (r *RouterReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	rc, err := r.routerCatalog(ctx, req.Namespace, req.Name)
 	if err != nil {
 		return ctrl.Result{}, err
+	}
+	if rc.pending {
+		// Reconciled again when the load ends (catalogEvents); the
+		// requeue is only a safety net.
+		ctrl.LoggerFrom(ctx).V(1).Info("Waiting for the router's declared catalog to load")
+		return ctrl.Result{RequeueAfter: pendingRetry}, nil
 	}
 	if rc.problem != nil {
 		in.CatalogProblems = map[string]rolegraph.Finding{req.Name: *rc.problem}
@@ -150,6 +160,10 @@ func (r *RouterReconciler) routerCatalog(ctx context.Context, namespace, router 
 	}
 	return r.catalogs.forRouter(ctx, namespace, router)
 }
+
+// pendingRetry is when a router whose declared catalog was loading is
+// looked at again if the end of the load was not heard of.
+const pendingRetry = time.Minute
 
 // conflictRetry is how often a router blocked by a ConfigMap that is not
 // the manager's is looked at again.
@@ -244,6 +258,7 @@ func (r *RouterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			progressEvents(podReportChanged),
 			builder.WithPredicates(routerPodChanged)).
 		WatchesRawSource(source.Kind(r.catalogCache, &corev1.ConfigMap{}, catalogEvents(r.catalogs))).
+		WatchesRawSource(source.Channel(r.loaded, catalogEvents(nil))).
 		// Restart-mode routers: a Deployment's rollout status and template
 		// are what Programmed reports and what drift is; its ReplicaSets
 		// keep config revisions from garbage collection.

@@ -223,11 +223,12 @@ func SetupWithOptions(ctx context.Context, mgr manager.Manager, cat *hints.Catal
 	}
 	cats := newCatalogs(catalogCache, cat, o.CatalogLimits)
 	cats.namespaces = catalogNS
+	loaded := cats.loadInBackground(ctx)
 	rec := mgr.GetEventRecorder(EventSource)
 	graphs := &graphWatch{cfg: mgr.GetConfig(), namespaces: namespaces, interval: cmp.Or(o.GraphDiscoveryInterval, DefaultGraphDiscoveryInterval)}
 	graphWatches.Store(mgr, graphs)
 	if err := (&RouterReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Catalog: cat, Recorder: rec,
-		catalogs: cats, catalogCache: catalogCache, graphs: graphs}).SetupWithManager(mgr); err != nil {
+		catalogs: cats, catalogCache: catalogCache, graphs: graphs, loaded: loaded}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("router controller: %w", err)
 	}
 	if err := (&HintPolicyReconciler{Client: mgr.GetClient(), Catalog: cat, Recorder: rec,

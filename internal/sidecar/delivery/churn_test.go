@@ -3,11 +3,14 @@ package delivery
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"runtime"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvrouter/kv-hint-operator/internal/simworker"
 )
 
 // TestWorkerChurnReleasesClients: 300 workers added, sent a hint and
@@ -40,4 +43,45 @@ func TestWorkerChurnReleasesClients(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestWorkerChurnOverEndpointsBounded: 200 workers added, sent a hint and
+// removed one after another, each at an endpoint of its own, so no client
+// can be shared. With 4 clients parked and 4 dropped at most (lowered from
+// 1,024 each), the goroutines left stay within those bounds, not one per
+// worker: past them a new endpoint's client posts with "Connection:
+// close" and has no cleaner goroutine. Every hint is still delivered.
+func TestWorkerChurnOverEndpointsBounded(t *testing.T) {
+	anyPath := func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			r.URL.Path = simworker.HintPath
+			h.ServeHTTP(w, r)
+		})
+	}
+	w, ep, conns := closingWorker(t, anyPath, 0)
+	m := NewMetrics(prometheus.NewRegistry())
+	del := New(Options{Metrics: m, Log: testLogger(t)})
+	del.maxParked, del.maxRetired = 4, 4
+	t.Cleanup(func() { del.Close(context.Background()) })
+	base := runtime.NumGoroutine()
+	const n = 200
+	for i := range n {
+		q := del.NewQueue(fmt.Sprintf("w%d", i), fmt.Sprintf("%s/%d", ep, i))
+		q.Enqueue([]byte(message(fmt.Sprint(i), staticJSON(1, "x"))), time.Now())
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if _, err := w.WaitForHints(ctx, i+1); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+		q.Close()
+	}
+	eventually(t, 5*time.Second, func() error {
+		if extra := runtime.NumGoroutine() - base; extra > 4+4+10 {
+			return fmt.Errorf("%d workers at endpoints of their own added and removed left %d goroutines, want at most 18", n, extra)
+		}
+		return nil
+	})
+	if got := conns.Load(); got != n {
+		t.Errorf("%d connections for %d workers at %d endpoints, want one each", got, n, n)
+	}
 }

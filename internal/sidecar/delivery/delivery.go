@@ -111,6 +111,12 @@ type Delivery struct {
 	// maxParkedClients of them).
 	clients map[string]*sharedClient
 	parked  int
+	// retired are the times clients were dropped, oldest first, for as
+	// long as their cleaner goroutines may still run (cleanerLife).
+	retired []time.Time
+	// maxParked and maxRetired are maxParkedClients and
+	// maxRetiredClients; tests lower them.
+	maxParked, maxRetired int
 }
 
 // sharedClient is the client of one endpoint and how many queues use it.
@@ -124,14 +130,28 @@ type sharedClient struct {
 // after its last connection, and nothing wakes it: a client made per
 // worker cost a goroutine per removed worker for 90 s (29,765 after
 // 30,000 add-book-remove cycles). A queue takes its endpoint's client
-// instead, so workers that come and go at one endpoint cost one client,
-// and only churn over more endpoints than this leaves goroutines, each
-// for at most the idle timeout.
+// instead, so workers that come and go at one endpoint cost one client.
 const maxParkedClients = 1024
 
+// maxRetiredClients bounds the clients dropped (past maxParkedClients)
+// whose cleaner goroutines may still be asleep: workers that come and go
+// each at an endpoint of its own (30,000 paths on one server left 29,491
+// goroutines and 236 MiB RSS). While that many were dropped within
+// cleanerLife, a new endpoint's client posts with "Connection: close": a
+// dial per hint, and no cleaner, so no goroutine outlives its queue.
+const maxRetiredClients = 1024
+
+// cleanerLife bounds how long a dropped client's cleaner runs: a dial of
+// a post that gave up may still pool a connection up to the post timeout
+// after the drop, and the cleaner closes it, and ends, at most maxIdle
+// after that (one second more for its wake-up).
+func (d *Delivery) cleanerLife() time.Duration { return d.opts.Timeout + maxIdle + time.Second }
+
 // shareClient returns the client of endpoint: the one another queue uses
-// or left, else hc, which becomes it.
-func (d *Delivery) shareClient(endpoint string, hc *fasthttp.HostClient) *fasthttp.HostClient {
+// or left, else hc, which becomes it. keepAlive is false when hc is not
+// kept for the endpoint because maxRetiredClients were dropped lately:
+// the caller then posts with "Connection: close".
+func (d *Delivery) shareClient(endpoint string, hc *fasthttp.HostClient, now time.Time) (_ *fasthttp.HostClient, keepAlive bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.clients == nil {
@@ -142,15 +162,36 @@ func (d *Delivery) shareClient(endpoint string, hc *fasthttp.HostClient) *fastht
 			d.parked--
 		}
 		sc.refs++
-		return sc.hc
+		// Each queue keeps its own allowance of connections: a sender
+		// must not wait behind the others for the client's.
+		sc.hc.SetMaxConns(MaxConnsPerWorker * sc.refs)
+		return sc.hc, true
+	}
+	if d.retiredLocked(now) >= d.maxRetired {
+		return hc, false
 	}
 	d.clients[endpoint] = &sharedClient{hc: hc, refs: 1}
-	return hc
+	return hc, true
+}
+
+// retiredLocked forgets the dropped clients whose cleaners have ended and
+// returns how many may still run. Callers hold d.mu.
+func (d *Delivery) retiredLocked(now time.Time) int {
+	life := d.cleanerLife()
+	i := 0
+	for i < len(d.retired) && now.Sub(d.retired[i]) > life {
+		i++
+	}
+	if i > 0 {
+		d.retired = append(d.retired[:0], d.retired[i:]...)
+	}
+	return len(d.retired)
 }
 
 // releaseClient gives back a queue's client: its idle connections are
 // closed, and it is parked for the endpoint's next queue, or dropped when
-// maxParkedClients are parked already.
+// maxParkedClients are parked already. A client made without keep-alive
+// was never kept and has no cleaner: nothing to do but close.
 func (d *Delivery) releaseClient(q *Queue) {
 	q.p.close()
 	if q.p.hc == nil {
@@ -162,11 +203,14 @@ func (d *Delivery) releaseClient(q *Queue) {
 	if !ok || sc.hc != q.p.hc {
 		return
 	}
-	if sc.refs--; sc.refs > 0 {
+	sc.refs--
+	sc.hc.SetMaxConns(MaxConnsPerWorker * max(1, sc.refs))
+	if sc.refs > 0 {
 		return
 	}
-	if d.parked >= maxParkedClients {
+	if d.parked >= d.maxParked {
 		delete(d.clients, q.endpoint)
+		d.retired = append(d.retired, time.Now())
 		return
 	}
 	d.parked++
@@ -195,7 +239,8 @@ func New(o Options) *Delivery {
 	if o.DialControl == nil {
 		o.DialControl = endpoint.CheckDialAddress
 	}
-	d := &Delivery{opts: o, metrics: o.Metrics, log: o.Log, closing: make(chan struct{}), live: make(map[*Queue]struct{})}
+	d := &Delivery{opts: o, metrics: o.Metrics, log: o.Log, closing: make(chan struct{}), live: make(map[*Queue]struct{}),
+		maxParked: maxParkedClients, maxRetired: maxRetiredClients}
 	d.conns.limit = int64(o.MaxConns)
 	d.conns.sweep = d.sweepIdle
 	d.conns.log = o.Log
@@ -247,7 +292,10 @@ func (d *Delivery) NewQueue(worker, endpoint string) *Queue {
 	q.p = newPoster(d.base, endpoint, d.opts.Timeout, d.tlsRoots, d.opts.DialControl)
 	q.p.conns = &d.conns
 	if q.p.hc != nil {
-		q.p.hc = d.shareClient(endpoint, q.p.hc)
+		var keepAlive bool
+		if q.p.hc, keepAlive = d.shareClient(endpoint, q.p.hc, time.Now()); !keepAlive {
+			q.p.req.SetConnectionClose()
+		}
 	}
 	d.wg.Add(1)
 	d.queues.Add(1)
