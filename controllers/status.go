@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -28,35 +29,54 @@ var errStale = errors.New("the object changed since the cache saw it")
 // RouterRole whose status changed, and records an event for each condition
 // that changed status or reason. A status equal to the one stored is not
 // written: the reconcile that follows a write of ours ends without one.
+// The roles' writes go out at once: a router runs up to four roles, and
+// one after the other they made a reconcile wait four round trips to the
+// API server, which at a thousand roles left routers queued behind busy
+// workers for seconds.
 //
 // Writes carry the resourceVersion they were computed from: transition
 // times and events are decided against the status last read, so a write
 // computed from a stale cache must fail rather than undo a newer one or
 // record a transition twice.
 func (r *RouterReconciler) writeStatus(ctx context.Context, roles []v1alpha1.RouterRole, out *rolegraph.Output) error {
-	var errs []error
-	stale := false
+	var changed []int
 	for i := range roles {
-		rr := &roles[i]
-		res := out.RouterRole(rr.Name)
-		if res == nil || equality.Semantic.DeepEqual(rr.Status, res.Status) {
-			continue
+		if res := out.RouterRole(roles[i].Name); res != nil && !equality.Semantic.DeepEqual(roles[i].Status, res.Status) {
+			changed = append(changed, i)
 		}
+	}
+	errs := make([]error, len(changed))
+	write := func(k int) {
+		rr := &roles[changed[k]]
 		old := rr.DeepCopy()
-		rr.Status = res.Status
-		switch err := patchStatus(ctx, r.Client, rr, old); {
-		case errors.Is(err, errStale):
-			stale = true
-		case err != nil:
-			errs = append(errs, fmt.Errorf("writing the status of RouterRole %s: %w", rr.Name, err))
-		default:
+		rr.Status = out.RouterRole(rr.Name).Status
+		if errs[k] = patchStatus(ctx, r.Client, rr, old); errs[k] == nil {
 			recordTransitions(r.Recorder, rr, old.Status.Conditions, rr.Status.Conditions, routerRoleEvents)
 		}
 	}
-	if len(errs) == 0 && stale {
+	if len(changed) == 1 {
+		write(0)
+	} else {
+		var wg sync.WaitGroup
+		for k := range changed {
+			wg.Go(func() { write(k) })
+		}
+		wg.Wait()
+	}
+	stale := false
+	var failed []error
+	for k, err := range errs {
+		switch {
+		case errors.Is(err, errStale):
+			stale = true
+		case err != nil:
+			failed = append(failed, fmt.Errorf("writing the status of RouterRole %s: %w", roles[changed[k]].Name, err))
+		}
+	}
+	if len(failed) == 0 && stale {
 		return errStale
 	}
-	return errors.Join(errs...)
+	return errors.Join(failed...)
 }
 
 // patchStatus writes obj's status as a merge patch from old, which

@@ -9,7 +9,8 @@
 //     returns actions, keeps nothing of the context and never blocks.
 //  2. Write payloads with an ObjectWriter (keys must ascend, the result is
 //     valid JSON by construction), in the memory the dispatcher lends
-//     through HintContext.PayloadWriter, or wrap bytes with RawPayload.
+//     through HintContext.PayloadWriter, or wrap bytes with RawPayload;
+//     return actions that differ per booking in HintContext.Actions.
 //  3. Describe it with a HintProvider: its type name, the commitments it
 //     consumes (KVCopy to see the booking's committed KV copy), the
 //     worker-selection policies it runs under by default (WorkerSelection,

@@ -102,7 +102,7 @@ func TestWritePayloadArena(t *testing.T) {
 	// Room for both: they share the arena and do not overlap.
 	arena := make([]byte, 0, 64)
 	hc := &hints.HintContext{}
-	hostbridge.Of[hints.HintContext, hints.CommittedCopy](hc).Arena = arena
+	hostbridge.Of[hints.HintContext, hints.CommittedCopy, hints.Action](hc).Arena = arena
 	a, b := write(hc, 1), write(hc, 22)
 	if string(a.Bytes()) != `{"h":[1,1]}` || string(b.Bytes()) != `{"h":[22,22]}` {
 		t.Fatalf("payloads %s %s", a.Bytes(), b.Bytes())
@@ -119,5 +119,38 @@ func TestWritePayloadArena(t *testing.T) {
 	// Without an arena, PayloadWriter allocates.
 	if p := write(&hints.HintContext{}, 5); string(p.Bytes()) != `{"h":[5,5]}` {
 		t.Fatalf("payload %s", p.Bytes())
+	}
+}
+
+// TestActionsLent: HintContext.Actions hands out the lent action memory in
+// turn, never overlapping, each slice capped at what it asked for, and
+// makes a slice of its own when the rest is too small or none is lent.
+func TestActionsLent(t *testing.T) {
+	lent := make([]hints.Action, 0, 3)
+	hc := &hints.HintContext{}
+	hostbridge.Of[hints.HintContext, hints.CommittedCopy, hints.Action](hc).Actions = lent
+	a := append(hc.Actions(1), hints.Action{Type: "a"})
+	b := append(hc.Actions(2), hints.Action{Type: "b1"}, hints.Action{Type: "b2"})
+	if &a[0] != &lent[:1][0] || &b[0] != &lent[:2][1] {
+		t.Fatal("the actions were not taken from the lent memory, one after the other")
+	}
+	// Appending past what was asked for leaves the lent memory: b's
+	// second action, next to it, is untouched.
+	a = append(a, hints.Action{Type: "a2"})
+	if &a[0] == &lent[:1][0] || b[1].Type != "b2" || a[1].Type != "a2" {
+		t.Fatalf("an append past the slice's room wrote into the lent memory: a %v, b %v", a, b)
+	}
+	// Nothing left: a slice of its own, which the lent actions do not see.
+	c := append(hc.Actions(1), hints.Action{Type: "c"})
+	if cap(c) != 1 || b[0].Type != "b1" || b[1].Type != "b2" {
+		t.Fatalf("with the lent memory taken: c %v (cap %d), b %v", c, cap(c), b)
+	}
+	// Without lent memory, Actions makes a slice, and a request of 0 gets
+	// an empty one.
+	if d := (&hints.HintContext{}).Actions(2); len(d) != 0 || cap(d) != 2 {
+		t.Fatalf("Actions(2) without lent memory: len %d cap %d", len(d), cap(d))
+	}
+	if e := hc.Actions(0); len(e) != 0 {
+		t.Fatalf("Actions(0): len %d", len(e))
 	}
 }

@@ -93,12 +93,13 @@ type HintContext struct {
 	Session Session
 
 	// host is what only the dispatcher sets, through the bridge: the
-	// committed copy, the running policy's commitments, the payload arena.
-	host hostbridge.State[CommittedCopy]
+	// committed copy, the running policy's commitments, the payload arena
+	// and the lent actions.
+	host hostbridge.State[CommittedCopy, Action]
 }
 
 func init() {
-	hostbridge.Register(func(hc *HintContext) *hostbridge.State[CommittedCopy] { return &hc.host })
+	hostbridge.Register(func(hc *HintContext) *hostbridge.State[CommittedCopy, Action] { return &hc.host })
 }
 
 // PayloadWriter returns a writer for one payload of about size bytes: in
@@ -128,6 +129,22 @@ func (hc *HintContext) ClosePayload(w *ObjectWriter) (Payload, error) {
 		hc.host.Arena = hc.host.Arena[:start+n]
 	}
 	return p, nil
+}
+
+// Actions returns an empty slice with room for n actions, for BuildHints to
+// append its actions to and return: in memory the dispatcher lends for the
+// booking when it has room for n more, else in a slice of its own. It
+// spares a policy whose actions differ on every booking an allocation per
+// booking. Like a payload written in the arena, the slice is valid until
+// the dispatcher has encoded the hint; appending past n moves it to memory
+// of its own.
+func (hc *HintContext) Actions(n int) []Action {
+	lent := hc.host.Actions
+	if start := len(lent); n > 0 && cap(lent)-start >= n {
+		hc.host.Actions = lent[:start+n]
+		return lent[start : start : start+n]
+	}
+	return make([]Action, 0, n)
 }
 
 // CommittedKVCopy returns the booking's committed KV copy, or nil when there

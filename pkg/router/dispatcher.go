@@ -171,7 +171,15 @@ type scratch struct {
 	// kept points at the actions kept, in the slices the policies
 	// returned: read, never written, and encoded once all have run.
 	kept [MaxActions]*hints.Action
+	// actions is lent to the policies for the actions they return
+	// (HintContext.Actions), as arena is for their payloads.
+	actions [lentActions]hints.Action
 }
+
+// lentActions is how many actions a booking's scratch lends its policies:
+// one each for a role of several policies; a policy that asks for more
+// than is left gets a slice of its own.
+const lentActions = 8
 
 // Ready reports whether a config has loaded.
 func (d *Dispatcher) Ready() bool { return d.snap.Load() != nil }
@@ -293,9 +301,10 @@ func (d *Dispatcher) build(ctx context.Context, b *Booking) (Hint, Worker, time.
 		BlockSize:    b.BlockSize,
 		Session:      b.Session,
 	}
-	host := hostbridge.Of[hints.HintContext, hints.CommittedCopy](&sc.hc)
+	host := hostbridge.Of[hints.HintContext, hints.CommittedCopy, hints.Action](&sc.hc)
 	host.KVCopy = kv
 	host.Arena = sc.arena[:0]
+	host.Actions = sc.actions[:0]
 	// A policy that reads the copy gets time for each of its blocks.
 	var copyBudget time.Duration
 	if kv != nil {
@@ -309,9 +318,10 @@ func (d *Dispatcher) build(ctx context.Context, b *Booking) (Hint, Worker, time.
 		h.Message = encodeMessage(b.RequestID, sc.kept[:n])
 		h.Actions = n
 	}
-	sc.hc = hints.HintContext{}       // drop references to the caller's booking
+	clear(sc.actions[:len(host.Actions)]) // drop references to the policies' actions
+	clear(sc.kept[:n])
+	sc.hc = hints.HintContext{}       // and to the caller's booking
 	sc.kvCopy = hints.CommittedCopy{} // and its hashes
-	clear(sc.kept[:n])                // and to the policies' actions
 	if cap(sc.arena) > payloadArenaBytes+21*maxPooledArenaBlocks+MaxSourceEndpointBytes {
 		// An arena grown for a very long copy is not kept: the pool would
 		// pin it for bookings that rarely need it.
@@ -365,7 +375,7 @@ func (d *Dispatcher) resolveSource(kv, dst *hints.CommittedCopy) (*hints.Committ
 // is the next one's start, so the clock is read once per policy plus
 // once. A policy that declares KVCopy has copyBudget on top of both
 // deadlines.
-func (d *Dispatcher) runPolicies(ctx context.Context, rr *roleRun, hc *hints.HintContext, host *hostbridge.State[hints.CommittedCopy], kept *[MaxActions]*hints.Action, copyBudget time.Duration) (int, time.Time) {
+func (d *Dispatcher) runPolicies(ctx context.Context, rr *roleRun, hc *hints.HintContext, host *hostbridge.State[hints.CommittedCopy, hints.Action], kept *[MaxActions]*hints.Action, copyBudget time.Duration) (int, time.Time) {
 	n := 0
 	fetchKept := false // the engine runs only a hint's first kv.fetch
 	start := time.Now()
@@ -446,7 +456,7 @@ func (d *Dispatcher) runPolicies(ctx context.Context, rr *roleRun, hc *hints.Hin
 // runPolicy calls one policy, turning a panic into a *policyPanic error: a
 // broken plugin loses its own actions, not the booking or the sidecar.
 // The policy sees exactly the commitments its provider declared.
-func runPolicy(ctx context.Context, h *hintsconfig.Hint, hc *hints.HintContext, host *hostbridge.State[hints.CommittedCopy]) (actions []hints.Action, err error) {
+func runPolicy(ctx context.Context, h *hintsconfig.Hint, hc *hints.HintContext, host *hostbridge.State[hints.CommittedCopy, hints.Action]) (actions []hints.Action, err error) {
 	host.Granted = uint8(h.Commitments)
 	defer func() {
 		host.Granted = 0

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/google/go-cmp/cmp"
@@ -147,5 +148,30 @@ func TestBookingRulesInProcess(t *testing.T) {
 	// A session's first turn is fine.
 	if h, err := d.Book(context.Background(), &Booking{RequestID: "r2", Role: "decode", Worker: "w1", Session: hints.Session{ID: "s", Turn: 1}}); err != nil || h.Outcome == OutcomeNone {
 		t.Errorf("Book of turn 1: %v, %v", h.Outcome, err)
+	}
+}
+
+// TestBookAllocations: a booking with a committed copy allocates its
+// message and nothing else: the context, the kv.fetch's payload and its
+// action come from the pooled scratch.
+func TestBookAllocations(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector's sync.Pool drops pooled scratch at random")
+	}
+	w := newChanWorker(1024)
+	defer w.close()
+	d := NewDispatcher(Options{Catalog: builtin.NewCatalog(), Workers: workerMap{"decode-worker-0": w}, PolicyDeadline: time.Second, Log: logr.Discard()})
+	if err := d.Load([]byte(benchConfig), "allocs"); err != nil {
+		t.Fatal(err)
+	}
+	for _, final := range []bool{true, false} {
+		bk := benchBooking(final)
+		ctx := context.Background()
+		if h, err := d.Book(ctx, bk); err != nil || h.Actions != 2 {
+			t.Fatalf("Book: %v, %d actions, want 2", err, h.Actions)
+		}
+		if n := testing.AllocsPerRun(200, func() { _, _ = d.Book(ctx, bk) }); n > 1 {
+			t.Errorf("final %v: %.1f allocations per booking, want 1 (the message)", final, n)
+		}
 	}
 }

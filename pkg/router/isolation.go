@@ -442,7 +442,7 @@ func (d *Dispatcher) runIsolated(ctx context.Context, hr *hintRun, hc *hints.Hin
 		BlockSize:    hc.BlockSize,
 		Session:      hints.Session{ID: strings.Clone(hc.Session.ID), Turn: hc.Session.Turn, Final: hc.Session.Final},
 	}
-	host := hostbridge.Of[hints.HintContext, hints.CommittedCopy](&r.hc)
+	host := hostbridge.Of[hints.HintContext, hints.CommittedCopy, hints.Action](&r.hc)
 	if kv != nil && hr.hint.Commitments.Has(hints.KVCopy) {
 		r.kv = hints.CommittedCopy{SourceWorker: strings.Clone(kv.SourceWorker), SourceEndpoint: strings.Clone(kv.SourceEndpoint),
 			SourceRank: kv.SourceRank, BlockHashes: slices.Clone(kv.BlockHashes)}

@@ -71,5 +71,7 @@ func (f *kvFetch) BuildHints(_ context.Context, hc *hints.HintContext) ([]hints.
 	if err != nil {
 		return nil, err
 	}
-	return []hints.Action{{Type: hints.ActionKVFetch, Version: "1.0", Payload: p}}, nil
+	// One action in memory the booking lends: with its payload in the
+	// arena, a fetch allocates nothing of its own.
+	return append(hc.Actions(1), hints.Action{Type: hints.ActionKVFetch, Version: "1.0", Payload: p}), nil
 }

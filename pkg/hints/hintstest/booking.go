@@ -33,7 +33,7 @@ func NewContext(b Booking, commitments hints.Commitments) *hints.HintContext {
 		BlockSize:    b.BlockSize,
 		Session:      b.Session,
 	}
-	host := hostbridge.Of[hints.HintContext, hints.CommittedCopy](hc)
+	host := hostbridge.Of[hints.HintContext, hints.CommittedCopy, hints.Action](hc)
 	host.KVCopy = b.KVCopy
 	host.Granted = uint8(commitments)
 	return hc

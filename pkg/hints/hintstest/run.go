@@ -425,8 +425,9 @@ type built struct {
 
 // scratch is reused across bookings as the dispatcher's pooled scratch is.
 type scratch struct {
-	hc    hints.HintContext
-	arena []byte
+	hc      hints.HintContext
+	arena   []byte
+	actions [8]hints.Action // lent by HintContext.Actions
 }
 
 // returnedMarker is what Run writes into a HintContext once BuildHints has
@@ -523,6 +524,9 @@ func runTimed(ctx context.Context, p hints.HintProvider, policy hints.HintPolicy
 	for i := range poison {
 		poison[i] = 0xff
 	}
+	for i := range sc.actions {
+		sc.actions[i] = hints.Action{Type: returnedMarker, Version: returnedMarker}
+	}
 	return out, problems, block
 }
 
@@ -582,13 +586,14 @@ func cloneBooking(b Booking) Booking {
 
 // load readies sc's HintContext for booking b as the dispatcher does, on a
 // copy of the booking, and returns the copy and the context's host state.
-func (sc *scratch) load(p hints.HintProvider, b Booking) (Booking, *hostbridge.State[hints.CommittedCopy]) {
+func (sc *scratch) load(p hints.HintProvider, b Booking) (Booking, *hostbridge.State[hints.CommittedCopy, hints.Action]) {
 	bk := cloneBooking(b)
 	sc.hc = hints.HintContext{RequestID: bk.RequestID, Role: bk.Role, Worker: bk.Worker,
 		PromptTokens: bk.PromptTokens, BlockSize: bk.BlockSize, Session: bk.Session}
-	host := hostbridge.Of[hints.HintContext, hints.CommittedCopy](&sc.hc)
+	host := hostbridge.Of[hints.HintContext, hints.CommittedCopy, hints.Action](&sc.hc)
 	host.KVCopy = bk.KVCopy
 	host.Arena = sc.arena[:0]
+	host.Actions = sc.actions[:0]
 	host.Granted = uint8(p.Commitments)
 	return bk, host
 }

@@ -298,6 +298,20 @@ func TestCheckFindsTheAuthorsFaults(t *testing.T) {
 				return kept, err
 			})
 		}(), want: []string{"booking plain: action 1 changed when booking", "was built next", "returns memory it reuses on every booking"}},
+		// The lent action slice is the booking's: a policy that keeps it
+		// and returns it again hands back memory the dispatcher has since
+		// reused, which the kit poisons after every run.
+		{name: "a lent action slice kept", p: func() hints.HintProvider {
+			var kept atomic.Pointer[[]hints.Action]
+			return provider("keeper", 0, func(hc *hints.HintContext) ([]hints.Action, error) {
+				if a := kept.Load(); a != nil {
+					return *a, nil
+				}
+				a := append(hc.Actions(1), hints.Action{Type: "vendor.keep", Version: "1.0", Payload: hints.RawPayload([]byte(`{}`))})
+				kept.Store(&a)
+				return a, nil
+			})
+		}(), want: []string{"hintstest-context-after-return"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.linux && runtime.GOOS != "linux" {
