@@ -272,7 +272,7 @@ func TestValueSets(t *testing.T) {
 	})
 	t.Run("no-crds-no-injection", func(t *testing.T) {
 		k := kinds(render(t, valueSets["no-crds-no-injection"]))
-		if k["CustomResourceDefinition"] != 0 || k["MutatingAdmissionPolicy"] != 0 || k["MutatingAdmissionPolicyBinding"] != 0 || k["ValidatingAdmissionPolicy"] != 3 {
+		if k["CustomResourceDefinition"] != 0 || k["MutatingAdmissionPolicy"] != 0 || k["MutatingAdmissionPolicyBinding"] != 0 || k["ValidatingAdmissionPolicy"] != 4 {
 			t.Errorf("kinds %v", k)
 		}
 	})
