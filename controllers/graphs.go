@@ -193,6 +193,13 @@ func trimGraph(obj any) (any, error) {
 	return u, nil
 }
 
+// graphList is an empty list of DGDs to read into.
+func graphList() *unstructured.UnstructuredList {
+	list := &unstructured.UnstructuredList{}
+	list.SetGroupVersionKind(dynamograph.GroupVersion.WithKind(dynamograph.Kind + "List"))
+	return list
+}
+
 // listGraphs returns the router's DGDs from the cache, sorted by name;
 // none while the CRD is not served.
 func (r *RouterReconciler) listGraphs(ctx context.Context, namespace, router string) ([]dynamograph.Graph, error) {
@@ -200,8 +207,7 @@ func (r *RouterReconciler) listGraphs(ctx context.Context, namespace, router str
 	if rd == nil {
 		return nil, nil
 	}
-	list := &unstructured.UnstructuredList{}
-	list.SetGroupVersionKind(dynamograph.GroupVersion.WithKind(dynamograph.Kind + "List"))
+	list := graphList()
 	if err := rd.List(ctx, list, client.InNamespace(namespace), client.MatchingLabels{v1alpha1.RouterLabel: router}); err != nil {
 		return nil, fmt.Errorf("listing the DynamoGraphDeployments of router %s: %w", router, err)
 	}

@@ -7,12 +7,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
-	"github.com/kvrouter/kv-hint-operator/internal/dynamograph"
 )
 
 // ManagerMetricsNamespace prefixes the manager's own metrics (controller-
@@ -132,8 +130,7 @@ func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	if rd := c.graphs.reader(); rd != nil {
-		list := &unstructured.UnstructuredList{}
-		list.SetGroupVersionKind(dynamograph.GroupVersion.WithKind(dynamograph.Kind + "List"))
+		list := graphList()
 		if err := rd.List(ctx, list, client.HasLabels{v1alpha1.RouterLabel}); err != nil {
 			ch <- prometheus.NewInvalidMetric(podsDesc, err)
 			return

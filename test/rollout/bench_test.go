@@ -39,14 +39,7 @@ func BenchmarkRollout(b *testing.B) {
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				gen := benchSetTTL(b, rr, 1000+i)
-				benchWait(b, "Programmed with the new hash on every pod", func(ctx context.Context) (bool, error) {
-					if err := k8s.Get(ctx, client.ObjectKeyFromObject(rr), rr); err != nil {
-						return false, err
-					}
-					p := rr.Status.RouterPods
-					c := findCondition(rr, v1alpha1.ConditionProgrammed)
-					return c != nil && c.Status == metav1.ConditionTrue && c.ObservedGeneration == gen && p != nil && p.UpToDate == n && p.Total == n, nil
-				})
+				benchWaitProgrammed(b, rr, gen, n)
 			}
 			b.StopTimer()
 			after := writesSnapshot()
@@ -136,6 +129,20 @@ func benchSetTTL(b *testing.B, rr *v1alpha1.RouterRole, ttl int) int64 {
 	return rr.Generation
 }
 
+// benchWaitProgrammed waits until generation gen of the role is
+// Programmed on all n router pods.
+func benchWaitProgrammed(b *testing.B, rr *v1alpha1.RouterRole, gen int64, n int32) {
+	b.Helper()
+	benchWait(b, "Programmed with the new hash on every pod", func(ctx context.Context) (bool, error) {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(rr), rr); err != nil {
+			return false, err
+		}
+		p := rr.Status.RouterPods
+		c := findCondition(rr, v1alpha1.ConditionProgrammed)
+		return c != nil && c.Status == metav1.ConditionTrue && c.ObservedGeneration == gen && p != nil && p.UpToDate == n && p.Total == n, nil
+	})
+}
+
 func benchWait(b *testing.B, what string, cond wait.ConditionWithContextFunc) {
 	b.Helper()
 	if err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, timeout, true, cond); err != nil {
@@ -176,14 +183,7 @@ func BenchmarkGraphRollout(b *testing.B) {
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				gen := benchSetTTL(b, rr, 1000+i)
-				benchWait(b, "Programmed with the new hash on every pod", func(ctx context.Context) (bool, error) {
-					if err := k8s.Get(ctx, client.ObjectKeyFromObject(rr), rr); err != nil {
-						return false, err
-					}
-					p := rr.Status.RouterPods
-					c := findCondition(rr, v1alpha1.ConditionProgrammed)
-					return c != nil && c.Status == metav1.ConditionTrue && c.ObservedGeneration == gen && p != nil && p.UpToDate == n && p.Total == n, nil
-				})
+				benchWaitProgrammed(b, rr, gen, n)
 			}
 			b.StopTimer()
 			after := writesSnapshot()
