@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -34,6 +35,9 @@ type Router struct {
 	dispatch *router.Dispatcher
 	client   *http.Client
 	next     atomic.Uint64
+	// messages is memory the bookings write their hints into: a hint is
+	// done with once it is carried (CarryHint copies it into the body).
+	messages sync.Pool
 
 	// HintPath is where the forwarded request carries the hint; the zero
 	// value is kv_transfer_params.kv_hint, where Dynamo's vLLM handler
@@ -89,7 +93,12 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		Session:      session(r),
 		KVCopy:       committedCopy(r),
 	}
-	hint, err := rt.dispatch.Build(r.Context(), booking)
+	mem, _ := rt.messages.Get().(*[]byte)
+	if mem == nil {
+		mem = new([]byte)
+	}
+	defer rt.messages.Put(mem)
+	hint, err := rt.dispatch.BuildInto(r.Context(), booking, *mem)
 	if err != nil {
 		// A booking the hints config cannot run (an unknown role, say)
 		// still goes to its worker, without a hint: hints never decide
@@ -104,6 +113,7 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
+		*mem = hint.Message[:0] // the next booking's, grown if it had to be
 	}
 	rt.forward(r.Context(), w, worker, r.URL.Path, body)
 }

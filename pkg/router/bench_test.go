@@ -277,6 +277,18 @@ func BenchmarkBookLong(b *testing.B) {
 				}
 			}
 		})
+		b.Run(fmt.Sprintf("blocks=%d/into", n), func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(h.Message)))
+			mem := make([]byte, 0, len(h.Message))
+			for b.Loop() {
+				h, err := d.BuildInto(ctx, bk, mem)
+				if err != nil || h.Actions != 2 {
+					b.Fatal(err)
+				}
+				mem = h.Message[:0]
+			}
+		})
 		b.Run(fmt.Sprintf("blocks=%d/floor", n), func(b *testing.B) {
 			b.ReportAllocs()
 			b.SetBytes(int64(len(h.Message)))
@@ -287,18 +299,21 @@ func BenchmarkBookLong(b *testing.B) {
 	}
 }
 
-// BenchmarkBookVsFloor books and writes the floor in turn, one after the
-// other in every iteration, and reports each one's time and their ratio:
-// on a shared machine, preemptions and other processes' cache traffic then
-// fall on both alike, which separate benchmarks minutes apart do not
-// guarantee. ns/op is the pair; book-ns/op, floor-ns/op and book/floor
-// are the figures to read.
+// BenchmarkBookVsFloor books (Book, a new message each time), builds into
+// reused memory (BuildInto, as an in-process router carrying hints in-band
+// can) and writes the floor in turn, one after the other in every
+// iteration, and reports each one's time and their ratios: on a shared
+// machine, preemptions and other processes' cache traffic then fall on all
+// alike, which separate benchmarks minutes apart do not guarantee. ns/op is
+// the three together; book-ns/op, into-ns/op, floor-ns/op, book/floor and
+// into/floor are the figures to read.
 func BenchmarkBookVsFloor(b *testing.B) {
 	for _, n := range longSizes {
-		d, bk, _, f := longBench(b, n)
+		d, bk, h, f := longBench(b, n)
 		ctx := context.Background()
 		b.Run(fmt.Sprintf("blocks=%d", n), func(b *testing.B) {
-			var book, floor time.Duration
+			var book, into, floor time.Duration
+			mem := make([]byte, 0, len(h.Message))
 			b.ReportAllocs()
 			for b.Loop() {
 				t0 := time.Now()
@@ -306,12 +321,21 @@ func BenchmarkBookVsFloor(b *testing.B) {
 					b.Fatal(err)
 				}
 				t1 := time.Now()
+				h, err := d.BuildInto(ctx, bk, mem)
+				if err != nil || h.Actions != 2 {
+					b.Fatal(err)
+				}
+				mem = h.Message[:0]
+				t2 := time.Now()
 				f.buf = f.write()
-				floor += time.Since(t1)
+				floor += time.Since(t2)
+				into += t2.Sub(t1)
 				book += t1.Sub(t0)
 			}
 			b.ReportMetric(float64(book.Nanoseconds())/float64(b.N), "book-ns/op")
+			b.ReportMetric(float64(into.Nanoseconds())/float64(b.N), "into-ns/op")
 			b.ReportMetric(float64(floor.Nanoseconds())/float64(b.N), "floor-ns/op")
+			b.ReportMetric(float64(into)/float64(floor), "into/floor")
 			b.ReportMetric(float64(book)/float64(floor), "book/floor")
 		})
 	}

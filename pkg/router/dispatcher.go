@@ -223,7 +223,7 @@ func (d *Dispatcher) OnApply(f func(hash string)) { d.onApply = append(d.onApply
 // Errors wrap ErrNotReady, ErrUnknownRole or ErrInvalidBooking. A booking
 // that yields no message is not an error: Hint.Outcome says why.
 func (d *Dispatcher) Book(ctx context.Context, b *Booking) (Hint, error) {
-	h, w, end, err := d.build(ctx, b)
+	h, w, end, err := d.build(ctx, b, nil)
 	if err == nil && h.Outcome == OutcomeHinted {
 		h.Queued = w.Deliver(h.Message, end)
 	}
@@ -234,14 +234,28 @@ func (d *Dispatcher) Book(ctx context.Context, b *Booking) (Hint, error) {
 // yields and sends nothing. It is for routers that post hints themselves,
 // and for tests.
 func (d *Dispatcher) Build(ctx context.Context, b *Booking) (Hint, error) {
-	h, _, _, err := d.build(ctx, b)
+	h, _, _, err := d.build(ctx, b, nil)
+	return h, err
+}
+
+// BuildInto is Build writing the message into buf's memory instead of a
+// new buffer: from buf's start, in place when it fits, else in a buffer of
+// its own that h.Message then is. A router that carries each hint on its
+// request (CarryHint copies it into the body) and is then done with it can
+// pass the same memory to every booking, h.Message[:0] of the last one, and
+// a booking then allocates nothing. h.Message belongs to the caller and
+// stays valid until the caller reuses that memory; nothing else keeps it.
+// buf may be nil, which is Build.
+func (d *Dispatcher) BuildInto(ctx context.Context, b *Booking, buf []byte) (Hint, error) {
+	h, _, _, err := d.build(ctx, b, buf)
 	return h, err
 }
 
 // build checks the booking, looks up its role and worker, and runs the
-// policies. It returns the worker and the time the last policy returned,
-// for delivery.
-func (d *Dispatcher) build(ctx context.Context, b *Booking) (Hint, Worker, time.Time, error) {
+// policies. It writes the message into buf's memory (a new buffer when buf
+// is nil or too small) and returns the worker and the time the last policy
+// returned, for delivery.
+func (d *Dispatcher) build(ctx context.Context, b *Booking, buf []byte) (Hint, Worker, time.Time, error) {
 	s := d.snap.Load()
 	if s == nil {
 		d.metrics.errNotReady.Inc()
@@ -313,9 +327,10 @@ func (d *Dispatcher) build(ctx context.Context, b *Booking) (Hint, Worker, time.
 	n, end := d.runPolicies(ctx, rr, &sc.hc, host, &sc.kept, copyBudget)
 	if n > 0 {
 		// The message outlives the booking, on its way to the worker and
-		// back to the caller: it is the one buffer a booking allocates,
-		// sized exactly, and written once.
-		h.Message = encodeMessage(b.RequestID, sc.kept[:n])
+		// back to the caller: unless the caller lends its memory
+		// (BuildInto), it is the one buffer a booking allocates, sized
+		// exactly, and written once.
+		h.Message = encodeMessage(buf, b.RequestID, sc.kept[:n])
 		h.Actions = n
 	}
 	clear(sc.actions[:len(host.Actions)]) // drop references to the policies' actions

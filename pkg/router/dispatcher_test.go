@@ -1,6 +1,7 @@
 package router
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -173,5 +174,74 @@ func TestBookAllocations(t *testing.T) {
 		if n := testing.AllocsPerRun(200, func() { _, _ = d.Book(ctx, bk) }); n > 1 {
 			t.Errorf("final %v: %.1f allocations per booking, want 1 (the message)", final, n)
 		}
+	}
+}
+
+// TestBuildInto: the message BuildInto writes is Build's, byte for byte; it
+// is written in the caller's memory when that fits and in a buffer of its
+// own when not, leaving the caller's alone; and with the memory reused a
+// booking allocates nothing.
+func TestBuildInto(t *testing.T) {
+	d := NewDispatcher(Options{Catalog: builtin.NewCatalog(), Workers: StaticWorkers{"decode-worker-0": true}, PolicyDeadline: time.Second, Log: logr.Discard()})
+	if err := d.Load([]byte(benchConfig), "into"); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	bk := benchBooking(true)
+	want, err := d.Build(ctx, bk)
+	if err != nil || want.Actions != 2 {
+		t.Fatalf("Build: %v, %d actions, want 2", err, want.Actions)
+	}
+
+	// Too small: a buffer of its own, and the caller's bytes untouched.
+	small := []byte("untouched")
+	h, err := d.BuildInto(ctx, bk, small[:0])
+	if err != nil || !bytes.Equal(h.Message, want.Message) || h.Outcome != OutcomeHinted || h.Actions != 2 {
+		t.Fatalf("BuildInto(small) = %q (%v, %d actions, %v), want %q", h.Message, h.Outcome, h.Actions, err, want.Message)
+	}
+	if string(small) != "untouched" {
+		t.Errorf("BuildInto wrote %q into a buffer too small for the message", small)
+	}
+
+	// Large enough: in place, from the start of the caller's memory, even
+	// when the caller hands it over with bytes in it.
+	buf := append(make([]byte, 0, 2*len(want.Message)), "stale bytes"...)
+	h, err = d.BuildInto(ctx, bk, buf)
+	if err != nil || !bytes.Equal(h.Message, want.Message) {
+		t.Fatalf("BuildInto(buf) = %q (%v), want %q", h.Message, err, want.Message)
+	}
+	if &h.Message[0] != &buf[:1][0] {
+		t.Error("BuildInto did not write the message in the memory it was given")
+	}
+
+	// Another booking into the same memory: the new message, whole.
+	other := benchBooking(true)
+	other.RequestID = "another-request"
+	wantOther, err := d.Build(ctx, other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err = d.BuildInto(ctx, other, h.Message[:0])
+	if err != nil || !bytes.Equal(h.Message, wantOther.Message) {
+		t.Fatalf("BuildInto(reused) = %q (%v), want %q", h.Message, err, wantOther.Message)
+	}
+
+	// No message: nil, and the memory is not written.
+	none := benchBooking(true)
+	none.Worker = "not-registered"
+	copy(buf[:cap(buf)][:5], "keep!")
+	if h, err := d.BuildInto(ctx, none, buf[:0]); err != nil || h.Message != nil || h.Outcome != OutcomeUnknownWorker {
+		t.Errorf("BuildInto(unknown worker) = %q, %v, %v; want no message, %v", h.Message, h.Outcome, err, OutcomeUnknownWorker)
+	}
+	if got := string(buf[:cap(buf)][:5]); got != "keep!" {
+		t.Errorf("BuildInto with no message wrote %q into the caller's memory", got)
+	}
+
+	if raceEnabled {
+		return // the race detector's sync.Pool drops pooled scratch at random
+	}
+	mem := h.Message[:0]
+	if n := testing.AllocsPerRun(200, func() { h, _ = d.BuildInto(ctx, bk, mem) }); n != 0 {
+		t.Errorf("%.1f allocations per booking into reused memory, want 0", n)
 	}
 }

@@ -18,7 +18,8 @@
 //
 // A Dispatcher reads an immutable compiled snapshot through an atomic
 // pointer, so Load never disturbs a booking in flight, and a booking
-// allocates only the message it returns. Its imports are the plugin
+// allocates only the message it returns: nothing, when the router lends the
+// memory for it (BuildInto). Its imports are the plugin
 // contract, the hints config rules, Prometheus' client and logr: no
 // Kubernetes client, no file watches, no HTTP server.
 //

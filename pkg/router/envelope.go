@@ -23,15 +23,19 @@ const (
 )
 
 // encodeMessage writes the hint message for messageID and its actions
-// (numbered from a1) into one buffer of exactly the right size.
-func encodeMessage(messageID string, actions []*hints.Action) []byte {
+// (numbered from a1) into buf's memory, from its start: a buffer of exactly
+// the right size when buf is nil or too small.
+func encodeMessage(buf []byte, messageID string, actions []*hints.Action) []byte {
 	idLen, plain := jsonStringLen(messageID)
 	// Every action but the first has a comma before it.
 	size := len(envelopeHead) + idLen + len(envelopeOpen) + len(envelopeClose) - 1
 	for i, a := range actions {
 		size += actionOverhead + digits(i+1) + len(a.Type) + len(a.Version) + len(a.Payload.Bytes())
 	}
-	buf := append(make([]byte, 0, size), envelopeHead...)
+	if cap(buf) < size {
+		buf = make([]byte, 0, size)
+	}
+	buf = append(buf[:0], envelopeHead...)
 	if plain {
 		// Request IDs are nearly always UUID-like: nothing to escape.
 		buf = append(append(append(buf, '"'), messageID...), '"')

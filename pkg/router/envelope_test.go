@@ -23,7 +23,7 @@ func TestEncodeMessageSize(t *testing.T) {
 	}
 	for _, id := range []string{"r1", `q"uo\te`, "ctl\x01\n", "naïve-日本", "bad\xffutf8", ""} {
 		for _, acts := range [][]*hints.Action{many[:1], many[:9], many} {
-			msg := encodeMessage(id, acts)
+			msg := encodeMessage(nil, id, acts)
 			if !json.Valid(msg) {
 				t.Fatalf("id %q, %d actions: invalid JSON %s", id, len(acts), msg)
 			}
