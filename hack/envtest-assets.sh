@@ -11,7 +11,9 @@
 set -euo pipefail
 
 K8S_VERSION=${K8S_VERSION:-1.37.2}
-ETCD_VERSION=${ETCD_VERSION:-3.7.3}
+# etcd at the version kubernetes' own go.mod pins its client to, so that the
+# server shares its packages (grpc, etcd's API types) with kube-apiserver.
+ETCD_VERSION=${ETCD_VERSION:-3.7.0}
 KWOK_VERSION=${KWOK_VERSION:-0.8.0}
 STAGING_VERSION="v0.${K8S_VERSION#1.}"
 CACHE_ROOT=${KVHINT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kv-hint-operator}
@@ -57,15 +59,18 @@ if complete; then
 fi
 WORK=$(mktemp -d "$CACHE_ROOT/build.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+# CGO_ENABLED=0 and -trimpath, the flags the Makefile gives every build (and
+# the Dockerfile's): the build cache keys a compiled package by its flags, so
+# the packages the binaries share with the repository's tests (client-go,
+# apimachinery, apiserver, grpc, ...: about nine in ten of the tests'
+# dependencies) are compiled once, here, and found in the cache by `make
+# verify` and `make test`, instead of once for each.
 export GOWORK=off CGO_ENABLED=0 GOFLAGS='-trimpath -mod=mod -buildvcs=false'
-# KVHINT_ASSETS_PARALLEL=1 compiles etcd and kwok at the same time as the
-# kubernetes binaries instead of after them. Off by default: not shown to
-# help on two cores, where one go build already runs two compiles at once.
-PARALLEL=${KVHINT_ASSETS_PARALLEL:-0}
 BUILD_START=$SECONDS
 
 log "building kube-apiserver, kube-controller-manager and kubectl v${K8S_VERSION}, etcd v${ETCD_VERSION} and kwok v${KWOK_VERSION} from Go modules into $DEST"
-log "a cold build takes about twenty minutes on two cores; later runs reuse the cache"
+log "a cold build takes about fifteen minutes on two cores; later runs reuse the cache"
 
 # quiet CMD...: runs CMD without its output.
 quiet() { "$@" >/dev/null 2>&1; }
@@ -83,18 +88,47 @@ timed() {
   return "$rc"
 }
 
-mkdir -p "$WORK/apiserver" "$WORK/etcd" "$WORK/kwok" "$WORK/out"
+# One wrapper module builds all five. The kubernetes module replaces its
+# staging modules with local paths its module zip lacks, so the wrapper pins
+# each of them. kwok (built against client libraries one minor older) and
+# etcd's server take the versions kubernetes selects, so the packages they
+# share with kube-apiserver are compiled once. etcd's server has no main
+# package: a three-line one calls etcdmain.Main.
+mkdir -p "$WORK/mod/cmd/etcd" "$WORK/out"
+cd "$WORK/mod"
+start=$SECONDS
+gomod=$(go mod download -json "k8s.io/kubernetes@v${K8S_VERSION}" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p')
+[ -n "$gomod" ] || { log "could not download k8s.io/kubernetes v${K8S_VERSION}"; exit 1; }
+pinned_etcd=$(sed -n 's/^[[:space:]]*go\.etcd\.io\/etcd\/client\/v3 v\([^ ]*\).*/\1/p' "$gomod" | head -n1)
+if [ -n "$pinned_etcd" ] && [ "$pinned_etcd" != "$ETCD_VERSION" ]; then
+  log "note: kubernetes v${K8S_VERSION} pins etcd's client at v${pinned_etcd}, not v${ETCD_VERSION}; the two builds share fewer packages"
+fi
 
-# etcd: go.etcd.io/etcd/server/v3 has no main package; a three-line one calls
-# etcdmain.Main.
-cat > "$WORK/etcd/go.mod" <<GOMOD
-module kvhint.local/etcd
+# The versions of the modules the repository's own packages and tests build
+# from, as floors: minimal version selection then picks the same versions the
+# tests compile with wherever kubernetes asks for no newer one.
+floors=$(cd "$REPO" && GOFLAGS=-buildvcs=false go list -deps -test -f '{{with .Module}}{{if not .Main}}{{if not .Replace}}{{.Path}} {{.Version}}{{end}}{{end}}{{end}}' ./... 2>/dev/null | sort -u) || floors=
+log "step resolve k8s.io/kubernetes and the repository's versions: $((SECONDS - start)) s"
 
-go 1.26.0
-
-require go.etcd.io/etcd/server/v3 v${ETCD_VERSION}
-GOMOD
-cat > "$WORK/etcd/main.go" <<'GO'
+# write_mod [FLOORS]: the wrapper's go.mod, with FLOORS as extra requirements.
+write_mod() {
+  {
+    echo "module kvhint.local/assets"
+    echo
+    echo "go 1.26.0"
+    echo
+    echo "require ("
+    echo "	k8s.io/kubernetes v${K8S_VERSION}"
+    echo "	go.etcd.io/etcd/server/v3 v${ETCD_VERSION}"
+    echo "	sigs.k8s.io/kwok v${KWOK_VERSION}"
+    [ -z "${1:-}" ] || printf '%s\n' "$1" | sed 's/^/	/'
+    echo ")"
+    echo
+    grep -E '^[[:space:]]*k8s\.io/[^ ]+ v0\.0\.0$' "$gomod" | awk -v v="$STAGING_VERSION" '{print "replace " $1 " => " $1 " " v}'
+  } > go.mod
+  rm -f go.sum
+}
+cat > cmd/etcd/main.go <<'GO'
 package main
 
 import (
@@ -105,82 +139,7 @@ import (
 
 func main() { etcdmain.Main(os.Args) }
 GO
-
-# kwok: its own module (it pins older client libraries than kubernetes'), so
-# a wrapper of its own.
-cat > "$WORK/kwok/go.mod" <<GOMOD
-module kvhint.local/kwok
-
-go 1.26.0
-
-require sigs.k8s.io/kwok v${KWOK_VERSION}
-GOMOD
-cat > "$WORK/kwok/tools.go" <<'GO'
-//go:build tools
-
-package tools
-
-import _ "sigs.k8s.io/kwok/cmd/kwok"
-GO
-
-# Resolving etcd's and kwok's modules is mostly waiting on the network, so it
-# runs in the background while kubernetes' modules resolve and compile.
-( cd "$WORK/etcd" && go mod tidy >"$WORK/etcd/tidy.log" 2>&1 ) &
-etcd_tidy=$!
-( cd "$WORK/kwok" && go mod tidy >"$WORK/kwok/tidy.log" 2>&1 ) &
-kwok_tidy=$!
-
-# wait_modules waits for etcd's and kwok's modules; only the shell that
-# started the two resolutions can wait for them.
-wait_modules() {
-  wait "$etcd_tidy" || { log "resolving etcd's modules failed:"; cat "$WORK/etcd/tidy.log" >&2; return 1; }
-  # kwok's tidy may complain about test-only packages of its dependencies;
-  # the build says whether what the command needs is there.
-  wait "$kwok_tidy" || true
-}
-
-build_etcd() {
-  (cd "$WORK/etcd" && timed "compile etcd" go build -ldflags='-s -w' -o "$WORK/out/etcd" .)
-}
-
-build_kwok() {
-  (
-    cd "$WORK/kwok"
-    timed "compile kwok" go build -ldflags="-s -w" -o "$WORK/out/kwok" sigs.k8s.io/kwok/cmd/kwok
-    # The kwok binary has no stages of its own (kwokctl passes them): ship
-    # kwok's "fast" ones, a node that is Ready at once and pods that become
-    # Running and Ready on it and go when deleted, from its own module.
-    kwokdir=$(go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)
-    for f in node/fast/node-initialize.yaml pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml; do
-      echo "---"
-      cat "$kwokdir/kustomize/stage/$f"
-    done > "$WORK/out/kwok-stages.yaml"
-  )
-}
-
-# kube-apiserver, kube-controller-manager and kubectl: the kubernetes module
-# replaces its staging modules with local paths the module zip lacks, so a
-# wrapper module pins each of them. The three commands share most of their
-# packages, so one go build compiles them: the packages only one of them
-# needs, and the three links, then run beside the others' compiles instead
-# of after them.
-(
-  cd "$WORK/apiserver"
-  go mod init kvhint.local/apiserver >/dev/null 2>&1
-  log "resolving k8s.io/kubernetes v${K8S_VERSION} staging modules"
-  start=$SECONDS
-  gomod=$(go mod download -json "k8s.io/kubernetes@v${K8S_VERSION}" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p')
-  [ -n "$gomod" ] || { log "could not download k8s.io/kubernetes v${K8S_VERSION}"; exit 1; }
-  {
-    echo "module kvhint.local/apiserver"
-    echo
-    echo "go 1.26.0"
-    echo
-    echo "require k8s.io/kubernetes v${K8S_VERSION}"
-    echo
-    grep -E '^[[:space:]]*k8s\.io/[^ ]+ v0\.0\.0$' "$gomod" | awk -v v="$STAGING_VERSION" '{print "replace " $1 " => " $1 " " v}'
-  } > go.mod
-  cat > tools.go <<'GO'
+cat > tools.go <<'GO'
 //go:build tools
 
 package tools
@@ -189,39 +148,49 @@ import (
 	_ "k8s.io/kubernetes/cmd/kube-apiserver"
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
 	_ "k8s.io/kubernetes/cmd/kubectl"
+	_ "sigs.k8s.io/kwok/cmd/kwok"
 )
 GO
-  log "step resolve k8s.io/kubernetes: $((SECONDS - start)) s"
-  timed "download kubernetes modules" quiet go mod tidy || true
-  minor=${K8S_VERSION#*.}; minor=${minor%%.*}
-  ldflags="-s -w"
-  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-    ldflags="$ldflags -X $pkg.gitVersion=v${K8S_VERSION} -X $pkg.gitMajor=1 -X $pkg.gitMinor=${minor} -X $pkg.buildDate=1970-01-01T00:00:00Z -X $pkg.gitTreeState=clean"
-  done
-  # With -o naming a folder, go build writes each command under its own name.
-  timed "compile kube-apiserver, kube-controller-manager, kubectl (one go build)" \
+
+minor=${K8S_VERSION#*.}; minor=${minor%%.*}
+ldflags="-s -w"
+for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+  ldflags="$ldflags -X $pkg.gitVersion=v${K8S_VERSION} -X $pkg.gitMajor=1 -X $pkg.gitMinor=${minor} -X $pkg.buildDate=1970-01-01T00:00:00Z -X $pkg.gitTreeState=clean"
+done
+
+# build: one go build of the five commands. With -o naming a folder, go
+# build writes each under its own name (./cmd/etcd as etcd).
+build() {
+  # kwok's tidy may complain about test-only packages of its dependencies;
+  # the build says whether what the commands need is there.
+  timed "download modules" quiet go mod tidy || true
+  timed "compile kube-apiserver, kube-controller-manager, kubectl, etcd, kwok (one go build)" \
     go build -ldflags="$ldflags" -o "$WORK/out/" \
     k8s.io/kubernetes/cmd/kube-apiserver \
     k8s.io/kubernetes/cmd/kube-controller-manager \
-    k8s.io/kubernetes/cmd/kubectl
-) &
-k8s_build=$!
+    k8s.io/kubernetes/cmd/kubectl \
+    ./cmd/etcd \
+    sigs.k8s.io/kwok/cmd/kwok
+}
 
-if [ "$PARALLEL" = 1 ]; then
-  wait_modules
-  build_etcd & etcd_build=$!
-  build_kwok & kwok_build=$!
-  rc=0
-  wait "$k8s_build" || rc=1
-  wait "$etcd_build" || rc=1
-  wait "$kwok_build" || rc=1
-  [ "$rc" -eq 0 ] || { log "a build failed; see above"; exit 1; }
-else
-  wait "$k8s_build" || { log "building the kubernetes commands failed"; exit 1; }
-  wait_modules
-  build_etcd
-  build_kwok
+write_mod "$floors"
+if ! build; then
+  [ -n "$floors" ] || { log "the build failed; see above"; exit 1; }
+  # A version the repository needs may be one kubernetes does not build
+  # with: build with kubernetes' own versions instead, sharing less.
+  log "the build with the repository's versions failed; building with kubernetes' own"
+  write_mod ""
+  build || { log "the build failed; see above"; exit 1; }
 fi
+
+# The kwok binary has no stages of its own (kwokctl passes them): ship
+# kwok's "fast" ones, a node that is Ready at once and pods that become
+# Running and Ready on it and go when deleted, from its own module.
+kwokdir=$(go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)
+for f in node/fast/node-initialize.yaml pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml; do
+  echo "---"
+  cat "$kwokdir/kustomize/stage/$f"
+done > "$WORK/out/kwok-stages.yaml"
 log "all five built in $((SECONDS - BUILD_START)) s"
 
 "$WORK/out/kube-apiserver" --version >/dev/null
