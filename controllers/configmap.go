@@ -25,11 +25,11 @@ const FieldOwner = "kvhint-manager"
 // apply, forcing ownership of the fields it sets so that hand edits are
 // undone. It writes nothing when the ConfigMap already says it all, so a
 // reconcile caused by its own write, or by anything else that changes
-// nothing, ends there.
-func (r *RouterReconciler) applyConfigMap(ctx context.Context, current *corev1.ConfigMap, compiled *rolegraph.Router) error {
+// nothing, ends there; wrote says whether it wrote.
+func (r *RouterReconciler) applyConfigMap(ctx context.Context, current *corev1.ConfigMap, compiled *rolegraph.Router) (wrote bool, err error) {
 	want := compiled.ConfigMap
 	if current != nil && holds(current, want) {
-		return nil
+		return false, nil
 	}
 	ac := corev1ac.ConfigMap(want.Name, want.Namespace).
 		WithLabels(want.Labels).
@@ -40,10 +40,10 @@ func (r *RouterReconciler) applyConfigMap(ctx context.Context, current *corev1.C
 			WithAPIVersion(o.APIVersion).WithKind(o.Kind).WithName(o.Name).WithUID(o.UID))
 	}
 	if err := r.Client.Apply(ctx, ac, client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
-		return fmt.Errorf("applying ConfigMap %s: %w", want.Name, err)
+		return false, fmt.Errorf("applying ConfigMap %s: %w", want.Name, err)
 	}
 	ctrl.LoggerFrom(ctx).Info("Applied hints config", "configMap", want.Name, "hash", compiled.Hash, "owners", len(want.OwnerReferences))
-	return nil
+	return true, nil
 }
 
 // holds reports whether a ConfigMap carries everything the manager would

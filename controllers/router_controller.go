@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -10,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -50,6 +52,9 @@ type RouterReconciler struct {
 	// loaded tells of the declared-catalog ConfigMaps whose background
 	// load ended (catalogs.loadInBackground).
 	loaded <-chan event.TypedGenericEvent[*corev1.ConfigMap]
+	// waiting holds, by router, when the roles' status began to wait for
+	// the pods to report a new config (see awaitReports).
+	waiting sync.Map // types.NamespacedName -> time.Time
 }
 
 // +kubebuilder:rbac:groups=hints.kvrouter.io,resources=routerroles,verbs=get;list;watch
@@ -79,6 +84,7 @@ func (r *RouterReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 		return ctrl.Result{}, err
 	}
 	if len(in.RouterRoles) == 0 {
+		r.waiting.Delete(req.NamespacedName)
 		return ctrl.Result{}, r.deleteConfigMap(ctx, current)
 	}
 	rc, err := r.routerCatalog(ctx, req.Namespace, req.Name)
@@ -126,11 +132,17 @@ func (r *RouterReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 		ctrl.LoggerFrom(ctx).Info("Not writing hints config: the router's declared catalog cannot be used", "configMap", v1alpha1.HintsConfigMapName(req.Name), "problem", compiled.Held)
 		return retryStale(ctx, r.writeStatus(ctx, in.RouterRoles, out))
 	}
-	if err := r.applyConfigMap(ctx, current, compiled); err != nil {
+	wrote, err := r.applyConfigMap(ctx, current, compiled)
+	if err != nil {
 		return ctrl.Result{}, err
 	}
 	if err := r.rollOut(ctx, &in, ro, compiled); err != nil {
 		return ctrl.Result{}, err
+	}
+	if wait := r.awaitReports(req.NamespacedName, wrote, compiled, in.Now.Time); wait > 0 {
+		ctrl.LoggerFrom(ctx).V(1).Info("Waiting for the router pods' reports before writing status",
+			"pods", compiled.Pods, "upToDate", compiled.PodsUpToDate, "for", wait)
+		return ctrl.Result{RequeueAfter: wait}, nil
 	}
 	res, err := retryStale(ctx, r.writeStatus(ctx, in.RouterRoles, out))
 	return recheck(res, compiled.Workloads, in.Now.Time), err
@@ -164,6 +176,47 @@ func (r *RouterReconciler) routerCatalog(ctx context.Context, namespace, router 
 // pendingRetry is when a router whose declared catalog was loading is
 // looked at again if the end of the load was not heard of.
 const pendingRetry = time.Minute
+
+// awaitReports returns how much longer the roles' status waits for the
+// router pods to report its config, or 0 to write it now.
+//
+// A sidecar router's pods apply a new config as soon as they see it and
+// report it on their pods, which reconciles the router at once. So once a
+// reconcile has written a new config, the status is left unwritten until
+// every pod reports it or reportWait has passed, whichever is first, and is
+// then written once, with Programmed as the pods report it, instead of as
+// Pending at once (by the write's reconcile, or the one its own ConfigMap
+// event brings) and again a moment later. At a thousand roles that was a
+// quarter of the manager's API requests. The wait starts at the first
+// write and is not extended by later ones, so a config that keeps changing
+// still gets a status at least every reportWait. Restart-mode routers roll
+// their pods, which takes seconds to minutes: their status is written as
+// the rollout goes.
+func (r *RouterReconciler) awaitReports(router types.NamespacedName, wrote bool, compiled *rolegraph.Router, now time.Time) time.Duration {
+	if len(compiled.Workloads) > 0 || compiled.Pods == 0 || compiled.PodsUpToDate == compiled.Pods {
+		r.waiting.Delete(router)
+		return 0
+	}
+	since, ok := r.waiting.Load(router)
+	if !ok {
+		if !wrote {
+			return 0
+		}
+		r.waiting.Store(router, now)
+		return reportWait
+	}
+	if left := reportWait - now.Sub(since.(time.Time)); left > 0 {
+		return left
+	}
+	r.waiting.Delete(router)
+	return 0
+}
+
+// reportWait is how long a reconcile that wrote a sidecar router's new
+// config leaves the roles' status unwritten, waiting for the sidecars to
+// report it (they take milliseconds): how much later than its config a
+// role's status may be written.
+const reportWait = 500 * time.Millisecond
 
 // conflictRetry is how often a router blocked by a ConfigMap that is not
 // the manager's is looked at again.

@@ -81,6 +81,10 @@ type Router struct {
 	// Notes say why the existing ConfigMap was not trusted for last good
 	// entries, if it was not; for the log.
 	Notes []string
+	// Pods is how many of the router's pods can run a config (not being
+	// deleted, and not terminated), and PodsUpToDate how many of them
+	// report running this one (its hash on the applied-hash annotation).
+	Pods, PodsUpToDate int32
 	// Workloads are the router's restart-mode Deployments and
 	// DynamoGraphDeployments, sorted by kind and name; empty for a sidecar
 	// router. Each gets its policy volume
@@ -367,6 +371,7 @@ func compileRouter(cat *hints.Catalog, name string, form hintsconfig.Form, resul
 		hash = cm.Annotations[v1alpha1.HashAnnotation]
 	}
 	count := countPods(pods, name, hash)
+	r.Pods, r.PodsUpToDate = count.total, count.upToDate
 	if len(workloads) > 0 {
 		count = countRestartPods(pods, name, hash, workloads)
 	}
