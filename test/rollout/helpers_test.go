@@ -202,15 +202,21 @@ func policyConfigMap(spec *corev1.PodSpec) string {
 // Running, Ready and mounting ConfigMap cm.
 func requirePodsOn(t *testing.T, ns string, n int, cm string) {
 	t.Helper()
-	pods := livePods(t, ns)
-	if len(pods) != n {
-		t.Fatalf("%d live router pods, want %d", len(pods), n)
-	}
-	for _, p := range pods {
-		if got := policyConfigMap(&p.Spec); got != cm || p.Status.Phase != corev1.PodRunning || !ready(&p) {
-			t.Errorf("pod %s: mounts %q, phase %s, ready %v; want %q, Running, Ready", p.Name, got, p.Status.Phase, ready(&p), cm)
+	// Polled: a Deployment's status can read n of n a moment before the
+	// last pod of a rollout it then starts (the manager undoing a hand
+	// edit, say) is there or an old one is marked for deletion.
+	eventually(t, fmt.Sprintf("%d live router pods on %s, Running and Ready", n, cm), func(ctx context.Context) error {
+		pods := livePods(t, ns)
+		if len(pods) != n {
+			return fmt.Errorf("%d live router pods, want %d", len(pods), n)
 		}
-	}
+		for _, p := range pods {
+			if got := policyConfigMap(&p.Spec); got != cm || p.Status.Phase != corev1.PodRunning || !ready(&p) {
+				return fmt.Errorf("pod %s: mounts %q, phase %s, ready %v; want %q, Running, Ready", p.Name, got, p.Status.Phase, ready(&p), cm)
+			}
+		}
+		return nil
+	})
 }
 
 func ready(p *corev1.Pod) bool {
