@@ -261,9 +261,10 @@ func longBench(b *testing.B, n int) (*Dispatcher, *Booking, Hint, *floorWriter) 
 }
 
 // BenchmarkBookLong is BenchmarkBook (fetch+evict) on copies of 64 to
-// 32,768 blocks, each next to its floor: the same message bytes written
-// with strconv.AppendUint into a preallocated buffer. The goal is at most
-// 1.25 times the floor, with at most 2 allocations, at every size.
+// 32,768 blocks, each next to BuildInto with reused memory (into) and its
+// floor: the same message bytes written with strconv.AppendUint into a
+// preallocated buffer. The goal is at most 1.25 times the floor, with at
+// most 2 allocations, at every size.
 func BenchmarkBookLong(b *testing.B) {
 	for _, n := range longSizes {
 		d, bk, h, f := longBench(b, n)

@@ -43,7 +43,11 @@ func TestTutorialModuleAndDockerfile(t *testing.T) {
 	copyTree(t, "testdata/team", team)
 	writeGoMod(t, repo, team)
 
-	env := append(os.Environ(), "GOWORK=off", "GOPROXY=off", "GOSUMDB=off", "GOTOOLCHAIN=local", "GOFLAGS=-mod=mod")
+	// The caller's build flags are kept (make's -trimpath among them), so
+	// the team's build finds the packages it shares with this repository's
+	// already compiled.
+	env := append(os.Environ(), "GOWORK=off", "GOPROXY=off", "GOSUMDB=off", "GOTOOLCHAIN=local",
+		"GOFLAGS="+strings.TrimSpace(os.Getenv("GOFLAGS")+" -mod=mod"))
 	run := func(dir string, env []string, name string, args ...string) string {
 		t.Helper()
 		cmd := exec.Command(name, args...)
