@@ -89,13 +89,32 @@ func BenchmarkRollout(b *testing.B) {
 // run its first config.
 func benchRouter(b *testing.B, n int32) (string, *v1alpha1.RouterRole, *appsv1.Deployment) {
 	b.Helper()
+	var dep *appsv1.Deployment
+	ns, rr := benchStart(b, func(ns string) client.Object {
+		dep = routerDeployment(ns, n)
+		return dep
+	})
+	benchWait(b, "the first rollout done", func(ctx context.Context) (bool, error) {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(dep), dep); err != nil {
+			return false, err
+		}
+		s := dep.Status
+		return s.ObservedGeneration == dep.Generation && s.UpdatedReplicas == n && s.ReadyReplicas == n && s.Replicas == n, nil
+	})
+	return ns, rr, dep
+}
+
+// benchStart creates a namespace with the benchmarks' decode role and the
+// router workload that workload returns for it, and waits until the role
+// is Programmed: its first config on every pod.
+func benchStart(b *testing.B, workload func(ns string) client.Object) (string, *v1alpha1.RouterRole) {
+	b.Helper()
 	nsObj := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "kvhint-bench-"}}
 	if err := k8s.Create(context.Background(), nsObj); err != nil {
 		b.Fatal(err)
 	}
 	rr := decodeRole(nsObj.Name, 60)
-	dep := routerDeployment(nsObj.Name, n)
-	for _, o := range []client.Object{rr, dep} {
+	for _, o := range []client.Object{rr, workload(nsObj.Name)} {
 		if err := k8s.Create(context.Background(), o); err != nil {
 			b.Fatal(err)
 		}
@@ -107,14 +126,7 @@ func benchRouter(b *testing.B, n int32) (string, *v1alpha1.RouterRole, *appsv1.D
 		c := findCondition(rr, v1alpha1.ConditionProgrammed)
 		return c != nil && c.Status == metav1.ConditionTrue, nil
 	})
-	benchWait(b, "the first rollout done", func(ctx context.Context) (bool, error) {
-		if err := k8s.Get(ctx, client.ObjectKeyFromObject(dep), dep); err != nil {
-			return false, err
-		}
-		s := dep.Status
-		return s.ObservedGeneration == dep.Generation && s.UpdatedReplicas == n && s.ReadyReplicas == n && s.Replicas == n, nil
-	})
-	return nsObj.Name, rr, dep
+	return nsObj.Name, rr
 }
 
 func benchSetTTL(b *testing.B, rr *v1alpha1.RouterRole, ttl int) int64 {
@@ -238,23 +250,10 @@ func graphRolledOut(ctx context.Context, g *v1beta1.DynamoGraphDeployment, gen i
 // Frontend pods run its first config.
 func benchGraph(b *testing.B, n int32) (*v1alpha1.RouterRole, *v1beta1.DynamoGraphDeployment) {
 	b.Helper()
-	nsObj := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "kvhint-bench-"}}
-	if err := k8s.Create(context.Background(), nsObj); err != nil {
-		b.Fatal(err)
-	}
-	rr := decodeRole(nsObj.Name, 60)
-	g := routerGraph(nsObj.Name, n)
-	for _, o := range []client.Object{rr, g} {
-		if err := k8s.Create(context.Background(), o); err != nil {
-			b.Fatal(err)
-		}
-	}
-	benchWait(b, "the first config on every pod", func(ctx context.Context) (bool, error) {
-		if err := k8s.Get(ctx, client.ObjectKeyFromObject(rr), rr); err != nil {
-			return false, err
-		}
-		c := findCondition(rr, v1alpha1.ConditionProgrammed)
-		return c != nil && c.Status == metav1.ConditionTrue, nil
+	var g *v1beta1.DynamoGraphDeployment
+	_, rr := benchStart(b, func(ns string) client.Object {
+		g = routerGraph(ns, n)
+		return g
 	})
 	benchWait(b, "the first rollout done", func(ctx context.Context) (bool, error) {
 		return graphRolledOut(ctx, g, g.Generation, n)
