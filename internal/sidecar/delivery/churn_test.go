@@ -27,16 +27,7 @@ func TestWorkerChurnReleasesClients(t *testing.T) {
 	t.Cleanup(func() { del.Close(context.Background()) })
 	base := runtime.NumGoroutine()
 	const n = 300
-	for i := range n {
-		q := del.NewQueue(fmt.Sprintf("w%d", i), ep)
-		q.Enqueue([]byte(message(fmt.Sprint(i), staticJSON(1, "x"))), time.Now())
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		if _, err := w.WaitForHints(ctx, i+1); err != nil {
-			t.Fatal(err)
-		}
-		cancel()
-		q.Close()
-	}
+	churn(t, del, w, n, func(int) string { return ep })
 	eventually(t, 5*time.Second, func() error {
 		if extra := runtime.NumGoroutine() - base; extra > 10 {
 			return fmt.Errorf("%d workers added and removed left %d goroutines, want at most 10", n, extra)
@@ -65,16 +56,7 @@ func TestWorkerChurnOverEndpointsBounded(t *testing.T) {
 	t.Cleanup(func() { del.Close(context.Background()) })
 	base := runtime.NumGoroutine()
 	const n = 200
-	for i := range n {
-		q := del.NewQueue(fmt.Sprintf("w%d", i), fmt.Sprintf("%s/%d", ep, i))
-		q.Enqueue([]byte(message(fmt.Sprint(i), staticJSON(1, "x"))), time.Now())
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		if _, err := w.WaitForHints(ctx, i+1); err != nil {
-			t.Fatal(err)
-		}
-		cancel()
-		q.Close()
-	}
+	churn(t, del, w, n, func(i int) string { return fmt.Sprintf("%s/%d", ep, i) })
 	eventually(t, 5*time.Second, func() error {
 		if extra := runtime.NumGoroutine() - base; extra > 4+4+10 {
 			return fmt.Errorf("%d workers at endpoints of their own added and removed left %d goroutines, want at most 18", n, extra)
@@ -83,5 +65,22 @@ func TestWorkerChurnOverEndpointsBounded(t *testing.T) {
 	})
 	if got := conns.Load(); got != n {
 		t.Errorf("%d connections for %d workers at %d endpoints, want one each", got, n, n)
+	}
+}
+
+// churn adds n workers one after another, worker i at endpoint(i), sends
+// each a hint, waits until w has it and removes the worker.
+func churn(t *testing.T, del *Delivery, w *simworker.Worker, n int, endpoint func(i int) string) {
+	t.Helper()
+	for i := range n {
+		q := del.NewQueue(fmt.Sprintf("w%d", i), endpoint(i))
+		q.Enqueue([]byte(message(fmt.Sprint(i), staticJSON(1, "x"))), time.Now())
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err := w.WaitForHints(ctx, i+1)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		q.Close()
 	}
 }
