@@ -97,7 +97,7 @@ func runDev(ctx context.Context, cmd *cobra.Command, o devenv.Options, rate floa
 		}
 		os.RemoveAll(dir)
 	}()
-	fmt.Fprintln(out, "kvhint-dev dev: finding kube-apiserver and etcd (the first run builds them: about ten minutes)")
+	fmt.Fprintln(out, "kvhint-dev dev: finding kube-apiserver and etcd (the first run builds them: about fifteen minutes on two cores)")
 	o.Assets, err = devenv.FindAssets(o.Assets, os.Stderr)
 	if err != nil {
 		return err
