@@ -65,6 +65,12 @@ func Compile(cat *hints.Catalog, cfg *Config, modes Modes) (*Graph, Problems) {
 	g := newGraph(roles)
 	g.Unchecked = cfg.Unchecked
 	g.Form = cfg.Form.OrDefault()
+	g.Target = cfg.Target
+	if cfg.Target == TargetDynamo {
+		// A released Frontend reads only this form, whatever the config
+		// built in code said.
+		g.Form = FormRouterWideHint
+	}
 	return g, probs
 }
 

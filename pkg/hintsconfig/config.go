@@ -44,6 +44,17 @@ type Config struct {
 	// Form is the shape the file is written in, and the one Marshal and
 	// the compiled graph write; empty is FormPerRoleHints.
 	Form Form `json:"-"`
+	// Target is the program the file is read for; empty is TargetSidecar.
+	// Compile applies its start-up rules, and the compiled graph writes
+	// the form it reads.
+	Target Target `json:"-"`
+	// DeclaredCatalog says, for TargetDynamo, that the catalog the config
+	// is compiled against is the router's declared catalog (its build's
+	// own types). Without one, a Dynamo Frontend links only Dynamo's stock
+	// worker-selection types (DynamoStockSelectionTypes), so a selected
+	// instance of any other type, kvcr included, is refused even when
+	// kvhint links it.
+	DeclaredCatalog bool `json:"-"`
 	// HintPolicy is the root kv_hint_policy of a FormRouterWideHint file:
 	// the one hint policy every role on the KV path runs; nil runs none.
 	// Compile gives it to each role whose entry lists no hints.

@@ -22,7 +22,9 @@ type Graph struct {
 	Unchecked map[string]json.RawMessage
 	// Form is the policy-file form Encode writes: the form of the config
 	// the graph was compiled from (FormPerRoleHints when it had none).
-	Form   Form
+	Form Form
+	// Target is the target of the config the graph was compiled from.
+	Target Target
 	byName map[string]*Role
 }
 
