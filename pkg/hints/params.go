@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"strconv"
 	"strings"
 )
 
@@ -38,8 +39,10 @@ func ParamErrorf(key, format string, args ...any) error {
 // tell a value that was set from one that was left out. A field whose type
 // is a struct, or a pointer to one, takes a nested mapping, decoded by the
 // same rules: an unknown key there is refused with its full path, such as
-// adaptive.load_scale, as the error's Key. A null value is refused
-// everywhere: leave the key out instead.
+// adaptive.load_scale, as the error's Key. A null value leaves a pointer
+// field unset, as Dynamo reads null for an Option; for any other field it
+// is refused. An integer field refuses a number written as a float, 1.0
+// included, in the words of Dynamo's serde.
 func DecodeParams(params Params, dst any) error {
 	rv := reflect.ValueOf(dst)
 	if rv.Kind() != reflect.Pointer || rv.Elem().Kind() != reflect.Struct {
@@ -93,10 +96,16 @@ func decodeObject(raw []byte, v reflect.Value, prefix string) error {
 // is path. A pointer is allocated only once the value is known to be good,
 // so a refused value leaves the field as it was.
 func decodeValue(raw []byte, v reflect.Value, path string) error {
+	t := v.Type()
 	if bytes.Equal(raw, []byte("null")) {
+		if t.Kind() == reflect.Pointer {
+			// An optional key written as null is unset, as Dynamo's
+			// Option<T> reads it: the default applies.
+			v.SetZero()
+			return nil
+		}
 		return &ParamError{Key: path, Message: "must not be null; leave the key out for the default"}
 	}
-	t := v.Type()
 	if t.Kind() == reflect.Pointer {
 		elem := reflect.New(t.Elem())
 		if !v.IsNil() {
@@ -110,6 +119,9 @@ func decodeValue(raw []byte, v reflect.Value, path string) error {
 	}
 	if t.Kind() == reflect.Struct {
 		return decodeObject(raw, v, path+".")
+	}
+	if msg, ok := floatForInteger(raw, t); ok {
+		return &ParamError{Key: path, Message: msg}
 	}
 	target := reflect.New(t)
 	target.Elem().Set(v)
@@ -146,6 +158,36 @@ func outOfRange(raw []byte, t reflect.Type) (string, bool) {
 		return fmt.Sprintf("%s is out of range: at most %d", shorten(raw), uint64(math.MaxUint64)>>(64-t.Bits())), true
 	}
 	return "", false
+}
+
+// floatForInteger words the refusal of a number written as a float (1.0,
+// 1e3) for an integer field as Dynamo's serde does: "invalid type:
+// floating point `1`, expected u64". An integer is never read from a
+// float, even a whole one: the router would refuse it.
+func floatForInteger(raw []byte, t reflect.Type) (string, bool) {
+	var rust string
+	switch t.Kind() {
+	case reflect.Uint, reflect.Uint64, reflect.Uintptr:
+		rust = "u64"
+	case reflect.Uint8, reflect.Uint16, reflect.Uint32:
+		rust = fmt.Sprintf("u%d", t.Bits())
+	case reflect.Int, reflect.Int64, reflect.Int8, reflect.Int16, reflect.Int32:
+		rust = fmt.Sprintf("i%d", t.Bits())
+	default:
+		return "", false
+	}
+	if len(raw) == 0 || !(raw[0] == '-' || (raw[0] >= '0' && raw[0] <= '9')) || !bytes.ContainsAny(raw, ".eE") {
+		return "", false
+	}
+	f, err := strconv.ParseFloat(string(raw), 64)
+	if err != nil {
+		return "", false
+	}
+	text := strconv.FormatFloat(f, 'f', -1, 64) // as Rust writes it: 1.0 as 1
+	if bytes.ContainsAny(raw, "eE") {
+		text = string(raw) // 1e40 as written, not forty digits
+	}
+	return fmt.Sprintf("invalid type: floating point `%s`, expected %s", text, rust), true
 }
 
 // integerLiteral reports whether raw is a JSON number written as an

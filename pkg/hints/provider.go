@@ -97,6 +97,14 @@ type ParameterReporter interface {
 	EffectiveParameters() any
 }
 
+// ParameterWarner is implemented by parsed policies whose parameters are
+// valid but deserve a look (a value the router accepts whose effect is
+// unusual). Each warning names its key; the rules report them as
+// warnings, never as refusals.
+type ParameterWarner interface {
+	ParameterWarnings() []*ParamError
+}
+
 func (p *HintProvider) check() error {
 	if err := CheckTypeName(p.Type); err != nil {
 		return fmt.Errorf("hint policy type %q: %w", p.Type, err)

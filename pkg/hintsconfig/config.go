@@ -121,7 +121,7 @@ func IsRole(name string) bool { return slices.Contains(Roles, name) }
 // kvhint accepts as written without checking them: queueing classes,
 // per-model profiles, cache buckets and the request classifier are the
 // router's business, not the hints'.
-var uncheckedRootKeys = []string{"default_policy_family", "models", "policy_classes", "request_classifier", "uncached_isl_buckets"}
+var uncheckedRootKeys = []string{"default_policy_family", "models", "policy_classes", "request_classifier", "router", "uncached_isl_buckets"}
 
 // instancesKey is the key of worker_selection that holds named instances,
 // and defaultSelection the bare entry that means Dynamo's built-in selector.

@@ -56,7 +56,7 @@ func TestParseConfigRejects(t *testing.T) {
 		{"malformed YAML", "worker_selection: {decode: [", "", []string{"not valid YAML"}},
 		{"not a mapping", "- a\n- b\n", "", []string{"must be a mapping"}},
 		{"empty document", "", "", []string{"must be a mapping"}},
-		{"unknown top-level key", "worker_selection: {decode: kvcr}\nrouter_mod: kv\n", "", []string{`"router_mod"`, "worker_selection, default_policy_family, models, policy_classes, request_classifier, uncached_isl_buckets"}},
+		{"unknown top-level key", "worker_selection: {decode: kvcr}\nrouter_mod: kv\n", "", []string{`"router_mod"`, "worker_selection, default_policy_family, models, policy_classes, request_classifier, router, uncached_isl_buckets"}},
 		// The first error a file from an earlier compile meets: it says
 		// where the mode went, as the per-role message does.
 		{"router_mode is not a key of the file", "router_mode: kv\nworker_selection: {decode: kvcr}\n", "", []string{`"router_mode"`, "not part of the policy file", "--router-mode", "DYN_ROUTER_MODE", "spec.routerMode"}},

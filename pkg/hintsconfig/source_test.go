@@ -75,7 +75,7 @@ func TestParseConfigFoundAsANewUserWould(t *testing.T) {
 		name:  "-.inf for an integer of a hint",
 		doc:   "worker_selection:\n  decode:\n    type: dynamo-default-cost-fn\n    hints:\n    - type: kv-retain\n      parameters:\n        ttl_seconds: -.inf\n",
 		want:  []located{{hintsconfig.ReasonInvalidParameters, "decode", 0, "kv-retain", "ttl_seconds", 7}},
-		words: []string{`parameter "ttl_seconds": -.inf is not an integer`},
+		words: []string{"parameter \"ttl_seconds\": invalid type: floating point `-.inf`, expected i64"},
 	}, {
 		// An integer too large for its type reads as written, not as the
 		// float YAML 1.1 rounds it to, and is said to be out of range.

@@ -117,13 +117,3 @@ var DynamoStockSelectionTypes = []string{
 	"dynamo-round-robin", "dynamo-random", "dynamo-power-of-two-choices",
 	"dynamo-least-loaded", "dynamo-direct", "dynamo-device-aware-weighted",
 }
-
-// parseDynamo reads a policy file as a released Dynamo Frontend does.
-func parseDynamo(data []byte) (*Config, error) {
-	cfg, err := ParseConfigForm(data, FormRouterWideHint)
-	if err != nil {
-		return nil, err
-	}
-	cfg.Target = TargetDynamo
-	return cfg, nil
-}

@@ -18,7 +18,7 @@ func TestKVRetainParameters(t *testing.T) {
 		{name: "priority over 100", params: `{"priority": 101}`, errKey: "priority", errWord: "101 is out of range 0..100"},
 		{name: "negative priority", params: `{"priority": -1}`, errKey: "priority", errWord: "out of range 0..100"},
 		{name: "negative min_prompt_tokens", params: `{"min_prompt_tokens": -5}`, errKey: "min_prompt_tokens", errWord: "out of range"},
-		{name: "fractional ttl", params: `{"ttl_seconds": 2.5}`, errKey: "ttl_seconds", errWord: "an integer"},
+		{name: "fractional ttl", params: `{"ttl_seconds": 2.5}`, errKey: "ttl_seconds", errWord: "invalid type: floating point `2.5`"},
 		{name: "unknown key", params: `{"ttl": 5}`, errKey: "ttl", errWord: "known: min_prompt_tokens, priority, ttl_seconds"},
 	})
 }

@@ -46,8 +46,10 @@ type costParams struct {
 	// Dynamo default 0.25.
 	DiskCacheHitWeight *float64 `json:"disk_cache_hit_weight,omitempty"`
 	// SharedCacheMultiplier is what a block held in a cache shared between
-	// workers is worth; in [0, 1]. Dynamo default 0 (0.5 when the router
-	// runs with a shared cache); kvcr's default is 0.5.
+	// workers is worth; not negative, and in [0, 1] for kvcr (above 1 is
+	// warned for dynamo-default-cost-fn, whose provider takes it). Dynamo
+	// default 0 (0.5 when the router runs with a shared cache); kvcr's
+	// default is 0.5.
 	SharedCacheMultiplier *float64 `json:"shared_cache_multiplier,omitempty"`
 	// RouterTemperature softens the choice between workers of similar
 	// cost; 0 always takes the cheapest. Dynamo default 0.
@@ -70,9 +72,12 @@ const (
 )
 
 // check holds the values that were set to Dynamo's bounds: each finite and
-// not negative, and shared_cache_multiplier at most 1. Values decoded from
-// JSON are always finite; the check does not rely on it.
-func (p *costParams) check() error {
+// not negative (default/parameters.rs), and, where capped (kvcr),
+// shared_cache_multiplier at most 1. Dynamo's own provider does not cap
+// it: the [0,1] bound is on KvRouterConfig's field and the per-request
+// override, so dynamo-default-cost-fn only warns above 1. Values decoded
+// from JSON are always finite; the check does not rely on it.
+func (p *costParams) check(capShared bool) error {
 	for _, f := range []struct {
 		key string
 		v   *float64
@@ -92,18 +97,21 @@ func (p *costParams) check() error {
 			return err
 		}
 	}
-	if p.SharedCacheMultiplier != nil {
+	if p.SharedCacheMultiplier == nil {
+		return nil
+	}
+	if capShared {
 		return hints.FloatInRange(keySharedCacheMultiplier, *p.SharedCacheMultiplier, 0, 1)
 	}
-	return nil
+	return hints.FloatAtLeast(keySharedCacheMultiplier, *p.SharedCacheMultiplier, 0)
 }
 
-func parseCostParams(raw hints.Params) (costParams, error) {
+func parseCostParams(raw hints.Params, capShared bool) (costParams, error) {
 	var p costParams
 	if err := hints.DecodeParams(raw, &p); err != nil {
 		return p, err
 	}
-	return p, p.check()
+	return p, p.check(capShared)
 }
 
 // costFn is a parsed dynamo-default-cost-fn. It never commits KV copies,
@@ -117,15 +125,28 @@ func (c *costFn) CommitsKVCopies() bool { return false }
 // router fills the others from its flags.
 func (c *costFn) EffectiveParameters() any { return c.set }
 
+// ParameterWarnings flags a shared_cache_multiplier above 1: Dynamo's
+// provider takes it, but it counts a block in the shared cache above one
+// already on the device, which the router's own setting (bounded to
+// [0,1]) never does.
+func (c *costFn) ParameterWarnings() []*hints.ParamError {
+	if v := c.set.SharedCacheMultiplier; v != nil && *v > 1 {
+		return []*hints.ParamError{{Key: keySharedCacheMultiplier, Message: fmt.Sprintf(
+			"%g is above 1: a block in the shared cache then counts for more than one on the device; Dynamo accepts it (its provider checks finite and >= 0), "+
+				"but its router setting and the per-request override are bounded to [0,1]", *v)}}
+	}
+	return nil
+}
+
 func costFnProvider() hints.SelectionProvider {
 	return hints.SelectionProvider{
 		Type: TypeDefaultCostFn,
 		Description: "Dynamo's default cost: cached prompt blocks against load; never commits KV copies. " +
 			"Unset parameters take the router's flags (defaults overlap_score_credit 1.0, overlap_score_credit_decay 0, " +
 			"prefill_load_scale 1.0, decode_active_request_weight 0, host_cache_hit_weight 0.75, disk_cache_hit_weight 0.25, " +
-			"shared_cache_multiplier 0 in [0,1], router_temperature 0; seed)",
+			"shared_cache_multiplier 0 (finite >= 0; above 1 is warned), router_temperature 0; seed)",
 		Parse: func(raw hints.Params) (hints.SelectionPolicy, error) {
-			p, err := parseCostParams(raw)
+			p, err := parseCostParams(raw, false)
 			if err != nil {
 				return nil, err
 			}
@@ -165,7 +186,7 @@ func kvcrProvider() hints.SelectionProvider {
 		Description: "KV cache reuse: dynamo-default-cost-fn's parameters, with shared_cache_multiplier " +
 			"defaulting to 0.5 (in [0,1]); commits KV copies when shared_cache_multiplier > 0",
 		Parse: func(raw hints.Params) (hints.SelectionPolicy, error) {
-			p, err := parseCostParams(raw)
+			p, err := parseCostParams(raw, true)
 			if err != nil {
 				return nil, err
 			}
@@ -303,10 +324,7 @@ const (
 )
 
 // softAffinityParams are the parameters of dynamo-soft-affinity-load-guard,
-// both integers (Rust usize) and optional. move_margin is read as a signed
-// integer so that a value below 1 is refused in the words the declared
-// schema's minimum uses; it tops out at 2^63-1 where Dynamo's usize would
-// take 2^64-1, a margin no pool reaches. As with the cost
+// both integers (Rust usize, so up to 2^64-1) and optional. As with the cost
 // parameters, a key left out stays nil and is not reported, so the
 // compiled file carries only what the user wrote; the router applies its
 // own defaults to the rest.
@@ -317,7 +335,7 @@ type softAffinityParams struct {
 	// MoveMargin is how many fewer active requests another worker must
 	// hold before the binding moves to it; at least 1 (0 would move on an
 	// equal load). Dynamo default 2.
-	MoveMargin *int64 `json:"move_margin,omitempty"`
+	MoveMargin *uint64 `json:"move_margin,omitempty"`
 }
 
 // keyMoveMargin is the key Dynamo bounds below.

@@ -17,14 +17,15 @@ func TestSelectionChecksRefuseNonFinite(t *testing.T) {
 		run func(v float64) error
 	}
 	checks := []check{
-		{"overlap_score_credit", func(v float64) error { return (&costParams{OverlapScoreCredit: f(v)}).check() }},
-		{"overlap_score_credit_decay", func(v float64) error { return (&costParams{OverlapScoreCreditDecay: f(v)}).check() }},
-		{"prefill_load_scale", func(v float64) error { return (&costParams{PrefillLoadScale: f(v)}).check() }},
-		{"decode_active_request_weight", func(v float64) error { return (&costParams{DecodeActiveRequestWeight: f(v)}).check() }},
-		{"host_cache_hit_weight", func(v float64) error { return (&costParams{HostCacheHitWeight: f(v)}).check() }},
-		{"disk_cache_hit_weight", func(v float64) error { return (&costParams{DiskCacheHitWeight: f(v)}).check() }},
-		{"shared_cache_multiplier", func(v float64) error { return (&costParams{SharedCacheMultiplier: f(v)}).check() }},
-		{"router_temperature", func(v float64) error { return (&costParams{RouterTemperature: f(v)}).check() }},
+		{"overlap_score_credit", func(v float64) error { return (&costParams{OverlapScoreCredit: f(v)}).check(false) }},
+		{"overlap_score_credit_decay", func(v float64) error { return (&costParams{OverlapScoreCreditDecay: f(v)}).check(false) }},
+		{"prefill_load_scale", func(v float64) error { return (&costParams{PrefillLoadScale: f(v)}).check(false) }},
+		{"decode_active_request_weight", func(v float64) error { return (&costParams{DecodeActiveRequestWeight: f(v)}).check(false) }},
+		{"host_cache_hit_weight", func(v float64) error { return (&costParams{HostCacheHitWeight: f(v)}).check(false) }},
+		{"disk_cache_hit_weight", func(v float64) error { return (&costParams{DiskCacheHitWeight: f(v)}).check(false) }},
+		{"shared_cache_multiplier", func(v float64) error { return (&costParams{SharedCacheMultiplier: f(v)}).check(false) }},
+		{"shared_cache_multiplier", func(v float64) error { return (&costParams{SharedCacheMultiplier: f(v)}).check(true) }},
+		{"router_temperature", func(v float64) error { return (&costParams{RouterTemperature: f(v)}).check(false) }},
 		{"cache_threshold", func(v float64) error { return (&twoTierParams{CacheThreshold: f(v)}).check() }},
 		{"balance_rel_threshold", func(v float64) error { return (&twoTierParams{BalanceRelThreshold: f(v)}).check() }},
 		{"adaptive.load_scale", func(v float64) error {

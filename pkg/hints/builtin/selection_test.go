@@ -93,10 +93,17 @@ var costFloatKeys = []string{
 // turns the keys a row sets, as JSON members, into what the policy must
 // report; commits says whether it commits copies for a given
 // shared_cache_multiplier (nil: not set).
-func costCases(reported func(members string) string, commits func(shared *float64) bool) []selCase {
+func costCases(reported func(members string) string, commits func(shared *float64) bool, capped bool) []selCase {
 	f := func(v float64) *float64 { return &v }
 	ok := func(name, params, members string, shared *float64) selCase {
 		return selCase{name: name, params: params, want: reported(members), commits: commits(shared)}
+	}
+	// kvcr, kvhint's own, keeps shared_cache_multiplier in [0,1].
+	belowZero := "-0.1 is below the minimum 0"
+	aboveOne := ok("shared_cache_multiplier above 1, as Dynamo's provider takes it", `{"shared_cache_multiplier": 1.5}`, `"shared_cache_multiplier": 1.5`, f(1.5))
+	if capped {
+		belowZero = "-0.1 is out of range 0..1"
+		aboveOne = selCase{name: "shared_cache_multiplier above 1", params: `{"shared_cache_multiplier": 1.0001}`, errKey: "shared_cache_multiplier", errWord: "1.0001 is out of range 0..1"}
 	}
 	cases := []selCase{
 		ok("nothing set", "", "", nil),
@@ -108,12 +115,13 @@ func costCases(reported func(members string) string, commits func(shared *float6
 			`"overlap_score_credit": 2, "overlap_score_credit_decay": 0.1, "prefill_load_scale": 1.5, "decode_active_request_weight": 0.2,
 			 "host_cache_hit_weight": 0.75, "disk_cache_hit_weight": 0.25, "shared_cache_multiplier": 0.3, "router_temperature": 0.7, "seed": 42`, f(0.3)),
 		ok("a value equal to Dynamo's default is still reported: it was set", `{"overlap_score_credit": 1}`, `"overlap_score_credit": 1`, nil),
-		// shared_cache_multiplier is in [0, 1].
-		{name: "shared_cache_multiplier below 0", params: `{"shared_cache_multiplier": -0.1}`, errKey: "shared_cache_multiplier", errWord: "-0.1 is out of range 0..1"},
+		// shared_cache_multiplier is finite and >= 0: Dynamo's provider has
+		// no upper bound (above 1 is a warning, TestDefaultCostFnWarnsAboveOne).
+		{name: "shared_cache_multiplier below 0", params: `{"shared_cache_multiplier": -0.1}`, errKey: "shared_cache_multiplier", errWord: belowZero},
 		ok("shared_cache_multiplier at 0", `{"shared_cache_multiplier": 0}`, `"shared_cache_multiplier": 0`, f(0)),
 		ok("shared_cache_multiplier just above 0", `{"shared_cache_multiplier": 1e-9}`, `"shared_cache_multiplier": 1e-9`, f(1e-9)),
 		ok("shared_cache_multiplier at 1", `{"shared_cache_multiplier": 1}`, `"shared_cache_multiplier": 1`, f(1)),
-		{name: "shared_cache_multiplier above 1", params: `{"shared_cache_multiplier": 1.0001}`, errKey: "shared_cache_multiplier", errWord: "1.0001 is out of range 0..1"},
+		aboveOne,
 		{name: "shared_cache_multiplier infinite", params: `{"shared_cache_multiplier": 1e400}`, errKey: "shared_cache_multiplier", errWord: "is not a number"},
 		{name: "shared_cache_multiplier a string", params: `{"shared_cache_multiplier": "0.5"}`, errKey: "shared_cache_multiplier", errWord: "is not a number"},
 		// seed is an unsigned 64-bit integer.
@@ -121,13 +129,14 @@ func costCases(reported func(members string) string, commits func(shared *float6
 		ok("seed at the u64 maximum", `{"seed": 18446744073709551615}`, `"seed": 18446744073709551615`, nil),
 		{name: "seed above the u64 maximum", params: `{"seed": 18446744073709551616}`, errKey: "seed", errWord: "18446744073709551616 is out of range: at most 18446744073709551615"},
 		{name: "seed -1", params: `{"seed": -1}`, errKey: "seed", errWord: "-1 is not a non-negative integer"},
-		{name: "seed 1.5", params: `{"seed": 1.5}`, errKey: "seed", errWord: "1.5 is not a non-negative integer"},
+		{name: "seed 1.5", params: `{"seed": 1.5}`, errKey: "seed", errWord: "invalid type: floating point `1.5`, expected u64"},
+		{name: "seed 1.0, a float", params: `{"seed": 1.0}`, errKey: "seed", errWord: "invalid type: floating point `1`, expected u64"},
 		{name: "seed a string", params: `{"seed": "7"}`, errKey: "seed", errWord: "is not a non-negative integer"},
 		// Removed and unknown keys.
 		{name: "overlap_score_weight is gone", params: `{"overlap_score_weight": 1}`, errKey: "overlap_score_weight", errWord: "unknown parameter; known: decode_active_request_weight"},
 		{name: "temperature is gone", params: `{"temperature": 0.5}`, errKey: "temperature", errWord: "unknown parameter"},
 		{name: "an unknown key", params: `{"cache_threshold": 0.5}`, errKey: "cache_threshold", errWord: "unknown parameter"},
-		{name: "null for a key", params: `{"router_temperature": null}`, errKey: "router_temperature", errWord: "must not be null"},
+		ok("null for a key leaves it unset, as Dynamo's Option reads it", `{"router_temperature": null}`, "", nil),
 		{name: "not a mapping", params: `[1]`, errWord: "must be a mapping"},
 	}
 	for _, key := range costFloatKeys {
@@ -150,6 +159,7 @@ func TestDefaultCostFnParameters(t *testing.T) {
 		func(members string) string { return "{" + members + "}" },
 		// Never, whatever shared_cache_multiplier says.
 		func(*float64) bool { return false },
+		false,
 	))
 }
 
@@ -167,6 +177,7 @@ func TestKVCRParameters(t *testing.T) {
 		},
 		// Exactly when shared_cache_multiplier, 0.5 unless set, is above 0.
 		func(shared *float64) bool { return shared == nil || *shared > 0 },
+		true,
 	))
 }
 
@@ -187,7 +198,8 @@ func TestTwoTierCostFnParameters(t *testing.T) {
 		{name: "balance_abs_threshold -1", params: `{"balance_abs_threshold": -1}`, errKey: "balance_abs_threshold", errWord: "-1 is not a non-negative integer"},
 		{name: "balance_abs_threshold at 0", params: `{"balance_abs_threshold": 0}`, want: `{"balance_abs_threshold": 0}`},
 		{name: "balance_abs_threshold at the u64 maximum", params: `{"balance_abs_threshold": 18446744073709551615}`, want: `{"balance_abs_threshold": 18446744073709551615}`},
-		{name: "balance_abs_threshold fractional", params: `{"balance_abs_threshold": 32.5}`, errKey: "balance_abs_threshold", errWord: "32.5 is not a non-negative integer"},
+		{name: "balance_abs_threshold fractional", params: `{"balance_abs_threshold": 32.5}`, errKey: "balance_abs_threshold", errWord: "invalid type: floating point `32.5`, expected u64"},
+		{name: "balance_abs_threshold a whole float", params: `{"balance_abs_threshold": 32.0}`, errKey: "balance_abs_threshold", errWord: "invalid type: floating point `32`, expected u64"},
 		{name: "balance_abs_threshold a string", params: `{"balance_abs_threshold": "32"}`, errKey: "balance_abs_threshold", errWord: "is not a non-negative integer"},
 		// balance_rel_threshold is at least 1.
 		{name: "balance_rel_threshold below 1", params: `{"balance_rel_threshold": 0.99}`, errKey: "balance_rel_threshold", errWord: "0.99 is below the minimum 1"},
@@ -202,7 +214,8 @@ func TestTwoTierCostFnParameters(t *testing.T) {
 		{name: "update_interval_ms 0", params: `{"adaptive": {"update_interval_ms": 0}}`, errKey: "adaptive.update_interval_ms", errWord: "must be above 0"},
 		{name: "update_interval_ms 1", params: `{"adaptive": {"update_interval_ms": 1}}`, want: `{"adaptive": {"update_interval_ms": 1}}`},
 		{name: "update_interval_ms -1", params: `{"adaptive": {"update_interval_ms": -1}}`, errKey: "adaptive.update_interval_ms", errWord: "-1 is not a non-negative integer"},
-		{name: "update_interval_ms fractional", params: `{"adaptive": {"update_interval_ms": 1.5}}`, errKey: "adaptive.update_interval_ms", errWord: "1.5 is not a non-negative integer"},
+		{name: "update_interval_ms fractional", params: `{"adaptive": {"update_interval_ms": 1.5}}`, errKey: "adaptive.update_interval_ms", errWord: "invalid type: floating point `1.5`, expected u64"},
+		{name: "update_interval_ms 100.0", params: `{"adaptive": {"update_interval_ms": 100.0}}`, errKey: "adaptive.update_interval_ms", errWord: "invalid type: floating point `100`, expected u64"},
 		{name: "load_scale below 1", params: `{"adaptive": {"load_scale": 0.5}}`, errKey: "adaptive.load_scale", errWord: "0.5 is below the minimum 1"},
 		{name: "load_scale at 1", params: `{"adaptive": {"load_scale": 1}}`, want: `{"adaptive": {"load_scale": 1}}`},
 		{name: "load_scale infinite", params: `{"adaptive": {"load_scale": 1e400}}`, errKey: "adaptive.load_scale", errWord: "is not a number"},
@@ -210,7 +223,7 @@ func TestTwoTierCostFnParameters(t *testing.T) {
 		{name: "an unknown key in adaptive", params: `{"adaptive": {"interval_ms": 100}}`, errKey: "adaptive.interval_ms",
 			errWord: "unknown parameter; known: load_scale, update_interval_ms"},
 		{name: "adaptive not a mapping", params: `{"adaptive": true}`, errKey: "adaptive", errWord: "true is not a mapping"},
-		{name: "adaptive null", params: `{"adaptive": null}`, errKey: "adaptive", errWord: "must not be null"},
+		{name: "adaptive null is unset", params: `{"adaptive": null}`, want: `{}`},
 		// adaptive cannot be combined with non-default thresholds.
 		{name: "adaptive with a non-default cache_threshold", params: `{"adaptive": {}, "cache_threshold": 0.8}`, errKey: "adaptive",
 			errWord: "cannot be combined with non-default thresholds: cache_threshold 0.8 (default 0.5)"},
@@ -260,14 +273,38 @@ func TestSoftAffinityLoadGuardParameters(t *testing.T) {
 		{name: "max_active_requests 0 keeps a binding only on an idle worker", params: `{"max_active_requests": 0}`, want: `{"max_active_requests": 0}`},
 		{name: "move_margin at its minimum", params: `{"move_margin": 1}`, want: `{"move_margin": 1}`},
 		{name: "max_active_requests at the u64 maximum", params: `{"max_active_requests": 18446744073709551615}`, want: `{"max_active_requests": 18446744073709551615}`},
-		{name: "move_margin at the i64 maximum", params: `{"move_margin": 9223372036854775807}`, want: `{"move_margin": 9223372036854775807}`},
+		{name: "move_margin at the usize maximum", params: `{"move_margin": 18446744073709551615}`, want: `{"move_margin": 18446744073709551615}`},
+		{name: "move_margin 2.0, a float", params: `{"move_margin": 2.0}`, errKey: "move_margin", errWord: "invalid type: floating point `2`, expected u64"},
 		// rejects_a_zero_move_margin: "move_margin must be at least 1".
 		{name: "move_margin 0", params: `{"move_margin": 0}`, errKey: "move_margin", errWord: "0 is below the minimum 1"},
-		{name: "move_margin negative", params: `{"move_margin": -1}`, errKey: "move_margin", errWord: "-1 is below the minimum 1"},
+		{name: "move_margin negative", params: `{"move_margin": -1}`, errKey: "move_margin", errWord: "-1 is not a non-negative integer"},
 		{name: "max_active_requests negative", params: `{"max_active_requests": -1}`, errKey: "max_active_requests", errWord: "-1 is not a non-negative integer"},
-		{name: "max_active_requests fractional", params: `{"max_active_requests": 1.5}`, errKey: "max_active_requests", errWord: "1.5 is not a non-negative integer"},
+		{name: "max_active_requests fractional", params: `{"max_active_requests": 1.5}`, errKey: "max_active_requests", errWord: "invalid type: floating point `1.5`, expected u64"},
 		// rejects_an_unknown_soft_affinity_load_guard_parameter.
 		{name: "a key of another policy", params: `{"group_idle_ttl_secs": 300}`, errKey: "group_idle_ttl_secs",
 			errWord: `parameter "group_idle_ttl_secs": unknown parameter; known: max_active_requests, move_margin`},
 	})
+}
+
+// TestDefaultCostFnWarnsAboveOne: Dynamo's provider takes a
+// shared_cache_multiplier above 1 (it checks finite and >= 0 only), so it is
+// a warning, named by its key, not a refusal; at 1 and below, none.
+func TestDefaultCostFnWarnsAboveOne(t *testing.T) {
+	p, _ := builtin.NewCatalog().Selection(builtin.TypeDefaultCostFn)
+	for _, tt := range []struct {
+		params string
+		warn   bool
+	}{{`{"shared_cache_multiplier": 1}`, false}, {`{"shared_cache_multiplier": 0.5}`, false}, {`{}`, false}, {`{"shared_cache_multiplier": 1.5}`, true}} {
+		pol, err := p.Parse(hints.Params(tt.params))
+		if err != nil {
+			t.Fatalf("Parse(%s): %v", tt.params, err)
+		}
+		var got []*hints.ParamError
+		if w, ok := pol.(hints.ParameterWarner); ok {
+			got = w.ParameterWarnings()
+		}
+		if (len(got) > 0) != tt.warn || (tt.warn && got[0].Key != "shared_cache_multiplier") {
+			t.Errorf("Parse(%s) warnings = %v, want a warning: %v", tt.params, got, tt.warn)
+		}
+	}
 }
