@@ -39,10 +39,10 @@ func ParamErrorf(key, format string, args ...any) error {
 // tell a value that was set from one that was left out. A field whose type
 // is a struct, or a pointer to one, takes a nested mapping, decoded by the
 // same rules: an unknown key there is refused with its full path, such as
-// adaptive.load_scale, as the error's Key. A null value leaves a pointer
-// field unset, as Dynamo reads null for an Option; for any other field it
-// is refused. An integer field refuses a number written as a float, 1.0
-// included, in the words of Dynamo's serde.
+// adaptive.load_scale, as the error's Key. A null value is refused, except
+// for a pointer field tagged params:"option", which null leaves unset, as
+// Dynamo's serde reads null for an Option. An integer field refuses a
+// number written as a float, 1.0 included, in the words of Dynamo's serde.
 func DecodeParams(params Params, dst any) error {
 	rv := reflect.ValueOf(dst)
 	if rv.Kind() != reflect.Pointer || rv.Elem().Kind() != reflect.Struct {
@@ -85,7 +85,13 @@ func decodeObject(raw []byte, v reflect.Value, prefix string) error {
 			}
 			return &ParamError{Key: path, Message: "unknown parameter; known: " + strings.Join(sortedKeys(fields), ", ")}
 		}
-		if err := decodeValue(bytes.TrimSpace(members[key]), v.FieldByIndex(f.index), path); err != nil {
+		raw := bytes.TrimSpace(members[key])
+		if f.nullUnset && bytes.Equal(raw, []byte("null")) {
+			// An Option written as null: unset, the default applies.
+			v.FieldByIndex(f.index).SetZero()
+			continue
+		}
+		if err := decodeValue(raw, v.FieldByIndex(f.index), path); err != nil {
 			return err
 		}
 	}
@@ -98,12 +104,6 @@ func decodeObject(raw []byte, v reflect.Value, prefix string) error {
 func decodeValue(raw []byte, v reflect.Value, path string) error {
 	t := v.Type()
 	if bytes.Equal(raw, []byte("null")) {
-		if t.Kind() == reflect.Pointer {
-			// An optional key written as null is unset, as Dynamo's
-			// Option<T> reads it: the default applies.
-			v.SetZero()
-			return nil
-		}
 		return &ParamError{Key: path, Message: "must not be null; leave the key out for the default"}
 	}
 	if t.Kind() == reflect.Pointer {
@@ -210,6 +210,8 @@ func integerLiteral(raw []byte) bool {
 type paramField struct {
 	index []int
 	typ   reflect.Type
+	// nullUnset: the field is an Option, which null leaves unset.
+	nullUnset bool
 }
 
 func paramFields(t reflect.Type) map[string]paramField {
@@ -226,7 +228,7 @@ func paramFields(t reflect.Type) map[string]paramField {
 		if name == "" {
 			name = sf.Name
 		}
-		out[name] = paramField{index: sf.Index, typ: sf.Type}
+		out[name] = paramField{index: sf.Index, typ: sf.Type, nullUnset: sf.Type.Kind() == reflect.Pointer && sf.Tag.Get("params") == "option"}
 	}
 	return out
 }

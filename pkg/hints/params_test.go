@@ -99,10 +99,10 @@ func TestRanges(t *testing.T) {
 // nestedParams has the shapes a policy uses to tell a value that was set
 // from one that was left out: pointers, and a nested mapping.
 type nestedParams struct {
-	Weight   *float64     `json:"weight,omitempty"`
+	Weight   *float64     `json:"weight,omitempty" params:"option"`
 	Seed     *uint64      `json:"seed,omitempty"`
 	Count    *int         `json:"count,omitempty"`
-	Adaptive *innerParams `json:"adaptive,omitempty"`
+	Adaptive *innerParams `json:"adaptive,omitempty" params:"option"`
 	Fixed    innerParams  `json:"fixed"`
 }
 
@@ -145,6 +145,7 @@ func TestDecodeParamsPointersAndNesting(t *testing.T) {
 		{name: "a number for a mapping", raw: `{"adaptive": 1}`, errKey: "adaptive", errWord: "1 is not a mapping"},
 		{name: "a list for a mapping", raw: `{"adaptive": [1]}`, errKey: "adaptive", errWord: "is not a mapping"},
 		{name: "null for an optional mapping is unset", raw: `{"adaptive": null}`, want: nestedParams{}},
+		{name: "null for a pointer that is not an Option", raw: `{"seed": null}`, errKey: "seed", errWord: "leave the key out"},
 		{name: "an unknown top-level key", raw: `{"temperature": 1}`, errKey: "temperature", errWord: "known: adaptive, count, fixed, seed, weight"},
 	}
 	for _, tt := range tests {

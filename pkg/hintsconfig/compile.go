@@ -25,17 +25,41 @@ const MaxHintsPerRole = 32
 // malformed) and by the conformance kit (pkg/hints/hintstest).
 func Compile(cat *hints.Catalog, cfg *Config, modes Modes) (*Graph, Problems) {
 	var probs Problems
+	dynamo := cfg.Target == TargetDynamo
 	for _, key := range slices.Sorted(maps.Keys(cfg.Unchecked)) {
+		if dynamo && key != "request_classifier" {
+			continue // checked as Dynamo checks it when the file was read
+		}
+		if dynamo {
+			probs = append(probs, cfg.dynamoClassifier()...)
+			continue
+		}
 		probs = append(probs, Problem{
 			Severity: SeverityWarning, Reason: ReasonNotChecked, Hint: NoHint,
 			Message: fmt.Sprintf("%s is kept as written and not checked by kvhint; Dynamo's router checks it at start-up", key),
 		})
 	}
-	routerWide, ps := cfg.routerWideHints(cat, modes)
-	probs = append(probs, ps...)
+	var routerWide *HintSpec
+	if p := cfg.dynamoHintPolicyLinked(); p != nil {
+		probs = append(probs, *p)
+	} else {
+		var ps Problems
+		routerWide, ps = cfg.routerWideHints(cat, modes)
+		probs = append(probs, ps...)
+	}
+	if dynamo {
+		probs = append(probs, cfg.dynamoUnselected(cat)...)
+	}
 	roles := make([]*Role, 0, len(cfg.WorkerSelection))
 	for _, name := range slices.Sorted(maps.Keys(cfg.WorkerSelection)) {
 		entry := cfg.WorkerSelection[name]
+		if dynamo {
+			if p := cfg.dynamoSelected(name, entry, modes.For(name)); p != nil {
+				p.Line = cfg.source.line(*p)
+				probs = append(probs, *p)
+				continue
+			}
+		}
 		if cfg.Form == FormRouterWideHint && entry != nil && entry.Hints == nil {
 			// The role runs the file's one hint policy, on the KV path.
 			e := *entry
@@ -64,6 +88,10 @@ func Compile(cat *hints.Catalog, cfg *Config, modes Modes) (*Graph, Problems) {
 	cfg.source.locate(probs)
 	g := newGraph(roles)
 	g.Unchecked = cfg.Unchecked
+	if cfg.readReleased && cfg.Form == FormRouterWideHint && len(roles) == len(cfg.WorkerSelection) {
+		// A file read from text is written back as it was written.
+		g.written = cfg
+	}
 	g.Form = cfg.Form.OrDefault()
 	g.Target = cfg.Target
 	if cfg.Target == TargetDynamo {
@@ -93,8 +121,12 @@ func (cfg *Config) routerWideHints(cat *hints.Catalog, modes Modes) (*HintSpec, 
 		kv = kv || modes.For(name) == ModeKV
 	}
 	if !kv {
-		c.fail(ReasonHintsRequireKVMode, NoHint, cfg.HintPolicy.Type, "", "%s: hints run only on the KV path, but no role of the file runs on it (%s); run the router with router mode kv, or leave kv_hint_policy out",
-			kvHintPolicyKey, modes.origin(""))
+		whose := ""
+		if cfg.Target == TargetDynamo {
+			whose = " (this is kvhint's rule, not Dynamo's start-up check: the Frontend would start, but never send a hint)"
+		}
+		c.fail(ReasonHintsRequireKVMode, NoHint, cfg.HintPolicy.Type, "", "%s: hints run only on the KV path, but no role of the file runs on it (%s); run the router with router mode kv, or leave kv_hint_policy out%s",
+			kvHintPolicyKey, modes.origin(""), whose)
 	}
 	if c.probs.HasErrors() {
 		return nil, c.probs
@@ -236,6 +268,14 @@ func (c *roleCompiler) selection(e *RoleEntry) (*Selection, bool) {
 	if err != nil {
 		c.fail(ReasonInvalidParameters, NoHint, e.Type, paramKey(err), "worker-selection %s: %v", e.Type, err)
 		return nil, true
+	}
+	if w, ok := policy.(hints.ParameterWarner); ok {
+		for _, pw := range w.ParameterWarnings() {
+			c.probs = append(c.probs, Problem{
+				Severity: SeverityWarning, Reason: ReasonParameterWarning, Role: c.role, Hint: NoHint, Type: e.Type, Key: pw.Key,
+				Message: fmt.Sprintf("worker-selection %s: %v", e.Type, pw),
+			})
+		}
 	}
 	return &Selection{Type: e.Type, Params: canonicalParams(policy, e.Parameters), Policy: policy}, true
 }

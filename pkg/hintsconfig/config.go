@@ -68,6 +68,9 @@ type Config struct {
 	// source locates problems in the YAML text the config was parsed
 	// from; nil for a config built in code.
 	source *source
+	// readReleased is set when the config was read from text in
+	// FormRouterWideHint: compiling it writes it back as written.
+	readReleased bool
 }
 
 // Instance is one named worker-selection instance of
@@ -200,6 +203,7 @@ func ParseConfigForm(data []byte, form Form) (*Config, error) {
 		}
 	}
 	cfg.source = src
+	cfg.readReleased = cfg.Form == FormRouterWideHint
 	return cfg, nil
 }
 

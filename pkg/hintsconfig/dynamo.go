@@ -62,6 +62,7 @@ func parseDynamo(data []byte) (*Config, error) {
 		}
 	}
 	cfg.source = src
+	cfg.readReleased = true
 	cfg.Target = TargetDynamo
 	return cfg, nil
 }
@@ -105,17 +106,17 @@ func (d *dynamoReader) root(top map[string]json.RawMessage) map[string]json.RawM
 		out["worker_selection"] = dropNullRoles(ws)
 	}
 	// The root profile: all of its three keys, or none.
-	n := 0
+	n, at := 0, ""
 	for _, k := range []string{"default_policy_family", "uncached_isl_buckets", "policy_classes"} {
 		if _, ok := out[k]; ok {
-			n++
+			n, at = n+1, k
 		}
 	}
 	switch {
 	case n == 3:
 		d.profile("", "root", out)
 	case n > 0:
-		d.fail("", "root profile must specify default_policy_family, uncached_isl_buckets, and policy_classes when any root profile field is present")
+		d.fail(at, "root profile must specify default_policy_family, uncached_isl_buckets, and policy_classes when any root profile field is present")
 	}
 	if raw, ok := out["models"]; ok {
 		d.models(raw)

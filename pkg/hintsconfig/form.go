@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 )
 
 // Form is which of the two shapes of Dynamo's policy file a router's build
@@ -145,6 +147,9 @@ func sameHint(a, b *Hint) bool {
 // BuiltinSelectionType with no parameters, which names default; the hint
 // policy of the KV roles at the root; the unchecked root keys as written.
 func (g *Graph) marshalRouterWide() ([]byte, error) {
+	if g.written != nil {
+		return g.written.marshalWritten()
+	}
 	policy, prob := RouterWideHintPolicy(g.Roles)
 	if prob != nil {
 		return nil, Problems{*prob}
@@ -161,6 +166,13 @@ func (g *Graph) marshalRouterWide() ([]byte, error) {
 		instances := make([]instanceEntry, 0, len(g.Roles))
 		for _, r := range g.Roles {
 			params := canonicalJSON(r.Selection.Params)
+			if r.Mode != ModeKV && r.Mode != "" {
+				// Off the KV path the router mode chooses the worker, and
+				// Dynamo refuses a selected instance there (linked
+				// worker-selection policies require --router-mode kv).
+				ws[r.Name] = defaultSelection
+				continue
+			}
 			if r.Selection.Type == BuiltinSelectionType && len(params) == 0 {
 				// Dynamo's built-in selector, as the file reads it back:
 				// no instance, so no type the build must link.
@@ -202,8 +214,8 @@ type instanceEntry struct {
 func routerWideEntry(role string, raw json.RawMessage, instances map[string]*Instance) (*RoleEntry, error) {
 	var name string
 	if err := json.Unmarshal(raw, &name); err != nil {
-		return nil, fmt.Errorf("got %s; in the %s form a role names an instance of worker_selection.instances, or default "+
-			"(the mapping with type, parameters and hints is the %s form's)", shorten(raw), FormRouterWideHint, FormPerRoleHints)
+		return nil, fmt.Errorf("%s (got %s); in the %s form a role names an instance of worker_selection.instances, or default "+
+			"(the mapping with type, parameters and hints is the %s form's)", serdeType(raw, "a string"), shorten(raw), FormRouterWideHint, FormPerRoleHints)
 	}
 	if name == defaultSelection {
 		return &RoleEntry{Type: BuiltinSelectionType}, nil
@@ -293,4 +305,49 @@ func (c *Config) EntryUnder(role string, mode RouterMode) *RoleEntry {
 	}
 	out.Hints = &hs
 	return &out
+}
+
+// marshalWritten writes a FormRouterWideHint config read from text back as
+// it was written: every root key, the hint policy, each role naming what
+// it named, every instance (selected or not) by its own name, values as
+// written. Compiling a file writes the file, not a rebuilt one.
+func (c *Config) marshalWritten() ([]byte, error) {
+	root := make(map[string]any, len(c.Unchecked)+2)
+	for k, v := range c.Unchecked {
+		root[k] = v
+	}
+	if c.HintPolicy != nil {
+		root[kvHintPolicyKey] = typedEntry{Type: c.HintPolicy.Type, Parameters: writtenParams(c.HintPolicy.Parameters)}
+	}
+	if len(c.WorkerSelection) > 0 || len(c.Instances) > 0 {
+		ws := map[string]any{}
+		for role, e := range c.WorkerSelection {
+			ws[role] = defaultSelection
+			if e.Instance != "" {
+				ws[role] = e.Instance
+			}
+		}
+		if len(c.Instances) > 0 {
+			instances := make([]instanceEntry, len(c.Instances))
+			for i, inst := range c.Instances {
+				instances[i] = instanceEntry{Name: inst.Name, Type: inst.Type, Parameters: writtenParams(inst.Parameters)}
+			}
+			ws[instancesKey] = instances
+		}
+		root["worker_selection"] = ws
+	}
+	js, err := json.Marshal(root)
+	if err != nil {
+		return nil, err
+	}
+	return yaml.JSONToYAML(js)
+}
+
+// writtenParams is a parameters mapping as written, keys sorted; nil for
+// none.
+func writtenParams(p hints.Params) json.RawMessage {
+	if len(p) == 0 {
+		return nil
+	}
+	return json.RawMessage(canonicalJSON(p))
 }

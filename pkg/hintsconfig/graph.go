@@ -26,6 +26,10 @@ type Graph struct {
 	// Target is the target of the config the graph was compiled from.
 	Target Target
 	byName map[string]*Role
+	// written is the FormRouterWideHint config read from text that the
+	// graph was compiled from, whole: Encode writes it back as written
+	// (instance names, unselected instances, values), not rebuilt.
+	written *Config
 }
 
 // Role looks a role up by name.

@@ -37,6 +37,9 @@ const (
 	// kvhint keeps as written without checking it (policy_classes,
 	// models, ...); Dynamo's router checks it at start-up.
 	ReasonNotChecked Reason = "NotChecked"
+	// ReasonParameterWarning: a parameter the policy accepts whose effect
+	// deserves a look (a shared_cache_multiplier above 1, say).
+	ReasonParameterWarning Reason = "ParameterWarning"
 )
 
 // Severity separates what blocks a configuration from what only deserves a look.

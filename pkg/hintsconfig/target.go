@@ -1,6 +1,7 @@
 package hintsconfig
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -116,4 +117,106 @@ var DynamoStockSelectionTypes = []string{
 	"dynamo-default-cost-fn", "dynamo-two-tier-cost-fn", "dynamo-soft-affinity-load-guard",
 	"dynamo-round-robin", "dynamo-random", "dynamo-power-of-two-choices",
 	"dynamo-least-loaded", "dynamo-direct", "dynamo-device-aware-weighted",
+}
+
+// stockLinked reports whether a worker-selection type is linked into a
+// Dynamo build: any type of a declared catalog, else a stock type.
+func (c *Config) stockLinked(typ string) bool {
+	return c.DeclaredCatalog || slices.Contains(DynamoStockSelectionTypes, typ)
+}
+
+// dynamoHintPolicyLinked refuses, for TargetDynamo without a declared
+// catalog, a kv_hint_policy: no stock Dynamo catalog registers a KV-hint
+// policy, so a stock Frontend refuses to start on any.
+func (c *Config) dynamoHintPolicyLinked() *Problem {
+	if c.Target != TargetDynamo || c.DeclaredCatalog || c.HintPolicy == nil {
+		return nil
+	}
+	p := &Problem{Severity: SeverityError, Reason: ReasonUnknownHintType, Hint: NoHint, Type: c.HintPolicy.Type,
+		Message: fmt.Sprintf("kv_hint_policy: KV-hint policy type %q is not linked into a stock Dynamo build (linked KV-hint policy types: none; no stock catalog registers one), so the Frontend would not start; "+
+			"kvhint's hint types run in the kvhint sidecar (target sidecar), and a Frontend runs one only where its build registers it, which its declared catalog says", c.HintPolicy.Type)}
+	if c.source != nil {
+		p.Line = c.source.lines[kvHintPolicyKey+"/type"]
+	}
+	return p
+}
+
+// dynamoClassifier checks request_classifier for TargetDynamo: no stock
+// catalog registers one; a declared catalog does not list them, so there
+// it is left to Dynamo's start-up check.
+func (c *Config) dynamoClassifier() Problems {
+	var typ struct {
+		Type string `json:"type"`
+	}
+	_ = json.Unmarshal(c.Unchecked["request_classifier"], &typ)
+	p := Problem{Severity: SeverityError, Reason: ReasonInvalidConfig, Hint: NoHint, Type: typ.Type,
+		Message: fmt.Sprintf("request_classifier: request classifier type %q is not linked into a stock Dynamo build (no stock catalog registers a request classifier), so the Frontend would not start", typ.Type)}
+	if c.DeclaredCatalog {
+		p.Severity, p.Reason = SeverityWarning, ReasonNotChecked
+		p.Message = fmt.Sprintf("request_classifier: a declared catalog does not list request classifiers; Dynamo checks at start-up that its build registers type %q", typ.Type)
+	}
+	if c.source != nil {
+		p.Line = c.source.lines["request_classifier/type"]
+	}
+	return Problems{p}
+}
+
+// dynamoSelected checks, for TargetDynamo, what a Frontend checks of a
+// selected instance before its provider parses it: the router mode, and
+// that its type is linked. nil when the role passes.
+func (c *Config) dynamoSelected(role string, e *RoleEntry, mode RouterMode) *Problem {
+	if e == nil || e.Instance == "" {
+		return nil // default: Dynamo's built-in selector, under any mode
+	}
+	if mode == "" {
+		mode = ModeKV
+	}
+	if mode != ModeKV {
+		return &Problem{Severity: SeverityError, Reason: ReasonInvalidRouterMode, Role: role, Hint: NoHint, Type: e.Type,
+			Message: fmt.Sprintf("the role selects instance %q under router mode %q, and Dynamo refuses it: linked worker-selection policies require --router-mode kv; "+
+				"outside kv mode a role names default (the router mode chooses the worker)", e.Instance, mode)}
+	}
+	if !c.stockLinked(e.Type) {
+		return &Problem{Severity: SeverityError, Reason: ReasonUnknownWorkerSelection, Role: role, Hint: NoHint, Type: e.Type,
+			Message: fmt.Sprintf("instance %q: unknown worker-selection policy type %q; linked policy types: %s (a stock Dynamo build; "+
+				"kvhint's own types run only in its sidecar, and a Frontend links others only where its declared catalog says so)",
+				e.Instance, e.Type, strings.Join(DynamoStockSelectionTypes, ", "))}
+	}
+	return nil
+}
+
+// dynamoUnselected warns of instances no role selects that would not
+// start if one did: Dynamo never resolves them, so it starts as is.
+func (c *Config) dynamoUnselected(cat *hints.Catalog) Problems {
+	selected := map[string]bool{}
+	for _, e := range c.WorkerSelection {
+		if e != nil && e.Instance != "" {
+			selected[e.Instance] = true
+		}
+	}
+	var probs Problems
+	for i, inst := range c.Instances {
+		if selected[inst.Name] {
+			continue
+		}
+		var why string
+		p, ok := cat.Selection(inst.Type)
+		switch {
+		case !ok || !c.stockLinked(inst.Type):
+			why = fmt.Sprintf("its type %q is not linked", inst.Type)
+		default:
+			if _, err := safeParse(func() (hints.SelectionPolicy, error) { return p.Parse(inst.Parameters) }); err != nil {
+				why = err.Error()
+			}
+		}
+		if why == "" {
+			continue
+		}
+		probs = append(probs, Problem{Severity: SeverityWarning, Reason: ReasonNotChecked, Hint: NoHint, Type: inst.Type,
+			Message: fmt.Sprintf("worker_selection.instances[%d] %q: no role selects it, so Dynamo never resolves it and the Frontend starts; selected, it would not: %s", i, inst.Name, why)})
+	}
+	if c.source != nil {
+		c.source.locate(probs)
+	}
+	return probs
 }

@@ -29,34 +29,34 @@ import (
 type costParams struct {
 	// OverlapScoreCredit is the credit a worker earns for the prompt
 	// blocks it already holds, weighed against its load. Dynamo default 1.0.
-	OverlapScoreCredit *float64 `json:"overlap_score_credit,omitempty"`
+	OverlapScoreCredit *float64 `json:"overlap_score_credit,omitempty" params:"option"`
 	// OverlapScoreCreditDecay is the decay Dynamo applies to that credit;
 	// 0 applies none. Dynamo default 0.
-	OverlapScoreCreditDecay *float64 `json:"overlap_score_credit_decay,omitempty"`
+	OverlapScoreCreditDecay *float64 `json:"overlap_score_credit_decay,omitempty" params:"option"`
 	// PrefillLoadScale scales the prefill work a worker still has to do in
 	// its cost. Dynamo default 1.0.
-	PrefillLoadScale *float64 `json:"prefill_load_scale,omitempty"`
+	PrefillLoadScale *float64 `json:"prefill_load_scale,omitempty" params:"option"`
 	// DecodeActiveRequestWeight adds a cost per request a worker is
 	// decoding. Dynamo default 0.
-	DecodeActiveRequestWeight *float64 `json:"decode_active_request_weight,omitempty"`
+	DecodeActiveRequestWeight *float64 `json:"decode_active_request_weight,omitempty" params:"option"`
 	// HostCacheHitWeight is what a block held in a worker's host memory is
 	// worth, against one in device memory. Dynamo default 0.75.
-	HostCacheHitWeight *float64 `json:"host_cache_hit_weight,omitempty"`
+	HostCacheHitWeight *float64 `json:"host_cache_hit_weight,omitempty" params:"option"`
 	// DiskCacheHitWeight is what a block held on a worker's disk is worth.
 	// Dynamo default 0.25.
-	DiskCacheHitWeight *float64 `json:"disk_cache_hit_weight,omitempty"`
+	DiskCacheHitWeight *float64 `json:"disk_cache_hit_weight,omitempty" params:"option"`
 	// SharedCacheMultiplier is what a block held in a cache shared between
 	// workers is worth; not negative, and in [0, 1] for kvcr (above 1 is
 	// warned for dynamo-default-cost-fn, whose provider takes it). Dynamo
 	// default 0 (0.5 when the router runs with a shared cache); kvcr's
 	// default is 0.5.
-	SharedCacheMultiplier *float64 `json:"shared_cache_multiplier,omitempty"`
+	SharedCacheMultiplier *float64 `json:"shared_cache_multiplier,omitempty" params:"option"`
 	// RouterTemperature softens the choice between workers of similar
 	// cost; 0 always takes the cheapest. Dynamo default 0.
-	RouterTemperature *float64 `json:"router_temperature,omitempty"`
+	RouterTemperature *float64 `json:"router_temperature,omitempty" params:"option"`
 	// Seed seeds the random draw that a temperature above 0 makes; an
 	// unsigned 64-bit integer.
-	Seed *uint64 `json:"seed,omitempty"`
+	Seed *uint64 `json:"seed,omitempty" params:"option"`
 }
 
 // Keys of costParams, in the order they are checked.
@@ -224,7 +224,7 @@ type twoTierParams struct {
 	// Adaptive, when given (even as an empty mapping), turns on Dynamo's
 	// adaptive mode with these settings. It cannot be combined with
 	// thresholds other than the defaults.
-	Adaptive *twoTierAdaptive `json:"adaptive,omitempty"`
+	Adaptive *twoTierAdaptive `json:"adaptive,omitempty" params:"option"`
 }
 
 // twoTierAdaptive is the adaptive mapping of dynamo-two-tier-cost-fn.

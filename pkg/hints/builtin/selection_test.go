@@ -223,7 +223,8 @@ func TestTwoTierCostFnParameters(t *testing.T) {
 		{name: "an unknown key in adaptive", params: `{"adaptive": {"interval_ms": 100}}`, errKey: "adaptive.interval_ms",
 			errWord: "unknown parameter; known: load_scale, update_interval_ms"},
 		{name: "adaptive not a mapping", params: `{"adaptive": true}`, errKey: "adaptive", errWord: "true is not a mapping"},
-		{name: "adaptive null is unset", params: `{"adaptive": null}`, want: `{}`},
+		{name: "adaptive null is unset (an Option)", params: `{"adaptive": null}`, want: `{}`},
+		{name: "cache_threshold null is refused (a plain f64 with a default)", params: `{"cache_threshold": null}`, errKey: "cache_threshold", errWord: "must not be null"},
 		// adaptive cannot be combined with non-default thresholds.
 		{name: "adaptive with a non-default cache_threshold", params: `{"adaptive": {}, "cache_threshold": 0.8}`, errKey: "adaptive",
 			errWord: "cannot be combined with non-default thresholds: cache_threshold 0.8 (default 0.5)"},
