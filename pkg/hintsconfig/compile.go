@@ -88,7 +88,7 @@ func Compile(cat *hints.Catalog, cfg *Config, modes Modes) (*Graph, Problems) {
 	cfg.source.locate(probs)
 	g := newGraph(roles)
 	g.Unchecked = cfg.Unchecked
-	if cfg.readReleased && cfg.Form == FormRouterWideHint && len(roles) == len(cfg.WorkerSelection) {
+	if cfg.readReleased && cfg.Form == FormRouterWideHint && len(roles) == len(cfg.WorkerSelection) && !probs.HasErrors() {
 		// A file read from text is written back as it was written.
 		g.written = cfg
 	}
