@@ -339,3 +339,26 @@ func TestRouterWideHintPolicy(t *testing.T) {
 		t.Fatalf("Encode: %v; want one PolicyFormCannotCarry problem", err)
 	}
 }
+
+// TestRouterWideNonKVRoleNamesDefault: a role off the KV path is written
+// as default, never as a custom instance, which a Frontend outside
+// --router-mode kv refuses (linked worker-selection policies require
+// --router-mode kv); roles on the KV path still name their instances.
+func TestRouterWideNonKVRoleNamesDefault(t *testing.T) {
+	cfg := &hintsconfig.Config{Target: hintsconfig.TargetDynamo, WorkerSelection: map[string]*hintsconfig.RoleEntry{
+		"decode":  {Type: "dynamo-round-robin", Hints: &[]hintsconfig.HintSpec{}},
+		"prefill": {Type: "dynamo-two-tier-cost-fn", Parameters: []byte(`{"cache_threshold":0.7}`), Hints: &[]hintsconfig.HintSpec{}},
+	}}
+	g, probs := hintsconfig.Compile(builtin.NewCatalog(), cfg, hintsconfig.Modes{Roles: map[string]hintsconfig.RouterMode{"decode": hintsconfig.ModeRoundRobin}})
+	if probs.HasErrors() {
+		t.Fatal(probs)
+	}
+	out, _, err := g.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const want = "worker_selection:\n  decode: default\n  instances:\n  - name: prefill\n    parameters:\n      cache_threshold: 0.7\n    type: dynamo-two-tier-cost-fn\n  prefill: prefill\n"
+	if diff := cmp.Diff(want, string(out)); diff != "" {
+		t.Errorf("encoded (-want +got):\n%s", diff)
+	}
+}
