@@ -121,9 +121,10 @@ var Roles = []string{"aggregated", "prefill", "decode", "encode"}
 func IsRole(name string) bool { return slices.Contains(Roles, name) }
 
 // uncheckedRootKeys are the root keys of Dynamo's router policy file that
-// kvhint accepts as written without checking them: queueing classes,
-// per-model profiles, cache buckets and the request classifier are the
-// router's business, not the hints'.
+// kvhint accepts as written without checking them for the sidecar target:
+// queueing classes, per-model profiles, cache buckets, the request
+// classifier and the router settings are the router's business, not the
+// hints'. The dynamo target checks them as Dynamo does (dynamo.go).
 var uncheckedRootKeys = []string{"default_policy_family", "models", "policy_classes", "request_classifier", "router", "uncached_isl_buckets"}
 
 // instancesKey is the key of worker_selection that holds named instances,

@@ -8,5 +8,9 @@
 // that link pkg/router all validate through Compile, so a configuration
 // that one of them accepts is accepted by all.
 //
+// A file is checked for a Target: TargetSidecar, the kvhint sidecar, or
+// TargetDynamo, a released Dynamo Frontend, whose own parse and start-up
+// checks it then applies (ParseConfigFor, CompileFor).
+//
 // Experimental until v1: see CHANGELOG.md at the repository root.
 package hintsconfig

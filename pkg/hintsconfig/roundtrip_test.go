@@ -235,3 +235,43 @@ func TestCompileKeepsKVHintPolicyForTheSidecar(t *testing.T) {
 		t.Errorf("compile rewrote the file (-written +compiled):\n%s", diff)
 	}
 }
+
+// FuzzCompileDynamo: any bytes read for the dynamo target give problems
+// with a reason and a message, never a panic; a file accepted compiles to a
+// file accepted again, with equal values. The seeds are every case of
+// TestDynamoRules.
+func FuzzCompileDynamo(f *testing.F) {
+	for _, r := range dynamoRules {
+		f.Add([]byte(r.doc))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		cfg, err := hintsconfig.ParseConfigFor(data, hintsconfig.TargetDynamo)
+		if err != nil {
+			probs, ok := err.(hintsconfig.Problems)
+			if !ok || len(probs) == 0 {
+				t.Fatalf("error %T %v; want Problems", err, err)
+			}
+			for _, p := range probs {
+				if p.Message == "" || p.Reason == "" {
+					t.Fatalf("problem without a reason or message: %+v", p)
+				}
+			}
+			return
+		}
+		cfg.DeclaredCatalog = true
+		g, probs := hintsconfig.Compile(builtin.NewCatalog(), cfg, hintsconfig.Modes{})
+		if probs.HasErrors() {
+			return
+		}
+		out, _, err := g.Encode()
+		if err != nil {
+			t.Fatalf("Encode of an accepted file: %v", err)
+		}
+		if _, again := compileDynamo(t, string(out)); again != nil {
+			t.Fatalf("compiled file refused: %v\nwritten:\n%s\ncompiled:\n%s", again, data, out)
+		}
+		if diff := cmp.Diff(values(t, string(data)), values(t, string(out))); diff != "" {
+			t.Fatalf("values changed (-written +compiled):\n%s", diff)
+		}
+	})
+}
