@@ -389,6 +389,8 @@ func parseInstances(raw json.RawMessage, strict bool) ([]Instance, Problems) {
 			fail("name %q must be made of letters, digits, '_', '.' and '-'", inst.Name)
 		case inst.Name == defaultSelection:
 			fail("name %q is reserved for the router's built-in selector", inst.Name)
+		case !identifierRe.MatchString(inst.Type):
+			fail("type %q must be made of letters, digits, '_', '.' and '-' (Dynamo: policy type is not a valid identifier)", inst.Type)
 		case seen[inst.Name]:
 			fail("name %q is already used by another instance", inst.Name)
 		default:

@@ -104,6 +104,15 @@ var dynamoRules = []dynamoRule{
 	{name: "instances/refuses_bad_identifier", doc: "worker_selection:\n  instances: [{name: 'a b', type: dynamo-random}]\n", want: "must be made of letters", model: "not a valid identifier"},
 	{name: "instances/refuses_null_parameters", doc: "worker_selection:\n  instances: [{name: a, type: dynamo-random, parameters: null}]\n", want: "parameters must be a YAML mapping", model: "parameters must be a YAML mapping"},
 	{name: "instances/refuses_unknown_field", doc: "worker_selection:\n  instances: [{name: a, type: dynamo-random, params: {}}]\n", want: `unknown key "params"`, model: "unknown field `params`"},
+	{name: "instances/refuses_type_not_identifier", doc: "worker_selection:\n  instances: [{name: a, type: 'my type'}]\n", want: "valid identifier", model: "not a valid identifier"},
+	{name: "kv_hint_policy/refuses_parameters_list", doc: "kv_hint_policy: {type: kv-retain, parameters: [1]}\n", declared: true, want: "must be a YAML mapping", model: "kv_hint_policy parameters must be a YAML mapping"},
+	{name: "root_profile_busy_worker_ratio/accepts_with_threshold", doc: profile(", prefill_busy_threshold: 10, busy_worker_ratio: 0.95")},
+	{name: "root_profile_busy_worker_ratio/refuses_above_1", doc: profile(", prefill_busy_threshold: 10, busy_worker_ratio: 16.0"), want: "busy_worker_ratio must be a finite fraction in (0.0, 1.0]", model: "busy_worker_ratio must be a finite fraction"},
+	{name: "root_profile_busy_worker_ratio/refuses_without_threshold", doc: profile(", busy_worker_ratio: 0.5"), want: "so no worker can ever be considered busy", model: "so no worker can ever be considered busy"},
+	{name: "root_profile_explicit_class/refuses_family_name", doc: profile("") + "  - {name: standard, quantum: 1}\n", want: `explicit policy class "standard" collides with a policy family`, model: "collides with a policy family"},
+	{name: "root_profile_cache_bucket/refuses_unknown", doc: strings.Replace(profile(""), "cache_bucket: all", "cache_bucket: none", 1), want: `references unknown cache bucket "none"`, model: "references unknown cache bucket"},
+	{name: "root_profile_class/refuses_unknown_field", doc: profile(", priority: 1"), want: "unknown field `priority`", model: "unknown field `priority`"},
+	{name: "models/refuses_unknown_field", doc: "models:\n  m1:\n" + indent(profile("")) + "    router: {}\n", want: "unknown field `router`", model: "unknown field `router`"},
 	{name: "instances/accepts_unselected", doc: "worker_selection:\n  instances: [{name: a, type: dynamo-random}]\n"},
 
 	// request_classifier and kv_hint_policy: {type, parameters}; the type linked.
