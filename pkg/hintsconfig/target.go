@@ -98,7 +98,9 @@ func ParseConfigFor(data []byte, target Target) (*Config, error) {
 
 // CompileFor parses a policy file for target and compiles it: the graph
 // of the roles that passed, and every problem found. The file is refused
-// when the problems hold an error.
+// when the problems hold an error. For TargetDynamo the build is a stock
+// one; a caller checking against a router's declared catalog parses with
+// ParseConfigFor, sets Config.DeclaredCatalog, and calls Compile.
 func CompileFor(cat *hints.Catalog, data []byte, target Target, modes Modes) (*Graph, Problems) {
 	cfg, err := ParseConfigFor(data, target)
 	if err != nil {
