@@ -180,7 +180,8 @@ func (c *catalogs) loadInBackground(base context.Context) <-chan event.TypedGene
 type routerCatalog struct {
 	cat *hints.Catalog
 	// form is the policy-file form the router's build reads: its
-	// declaration's, or hintsconfig.FormPerRoleHints.
+	// declaration's, or empty when none says, and the router's target
+	// decides (rolegraph.RouterForm).
 	form hintsconfig.Form
 	// source names the declaration for logs, empty for the linked catalog.
 	source string
@@ -204,7 +205,7 @@ func (c *catalogs) forRouter(ctx context.Context, namespace, router string) (rou
 		c.mu.Lock()
 		delete(c.lastGood, key)
 		c.mu.Unlock()
-		return routerCatalog{cat: c.linked, form: hintsconfig.FormPerRoleHints}, nil
+		return routerCatalog{cat: c.linked}, nil
 	}
 	pending := false
 	cat, form, problem := rolegraph.RouterCatalog(router, cms, func(cm *corev1.ConfigMap) (*hints.Catalog, hintsconfig.Form, error) {
@@ -226,7 +227,7 @@ func (c *catalogs) forRouter(ctx context.Context, namespace, router string) (rou
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if problem != nil {
-		rc := routerCatalog{cat: c.linked, form: hintsconfig.FormPerRoleHints, problem: problem}
+		rc := routerCatalog{cat: c.linked, problem: problem}
 		if good, ok := c.lastGood[key]; ok {
 			rc.cat, rc.form = good.cat, good.form
 		}

@@ -299,7 +299,7 @@ func (r *RouterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Named("router").
 		Watches(&v1alpha1.RouterRole{},
 			handler.EnqueueRequestsFromMapFunc(routerOfRole),
-			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+			builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, dynamoVersionChanged))).
 		Watches(&v1alpha1.HintPolicy{},
 			handler.EnqueueRequestsFromMapFunc(routersUsingPolicy(mgr.GetClient())),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
@@ -332,4 +332,12 @@ func (r *RouterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	r.graphs.controller = c
 	return mgr.Add(r.graphs)
+}
+
+// dynamoVersionChanged passes a RouterRole whose Dynamo version annotation
+// changed: it picks the role's dialect, and no spec change comes with it.
+var dynamoVersionChanged = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		return e.ObjectOld.GetAnnotations()[v1alpha1.DynamoVersionAnnotation] != e.ObjectNew.GetAnnotations()[v1alpha1.DynamoVersionAnnotation]
+	},
 }

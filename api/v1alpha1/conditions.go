@@ -63,6 +63,13 @@ const (
 	ReasonReady        ConditionReason = "Ready"
 )
 
+// ReasonPresetOverridesParameters is the reason of Accepted=True for a
+// role on the KV path whose router's Dynamo Frontend sets a router preset
+// of its dialect (--agentic, --load-aware, or their variables): the
+// preset takes precedence over the role's cost-function parameters. Its
+// value is that of the core's reason (pkg/hintsconfig).
+const ReasonPresetOverridesParameters ConditionReason = "PresetOverridesParameters"
+
 // ReasonPolicyEjected is the reason of PolicyEjected=True.
 const ReasonPolicyEjected ConditionReason = "PolicyEjected"
 

@@ -39,6 +39,13 @@ const (
 	// replaces the pods.
 	RouterContainerAnnotation = "hints.kvrouter.io/router-container"
 
+	// DynamoVersionAnnotation, on a RouterRole, names the Dynamo version
+	// its router's Frontend runs ("1.6", "1.7.0"), over what the router's
+	// workload says (a DynamoGraphDeployment component's runtimeVersion,
+	// else the router container's image tag); 1.6 where nothing says. The
+	// version picks the dialect: which presets the Frontend has.
+	DynamoVersionAnnotation = "hints.kvrouter.io/dynamo-version"
+
 	// PolicyVolumeAnnotation is the earlier opt-in: it named a volume of
 	// the owner's manifest whose configMap.name the manager repointed. It
 	// still opts a Deployment in, its router container being the first

@@ -20,6 +20,7 @@ func newCompileCommand(cat *hints.Catalog) *cobra.Command {
 	var catalogFile string
 	var budget *declared.Budget
 	var form hintsconfig.Form
+	var tgt target
 	cmd := &cobra.Command{
 		Use:   "compile -f FILE...",
 		Short: "Print the compiled hints YAML: defaults expanded, parameters effective",
@@ -43,21 +44,28 @@ A hints YAML file is compiled with every role under --router-mode (default
 kv), as Dynamo's router runs it, and written in its policy-file form
 (--policy-file-form, else the --catalog declaration's, else the file's; see
 kvhint validate --help). A router of manifests is written in the form its
-declared catalog's policyFileForm names: in RouterWideHint, each role an
-instance named after it and one kv_hint_policy for the router, and roles
-on the KV path that do not all run one and the same single hint policy
-are refused (PolicyFormCannotCarry). --catalog FILE compiles against a
+declared catalog's policyFileForm names, else its target's (--target, else
+the router's own: RouterWideHint for a restart-mode workload's Dynamo
+Frontend, PerRoleHints for the sidecar; see kvhint validate --help): in
+RouterWideHint, each role an instance named after it (default off the KV
+path) and one kv_hint_policy for the router, and roles on the KV path that
+do not all run one and the same single hint policy are refused
+(PolicyFormCannotCarry) and nothing of the router is written. --catalog FILE compiles against a
 declared catalog (see kvhint validate --help).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if len(files) == 0 {
 				return fmt.Errorf("no input: give one or more -f FILE")
 			}
-			cat, form, err := withCatalog(cat, catalogFile, budget, form, cmd.InOrStdin(), cmd.ErrOrStderr())
+			cat, declaredForm, err := withCatalog(cat, catalogFile, budget, "", cmd.InOrStdin(), cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
-			return compileFiles(cat, files, router, mode, form, cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
+			form, routersForm, err := targetForms(tgt, form, declaredForm)
+			if err != nil {
+				return err
+			}
+			return compileFiles(cat, files, router, mode, form, routersForm, cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	cmd.Flags().StringArrayVarP(&files, "filename", "f", nil, "hints YAML or manifest file to compile (repeatable; - for stdin)")
@@ -65,11 +73,12 @@ declared catalog (see kvhint validate --help).`,
 	cmd.Flags().Var(routerModeFlag{&mode}, "router-mode", "the router's mode for every role of a hints YAML file: "+hintsconfig.RouterModeList())
 	budget = addCatalogFlag(cmd, &catalogFile)
 	cmd.Flags().Var(formFlag{&form}, "policy-file-form", formFlagHelp)
+	cmd.Flags().Var(targetFlag{&tgt}, "target", targetFlagHelp)
 	return cmd
 }
 
-func compileFiles(cat *hints.Catalog, files []string, router string, mode hintsconfig.RouterMode, form hintsconfig.Form, stdin io.Reader, stdout, stderr io.Writer) error {
-	configs, err := loadCompiled(cat, files, router, mode, form, stdin, stderr)
+func compileFiles(cat *hints.Catalog, files []string, router string, mode hintsconfig.RouterMode, form, routersForm hintsconfig.Form, stdin io.Reader, stdout, stderr io.Writer) error {
+	configs, err := loadCompiled(cat, files, router, mode, form, routersForm, stdin, stderr)
 	if err != nil {
 		return err
 	}
@@ -114,7 +123,7 @@ type compiledConfig struct {
 // stderr; an input that breaks a rule returns ExitInvalid, an unreadable
 // one or a bad --router ExitUsage. With router set, only that router's
 // config is returned (and hints YAML files are ignored).
-func loadCompiled(cat *hints.Catalog, files []string, router string, mode hintsconfig.RouterMode, form hintsconfig.Form, stdin io.Reader, stderr io.Writer) ([]compiledConfig, error) {
+func loadCompiled(cat *hints.Catalog, files []string, router string, mode hintsconfig.RouterMode, form, routersForm hintsconfig.Form, stdin io.Reader, stderr io.Writer) ([]compiledConfig, error) {
 	files, err := expandInputs(files)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
@@ -122,6 +131,7 @@ func loadCompiled(cat *hints.Catalog, files []string, router string, mode hintsc
 	}
 	var out []compiledConfig
 	manifests := newManifestSet()
+	manifests.form = routersForm
 	for _, name := range files {
 		data, err := readInput(name, stdin)
 		if err != nil {

@@ -41,6 +41,10 @@ type manifestSet struct {
 	// (v1alpha1.CatalogForLabel), by namespace, then router: that router's
 	// RouterRoles are compiled against it, as the manager compiles them.
 	declarations map[string]map[string][]corev1.ConfigMap
+	// form is the policy-file form of every router whose declared catalog
+	// states none (--target dynamo: hintsconfig.FormRouterWideHint);
+	// empty, each router's target decides (rolegraph.RouterForm).
+	form hintsconfig.Form
 }
 
 func newManifestSet() *manifestSet {
@@ -117,6 +121,12 @@ type part struct {
 func (s *manifestSet) parts(ns string, in *rolegraph.Input, cat *hints.Catalog) []part {
 	rest := part{cat: cat, in: *in}
 	rest.in.RouterRoles = nil
+	if s.form != "" {
+		rest.in.PolicyFileForms = map[string]hintsconfig.Form{}
+		for _, rr := range in.RouterRoles {
+			rest.in.PolicyFileForms[rr.Spec.Router] = s.form
+		}
+	}
 	own := map[string]int{}
 	var parts []part
 	decls := s.declarations[ns]
@@ -131,7 +141,7 @@ func (s *manifestSet) parts(ns string, in *rolegraph.Input, cat *hints.Catalog) 
 		}
 		p := part{cat: c, in: *in}
 		p.in.RouterRoles = nil
-		p.in.PolicyFileForms = map[string]hintsconfig.Form{router: form}
+		p.in.PolicyFileForms = map[string]hintsconfig.Form{router: cmp.Or(form, s.form)}
 		own[router] = len(parts)
 		parts = append(parts, p)
 	}

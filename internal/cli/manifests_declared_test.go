@@ -179,8 +179,17 @@ worker_selection:
 		}
 	}
 
-	// The same roles under the default form are two per-role lists.
+	// A restart-mode router whose declaration states no form runs a
+	// released Frontend: the released form, and the same refusal.
 	code, out, errOut = runCLI("validate", "-f", writeVariant(t, role("32")))
+	if code != ExitInvalid || !strings.Contains(out, "PolicyFormCannotCarry") {
+		t.Errorf("no declared form: exit %d, want %d with PolicyFormCannotCarry\n%s%s", code, ExitInvalid, out, errOut)
+	}
+
+	// The same roles under a build declared to read per-role hints are two
+	// per-role lists.
+	perRole := writeVariant(t, role("32"), "    kind: PolicyCatalog\n", "    kind: PolicyCatalog\n    policyFileForm: PerRoleHints\n")
+	code, out, errOut = runCLI("validate", "-f", perRole)
 	if code != ExitOK {
 		t.Errorf("per-role form: exit %d\n%s%s", code, out, errOut)
 	}

@@ -21,6 +21,7 @@ func newValidateCommand(cat *hints.Catalog) *cobra.Command {
 	var catalogFile string
 	var budget *declared.Budget
 	var form hintsconfig.Form
+	var tgt target
 	cmd := &cobra.Command{
 		Use:   "validate -f FILE...",
 		Short: "Check hints YAML files or RouterRole/HintPolicy manifests with the router's start-up rules",
@@ -53,6 +54,19 @@ reads it: each role names an entry of worker_selection.instances or
 default, and one root kv_hint_policy runs on every role on the KV path, or
 no hint policy runs). A file with a root kv_hint_policy is RouterWideHint.
 
+--target names the program that reads the file. sidecar (the default for a
+hints YAML) is the kvhint sidecar, which reads both forms. dynamo is a
+released Dynamo Frontend: the file is read and written in RouterWideHint,
+and the per-role form only when the --catalog declaration says the build
+reads it (policyFileForm: PerRoleHints); --policy-file-form PerRoleHints
+with --target dynamo and no such declaration is a usage error. In
+manifests, --target dynamo writes every router whose declared catalog
+states no form in RouterWideHint; without --target each router has its own:
+a restart-mode workload (an opted-in Deployment or DynamoGraphDeployment)
+runs a Dynamo Frontend (RouterWideHint), any other router the sidecar
+(PerRoleHints). Off the KV path a role is written as default in
+RouterWideHint, as its router mode picks the worker.
+
 Every problem is printed as FILE:LINE: LOCATION: Reason: message (":LINE" left
 out where the place has no line); the Reason is the one the object's Accepted
 or ResolvedRefs condition would carry. --output json prints one JSON document
@@ -76,11 +90,15 @@ rule, 2 on a usage or read error. "-" reads standard input.`,
 			if output != "text" && output != "json" {
 				return fmt.Errorf("--output %q: use text or json", output)
 			}
-			cat, form, err := withCatalog(cat, catalogFile, budget, form, cmd.InOrStdin(), cmd.ErrOrStderr())
+			cat, declaredForm, err := withCatalog(cat, catalogFile, budget, "", cmd.InOrStdin(), cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
-			return validateFiles(cat, files, output, mode, form, cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
+			form, routersForm, err := targetForms(tgt, form, declaredForm)
+			if err != nil {
+				return err
+			}
+			return validateFiles(cat, files, output, mode, form, routersForm, cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	cmd.Flags().StringArrayVarP(&files, "filename", "f", nil, "hints YAML or manifest file to check (repeatable; - for stdin)")
@@ -88,6 +106,7 @@ rule, 2 on a usage or read error. "-" reads standard input.`,
 	cmd.Flags().Var(routerModeFlag{&mode}, "router-mode", "the router's mode for every role of a hints YAML file: "+hintsconfig.RouterModeList()+" (manifests carry spec.routerMode)")
 	budget = addCatalogFlag(cmd, &catalogFile)
 	cmd.Flags().Var(formFlag{&form}, "policy-file-form", formFlagHelp)
+	cmd.Flags().Var(targetFlag{&tgt}, "target", targetFlagHelp)
 	return cmd
 }
 
@@ -102,7 +121,7 @@ const (
 	reasonReadError = "ReadError"
 )
 
-func validateFiles(cat *hints.Catalog, files []string, output string, mode hintsconfig.RouterMode, form hintsconfig.Form, stdin io.Reader, stdout, stderr io.Writer) error {
+func validateFiles(cat *hints.Catalog, files []string, output string, mode hintsconfig.RouterMode, form, routersForm hintsconfig.Form, stdin io.Reader, stdout, stderr io.Writer) error {
 	files, err := expandInputs(files)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
@@ -111,6 +130,7 @@ func validateFiles(cat *hints.Catalog, files []string, output string, mode hints
 	code := ExitOK
 	var probs []problem
 	manifests := newManifestSet()
+	manifests.form = routersForm
 	for _, name := range files {
 		data, err := readInput(name, stdin)
 		if err != nil {

@@ -96,6 +96,9 @@ type Component struct {
 	// FrontendSidecar names a container of the pod template that runs a
 	// Frontend beside the component's main container (a worker's).
 	FrontendSidecar *string `json:"frontendSidecar,omitempty"`
+	// RuntimeVersion is the Dynamo version the component runs (semver;
+	// Dynamo's webhook defaults it from the main image's tag).
+	RuntimeVersion string `json:"runtimeVersion,omitempty"`
 }
 
 // Status is what Dynamo's operator reports of a DGD.

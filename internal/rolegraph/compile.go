@@ -46,10 +46,12 @@ type Input struct {
 	// ConfigMap is left as it is (Router.Held).
 	CatalogProblems map[string]Finding
 	// PolicyFileForms are, by router, the policy-file form its build reads,
-	// which its declared catalog says (declared.Catalog.Form); a router
-	// not named reads hintsconfig.FormPerRoleHints. The router's config is
-	// written in it, and roles it cannot carry are refused with
-	// PolicyFormCannotCarry.
+	// which its declared catalog says (declared.Catalog.Form). A router
+	// not named, or named with the empty form, reads the form of its
+	// target (RouterForm): a restart-mode router's Dynamo Frontend the
+	// released hintsconfig.FormRouterWideHint, a sidecar router
+	// hintsconfig.FormPerRoleHints. The router's config is written in it,
+	// and roles it cannot carry are refused with PolicyFormCannotCarry.
 	PolicyFileForms map[string]hintsconfig.Form
 }
 
@@ -188,7 +190,7 @@ func Compile(cat *hints.Catalog, in Input) *Output {
 		if f, ok := in.CatalogProblems[name]; ok {
 			held = f.Message
 		}
-		r, ps := compileRouter(cat, name, in.PolicyFileForms[name].OrDefault(), byRouter[name], configMapFor(in.ConfigMaps, name), in.Pods, held, workloads[name])
+		r, ps := compileRouter(cat, name, RouterForm(in.PolicyFileForms[name], workloads[name]), byRouter[name], configMapFor(in.ConfigMaps, name), in.Pods, held, workloads[name])
 		out.Routers = append(out.Routers, r)
 		for _, p := range ps {
 			placements[p.res.rr.Name] = p
@@ -224,6 +226,25 @@ func Compile(cat *hints.Catalog, in Input) *Output {
 		})
 	}
 	return out
+}
+
+// RouterForm is the policy-file form a router's config is written in:
+// declared, the form its declared catalog states, when not empty; else
+// the form its target reads. A router with restart-mode workloads
+// targets a Dynamo Frontend, which reads the file at start-up, and a
+// released Frontend reads only hintsconfig.FormRouterWideHint (the
+// per-role form is in Dynamo's developer documentation, in no released
+// code); a sidecar router targets the kvhint sidecar, which reads both
+// and is given the per-role form, the one that can say every role's own
+// hints.
+func RouterForm(declared hintsconfig.Form, workloads []*Workload) hintsconfig.Form {
+	switch {
+	case declared != "":
+		return declared
+	case len(workloads) > 0:
+		return hintsconfig.FormRouterWideHint
+	}
+	return hintsconfig.FormPerRoleHints
 }
 
 // placement is how one RouterRole ended up in its router's config.
@@ -284,7 +305,7 @@ func compileRouter(cat *hints.Catalog, name string, form hintsconfig.Form, resul
 		if sel != nil {
 			selectors[role] = sel
 		}
-		cfg.WorkerSelection[role] = p.runs.Entry()
+		cfg.WorkerSelection[role] = entryInForm(p.runs, form)
 		modes.Roles[role] = p.runs.Mode
 		sources[role] = compiled.Source{RouterRole: p.res.rr.Name, UID: p.res.rr.UID, Generation: p.generation}
 	}
@@ -392,6 +413,20 @@ func compileRouter(cat *hints.Catalog, name string, form hintsconfig.Form, resul
 		r.Revision = revisionConfigMap(r.ConfigMap, name, hash, workloads)
 	}
 	return r, placements
+}
+
+// entryInForm is the entry a role runs, as the router's config holds it
+// in form. In hintsconfig.FormRouterWideHint a role off the KV path is
+// Dynamo's built-in selector, written as default: its router mode picks
+// the worker, and a released Frontend refuses to start with a selected
+// custom instance under any --router-mode but kv ("linked
+// worker-selection policies require --router-mode kv"). It runs no hints
+// off the KV path in either form.
+func entryInForm(r *hintsconfig.Role, form hintsconfig.Form) *hintsconfig.RoleEntry {
+	if form != hintsconfig.FormRouterWideHint || r.Mode == hintsconfig.ModeKV {
+		return r.Entry()
+	}
+	return &hintsconfig.RoleEntry{Type: hintsconfig.BuiltinSelectionType, Hints: &[]hintsconfig.HintSpec{}}
 }
 
 // configMapFor finds a router's ConfigMap by name, not by label: labels

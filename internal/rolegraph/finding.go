@@ -179,7 +179,8 @@ func CatalogFinding(reason v1alpha1.ConditionReason, router, configMaps, msg str
 // from the ConfigMaps that declare it (labelled v1alpha1.CatalogForLabel
 // with the router's name; at least one): the one declaration load reads
 // from its v1alpha1.CatalogKey, with the policy-file form it says the
-// router's build reads, or a CatalogFinding when there are several
+// router's build reads (empty when it does not say: RouterForm then
+// picks the target's), or a CatalogFinding when there are several
 // (CatalogConflict) or the one cannot be used (InvalidCatalog).
 func RouterCatalog(router string, cms []corev1.ConfigMap, load func(*corev1.ConfigMap) (*hints.Catalog, hintsconfig.Form, error)) (*hints.Catalog, hintsconfig.Form, *Finding) {
 	if len(cms) > 1 {
@@ -200,5 +201,5 @@ func RouterCatalog(router string, cms []corev1.ConfigMap, load func(*corev1.Conf
 			fmt.Sprintf("ConfigMap %s declares the catalog of router %s, but it cannot be used: %v", cm.Name, router, err))
 		return nil, "", &f
 	}
-	return cat, form.OrDefault(), nil
+	return cat, form, nil
 }

@@ -59,6 +59,13 @@ func ReadGraph(g *dynamograph.Graph, now time.Time) *Workload {
 	t := ReadTemplate(where, &c.PodTemplate.Spec, choice, g.Spec.Env)
 	w.Container, w.Mode, w.ModeOrigin, w.NotRead = t.Container, t.Mode, t.ModeOrigin, t.NotRead
 	w.References, w.Entries, w.overrides = t.References, t.Entries, t.Overrides
+	w.presets = t.Presets
+	switch tag := imageTag(t.Image); {
+	case c.RuntimeVersion != "":
+		w.version, w.versionFrom = c.RuntimeVersion, "runtimeVersion of "+where
+	case tag != "":
+		w.version, w.versionFrom = tag, fmt.Sprintf("the image tag of container %q of %s", t.Container, where)
+	}
 	if t.NotRead != "" {
 		if t.Container != "" {
 			w.Blocked = v1alpha1.ReasonPolicyFileNotRead

@@ -30,6 +30,7 @@ func TestCatalogReasonsMatchCore(t *testing.T) {
 		{hintsconfig.ReasonKVCopySenderMissing, v1alpha1.ReasonKVCopySenderMissing},
 		{hintsconfig.ReasonKVCopySenderDuplicate, v1alpha1.ReasonKVCopySenderDuplicate},
 		{hintsconfig.ReasonPolicyFormCannotCarry, v1alpha1.ReasonPolicyFormCannotCarry},
+		{hintsconfig.ReasonPresetOverridesParameters, v1alpha1.ReasonPresetOverridesParameters},
 	} {
 		if string(tc.core) != string(tc.api) {
 			t.Errorf("core reason %q is %q in the API", tc.core, tc.api)

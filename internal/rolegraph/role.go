@@ -112,6 +112,11 @@ func compileRole(cat *hints.Catalog, rr *v1alpha1.RouterRole, policies policyInd
 				"the policies report effective parameters that are not JSON: %v", err))
 		}
 	}
+	if _, _, err := DialectOf(rr.Annotations, wl); err != nil {
+		res.findings = append(res.findings, errorf(v1alpha1.ConditionAccepted, v1alpha1.ReasonInvalidConfig,
+			"metadata.annotations["+v1alpha1.DynamoVersionAnnotation+"]", "%v", err))
+	}
+	res.findings = append(res.findings, presetFindings(rr, compiled, wl)...)
 	if len(res.findings.Errors()) == 0 {
 		res.compiled = compiled
 	}

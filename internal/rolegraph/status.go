@@ -2,6 +2,7 @@ package rolegraph
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -73,7 +74,13 @@ func acceptedCondition(rr *v1alpha1.RouterRole, p *placement) metav1.Condition {
 		return condition(v1alpha1.ConditionAccepted, false, errs[0].Reason, gen, msg)
 	}
 	if warns := findings.Warnings(); len(warns) > 0 {
-		return condition(v1alpha1.ConditionAccepted, true, v1alpha1.ReasonAccepted, gen,
+		reason := v1alpha1.ReasonAccepted
+		if slices.ContainsFunc(warns, func(f Finding) bool { return f.Reason == v1alpha1.ReasonPresetOverridesParameters }) {
+			// The role is accepted, but the router does not run it as
+			// written: a reason a person (and kubectl wait) can see.
+			reason = v1alpha1.ReasonPresetOverridesParameters
+		}
+		return condition(v1alpha1.ConditionAccepted, true, reason, gen,
 			fmt.Sprintf("accepted with %d warning(s): %s: %s", len(warns), warns[0].Reason, warns.message()))
 	}
 	return condition(v1alpha1.ConditionAccepted, true, v1alpha1.ReasonAccepted, gen, "the role passes the catalog rules")

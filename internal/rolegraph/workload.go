@@ -91,6 +91,12 @@ type Workload struct {
 	Warnings []string
 	// overrides: as Template's.
 	overrides []hintsconfig.InstanceOverride
+	// version is the Dynamo version the workload says its Frontend runs
+	// (a component's runtimeVersion, else the image tag), and versionFrom
+	// where it came from, for messages; presets are the router presets its
+	// container sets, by flag (see DialectOf, presetsSet).
+	version, versionFrom string
+	presets              map[string]string
 	// graph and component select a DynamoGraphDeployment's router pods
 	// by Dynamo's labels; empty for a Deployment, whose pods are all the
 	// router's.
@@ -153,6 +159,10 @@ func ReadWorkload(d *appsv1.Deployment) *Workload {
 	t := ReadTemplate(fmt.Sprintf("Deployment %s", d.Name), &d.Spec.Template.Spec, DeploymentContainer(d), nil)
 	w.Container, w.Mode, w.ModeOrigin, w.NotRead = t.Container, t.Mode, t.ModeOrigin, t.NotRead
 	w.References, w.Entries, w.overrides = t.References, t.Entries, t.Overrides
+	w.presets = t.Presets
+	if tag := imageTag(t.Image); tag != "" {
+		w.version, w.versionFrom = tag, fmt.Sprintf("the image tag of container %q of Deployment %s", t.Container, d.Name)
+	}
 	w.Writable = w.NotRead == ""
 	w.Blocked = v1alpha1.ReasonPolicyFileNotRead
 	return w
@@ -193,6 +203,10 @@ type Template struct {
 	// outside the policy file, checked against the compiled file
 	// (checkOverrides).
 	Overrides []hintsconfig.InstanceOverride
+	// Image is the router container's image; Presets the router presets
+	// it sets (presetsSet).
+	Image   string
+	Presets map[string]string
 }
 
 // ReadTemplate reads a router's pod template: where names the workload
@@ -240,7 +254,7 @@ func ReadTemplate(where string, spec *corev1.PodSpec, choice ContainerChoice, en
 		t.NotRead = fmt.Sprintf("%s: %s is empty; it names the router container", where, choice.Annotation)
 		return t
 	}
-	t.Container = c.Name
+	t.Container, t.Image = c.Name, c.Image
 	merged := *c
 	merged.Env = append(slices.Clone(env), c.Env...)
 	where = fmt.Sprintf("container %q of %s", c.Name, where)
@@ -269,6 +283,7 @@ func ReadTemplate(where string, spec *corev1.PodSpec, choice ContainerChoice, en
 		}
 		mounted = m.ReadOnly && m.SubPath == ""
 	}
+	t.Presets = presetsSet(where, &merged)
 	t.NotRead = policyFileNotRead(where, &merged)
 	t.Overrides = instanceOverrides(where, &merged)
 	t.Entries = mounted && slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool {

@@ -401,4 +401,5 @@ func TestGraphSampleRolls(t *testing.T) {
 	if file := cm.Data[v1alpha1.HintsConfigKey]; !strings.Contains(file, "instances:") || !strings.Contains(file, "dynamo-soft-affinity-load-guard") {
 		t.Errorf("the revision's policy file is not in the released form:\n%s", file)
 	}
+	requireReleasedFile(t, ns, rev)
 }

@@ -23,6 +23,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+	"github.com/kvrouter/kv-hint-operator/internal/compiled"
+	"github.com/kvrouter/kv-hint-operator/internal/dynamopolicy"
 )
 
 // programmed3 starts a 3-replica router whose role compiles to one config
@@ -409,7 +411,8 @@ func TestRevisionsCollected(t *testing.T) {
 
 // TestSampleRolls applies config/samples/dynamo-router as it ships, with
 // only the fake node added (no scheduler runs here), and waits for both
-// pods on the compiled config.
+// pods on the compiled config, in the released form a Dynamo Frontend
+// reads (the router's target: its catalog declares no form).
 func TestSampleRolls(t *testing.T) {
 	ns := newNamespace(t)
 	rr := applySample(t, ns, filepath.Join("..", "..", "config", "samples", "dynamo-router", "router.yaml"), func(u *unstructured.Unstructured) {
@@ -420,7 +423,27 @@ func TestSampleRolls(t *testing.T) {
 		}
 	})
 	waitProgrammed(t, rr, metav1.ConditionTrue, v1alpha1.ReasonProgrammed, "2/2 router pods run ", 0)
-	requirePodsOn(t, ns, 2, v1alpha1.RevisionConfigMapName("llama", hashOf(t, rr)))
+	rev := v1alpha1.RevisionConfigMapName("llama", hashOf(t, rr))
+	requirePodsOn(t, ns, 2, rev)
+	requireReleasedFile(t, ns, rev)
+}
+
+// requireReleasedFile fails unless revision rev holds a policy file a
+// released Dynamo Frontend reads (dynamopolicy.CheckReleased, the model
+// of its parser), marked as the released form for the sidecar.
+func requireReleasedFile(t *testing.T, ns, rev string) {
+	t.Helper()
+	cm := &corev1.ConfigMap{}
+	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: rev}, cm); err != nil {
+		t.Fatal(err)
+	}
+	file := cm.Data[v1alpha1.HintsConfigKey]
+	if err := dynamopolicy.CheckReleased([]byte(file)); err != nil {
+		t.Errorf("revision %s: a released Frontend refuses its policy file: %v\n%s", rev, err, file)
+	}
+	if got := cm.Data[compiled.FormKey]; got != "RouterWideHint" {
+		t.Errorf("revision %s: %s is %q, want RouterWideHint", rev, compiled.FormKey, got)
+	}
 }
 
 // applySample creates every object of a sample manifest in namespace ns,

@@ -1,0 +1,73 @@
+package cli
+
+import (
+	"cmp"
+	"fmt"
+
+	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
+)
+
+// target is --target: the program that reads the policy file, whose
+// rules decide what is written and what is refused.
+type target string
+
+const (
+	// targetSidecar is the kvhint sidecar (and Go routers that link
+	// pkg/router): it reads either form, the per-role one by default.
+	targetSidecar target = "sidecar"
+	// targetDynamo is a released Dynamo Frontend, which reads the file at
+	// start-up in hintsconfig.FormRouterWideHint; a build that reads
+	// per-role hints says so in its declared catalog.
+	targetDynamo target = "dynamo"
+)
+
+// targetFlagHelp is the help of --target.
+const targetFlagHelp = "the program that reads the policy file: sidecar (the kvhint sidecar; reads both forms, per-role by default) or dynamo " +
+	"(a released Dynamo Frontend: the RouterWideHint form, unless the --catalog declaration says its build reads PerRoleHints). " +
+	"Default: sidecar for a hints YAML file; for manifests, each router's own target (a restart-mode workload is a Dynamo Frontend)"
+
+// targetFlag is --target; an unknown target is a usage error.
+type targetFlag struct{ t *target }
+
+func (f targetFlag) String() string {
+	if f.t == nil {
+		return ""
+	}
+	return string(*f.t)
+}
+
+func (f targetFlag) Set(s string) error {
+	switch t := target(s); t {
+	case targetSidecar, targetDynamo:
+		*f.t = t
+		return nil
+	}
+	return fmt.Errorf("%q is not a target; use %s or %s", s, targetSidecar, targetDynamo)
+}
+
+func (targetFlag) Type() string { return "target" }
+
+// targetForms combines --target with --policy-file-form (flag) and the
+// form the --catalog declaration states (declared), either empty when not
+// given. It returns the form a hints YAML file given on its own is read
+// and written in (empty: the file's own), and the form the routers of
+// manifests are written in when no declared catalog of theirs states one
+// (empty: each router's target decides, see rolegraph.RouterForm).
+//
+// --policy-file-form is the lower-level knob, and wins where it does not
+// contradict the target: under --target dynamo the per-role form is
+// written only for a build whose declared catalog says it reads it, so
+// --policy-file-form PerRoleHints without such a declaration is refused
+// rather than writing a file a released Frontend refuses to start with.
+func targetForms(t target, flag, declared hintsconfig.Form) (file, manifests hintsconfig.Form, err error) {
+	if t != targetDynamo {
+		return cmp.Or(flag, declared), "", nil
+	}
+	if flag == hintsconfig.FormPerRoleHints && declared != hintsconfig.FormPerRoleHints {
+		return "", "", fmt.Errorf("--target %s with --policy-file-form %s: a released Dynamo Frontend reads only the %s form "+
+			"(worker_selection.<role> is \"invalid type: map, expected a string\" to it); a Dynamo build that reads per-role hints "+
+			"says so in its declared catalog (--catalog FILE with policyFileForm: %s), or use --target %s",
+			targetDynamo, hintsconfig.FormPerRoleHints, hintsconfig.FormRouterWideHint, hintsconfig.FormPerRoleHints, targetSidecar)
+	}
+	return cmp.Or(flag, declared, hintsconfig.FormRouterWideHint), hintsconfig.FormRouterWideHint, nil
+}
