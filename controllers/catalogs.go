@@ -151,6 +151,9 @@ type loadEntry struct {
 	// waiters are the ConfigMaps whose routers asked for it while it
 	// loaded in the background, to be told when it is done.
 	waiters map[types.UID]*corev1.ConfigMap
+	// cancel ends the load's wait for the load slot, when nothing holds
+	// it any more (its ConfigMap was edited or deleted meanwhile).
+	cancel context.CancelFunc
 }
 
 type uidRef struct{ hash string }
@@ -274,8 +277,14 @@ func (c *catalogs) load(ctx context.Context, cm *corev1.ConfigMap, wait bool) (*
 			return nil, err
 		}
 	}
+	var lctx context.Context
 	if !ok {
 		e = &loadEntry{done: make(chan struct{}), refs: map[types.UID]string{cm.UID: cm.Namespace}}
+		base := ctx
+		if !wait {
+			base = c.base
+		}
+		lctx, e.cancel = context.WithCancel(base)
 		c.byHash[hash] = e
 	}
 	if !wait {
@@ -288,7 +297,7 @@ func (c *catalogs) load(ctx context.Context, cm *corev1.ConfigMap, wait bool) (*
 			e.waiters[cm.UID] = cm
 			c.mu.Unlock()
 			if !ok {
-				go c.run(c.base, e, hash, text, cm.Namespace)
+				go c.run(lctx, e, hash, text, cm.Namespace)
 			}
 			return nil, errLoadPending
 		}
@@ -314,21 +323,23 @@ func (c *catalogs) load(ctx context.Context, cm *corev1.ConfigMap, wait bool) (*
 		}
 		return e.cat, e.err
 	}
-	return c.run(ctx, e, hash, text, cm.Namespace)
+	return c.run(lctx, e, hash, text, cm.Namespace)
 }
 
 // run loads a new entry's text when the one load slot is free, within
-// ctx, ends the entry and tells its waiters.
+// ctx (the entry's own, which releaseLocked cancels), ends the entry and
+// tells its waiters. An entry released meanwhile is not loaded, or, when
+// its load had begun, not kept.
 func (c *catalogs) run(ctx context.Context, e *loadEntry, hash, text, namespace string) (*declared.Catalog, error) {
+	defer e.cancel()
 	select {
 	case c.sem <- struct{}{}:
+		if ctx.Err() != nil {
+			<-c.sem
+			return c.cancelled(ctx, e, hash)
+		}
 	case <-ctx.Done():
-		c.mu.Lock()
-		delete(c.byHash, hash)
-		e.err = ctx.Err()
-		close(e.done)
-		c.mu.Unlock()
-		return nil, ctx.Err()
+		return c.cancelled(ctx, e, hash)
 	}
 	var retained int64
 	budget := c.limits.Budget.WithAdmission(func(u declared.Usage) error {
@@ -340,10 +351,18 @@ func (c *catalogs) run(ctx context.Context, e *loadEntry, hash, text, namespace 
 
 	c.mu.Lock()
 	e.cat, e.err = cat, err
-	if err == nil {
+	current := c.byHash[hash] == e
+	if err == nil && current {
 		e.retained = retained
 	}
-	if _, refused := errors.AsType[*admissionError](err); refused {
+	if !current {
+		// Released while it loaded: nothing holds it, and nothing keeps it.
+		e.cat = nil
+		if err == nil {
+			e.err = context.Canceled
+		}
+	}
+	if _, refused := errors.AsType[*admissionError](err); refused && current {
 		// Refused for what the others keep, not for itself: read again
 		// next time, when they may be gone.
 		delete(c.byHash, hash)
@@ -368,6 +387,28 @@ func (c *catalogs) run(ctx context.Context, e *loadEntry, hash, text, namespace 
 		}
 	}
 	return cat, err
+}
+
+// cancelled ends an entry whose load did not run: its context ended,
+// because its caller gave up or nothing holds it any more.
+func (c *catalogs) cancelled(ctx context.Context, e *loadEntry, hash string) (*declared.Catalog, error) {
+	c.mu.Lock()
+	if c.byHash[hash] == e {
+		delete(c.byHash, hash)
+	}
+	e.err = ctx.Err()
+	waiters := e.waiters
+	e.waiters = nil
+	close(e.done)
+	c.mu.Unlock()
+	// A router that joined this load reads again, and starts its own.
+	for _, cm := range waiters {
+		select {
+		case c.loaded <- event.TypedGenericEvent[*corev1.ConfigMap]{Object: cm}:
+		default:
+		}
+	}
+	return nil, ctx.Err()
 }
 
 // passing reports whether a load's error belongs to the caller that ran
@@ -460,13 +501,11 @@ func (c *catalogs) releaseLocked(uid types.UID, hash string) {
 	}
 	delete(e.refs, uid)
 	if len(e.refs) == 0 {
-		select {
-		case <-e.done:
-			delete(c.byHash, hash)
-		default:
-			// A load under way keeps its entry; it is released when
-			// next referred to by nothing.
-		}
+		// Dropped at once, done or not, so that its estimate stops
+		// counting; a load that waits for the slot is cancelled, and
+		// one under way ends unkept (run).
+		delete(c.byHash, hash)
+		e.cancel()
 	}
 }
 

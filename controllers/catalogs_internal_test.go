@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -192,4 +193,73 @@ func TestCatalogsLoadInBackground(t *testing.T) {
 		t.Fatalf("a/r2 read again: %+v %v, want a new load", rc, err)
 	}
 	next("c2")
+}
+
+// TestCatalogsEditedDuringLoad: a ConfigMap edited twelve times while
+// its loads wait for the load slot leaves one load, the last text's;
+// the loads of the texts it no longer holds are cancelled and their
+// estimates returned, and once it is deleted nothing is kept. Before,
+// each edit left the old load held by nothing, kept and counted for
+// good: near the budget, every new declaration was refused until a
+// restart.
+func TestCatalogsEditedDuringLoad(t *testing.T) {
+	text := readDecl(t)
+	cm := catalogCM("a", "c1", "r1", text)
+	cl := fake.NewClientBuilder().WithObjects(cm).Build()
+	c := newCatalogs(cl, builtin.NewCatalog(), DefaultCatalogLimits())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	loaded := c.loadInBackground(ctx)
+
+	c.sem <- struct{}{} // another load under way: each version waits
+	for v := range 12 {
+		var cur corev1.ConfigMap
+		if err := cl.Get(ctx, client.ObjectKeyFromObject(cm), &cur); err != nil {
+			t.Fatal(err)
+		}
+		cur.Data[CatalogKey] = fmt.Sprintf("%s\n# version %d\n", text, v)
+		if err := cl.Update(ctx, &cur); err != nil {
+			t.Fatal(err)
+		}
+		if rc, err := c.forRouter(ctx, "a", "r1"); err != nil || !rc.pending {
+			t.Fatalf("version %d: %+v %v, want pending", v, rc, err)
+		}
+	}
+	if n, bytes := c.loadedCount(); n != 1 || bytes != 0 {
+		t.Errorf("while the last version waits: %d declarations (%d bytes) kept or reserved, want 1 waiting (0 bytes)", n, bytes)
+	}
+	<-c.sem
+	err := within(30*time.Second, func() error {
+		select {
+		case <-loaded:
+		default:
+		}
+		if rc, err := c.forRouter(ctx, "a", "r1"); err != nil || rc.pending {
+			return fmt.Errorf("not loaded: %+v %v", rc, err)
+		}
+		if n, _ := c.loadedCount(); n != 1 || len(c.sem) != 0 {
+			return fmt.Errorf("%d declarations kept, want 1", n)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("after the loads ended: %v", err)
+	}
+	c.forget(cm.UID)
+	if n, bytes := c.loadedCount(); n != 0 || bytes != 0 {
+		t.Errorf("after the ConfigMap is gone: %d declarations (%d bytes) kept, want 0", n, bytes)
+	}
+}
+
+// within polls f every 10 ms until it returns nil, and returns its last
+// error after d.
+func within(d time.Duration, f func() error) error {
+	deadline := time.Now().Add(d)
+	for {
+		err := f()
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
