@@ -151,3 +151,39 @@ func TestPatterns(t *testing.T) {
 		t.Errorf("1,500 large patterns: %v\nwant the memory budget's refusal: %s", err, want)
 	}
 }
+
+// TestEstimateCalibrated: the estimate of what a loaded declaration
+// keeps bounds what it keeps, measured as heap after a collection, and
+// is not much more (at most 1.5 times), for each kind of cost: CEL rules,
+// schema nodes, patterns. Declarations are loaded four at a time, so
+// that what is measured stands well above a collection's noise.
+func TestEstimateCalibrated(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		data func(i int) []byte
+	}{
+		{"8 types x 16 rules", func(int) []byte { return manyRules(8, 16) }},
+		{"16 types x 100 properties", func(int) []byte { return manyProperties(16, 100) }},
+		{"4 types x 10 patterns", func(i int) []byte { return manyPatterns(fmt.Sprint("c", i), 4, 10) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const n = 4
+			u := Measure(mustParse(t, tc.data(0)))
+			before := heapInUse()
+			var kept []*Catalog
+			for i := range n {
+				cat, err := Budget{}.Load(tc.data(i))
+				if err != nil {
+					t.Fatal(err)
+				}
+				kept = append(kept, cat)
+			}
+			each := (heapInUse() - before) / n
+			runtime.KeepAlive(kept)
+			t.Logf("keeps %s each, estimate %s (%.2fx)", Bytes(each), Bytes(u.RetainedBytes), float64(u.RetainedBytes)/float64(each))
+			if u.RetainedBytes < each || float64(u.RetainedBytes) > 1.5*float64(each) {
+				t.Errorf("the estimate %d is not between the %d kept and 1.5 times that", u.RetainedBytes, each)
+			}
+		})
+	}
+}
