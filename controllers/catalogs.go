@@ -72,14 +72,26 @@ type CatalogLimits struct {
 	// TotalBytes bounds the estimated memory of all loaded declarations;
 	// 0: no limit.
 	TotalBytes int64
+	// FloorBytes and ReserveBytes keep the total from being taken by a
+	// few namespaces: what namespaces keep above their first FloorBytes
+	// each may take TotalBytes less ReserveBytes, so that ReserveBytes
+	// stays for the first FloorBytes of the others (ReserveBytes /
+	// FloorBytes namespaces, whatever the rest keep). 0: no reserve.
+	FloorBytes   int64
+	ReserveBytes int64
 }
 
 // DefaultCatalogLimits keep the manager's shipped limit (256Mi) well
-// clear: at most 32 MiB of loaded declarations in all (estimated, about
-// twice what they measure), 16 MiB of it for any one namespace, and one
-// load at a time.
+// clear: at most 32 MiB of loaded declarations in all (estimated at about
+// 1.2 times the heap they keep), 8 MiB of it (one declaration at its
+// budget) for any one namespace, of which no more than 24 MiB above the
+// first 512 KiB of each namespace: 8 MiB stay for sixteen namespaces'
+// first 512 KiB, twice what config/catalogs/dynamo.yaml is estimated to
+// keep (241 KiB).
+// One load runs at a time.
 func DefaultCatalogLimits() CatalogLimits {
-	return CatalogLimits{Budget: declared.DefaultBudget(), NamespaceBytes: 16 << 20, TotalBytes: 32 << 20}
+	return CatalogLimits{Budget: declared.DefaultBudget(), NamespaceBytes: 8 << 20, TotalBytes: 32 << 20,
+		FloorBytes: 512 << 10, ReserveBytes: 8 << 20}
 }
 
 // catalogs resolves the catalog each router is checked against. A
@@ -430,7 +442,42 @@ func (c *catalogs) admit(namespace string, retained int64) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ns, total := c.usedLocked(namespace, "")
-	return c.checkLocked(namespace, ns, total, retained)
+	if err := c.checkLocked(namespace, ns, total, retained); err != nil {
+		return err
+	}
+	return c.checkSharedLocked(namespace, retained)
+}
+
+// checkSharedLocked checks that what namespaces keep above their floor
+// stays out of the reserve with a new declaration of namespace.
+func (c *catalogs) checkSharedLocked(namespace string, retained int64) error {
+	lim := c.limits
+	if lim.ReserveBytes <= 0 || lim.TotalBytes <= 0 {
+		return nil
+	}
+	byNS := map[string]int64{}
+	for _, e := range c.byHash {
+		seen := map[string]bool{}
+		for _, n := range e.refs {
+			if !seen[n] {
+				seen[n] = true
+				byNS[n] += e.retained
+			}
+		}
+	}
+	above := func(n int64) int64 { return max(0, n-lim.FloorBytes) }
+	var shared int64
+	for _, n := range byNS {
+		shared += above(n)
+	}
+	shared += above(byNS[namespace]+retained) - above(byNS[namespace])
+	if room := max(0, lim.TotalBytes-lim.ReserveBytes); shared > room {
+		return &admissionError{msg: fmt.Sprintf(
+			"namespaces would keep about %s of declared catalogs above their first %s each with this one (%s), over the %s the manager shares: its budget of %s less the %s it keeps for the first %s of every namespace (manager flags --catalog-max-memory-total, --catalog-memory-reserve, --catalog-memory-floor-per-namespace)",
+			declared.Bytes(shared), declared.Bytes(lim.FloorBytes), declared.Bytes(retained), declared.Bytes(room),
+			declared.Bytes(lim.TotalBytes), declared.Bytes(lim.ReserveBytes), declared.Bytes(lim.FloorBytes))}
+	}
+	return nil
 }
 
 // admitShared checks that a declaration already loaded for another

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
+	"github.com/kvrouter/kv-hint-operator/internal/declared"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
 )
 
@@ -262,4 +263,70 @@ func within(d time.Duration, f func() error) error {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// TestCatalogsReserve: namespaces that fill their own budget cannot take
+// the manager's whole budget: what they keep above each namespace's
+// floor stops at the total less the reserve, and a small declaration
+// (config/catalogs/dynamo.yaml) in a namespace of its own still loads.
+// Before, four namespaces each within their budget took the total and a
+// fifth's dynamo.yaml was refused. Limits are set in units of what the
+// Dynamo declaration is estimated to keep: the floor one, the reserve
+// six (six namespaces' floors), four per namespace, twelve in all.
+func TestCatalogsReserve(t *testing.T) {
+	b, err := os.ReadFile("../config/catalogs/dynamo.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dynamo := string(b)
+	var objs []client.Object
+	for ns := range 4 {
+		for r := range 4 {
+			objs = append(objs, catalogCM(fmt.Sprint("tenant", ns), fmt.Sprint("c", r), fmt.Sprint("r", r), fmt.Sprintf("%s\n# tenant %d, router %d\n", dynamo, ns, r)))
+		}
+	}
+	for ns := range 2 {
+		objs = append(objs, catalogCM(fmt.Sprint("small", ns), "c0", "r0", dynamo))
+	}
+	c := newCatalogs(fake.NewClientBuilder().WithObjects(objs...).Build(), builtin.NewCatalog(), DefaultCatalogLimits())
+	ctx := context.Background()
+	if rc, err := c.forRouter(ctx, "small0", "r0"); err != nil || rc.problem != nil {
+		t.Fatalf("small0/r0: %v %v", err, rc.problem)
+	}
+	_, one := c.loadedCount()
+	c.forget("small0/c0")
+	c.limits = CatalogLimits{Budget: c.limits.Budget, NamespaceBytes: 4 * one, TotalBytes: 12 * one, FloorBytes: one, ReserveBytes: 6 * one}
+
+	got := map[string]string{}
+	for ns := range 4 {
+		for r := range 4 {
+			rc, err := c.forRouter(ctx, fmt.Sprint("tenant", ns), fmt.Sprint("r", r))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rc.problem != nil {
+				got[fmt.Sprintf("tenant%d/r%d", ns, r)] = rc.problem.Message
+			}
+		}
+	}
+	// The first two take their namespace's budget (three above the
+	// floor each: the six shared); the other two their floor only.
+	for _, k := range []string{"tenant2/r1", "tenant2/r2", "tenant2/r3", "tenant3/r1", "tenant3/r2", "tenant3/r3"} {
+		if !strings.Contains(got[k], "--catalog-memory-reserve") {
+			t.Errorf("%s: %q, want the reserve's refusal", k, got[k])
+		}
+		delete(got, k)
+	}
+	if len(got) > 0 {
+		t.Errorf("refused beyond the reserve: %v", got)
+	}
+	for ns := range 2 {
+		if rc, err := c.forRouter(ctx, fmt.Sprint("small", ns), "r0"); err != nil || rc.problem != nil {
+			t.Errorf("small%d/r0, the Dynamo declaration after four namespaces filled theirs: %v %v", ns, err, rc.problem)
+		}
+	}
+	if _, total := c.loadedCount(); total > c.limits.TotalBytes {
+		t.Errorf("%d kept, over the total of %d", total, c.limits.TotalBytes)
+	}
+	t.Logf("config/catalogs/dynamo.yaml is estimated to keep %s; the default floor of a namespace is %s", declared.Bytes(one), declared.Bytes(DefaultCatalogLimits().FloorBytes))
 }
