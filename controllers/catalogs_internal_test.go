@@ -197,7 +197,8 @@ func TestCatalogsLoadInBackground(t *testing.T) {
 }
 
 // TestCatalogsEditedDuringLoad: a ConfigMap edited twelve times while
-// its loads wait for the load slot leaves one load, the last text's;
+// its loads wait for the load slot, and twelve times more while they
+// wait or run, leaves one load, the last text's;
 // the loads of the texts it no longer holds are cancelled and their
 // estimates returned, and once it is deleted nothing is kept. Before,
 // each edit left the old load held by nothing, kept and counted for
@@ -212,8 +213,8 @@ func TestCatalogsEditedDuringLoad(t *testing.T) {
 	defer cancel()
 	loaded := c.loadInBackground(ctx)
 
-	c.sem <- struct{}{} // another load under way: each version waits
-	for v := range 12 {
+	edit := func(v int) {
+		t.Helper()
 		var cur corev1.ConfigMap
 		if err := cl.Get(ctx, client.ObjectKeyFromObject(cm), &cur); err != nil {
 			t.Fatal(err)
@@ -226,10 +227,19 @@ func TestCatalogsEditedDuringLoad(t *testing.T) {
 			t.Fatalf("version %d: %+v %v, want pending", v, rc, err)
 		}
 	}
+	c.sem <- struct{}{} // another load under way: each version waits
+	for v := range 12 {
+		edit(v)
+	}
 	if n, bytes := c.loadedCount(); n != 1 || bytes != 0 {
 		t.Errorf("while the last version waits: %d declarations (%d bytes) kept or reserved, want 1 waiting (0 bytes)", n, bytes)
 	}
 	<-c.sem
+	// Twelve more with the slot free: each version's load starts, and
+	// the next edit finds it waiting or running.
+	for v := range 12 {
+		edit(100 + v)
+	}
 	err := within(30*time.Second, func() error {
 		select {
 		case <-loaded:
