@@ -218,6 +218,7 @@ func (c *catalogs) forRouter(ctx context.Context, namespace, router string) (rou
 	if len(cms) == 0 {
 		c.mu.Lock()
 		delete(c.lastGood, key)
+		c.dropLocked(lastGoodUID(key))
 		c.mu.Unlock()
 		return routerCatalog{cat: c.linked, form: hintsconfig.FormPerRoleHints}, nil
 	}
@@ -248,6 +249,9 @@ func (c *catalogs) forRouter(ctx context.Context, namespace, router string) (rou
 		return rc, nil
 	}
 	c.lastGood[key] = lastGoodCatalog{cat: cat, form: form}
+	// The last good declaration is kept while a newer one cannot be
+	// used, so it counts while it is kept.
+	c.referLocked(lastGoodUID(key), namespace, textHash(cms[0].Data[CatalogKey]))
 	return routerCatalog{cat: cat, form: form, source: cms[0].Name}, nil
 }
 
@@ -276,8 +280,7 @@ func (c *catalogs) load(ctx context.Context, cm *corev1.ConfigMap, wait bool) (*
 		// LoadConfigMap words the missing key; nothing to keep.
 		return declared.LoadConfigMap(cm)
 	}
-	sum := sha256.Sum256([]byte(text))
-	hash := hex.EncodeToString(sum[:])
+	hash := textHash(text)
 
 	c.mu.Lock()
 	c.refer(cm, hash)
@@ -309,7 +312,7 @@ func (c *catalogs) load(ctx context.Context, cm *corev1.ConfigMap, wait bool) (*
 			e.waiters[cm.UID] = cm
 			c.mu.Unlock()
 			if !ok {
-				go c.run(lctx, e, hash, text, cm.Namespace)
+				go c.run(lctx, e, hash, text, cm.Namespace, cm.Labels[CatalogForLabel])
 			}
 			return nil, errLoadPending
 		}
@@ -335,14 +338,14 @@ func (c *catalogs) load(ctx context.Context, cm *corev1.ConfigMap, wait bool) (*
 		}
 		return e.cat, e.err
 	}
-	return c.run(lctx, e, hash, text, cm.Namespace)
+	return c.run(lctx, e, hash, text, cm.Namespace, cm.Labels[CatalogForLabel])
 }
 
 // run loads a new entry's text when the one load slot is free, within
 // ctx (the entry's own, which releaseLocked cancels), ends the entry and
 // tells its waiters. An entry released meanwhile is not loaded, or, when
 // its load had begun, not kept.
-func (c *catalogs) run(ctx context.Context, e *loadEntry, hash, text, namespace string) (*declared.Catalog, error) {
+func (c *catalogs) run(ctx context.Context, e *loadEntry, hash, text, namespace, router string) (*declared.Catalog, error) {
 	defer e.cancel()
 	select {
 	case c.sem <- struct{}{}:
@@ -356,7 +359,7 @@ func (c *catalogs) run(ctx context.Context, e *loadEntry, hash, text, namespace 
 	var retained int64
 	budget := c.limits.Budget.WithAdmission(func(u declared.Usage) error {
 		retained = u.RetainedBytes
-		return c.admit(namespace, u.RetainedBytes)
+		return c.admit(namespace, router, u.RetainedBytes)
 	})
 	cat, err := budget.Load([]byte(text))
 	<-c.sem
@@ -438,25 +441,36 @@ func (e *admissionError) Error() string { return e.msg }
 
 // admit checks that a new declaration of namespace fits the namespace's
 // and the manager's budgets, before it is compiled.
-func (c *catalogs) admit(namespace string, retained int64) error {
+func (c *catalogs) admit(namespace, router string, retained int64) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	ns, total := c.usedLocked(namespace, "")
+	// The router's last good declaration, when nothing else holds it,
+	// goes once this one loads: it does not count against it.
+	replaced := ""
+	if ref, ok := c.byUID[lastGoodUID(types.NamespacedName{Namespace: namespace, Name: router})]; ok {
+		if e, ok := c.byHash[ref.hash]; ok && len(e.refs) == 1 {
+			replaced = ref.hash
+		}
+	}
+	ns, total := c.usedLocked(namespace, replaced)
 	if err := c.checkLocked(namespace, ns, total, retained); err != nil {
 		return err
 	}
-	return c.checkSharedLocked(namespace, retained)
+	return c.checkSharedLocked(namespace, replaced, retained)
 }
 
 // checkSharedLocked checks that what namespaces keep above their floor
 // stays out of the reserve with a new declaration of namespace.
-func (c *catalogs) checkSharedLocked(namespace string, retained int64) error {
+func (c *catalogs) checkSharedLocked(namespace, except string, retained int64) error {
 	lim := c.limits
 	if lim.ReserveBytes <= 0 || lim.TotalBytes <= 0 {
 		return nil
 	}
 	byNS := map[string]int64{}
-	for _, e := range c.byHash {
+	for h, e := range c.byHash {
+		if h == except {
+			continue
+		}
 		seen := map[string]bool{}
 		for _, n := range e.refs {
 			if !seen[n] {
@@ -530,13 +544,31 @@ func (c *catalogs) usedLocked(namespace, except string) (ns, total int64) {
 // refer records that a ConfigMap holds the declaration hash, releasing
 // what it held before when that differs. Callers hold c.mu.
 func (c *catalogs) refer(cm *corev1.ConfigMap, hash string) {
-	if old, ok := c.byUID[cm.UID]; ok && old.hash != hash {
-		c.releaseLocked(cm.UID, old.hash)
+	c.referLocked(cm.UID, cm.Namespace, hash)
+}
+
+// referLocked records that uid, of namespace, holds the declaration
+// hash, releasing what it held before when that differs.
+func (c *catalogs) referLocked(uid types.UID, namespace, hash string) {
+	if old, ok := c.byUID[uid]; ok && old.hash != hash {
+		c.releaseLocked(uid, old.hash)
 	}
-	c.byUID[cm.UID] = uidRef{hash: hash}
+	c.byUID[uid] = uidRef{hash: hash}
 	if e, ok := c.byHash[hash]; ok {
-		e.refs[cm.UID] = cm.Namespace
+		e.refs[uid] = namespace
 	}
+}
+
+// lastGoodUID is the reference a router's last good declaration holds
+// on its entry; no ConfigMap has such a UID.
+func lastGoodUID(router types.NamespacedName) types.UID {
+	return types.UID("last-good:" + router.String())
+}
+
+// textHash names a declaration's text.
+func textHash(text string) string {
+	sum := sha256.Sum256([]byte(text))
+	return hex.EncodeToString(sum[:])
 }
 
 // releaseLocked drops a ConfigMap's reference to a declaration, and the
@@ -561,11 +593,16 @@ func (c *catalogs) releaseLocked(uid types.UID, hash string) {
 func (c *catalogs) forget(uid types.UID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.dropLocked(uid)
+	delete(c.refused, uid)
+}
+
+// dropLocked drops what uid holds.
+func (c *catalogs) dropLocked(uid types.UID) {
 	if ref, ok := c.byUID[uid]; ok {
 		c.releaseLocked(uid, ref.hash)
 		delete(c.byUID, uid)
 	}
-	delete(c.refused, uid)
 }
 
 // loadedCount returns how many distinct declarations are kept, and their

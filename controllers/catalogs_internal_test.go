@@ -60,8 +60,16 @@ func TestCatalogsShareByContent(t *testing.T) {
 	if n, bytes := c.loadedCount(); n != 1 || bytes <= 0 {
 		t.Errorf("loaded %d declarations (%d bytes), want 1", n, bytes)
 	}
+	// Deleted: each delete event forgets its ConfigMap and its router is
+	// reconciled, which lets go of its last good declaration.
 	for _, o := range objs {
+		if err := c.reader.(client.Client).Delete(ctx, o); err != nil {
+			t.Fatal(err)
+		}
 		c.forget(o.GetUID())
+		if _, err := c.forRouter(ctx, o.GetNamespace(), o.GetLabels()[CatalogForLabel]); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if n, bytes := c.loadedCount(); n != 0 || bytes != 0 {
 		t.Errorf("after every ConfigMap is gone: %d declarations (%d bytes) kept, want 0", n, bytes)
@@ -92,14 +100,23 @@ func TestCatalogsNamespaceBudget(t *testing.T) {
 		t.Fatalf("b/r1, another namespace: %v %v", err, rc.problem)
 	}
 	c.limits.TotalBytes = one
+	if err := c.reader.(client.Client).Delete(ctx, objs[2]); err != nil {
+		t.Fatal(err)
+	}
 	c.forget("b/c1")
+	if _, err := c.forRouter(ctx, "b", "r1"); err != nil {
+		t.Fatal(err)
+	}
 	if n, _ := c.loadedCount(); n != 1 {
 		t.Fatalf("after b/c1 is gone: %d declarations, want 1", n)
 	}
 	// Once a/c1 is gone, a/r2's text fits again: a refusal for what
 	// others keep is not remembered.
-	c.forget("a/c1")
 	if err := c.reader.(client.Client).Delete(ctx, objs[0]); err != nil {
+		t.Fatal(err)
+	}
+	c.forget("a/c1")
+	if _, err := c.forRouter(ctx, "a", "r1"); err != nil {
 		t.Fatal(err)
 	}
 	if rc, err := c.forRouter(ctx, "a", "r2"); err != nil || rc.problem != nil {
@@ -256,7 +273,14 @@ func TestCatalogsEditedDuringLoad(t *testing.T) {
 	if err != nil {
 		t.Fatalf("after the loads ended: %v", err)
 	}
+	// Deleted: the delete event forgets it and its router is reconciled.
+	if err := cl.Delete(ctx, cm); err != nil {
+		t.Fatal(err)
+	}
 	c.forget(cm.UID)
+	if _, err := c.forRouter(ctx, "a", "r1"); err != nil {
+		t.Fatal(err)
+	}
 	if n, bytes := c.loadedCount(); n != 0 || bytes != 0 {
 		t.Errorf("after the ConfigMap is gone: %d declarations (%d bytes) kept, want 0", n, bytes)
 	}
@@ -339,4 +363,63 @@ func TestCatalogsReserve(t *testing.T) {
 		t.Errorf("%d kept, over the total of %d", total, c.limits.TotalBytes)
 	}
 	t.Logf("config/catalogs/dynamo.yaml is estimated to keep %s; the default floor of a namespace is %s", declared.Bytes(one), declared.Bytes(DefaultCatalogLimits().FloorBytes))
+}
+
+// TestCatalogsLastGoodCounted: a router's last good declaration, kept
+// while its ConfigMap holds one that cannot be used, counts against the
+// namespace until it is replaced or the ConfigMap is gone, and does not
+// count against the declaration that replaces it. Before, it was kept
+// and counted as nothing: a tenant that broke each router's declaration
+// after it loaded kept any number of them past the budget.
+func TestCatalogsLastGoodCounted(t *testing.T) {
+	text := readDecl(t)
+	cm := catalogCM("a", "c1", "r1", text)
+	cl := fake.NewClientBuilder().WithObjects(cm, catalogCM("a", "c2", "r2", text+"\n# r2\n")).Build()
+	c := newCatalogs(cl, builtin.NewCatalog(), DefaultCatalogLimits())
+	ctx := context.Background()
+	set := func(data string) {
+		t.Helper()
+		var cur corev1.ConfigMap
+		if err := cl.Get(ctx, client.ObjectKeyFromObject(cm), &cur); err != nil {
+			t.Fatal(err)
+		}
+		cur.Data[CatalogKey] = data
+		if err := cl.Update(ctx, &cur); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if rc, err := c.forRouter(ctx, "a", "r1"); err != nil || rc.problem != nil {
+		t.Fatalf("a/r1: %v %v", err, rc.problem)
+	}
+	_, one := c.loadedCount()
+	c.limits.NamespaceBytes = one + one/2
+
+	set("apiVersion: hints.kvrouter.io/v1alpha1\nkind: PolicyCatalog\n")
+	if rc, err := c.forRouter(ctx, "a", "r1"); err != nil || rc.problem == nil || rc.cat == c.linked {
+		t.Fatalf("a/r1 broken: %+v %v, want its problem and its last good catalog", rc, err)
+	}
+	if _, kept := c.loadedCount(); kept != one {
+		t.Errorf("while a/r1's last good declaration is kept: %d bytes counted, want %d", kept, one)
+	}
+	if rc, err := c.forRouter(ctx, "a", "r2"); err != nil || rc.problem == nil || !strings.Contains(rc.problem.Message, "--catalog-max-memory-per-namespace") {
+		t.Errorf("a/r2 beside a/r1's last good declaration: %+v %v, want the namespace budget's refusal", rc, err)
+	}
+
+	set(text + "\n# fixed\n")
+	if rc, err := c.forRouter(ctx, "a", "r1"); err != nil || rc.problem != nil {
+		t.Fatalf("a/r1 fixed: %v %v; the declaration it replaces must not count against it", err, rc.problem)
+	}
+	if _, kept := c.loadedCount(); kept != one {
+		t.Errorf("once a/r1's declaration is replaced: %d bytes counted, want %d", kept, one)
+	}
+	if err := cl.Delete(ctx, cm); err != nil {
+		t.Fatal(err)
+	}
+	c.forget(cm.UID)
+	if rc, err := c.forRouter(ctx, "a", "r1"); err != nil || rc.problem != nil || rc.cat != c.linked {
+		t.Fatalf("a/r1 with no declaration: %+v %v", rc, err)
+	}
+	if n, kept := c.loadedCount(); n != 0 || kept != 0 {
+		t.Errorf("after a/r1's ConfigMap is gone: %d declarations (%d bytes) counted, want 0", n, kept)
+	}
 }
