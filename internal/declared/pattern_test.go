@@ -16,16 +16,12 @@ import (
 // loading validates the default against the pattern. tag makes the
 // patterns of two calls distinct.
 func manyPatterns(tag string, types, props int) []byte {
-	var b strings.Builder
-	b.WriteString(header)
-	b.WriteString("workerSelections:\n  - type: pick\nhints:\n")
-	for t := range types {
-		fmt.Fprintf(&b, "  - type: h%d\n    parameters:\n      type: object\n      properties:\n", t)
+	return hintTypes(types, func(b *strings.Builder, t int) {
+		fmt.Fprintf(b, "  - type: h%d\n    parameters:\n      type: object\n      properties:\n", t)
 		for p := range props {
-			fmt.Fprintf(&b, "        p%d: {type: string, pattern: '^[a-z]{1,1000}%s%d$', default: a%s%d}\n", p, tag, t*props+p, tag, t*props+p)
+			fmt.Fprintf(b, "        p%d: {type: string, pattern: '^[a-z]{1,1000}%s%d$', default: a%s%d}\n", p, tag, t*props+p, tag, t*props+p)
 		}
-	}
-	return []byte(b.String())
+	})
 }
 
 // heapInUse returns the heap in use after a collection.
