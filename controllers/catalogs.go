@@ -72,14 +72,26 @@ type CatalogLimits struct {
 	// TotalBytes bounds the estimated memory of all loaded declarations;
 	// 0: no limit.
 	TotalBytes int64
+	// FloorBytes and ReserveBytes keep the total from being taken by a
+	// few namespaces: what namespaces keep above their first FloorBytes
+	// each may take TotalBytes less ReserveBytes, so that ReserveBytes
+	// stays for the first FloorBytes of the others (ReserveBytes /
+	// FloorBytes namespaces, whatever the rest keep). 0: no reserve.
+	FloorBytes   int64
+	ReserveBytes int64
 }
 
 // DefaultCatalogLimits keep the manager's shipped limit (256Mi) well
-// clear: at most 32 MiB of loaded declarations in all (estimated, about
-// twice what they measure), 16 MiB of it for any one namespace, and one
-// load at a time.
+// clear: at most 32 MiB of loaded declarations in all (estimated at about
+// 1.2 times the heap they keep), 8 MiB of it (one declaration at its
+// budget) for any one namespace, of which no more than 24 MiB above the
+// first 512 KiB of each namespace: 8 MiB stay for sixteen namespaces'
+// first 512 KiB, twice what config/catalogs/dynamo.yaml is estimated to
+// keep (241 KiB).
+// One load runs at a time.
 func DefaultCatalogLimits() CatalogLimits {
-	return CatalogLimits{Budget: declared.DefaultBudget(), NamespaceBytes: 16 << 20, TotalBytes: 32 << 20}
+	return CatalogLimits{Budget: declared.DefaultBudget(), NamespaceBytes: 8 << 20, TotalBytes: 32 << 20,
+		FloorBytes: 512 << 10, ReserveBytes: 8 << 20}
 }
 
 // catalogs resolves the catalog each router is checked against. A
@@ -151,6 +163,9 @@ type loadEntry struct {
 	// waiters are the ConfigMaps whose routers asked for it while it
 	// loaded in the background, to be told when it is done.
 	waiters map[types.UID]*corev1.ConfigMap
+	// cancel ends the load's wait for the load slot, when nothing holds
+	// it any more (its ConfigMap was edited or deleted meanwhile).
+	cancel context.CancelFunc
 }
 
 type uidRef struct{ hash string }
@@ -204,6 +219,7 @@ func (c *catalogs) forRouter(ctx context.Context, namespace, router string) (rou
 	if len(cms) == 0 {
 		c.mu.Lock()
 		delete(c.lastGood, key)
+		c.dropLocked(lastGoodUID(key))
 		c.mu.Unlock()
 		return routerCatalog{cat: c.linked}, nil
 	}
@@ -234,6 +250,9 @@ func (c *catalogs) forRouter(ctx context.Context, namespace, router string) (rou
 		return rc, nil
 	}
 	c.lastGood[key] = lastGoodCatalog{cat: cat, form: form}
+	// The last good declaration is kept while a newer one cannot be
+	// used, so it counts while it is kept.
+	c.referLocked(lastGoodUID(key), namespace, textHash(cms[0].Data[CatalogKey]))
 	return routerCatalog{cat: cat, form: form, source: cms[0].Name}, nil
 }
 
@@ -262,8 +281,7 @@ func (c *catalogs) load(ctx context.Context, cm *corev1.ConfigMap, wait bool) (*
 		// LoadConfigMap words the missing key; nothing to keep.
 		return declared.LoadConfigMap(cm)
 	}
-	sum := sha256.Sum256([]byte(text))
-	hash := hex.EncodeToString(sum[:])
+	hash := textHash(text)
 
 	c.mu.Lock()
 	c.refer(cm, hash)
@@ -275,8 +293,14 @@ func (c *catalogs) load(ctx context.Context, cm *corev1.ConfigMap, wait bool) (*
 			return nil, err
 		}
 	}
+	var lctx context.Context
 	if !ok {
 		e = &loadEntry{done: make(chan struct{}), refs: map[types.UID]string{cm.UID: cm.Namespace}}
+		base := ctx
+		if !wait {
+			base = c.base
+		}
+		lctx, e.cancel = context.WithCancel(base)
 		c.byHash[hash] = e
 	}
 	if !wait {
@@ -289,7 +313,7 @@ func (c *catalogs) load(ctx context.Context, cm *corev1.ConfigMap, wait bool) (*
 			e.waiters[cm.UID] = cm
 			c.mu.Unlock()
 			if !ok {
-				go c.run(c.base, e, hash, text, cm.Namespace)
+				go c.run(lctx, e, hash, text, cm.Namespace, cm.Labels[CatalogForLabel])
 			}
 			return nil, errLoadPending
 		}
@@ -315,36 +339,46 @@ func (c *catalogs) load(ctx context.Context, cm *corev1.ConfigMap, wait bool) (*
 		}
 		return e.cat, e.err
 	}
-	return c.run(ctx, e, hash, text, cm.Namespace)
+	return c.run(lctx, e, hash, text, cm.Namespace, cm.Labels[CatalogForLabel])
 }
 
 // run loads a new entry's text when the one load slot is free, within
-// ctx, ends the entry and tells its waiters.
-func (c *catalogs) run(ctx context.Context, e *loadEntry, hash, text, namespace string) (*declared.Catalog, error) {
+// ctx (the entry's own, which releaseLocked cancels), ends the entry and
+// tells its waiters. An entry released meanwhile is not loaded, or, when
+// its load had begun, not kept.
+func (c *catalogs) run(ctx context.Context, e *loadEntry, hash, text, namespace, router string) (*declared.Catalog, error) {
+	defer e.cancel()
 	select {
 	case c.sem <- struct{}{}:
+		if ctx.Err() != nil {
+			<-c.sem
+			return c.cancelled(ctx, e, hash)
+		}
 	case <-ctx.Done():
-		c.mu.Lock()
-		delete(c.byHash, hash)
-		e.err = ctx.Err()
-		close(e.done)
-		c.mu.Unlock()
-		return nil, ctx.Err()
+		return c.cancelled(ctx, e, hash)
 	}
 	var retained int64
 	budget := c.limits.Budget.WithAdmission(func(u declared.Usage) error {
 		retained = u.RetainedBytes
-		return c.admit(namespace, u.RetainedBytes)
+		return c.admit(namespace, router, u.RetainedBytes)
 	})
 	cat, err := budget.Load([]byte(text))
 	<-c.sem
 
 	c.mu.Lock()
 	e.cat, e.err = cat, err
-	if err == nil {
+	current := c.byHash[hash] == e
+	if err == nil && current {
 		e.retained = retained
 	}
-	if _, refused := errors.AsType[*admissionError](err); refused {
+	if !current {
+		// Released while it loaded: nothing holds it, and nothing keeps it.
+		e.cat = nil
+		if err == nil {
+			e.err = context.Canceled
+		}
+	}
+	if _, refused := errors.AsType[*admissionError](err); refused && current {
 		// Refused for what the others keep, not for itself: read again
 		// next time, when they may be gone.
 		delete(c.byHash, hash)
@@ -371,6 +405,28 @@ func (c *catalogs) run(ctx context.Context, e *loadEntry, hash, text, namespace 
 	return cat, err
 }
 
+// cancelled ends an entry whose load did not run: its context ended,
+// because its caller gave up or nothing holds it any more.
+func (c *catalogs) cancelled(ctx context.Context, e *loadEntry, hash string) (*declared.Catalog, error) {
+	c.mu.Lock()
+	if c.byHash[hash] == e {
+		delete(c.byHash, hash)
+	}
+	e.err = ctx.Err()
+	waiters := e.waiters
+	e.waiters = nil
+	close(e.done)
+	c.mu.Unlock()
+	// A router that joined this load reads again, and starts its own.
+	for _, cm := range waiters {
+		select {
+		case c.loaded <- event.TypedGenericEvent[*corev1.ConfigMap]{Object: cm}:
+		default:
+		}
+	}
+	return nil, ctx.Err()
+}
+
 // passing reports whether a load's error belongs to the caller that ran
 // it, not to the declaration: a waiter for the same text loads again.
 func passing(err error) bool {
@@ -386,11 +442,57 @@ func (e *admissionError) Error() string { return e.msg }
 
 // admit checks that a new declaration of namespace fits the namespace's
 // and the manager's budgets, before it is compiled.
-func (c *catalogs) admit(namespace string, retained int64) error {
+func (c *catalogs) admit(namespace, router string, retained int64) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	ns, total := c.usedLocked(namespace, "")
-	return c.checkLocked(namespace, ns, total, retained)
+	// The router's last good declaration, when nothing else holds it,
+	// goes once this one loads: it does not count against it.
+	replaced := ""
+	if ref, ok := c.byUID[lastGoodUID(types.NamespacedName{Namespace: namespace, Name: router})]; ok {
+		if e, ok := c.byHash[ref.hash]; ok && len(e.refs) == 1 {
+			replaced = ref.hash
+		}
+	}
+	ns, total := c.usedLocked(namespace, replaced)
+	if err := c.checkLocked(namespace, ns, total, retained); err != nil {
+		return err
+	}
+	return c.checkSharedLocked(namespace, replaced, retained)
+}
+
+// checkSharedLocked checks that what namespaces keep above their floor
+// stays out of the reserve with a new declaration of namespace.
+func (c *catalogs) checkSharedLocked(namespace, except string, retained int64) error {
+	lim := c.limits
+	if lim.ReserveBytes <= 0 || lim.TotalBytes <= 0 {
+		return nil
+	}
+	byNS := map[string]int64{}
+	for h, e := range c.byHash {
+		if h == except {
+			continue
+		}
+		seen := map[string]bool{}
+		for _, n := range e.refs {
+			if !seen[n] {
+				seen[n] = true
+				byNS[n] += e.retained
+			}
+		}
+	}
+	above := func(n int64) int64 { return max(0, n-lim.FloorBytes) }
+	var shared int64
+	for _, n := range byNS {
+		shared += above(n)
+	}
+	shared += above(byNS[namespace]+retained) - above(byNS[namespace])
+	if room := max(0, lim.TotalBytes-lim.ReserveBytes); shared > room {
+		return &admissionError{msg: fmt.Sprintf(
+			"namespaces would keep about %s of declared catalogs above their first %s each with this one (%s), over the %s the manager shares: its budget of %s less the %s it keeps for the first %s of every namespace (manager flags --catalog-max-memory-total, --catalog-memory-reserve, --catalog-memory-floor-per-namespace)",
+			declared.Bytes(shared), declared.Bytes(lim.FloorBytes), declared.Bytes(retained), declared.Bytes(room),
+			declared.Bytes(lim.TotalBytes), declared.Bytes(lim.ReserveBytes), declared.Bytes(lim.FloorBytes))}
+	}
+	return nil
 }
 
 // admitShared checks that a declaration already loaded for another
@@ -443,13 +545,31 @@ func (c *catalogs) usedLocked(namespace, except string) (ns, total int64) {
 // refer records that a ConfigMap holds the declaration hash, releasing
 // what it held before when that differs. Callers hold c.mu.
 func (c *catalogs) refer(cm *corev1.ConfigMap, hash string) {
-	if old, ok := c.byUID[cm.UID]; ok && old.hash != hash {
-		c.releaseLocked(cm.UID, old.hash)
+	c.referLocked(cm.UID, cm.Namespace, hash)
+}
+
+// referLocked records that uid, of namespace, holds the declaration
+// hash, releasing what it held before when that differs.
+func (c *catalogs) referLocked(uid types.UID, namespace, hash string) {
+	if old, ok := c.byUID[uid]; ok && old.hash != hash {
+		c.releaseLocked(uid, old.hash)
 	}
-	c.byUID[cm.UID] = uidRef{hash: hash}
+	c.byUID[uid] = uidRef{hash: hash}
 	if e, ok := c.byHash[hash]; ok {
-		e.refs[cm.UID] = cm.Namespace
+		e.refs[uid] = namespace
 	}
+}
+
+// lastGoodUID is the reference a router's last good declaration holds
+// on its entry; no ConfigMap has such a UID.
+func lastGoodUID(router types.NamespacedName) types.UID {
+	return types.UID("last-good:" + router.String())
+}
+
+// textHash names a declaration's text.
+func textHash(text string) string {
+	sum := sha256.Sum256([]byte(text))
+	return hex.EncodeToString(sum[:])
 }
 
 // releaseLocked drops a ConfigMap's reference to a declaration, and the
@@ -461,13 +581,11 @@ func (c *catalogs) releaseLocked(uid types.UID, hash string) {
 	}
 	delete(e.refs, uid)
 	if len(e.refs) == 0 {
-		select {
-		case <-e.done:
-			delete(c.byHash, hash)
-		default:
-			// A load under way keeps its entry; it is released when
-			// next referred to by nothing.
-		}
+		// Dropped at once, done or not, so that its estimate stops
+		// counting; a load that waits for the slot is cancelled, and
+		// one under way ends unkept (run).
+		delete(c.byHash, hash)
+		e.cancel()
 	}
 }
 
@@ -476,11 +594,16 @@ func (c *catalogs) releaseLocked(uid types.UID, hash string) {
 func (c *catalogs) forget(uid types.UID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.dropLocked(uid)
+	delete(c.refused, uid)
+}
+
+// dropLocked drops what uid holds.
+func (c *catalogs) dropLocked(uid types.UID) {
 	if ref, ok := c.byUID[uid]; ok {
 		c.releaseLocked(uid, ref.hash)
 		delete(c.byUID, uid)
 	}
-	delete(c.refused, uid)
 }
 
 // loadedCount returns how many distinct declarations are kept, and their

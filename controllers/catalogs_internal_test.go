@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
+	"github.com/kvrouter/kv-hint-operator/internal/declared"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
 )
 
@@ -58,8 +60,16 @@ func TestCatalogsShareByContent(t *testing.T) {
 	if n, bytes := c.loadedCount(); n != 1 || bytes <= 0 {
 		t.Errorf("loaded %d declarations (%d bytes), want 1", n, bytes)
 	}
+	// Deleted: each delete event forgets its ConfigMap and its router is
+	// reconciled, which lets go of its last good declaration.
 	for _, o := range objs {
+		if err := c.reader.(client.Client).Delete(ctx, o); err != nil {
+			t.Fatal(err)
+		}
 		c.forget(o.GetUID())
+		if _, err := c.forRouter(ctx, o.GetNamespace(), o.GetLabels()[CatalogForLabel]); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if n, bytes := c.loadedCount(); n != 0 || bytes != 0 {
 		t.Errorf("after every ConfigMap is gone: %d declarations (%d bytes) kept, want 0", n, bytes)
@@ -90,14 +100,23 @@ func TestCatalogsNamespaceBudget(t *testing.T) {
 		t.Fatalf("b/r1, another namespace: %v %v", err, rc.problem)
 	}
 	c.limits.TotalBytes = one
+	if err := c.reader.(client.Client).Delete(ctx, objs[2]); err != nil {
+		t.Fatal(err)
+	}
 	c.forget("b/c1")
+	if _, err := c.forRouter(ctx, "b", "r1"); err != nil {
+		t.Fatal(err)
+	}
 	if n, _ := c.loadedCount(); n != 1 {
 		t.Fatalf("after b/c1 is gone: %d declarations, want 1", n)
 	}
 	// Once a/c1 is gone, a/r2's text fits again: a refusal for what
 	// others keep is not remembered.
-	c.forget("a/c1")
 	if err := c.reader.(client.Client).Delete(ctx, objs[0]); err != nil {
+		t.Fatal(err)
+	}
+	c.forget("a/c1")
+	if _, err := c.forRouter(ctx, "a", "r1"); err != nil {
 		t.Fatal(err)
 	}
 	if rc, err := c.forRouter(ctx, "a", "r2"); err != nil || rc.problem != nil {
@@ -192,4 +211,215 @@ func TestCatalogsLoadInBackground(t *testing.T) {
 		t.Fatalf("a/r2 read again: %+v %v, want a new load", rc, err)
 	}
 	next("c2")
+}
+
+// TestCatalogsEditedDuringLoad: a ConfigMap edited twelve times while
+// its loads wait for the load slot, and twelve times more while they
+// wait or run, leaves one load, the last text's;
+// the loads of the texts it no longer holds are cancelled and their
+// estimates returned, and once it is deleted nothing is kept. Before,
+// each edit left the old load held by nothing, kept and counted for
+// good: near the budget, every new declaration was refused until a
+// restart.
+func TestCatalogsEditedDuringLoad(t *testing.T) {
+	text := readDecl(t)
+	cm := catalogCM("a", "c1", "r1", text)
+	cl := fake.NewClientBuilder().WithObjects(cm).Build()
+	c := newCatalogs(cl, builtin.NewCatalog(), DefaultCatalogLimits())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	loaded := c.loadInBackground(ctx)
+
+	edit := func(v int) {
+		t.Helper()
+		var cur corev1.ConfigMap
+		if err := cl.Get(ctx, client.ObjectKeyFromObject(cm), &cur); err != nil {
+			t.Fatal(err)
+		}
+		cur.Data[CatalogKey] = fmt.Sprintf("%s\n# version %d\n", text, v)
+		if err := cl.Update(ctx, &cur); err != nil {
+			t.Fatal(err)
+		}
+		if rc, err := c.forRouter(ctx, "a", "r1"); err != nil || !rc.pending {
+			t.Fatalf("version %d: %+v %v, want pending", v, rc, err)
+		}
+	}
+	c.sem <- struct{}{} // another load under way: each version waits
+	for v := range 12 {
+		edit(v)
+	}
+	if n, bytes := c.loadedCount(); n != 1 || bytes != 0 {
+		t.Errorf("while the last version waits: %d declarations (%d bytes) kept or reserved, want 1 waiting (0 bytes)", n, bytes)
+	}
+	<-c.sem
+	// Twelve more with the slot free: each version's load starts, and
+	// the next edit finds it waiting or running.
+	for v := range 12 {
+		edit(100 + v)
+	}
+	err := within(30*time.Second, func() error {
+		select {
+		case <-loaded:
+		default:
+		}
+		if rc, err := c.forRouter(ctx, "a", "r1"); err != nil || rc.pending {
+			return fmt.Errorf("not loaded: %+v %v", rc, err)
+		}
+		if n, _ := c.loadedCount(); n != 1 || len(c.sem) != 0 {
+			return fmt.Errorf("%d declarations kept, want 1", n)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("after the loads ended: %v", err)
+	}
+	// Deleted: the delete event forgets it and its router is reconciled.
+	if err := cl.Delete(ctx, cm); err != nil {
+		t.Fatal(err)
+	}
+	c.forget(cm.UID)
+	if _, err := c.forRouter(ctx, "a", "r1"); err != nil {
+		t.Fatal(err)
+	}
+	if n, bytes := c.loadedCount(); n != 0 || bytes != 0 {
+		t.Errorf("after the ConfigMap is gone: %d declarations (%d bytes) kept, want 0", n, bytes)
+	}
+}
+
+// within polls f every 10 ms until it returns nil, and returns its last
+// error after d.
+func within(d time.Duration, f func() error) error {
+	deadline := time.Now().Add(d)
+	for {
+		err := f()
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestCatalogsReserve: namespaces that fill their own budget cannot take
+// the manager's whole budget: what they keep above each namespace's
+// floor stops at the total less the reserve, and a small declaration
+// (config/catalogs/dynamo.yaml) in a namespace of its own still loads.
+// Before, four namespaces each within their budget took the total and a
+// fifth's dynamo.yaml was refused. Limits are set in units of what the
+// Dynamo declaration is estimated to keep: the floor one, the reserve
+// six (six namespaces' floors), four per namespace, twelve in all.
+func TestCatalogsReserve(t *testing.T) {
+	b, err := os.ReadFile("../config/catalogs/dynamo.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dynamo := string(b)
+	var objs []client.Object
+	for ns := range 4 {
+		for r := range 4 {
+			objs = append(objs, catalogCM(fmt.Sprint("tenant", ns), fmt.Sprint("c", r), fmt.Sprint("r", r), fmt.Sprintf("%s\n# tenant %d, router %d\n", dynamo, ns, r)))
+		}
+	}
+	for ns := range 2 {
+		objs = append(objs, catalogCM(fmt.Sprint("small", ns), "c0", "r0", dynamo))
+	}
+	c := newCatalogs(fake.NewClientBuilder().WithObjects(objs...).Build(), builtin.NewCatalog(), DefaultCatalogLimits())
+	ctx := context.Background()
+	if rc, err := c.forRouter(ctx, "small0", "r0"); err != nil || rc.problem != nil {
+		t.Fatalf("small0/r0: %v %v", err, rc.problem)
+	}
+	_, one := c.loadedCount()
+	c.forget("small0/c0")
+	c.limits = CatalogLimits{Budget: c.limits.Budget, NamespaceBytes: 4 * one, TotalBytes: 12 * one, FloorBytes: one, ReserveBytes: 6 * one}
+
+	got := map[string]string{}
+	for ns := range 4 {
+		for r := range 4 {
+			rc, err := c.forRouter(ctx, fmt.Sprint("tenant", ns), fmt.Sprint("r", r))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rc.problem != nil {
+				got[fmt.Sprintf("tenant%d/r%d", ns, r)] = rc.problem.Message
+			}
+		}
+	}
+	// The first two take their namespace's budget (three above the
+	// floor each: the six shared); the other two their floor only.
+	for _, k := range []string{"tenant2/r1", "tenant2/r2", "tenant2/r3", "tenant3/r1", "tenant3/r2", "tenant3/r3"} {
+		if !strings.Contains(got[k], "--catalog-memory-reserve") {
+			t.Errorf("%s: %q, want the reserve's refusal", k, got[k])
+		}
+		delete(got, k)
+	}
+	if len(got) > 0 {
+		t.Errorf("refused beyond the reserve: %v", got)
+	}
+	for ns := range 2 {
+		if rc, err := c.forRouter(ctx, fmt.Sprint("small", ns), "r0"); err != nil || rc.problem != nil {
+			t.Errorf("small%d/r0, the Dynamo declaration after four namespaces filled theirs: %v %v", ns, err, rc.problem)
+		}
+	}
+	if _, total := c.loadedCount(); total > c.limits.TotalBytes {
+		t.Errorf("%d kept, over the total of %d", total, c.limits.TotalBytes)
+	}
+	t.Logf("config/catalogs/dynamo.yaml is estimated to keep %s; the default floor of a namespace is %s", declared.Bytes(one), declared.Bytes(DefaultCatalogLimits().FloorBytes))
+}
+
+// TestCatalogsLastGoodCounted: a router's last good declaration, kept
+// while its ConfigMap holds one that cannot be used, counts against the
+// namespace until it is replaced or the ConfigMap is gone, and does not
+// count against the declaration that replaces it. Before, it was kept
+// and counted as nothing: a tenant that broke each router's declaration
+// after it loaded kept any number of them past the budget.
+func TestCatalogsLastGoodCounted(t *testing.T) {
+	text := readDecl(t)
+	cm := catalogCM("a", "c1", "r1", text)
+	cl := fake.NewClientBuilder().WithObjects(cm, catalogCM("a", "c2", "r2", text+"\n# r2\n")).Build()
+	c := newCatalogs(cl, builtin.NewCatalog(), DefaultCatalogLimits())
+	ctx := context.Background()
+	set := func(data string) {
+		t.Helper()
+		var cur corev1.ConfigMap
+		if err := cl.Get(ctx, client.ObjectKeyFromObject(cm), &cur); err != nil {
+			t.Fatal(err)
+		}
+		cur.Data[CatalogKey] = data
+		if err := cl.Update(ctx, &cur); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if rc, err := c.forRouter(ctx, "a", "r1"); err != nil || rc.problem != nil {
+		t.Fatalf("a/r1: %v %v", err, rc.problem)
+	}
+	_, one := c.loadedCount()
+	c.limits.NamespaceBytes = one + one/2
+
+	set("apiVersion: hints.kvrouter.io/v1alpha1\nkind: PolicyCatalog\n")
+	if rc, err := c.forRouter(ctx, "a", "r1"); err != nil || rc.problem == nil || rc.cat == c.linked {
+		t.Fatalf("a/r1 broken: %+v %v, want its problem and its last good catalog", rc, err)
+	}
+	if _, kept := c.loadedCount(); kept != one {
+		t.Errorf("while a/r1's last good declaration is kept: %d bytes counted, want %d", kept, one)
+	}
+	if rc, err := c.forRouter(ctx, "a", "r2"); err != nil || rc.problem == nil || !strings.Contains(rc.problem.Message, "--catalog-max-memory-per-namespace") {
+		t.Errorf("a/r2 beside a/r1's last good declaration: %+v %v, want the namespace budget's refusal", rc, err)
+	}
+
+	set(text + "\n# fixed\n")
+	if rc, err := c.forRouter(ctx, "a", "r1"); err != nil || rc.problem != nil {
+		t.Fatalf("a/r1 fixed: %v %v; the declaration it replaces must not count against it", err, rc.problem)
+	}
+	if _, kept := c.loadedCount(); kept != one {
+		t.Errorf("once a/r1's declaration is replaced: %d bytes counted, want %d", kept, one)
+	}
+	if err := cl.Delete(ctx, cm); err != nil {
+		t.Fatal(err)
+	}
+	c.forget(cm.UID)
+	if rc, err := c.forRouter(ctx, "a", "r1"); err != nil || rc.problem != nil || rc.cat != c.linked {
+		t.Fatalf("a/r1 with no declaration: %+v %v", rc, err)
+	}
+	if n, kept := c.loadedCount(); n != 0 || kept != 0 {
+		t.Errorf("after a/r1's ConfigMap is gone: %d declarations (%d bytes) counted, want 0", n, kept)
+	}
 }

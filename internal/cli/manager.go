@@ -96,6 +96,8 @@ HTTP: for a manager on your own machine only. Logs are JSON (see the
 	addBudgetFlags(f, &o.catalogLimits.Budget)
 	f.Var(&quantityFlag{n: &o.catalogLimits.NamespaceBytes}, "catalog-max-memory-per-namespace", "the most memory the distinct declared catalogs of one namespace are estimated to keep together (a quantity); 0: no limit")
 	f.Var(&quantityFlag{n: &o.catalogLimits.TotalBytes}, "catalog-max-memory-total", "the most memory all declared catalogs are estimated to keep together (a quantity); 0: no limit")
+	f.Var(&quantityFlag{n: &o.catalogLimits.ReserveBytes}, "catalog-memory-reserve", "of --catalog-max-memory-total, the memory kept for the first --catalog-memory-floor-per-namespace of every namespace: what namespaces keep above that floor may take only the rest (a quantity); 0: no reserve")
+	f.Var(&quantityFlag{n: &o.catalogLimits.FloorBytes}, "catalog-memory-floor-per-namespace", "what each namespace's declared catalogs may keep out of --catalog-memory-reserve (a quantity)")
 	zfs := flag.NewFlagSet("zap", flag.ContinueOnError)
 	o.zap.BindFlags(zfs)
 	f.AddGoFlagSet(zfs)

@@ -158,7 +158,7 @@ func BenchmarkLoadAtBudget(b *testing.B) {
 	}
 }
 
-func mustParse(b *testing.B, data []byte) *Document {
+func mustParse(b testing.TB, data []byte) *Document {
 	var doc Document
 	if err := yaml.UnmarshalStrict(data, &doc); err != nil {
 		b.Fatal(err)

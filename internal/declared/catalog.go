@@ -163,14 +163,15 @@ func build(doc *Document) (*Catalog, []Problem) {
 	}
 
 	cat := hints.NewCatalog()
+	ps := patternSet{}
 	var declaredSels []string
 	for _, d := range doc.WorkerSelections {
 		declaredSels = append(declaredSels, d.Type)
 	}
 	for i, d := range doc.WorkerSelections {
 		path := fmt.Sprintf("workerSelections[%d]", i)
-		p, ps := selectionProvider(d, path)
-		probs = append(probs, ps...)
+		p, more := selectionProvider(d, path, ps)
+		probs = append(probs, more...)
 		if p == nil {
 			continue
 		}
@@ -180,8 +181,8 @@ func build(doc *Document) (*Catalog, []Problem) {
 	}
 	for i, d := range doc.Hints {
 		path := fmt.Sprintf("hints[%d]", i)
-		p, ps := hintProvider(d, path)
-		probs = append(probs, ps...)
+		p, more := hintProvider(d, path, ps)
+		probs = append(probs, more...)
 		if p == nil {
 			continue
 		}
@@ -211,9 +212,9 @@ func build(doc *Document) (*Catalog, []Problem) {
 	return &Catalog{Name: doc.Metadata.Name, Catalog: cat, Form: doc.PolicyFileForm}, nil
 }
 
-func selectionProvider(d Selection, path string) (*hints.SelectionProvider, []Problem) {
+func selectionProvider(d Selection, path string, ps patternSet) (*hints.SelectionProvider, []Problem) {
 	probs := checkTypeName(d.Type, path)
-	s, msgs := compileSchema(d.Parameters, path+".parameters")
+	s, msgs := compileSchema(d.Parameters, path+".parameters", ps)
 	probs = append(probs, located(msgs)...)
 	var commits *commitProgram
 	if s != nil && d.CommitsKVCopies != "" {
@@ -257,7 +258,7 @@ func selectionProvider(d Selection, path string) (*hints.SelectionProvider, []Pr
 	}, nil
 }
 
-func hintProvider(d Hint, path string) (*hints.HintProvider, []Problem) {
+func hintProvider(d Hint, path string, ps patternSet) (*hints.HintProvider, []Problem) {
 	probs := checkTypeName(d.Type, path)
 	var commitments hints.Commitments
 	for j, c := range d.Commitments {
@@ -276,7 +277,7 @@ func hintProvider(d Hint, path string) (*hints.HintProvider, []Problem) {
 			hosts = append(hosts, hints.WorkerSelection(h))
 		}
 	}
-	s, msgs := compileSchema(d.Parameters, path+".parameters")
+	s, msgs := compileSchema(d.Parameters, path+".parameters", ps)
 	probs = append(probs, located(msgs)...)
 	if len(probs) > 0 {
 		return nil, probs

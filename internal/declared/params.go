@@ -69,6 +69,9 @@ func (s *paramSchema) check(ctx context.Context, raw hints.Params) (map[string]a
 			bounds = append(bounds, boundProblem(s.structural, e))
 		}
 	}
+	for _, e := range s.patterns.check(obj, s.structural, root) {
+		bounds = append(bounds, boundProblem(s.structural, e))
+	}
 	if first := firstByKey(bounds); first != nil {
 		return nil, first
 	}

@@ -34,6 +34,9 @@ type paramSchema struct {
 	validator  validation.SchemaValidator
 	// rules checks the x-kubernetes-validations; nil when there are none.
 	rules *schemacel.Validator
+	// patterns checks the patterns, which validator does not hold (see
+	// patternSet); shared by the declaration's types.
+	patterns patternSet
 }
 
 // wrapper is the synthetic CRD's property that holds a type's parameter
@@ -49,8 +52,8 @@ var schemaPrefix = field.NewPath("spec", "validation", "openAPIV3Schema").Child(
 // CRD's (it must be structural, its defaults must be pruned and valid, its
 // CEL rules must compile within the cost limits), and refuses what would
 // let an unknown key through. Problems are reported at path, the place of
-// the schema in the declaration.
-func compileSchema(in *apiextensionsv1.JSONSchemaProps, path string) (*paramSchema, []string) {
+// the schema in the declaration. Its patterns are compiled into ps.
+func compileSchema(in *apiextensionsv1.JSONSchemaProps, path string, ps patternSet) (*paramSchema, []string) {
 	if in == nil {
 		in = &apiextensionsv1.JSONSchemaProps{Type: "object"}
 	}
@@ -59,15 +62,22 @@ func compileSchema(in *apiextensionsv1.JSONSchemaProps, path string) (*paramSche
 		probs = append(probs, fmt.Sprintf("%s.type: must be object (parameters are a mapping), not %q", path, in.Type))
 	}
 	probs = append(probs, strictness(in, path)...)
+	plain, msgs := ps.compile(in, path)
+	probs = append(probs, msgs...)
 	if len(probs) > 0 {
 		return nil, probs
 	}
 
-	var props apiextensions.JSONSchemaProps
+	// The API server's code sees the schema without its patterns (plain);
+	// the structural schema keeps them, for ps to check.
+	var props, plainProps apiextensions.JSONSchemaProps
 	if err := apiextensionsv1.Convert_v1_JSONSchemaProps_To_apiextensions_JSONSchemaProps(in, &props, nil); err != nil {
 		return nil, []string{fmt.Sprintf("%s: %v", path, err)}
 	}
-	for _, e := range crdvalidation.ValidateCustomResourceDefinition(context.Background(), syntheticCRD(props)) {
+	if err := apiextensionsv1.Convert_v1_JSONSchemaProps_To_apiextensions_JSONSchemaProps(plain, &plainProps, nil); err != nil {
+		return nil, []string{fmt.Sprintf("%s: %v", path, err)}
+	}
+	for _, e := range crdvalidation.ValidateCustomResourceDefinition(context.Background(), syntheticCRD(plainProps)) {
 		probs = append(probs, relocate(e, path))
 	}
 	if len(probs) > 0 {
@@ -77,11 +87,14 @@ func compileSchema(in *apiextensionsv1.JSONSchemaProps, path string) (*paramSche
 	if err != nil {
 		return nil, []string{fmt.Sprintf("%s: %v", path, err)}
 	}
-	v, _, err := validation.NewSchemaValidator(&props)
+	if probs := ps.checkDefaults(s, path); len(probs) > 0 {
+		return nil, probs
+	}
+	v, _, err := validation.NewSchemaValidator(&plainProps)
 	if err != nil {
 		return nil, []string{fmt.Sprintf("%s: %v", path, err)}
 	}
-	return &paramSchema{structural: s, validator: v, rules: schemacel.NewValidator(s, false, celconfig.PerCallLimit)}, nil
+	return &paramSchema{structural: s, validator: v, rules: schemacel.NewValidator(s, false, celconfig.PerCallLimit), patterns: ps}, nil
 }
 
 // strictness refuses x-kubernetes-preserve-unknown-fields anywhere: the
