@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
@@ -32,7 +33,7 @@ func installInjection(t *testing.T) {
 	for _, f := range []string{"service_account.yaml", "role.yaml", "role_binding.yaml"} {
 		kubectl(t, "apply", "-f", filepath.Join(repo, "config/rbac", f))
 	}
-	kubectl(t, "apply", "--server-side", "-k", filepath.Join(repo, "config/injection"))
+	kubectl(t, "apply", "--server-side", "--force-conflicts", "-k", filepath.Join(repo, "config/injection"))
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		_, err := admin.CoreV1().ConfigMaps("kvhint-system").Update(ctx, params(map[string]string{"image": ""}), metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
@@ -120,7 +121,7 @@ func TestInjectionParams(t *testing.T) {
 // ConfigMaps in every namespace (its config revisions), so with its token
 // alone one could change the image of every sidecar injected in the
 // cluster. With config/injection, the manager's identity (a token bound
-// to the manager's pod) may not update, patch, delete or re-create the
+// to the manager's pod) may not apply, patch, delete or re-create the
 // parameters, while it still writes its own ConfigMaps.
 func TestManagerCannotWriteInjectionParams(t *testing.T) {
 	requireEnv(t)
@@ -142,7 +143,10 @@ func TestManagerCannotWriteInjectionParams(t *testing.T) {
 		name  string
 		write func() error
 	}{
-		{"updates the parameters", func() error { _, err := cms.Update(ctx, evil, metav1.UpdateOptions{}); return err }},
+		{"applies the parameters (server-side, as it writes its own)", func() error {
+			_, err := cms.Apply(ctx, corev1ac.ConfigMap(paramsName, "kvhint-system").WithData(evil.Data), metav1.ApplyOptions{FieldManager: v1alpha1.RolloutFieldManager, Force: true})
+			return err
+		}},
 		{"patches the image", func() error {
 			_, err := cms.Patch(ctx, paramsName, "application/merge-patch+json", []byte(`{"data":{"image":"evil.example.com/kvhint:1"}}`), metav1.PatchOptions{})
 			return err
@@ -157,7 +161,7 @@ func TestManagerCannotWriteInjectionParams(t *testing.T) {
 		if err := admin.CoreV1().ConfigMaps("kvhint-system").Delete(ctx, paramsName, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		defer kubectl(t, "apply", "--server-side", "-k", filepath.Join(repo, "config/injection"))
+		defer kubectl(t, "apply", "--server-side", "--force-conflicts", "-k", filepath.Join(repo, "config/injection"))
 		_, err := cms.Create(ctx, evil, metav1.CreateOptions{})
 		requireVerdict(t, "kvhint-sidecar-injection-params", err, false, "kvhint manager may not")
 	})
@@ -190,7 +194,7 @@ func TestInjectionRefusesRouterLabelsThatAreNoRouter(t *testing.T) {
 		{"llama-v2", ""},
 		{"Llama_X", "hints.kvrouter.io/router=Llama_X is not a router name"},
 		{"llama.v2", "hints.kvrouter.io/router=llama.v2 is not a router name"},
-		{"-llama", "is not a router name"},
+		{"LLAMA", "hints.kvrouter.io/router=LLAMA is not a router name"},
 		{strings.Repeat("l", 63), ""},
 	} {
 		t.Run(tc.router, func(t *testing.T) {
