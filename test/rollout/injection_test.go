@@ -450,7 +450,9 @@ func TestInjectionKeepsThePodsOwn(t *testing.T) {
 
 	dep := injectedRouter(t, ns, "own-router", 1, true)
 	spec := &dep.Spec.Template.Spec
-	spec.AutomountServiceAccountToken = nil // the default: a token for every container
+	// A token for every container, as a pod whose ServiceAccount automounts
+	// one (the default) gets (config/router's ServiceAccount does not).
+	spec.AutomountServiceAccountToken = ptrTo(true)
 	spec.Volumes = []corev1.Volume{
 		{Name: "shm", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory}}},
 		{Name: "models", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "models"}}}},
