@@ -53,6 +53,22 @@ func StartControlPlane(assets, dir string) (*ControlPlane, error) {
 	return cp, nil
 }
 
+// AdmitAsClusters makes env's kube-apiserver admit pods as a cluster's
+// does: with the ServiceAccount admission plugin, which envtest turns off
+// and every cluster runs. The plugin refuses a pod whose ServiceAccount
+// does not exist, and adds a kube-api-access-* token volume, mounted in
+// every container, to a pod whose ServiceAccount automounts one (the
+// default), so a mutation that meets pods only without it is not tested
+// as it runs. envtest already sets the service account issuer and keys
+// the plugin's tokens need. Call it before env.Start; the caller creates
+// the ServiceAccounts its pods use, or runs kube-controller-manager's
+// serviceaccount controller, which creates "default" in every namespace.
+func AdmitAsClusters(env *envtest.Environment) {
+	env.ControlPlane.GetAPIServer().Configure().
+		Disable("disable-admission-plugins").
+		Set("enable-admission-plugins", "ServiceAccount")
+}
+
 // Stop stops the API server and etcd and removes their data.
 func (cp *ControlPlane) Stop() error { return cp.env.Stop() }
 

@@ -32,6 +32,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+	"github.com/kvrouter/kv-hint-operator/internal/devenv"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/podreport"
 )
 
@@ -56,6 +57,9 @@ func run(m *testing.M) int {
 		return 1
 	}
 	env := &envtest.Environment{}
+	// Pods are admitted as on a cluster: the ServiceAccount plugin on. Each
+	// test creates the ServiceAccounts its pods use.
+	devenv.AdmitAsClusters(env)
 	if restCfg, err = env.Start(); err != nil {
 		fmt.Fprintln(os.Stderr, "admission: starting kube-apiserver and etcd:", err)
 		return 1

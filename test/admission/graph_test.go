@@ -91,7 +91,23 @@ func TestManagerWritesOnlyTheGraphEntries(t *testing.T) {
 	}
 	// The CRD is served a moment after it is created.
 	deadline := time.Now().Add(30 * time.Second)
-	for _, g := range []*unstructured.Unstructured{graphManifest("opted-in", true), graphManifest("not-opted-in", false)} {
+	// A router whose name has a dot: its revisions are
+	// llama.v2-hints-<hash>, and a "." must match only a dot.
+	dotted := graphManifest("dotted", true)
+	dotted.SetLabels(map[string]string{v1alpha1.RouterLabel: "llama.v2"})
+	// A DGD that names its router component, a worker with a Frontend
+	// sidecar (container "router"), in the opt-in annotation.
+	named := graphManifest("named", true)
+	named.SetAnnotations(map[string]string{v1alpha1.RouterComponentAnnotation: "worker"})
+	comps, _, _ := unstructured.NestedSlice(named.Object, "spec", "components")
+	worker := comps[1].(map[string]any)
+	worker["frontendSidecar"] = "router"
+	wspec := worker["podTemplate"].(map[string]any)["spec"].(map[string]any)
+	wspec["containers"] = append(wspec["containers"].([]any), map[string]any{"name": "router", "image": "frontend:1"})
+	if err := unstructured.SetNestedSlice(named.Object, comps, "spec", "components"); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range []*unstructured.Unstructured{graphManifest("opted-in", true), graphManifest("not-opted-in", false), dotted, named} {
 		for {
 			_, err := graphs(owner).Create(ctx, g, metav1.CreateOptions{})
 			if err == nil {
@@ -147,6 +163,12 @@ func TestManagerWritesOnlyTheGraphEntries(t *testing.T) {
 		{"its three entries again, on the next revision", apply("opted-in", "frontend", "llama-hints-fedcba9876543210", "main"), true, ""},
 		{"its volume on another ConfigMap", apply("opted-in", "frontend", "someone-elses", "main"), false, "on a config revision llama-hints-<hash>"},
 		{"its variable over one the container sets", apply("opted-in", "frontend", revision, "other"), false, "where the container sets none"},
+		{"its three entries in the worker component", apply("opted-in", "worker", revision, "main"), false, "only in its router component frontend, container main"},
+		{"its three entries in the component the opt-in names, its Frontend sidecar", apply("named", "worker", revision, "router"), true, ""},
+		{"its three entries in the frontend, when the opt-in names the worker", apply("named", "frontend", revision, "main"), false, "only in its router component worker, container router"},
+		{"its three entries in the worker's main container, when the opt-in names the worker", apply("named", "worker", revision, "main"), false, "only in its router component worker, container router"},
+		{"its volume on a ConfigMap of the router llama.v2, literally", apply("dotted", "frontend", "llama.v2-hints-0123456789abcdef", "main"), true, ""},
+		{"its volume on a ConfigMap that matches llama.v2 only as a pattern", apply("dotted", "frontend", "llamaXv2-hints-0123456789abcdef", "main"), false, "on a config revision llama.v2-hints-<hash>"},
 		{"the replicas of a component", patch("opted-in", `{"spec":{"components":[{"name":"frontend","type":"frontend","replicas":9},{"name":"worker","type":"worker","replicas":1}]}}`), false, "its components"},
 		{"the image of another component", patch("opted-in", workerImage), false, "the rest of their pod templates"},
 		{"the graph-wide env", patch("opted-in", `{"spec":{"env":[{"name":"DYN_ROUTER_MODE","value":"round-robin"}]}}`), false, "its spec"},

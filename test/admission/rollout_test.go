@@ -113,7 +113,13 @@ func TestManagerWritesOnlyThePolicyVolume(t *testing.T) {
 	manager := tokenFor(t, "kvhint-system", "kvhint-manager", managerPod)
 
 	const ns = "serving"
-	for _, d := range []*appsv1.Deployment{routerDeployment("opted-in", true), routerDeployment("not-opted-in", false)} {
+	// A router whose name has a dot (a label value, not a RouterRole's
+	// router): its config revisions are llama.v2-hints-<hash>, and a "."
+	// must match only a dot.
+	dotted := routerDeployment("dotted", true)
+	dotted.Labels[v1alpha1.RouterLabel] = "llama.v2"
+	dotted.Spec.Template.Labels[v1alpha1.RouterLabel] = "llama.v2"
+	for _, d := range []*appsv1.Deployment{routerDeployment("opted-in", true), routerDeployment("not-opted-in", false), dotted} {
 		if _, err := admin.AppsV1().Deployments(ns).Create(ctx, d, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -145,6 +151,12 @@ func TestManagerWritesOnlyThePolicyVolume(t *testing.T) {
 			return pointVolume(manager, ns, "opted-in", "frontend", "llama-hints-fedcba9876543210")
 		}, true, ""},
 		{"its volume of an opted-in Deployment, on another ConfigMap", func() error { return pointVolume(manager, ns, "opted-in", "frontend", "someone-elses") }, false, "on a config revision llama-hints-<hash>"},
+		{"its volume on a ConfigMap of the router llama.v2, literally", func() error {
+			return pointVolume(manager, ns, "dotted", "frontend", "llama.v2-hints-0123456789abcdef")
+		}, true, ""},
+		{"its volume on a ConfigMap that matches llama.v2 only as a pattern", func() error {
+			return pointVolume(manager, ns, "dotted", "frontend", "llamaXv2-hints-0123456789abcdef")
+		}, false, "on a config revision llama.v2-hints-<hash>"},
 		{"its variable over one the container sets", func() error { return pointVolume(manager, ns, "opted-in", "other", revision) }, false, "where the container sets none"},
 		{"another volume of an opted-in Deployment", func() error {
 			return patchDeployment(manager, ns, "opted-in", `{"spec":{"template":{"spec":{"volumes":[{"name":"models","configMap":{"name":"`+revision+`"}}]}}}}`)

@@ -429,3 +429,103 @@ func buildKvhint(t *testing.T) string {
 	}
 	return filepath.Join(dir, "kvhint")
 }
+
+// TestInjectionKeepsThePodsOwn: an opted-in pod as a real router's is
+// admitted on a cluster, with the ServiceAccount plugin on: its
+// ServiceAccount automounts a token, so the plugin adds a
+// kube-api-access-* volume and mounts it in every container before the
+// injection policy runs, and the pod has volumes of its own (an emptyDir
+// at /dev/shm, a ConfigMap) and an init container. The policy must add
+// its sidecar and token volume beside them and leave the pod's own
+// volumes, init containers and containers exactly as the API server
+// admits the same pod without the opt-in; its ReplicaSet must create the
+// pod.
+func TestInjectionKeepsThePodsOwn(t *testing.T) {
+	requireEnv(t)
+	installInjection(t)
+	ctx := context.Background()
+	ns := newNamespace(t)
+	kubectl(t, "apply", "--server-side", "-n", ns, "-f", filepath.Join("..", "..", "config", "router", "rbac.yaml"))
+	wantSidecar, wantVolume := manualSidecar(t, ns)
+
+	dep := injectedRouter(t, ns, "own-router", 1, true)
+	spec := &dep.Spec.Template.Spec
+	// A token for every container, as a pod whose ServiceAccount automounts
+	// one (the default) gets (config/router's ServiceAccount does not).
+	spec.AutomountServiceAccountToken = ptrTo(true)
+	spec.Volumes = []corev1.Volume{
+		{Name: "shm", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory}}},
+		{Name: "models", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "models"}}}},
+	}
+	spec.InitContainers = []corev1.Container{{
+		Name: "fetch-models", Image: "busybox:1", Command: []string{"sh", "-c", "true"},
+		VolumeMounts: []corev1.VolumeMount{{Name: "models", MountPath: "/models"}},
+	}}
+	spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "shm", MountPath: "/dev/shm"}, {Name: "models", MountPath: "/models"}}
+
+	// The pod as the API server admits it without the opt-in: what the
+	// injected pod must keep.
+	asPod := func(optIn bool) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: *dep.Spec.Template.ObjectMeta.DeepCopy(), Spec: *spec.DeepCopy()}
+		p.Namespace, p.GenerateName = ns, "own-router-"
+		if !optIn {
+			delete(p.Labels, injectLabel)
+		}
+		return p
+	}
+	plain := asPod(false)
+	if err := k8s.Create(ctx, plain, client.DryRunAll); err != nil {
+		t.Fatalf("dry run of the pod without the opt-in: %v", err)
+	}
+	if !slices.ContainsFunc(plain.Spec.Volumes, func(v corev1.Volume) bool { return strings.HasPrefix(v.Name, "kube-api-access-") }) {
+		t.Fatalf("the API server added no kube-api-access-* volume (is the ServiceAccount plugin on?): %v", plain.Spec.Volumes)
+	}
+	check := func(t *testing.T, got *corev1.Pod) {
+		t.Helper()
+		s := got.Spec
+		if len(s.InitContainers) == 0 || s.InitContainers[0].Name != "kvhint" {
+			t.Fatalf("pod %s: the first init container is not the sidecar: %v", got.Name, s.InitContainers)
+		}
+		if diff := cmp.Diff(wantSidecar, s.InitContainers[0]); diff != "" {
+			t.Errorf("the injected sidecar differs from config/router-manual's (-manual +injected):\n%s", diff)
+		}
+		want := plain.Spec
+		gotVolumes := slices.DeleteFunc(slices.Clone(s.Volumes), func(v corev1.Volume) bool { return v.Name == wantVolume.Name })
+		if len(gotVolumes) != len(s.Volumes)-1 {
+			t.Errorf("pod %s: %d volumes named %s, want 1", got.Name, len(s.Volumes)-len(gotVolumes), wantVolume.Name)
+		}
+		for _, d := range []struct {
+			what      string
+			want, got any
+		}{
+			{"volumes", want.Volumes, gotVolumes},
+			{"init containers", want.InitContainers, s.InitContainers[1:]},
+			{"containers", want.Containers, s.Containers},
+		} {
+			if diff := cmp.Diff(d.want, d.got, sameTokenVolume); diff != "" {
+				t.Errorf("pod %s: the pod's own %s changed (-without opt-in +injected):\n%s", got.Name, d.what, diff)
+			}
+		}
+	}
+
+	// A dry run first: its refusal is the API server's own message.
+	dry := asPod(true)
+	if err := k8s.Create(ctx, dry, client.DryRunAll); err != nil {
+		t.Fatalf("an opted-in pod with volumes and an init container is refused: %v", err)
+	}
+	check(t, dry)
+
+	// The same through a ReplicaSet, as a router's pods are made.
+	create(t, dep)
+	pod := waitReadyPods(t, ns, "own-router", 1)[0]
+	check(t, &pod)
+}
+
+// sameTokenVolume compares the ServiceAccount plugin's kube-api-access-*
+// names as equal: the suffix is random per pod.
+var sameTokenVolume = cmp.Transformer("tokenVolumeName", func(name string) string {
+	if strings.HasPrefix(name, "kube-api-access-") {
+		return "kube-api-access-*"
+	}
+	return name
+})

@@ -35,6 +35,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/kvrouter/kv-hint-operator/controllers"
+	"github.com/kvrouter/kv-hint-operator/internal/devenv"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
 	"github.com/kvrouter/kv-hint-operator/test/dynamo"
 )
@@ -74,6 +75,9 @@ func run(m *testing.M) int {
 		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "config", "crd", "bases")},
 		ErrorIfCRDPathMissing: true,
 	}
+	// Pods are admitted as on a cluster: the ServiceAccount plugin adds
+	// its token volume before the injection policy sees a pod.
+	devenv.AdmitAsClusters(env)
 	var err error
 	if restCfg, err = env.Start(); err != nil {
 		fmt.Fprintln(os.Stderr, "rollout: starting kube-apiserver and etcd:", err)
@@ -111,12 +115,14 @@ func run(m *testing.M) int {
 	}
 
 	// kube-controller-manager: the controllers a Deployment rollout needs
-	// (deployment, replicaset) and the garbage collector, which removes
+	// (deployment, replicaset), the garbage collector, which removes
 	// the pods of the ReplicaSets the deployment controller prunes from
-	// the revision history. Serving off: nothing here scrapes it.
+	// the revision history, and the serviceaccount controller, which
+	// creates the "default" ServiceAccount the ServiceAccount plugin wants
+	// in every namespace. Serving off: nothing here scrapes it.
 	stopKCM, err := startProcess(dir, "kube-controller-manager",
 		"--kubeconfig="+kubeconfig,
-		"--controllers=deployment,replicaset,garbagecollector",
+		"--controllers=deployment,replicaset,garbagecollector,serviceaccount",
 		"--leader-elect=false",
 		"--secure-port=0",
 		"--concurrent-deployment-syncs=5",

@@ -345,6 +345,34 @@ func TestSchemaRefusesBadValues(t *testing.T) {
 		{"namespaced with no namespaces", map[string]any{"namespaced": map[string]any{"enable": true}}, "namespaces"},
 		{"namespace not a DNS label", map[string]any{"namespaced": map[string]any{"enable": true, "namespaces": []any{"Routers"}}}, "namespaces"},
 		{"scrape interval not a duration", map[string]any{"serviceMonitor": map[string]any{"interval": "often"}}, "interval"},
+		// What would break or weaken the cluster.
+		{"a privileged manager", map[string]any{"manager": map[string]any{"securityContext": map[string]any{"privileged": true, "allowPrivilegeEscalation": false, "capabilities": map[string]any{"drop": []any{"ALL"}}}}}, "privileged"},
+		{"privilege escalation", map[string]any{"manager": map[string]any{"securityContext": map[string]any{"allowPrivilegeEscalation": true, "capabilities": map[string]any{"drop": []any{"ALL"}}}}}, "allowPrivilegeEscalation"},
+		{"the container securityContext taken away", map[string]any{"manager": map[string]any{"securityContext": nil}}, "securityContext"},
+		{"capabilities added", map[string]any{"manager": map[string]any{"securityContext": map[string]any{"allowPrivilegeEscalation": false, "capabilities": map[string]any{"add": []any{"SYS_ADMIN"}, "drop": []any{"ALL"}}}}}, "add"},
+		{"capabilities not dropped", map[string]any{"manager": map[string]any{"securityContext": map[string]any{"allowPrivilegeEscalation": false, "capabilities": map[string]any{"drop": []any{"NET_RAW"}}}}}, "drop"},
+		{"the container as root", map[string]any{"manager": map[string]any{"securityContext": map[string]any{"runAsUser": 0, "allowPrivilegeEscalation": false, "capabilities": map[string]any{"drop": []any{"ALL"}}}}}, "runAsUser"},
+		{"the pod as root", map[string]any{"manager": map[string]any{"podSecurityContext": map[string]any{"runAsNonRoot": true, "runAsUser": 0}}}, "runAsUser"},
+		{"the pod allowed root", map[string]any{"manager": map[string]any{"podSecurityContext": map[string]any{"runAsNonRoot": false}}}, "runAsNonRoot"},
+		{"the pod securityContext taken away", map[string]any{"manager": map[string]any{"podSecurityContext": nil}}, "podSecurityContext"},
+		{"seccomp unconfined", map[string]any{"manager": map[string]any{"podSecurityContext": map[string]any{"runAsNonRoot": true, "seccompProfile": map[string]any{"type": "Unconfined"}}}}, "type"},
+		{"unauthenticated metrics", map[string]any{"manager": map[string]any{"args": []any{"--metrics-secure=false"}}}, "args"},
+		{"metrics address overridden", map[string]any{"manager": map[string]any{"args": []any{"--metrics-bind-address=:8080"}}}, "args"},
+		{"metrics on the probes' port", map[string]any{"metrics": map[string]any{"port": 8081}}, "port"},
+		{"metrics on a privileged port", map[string]any{"metrics": map[string]any{"port": 443}}, "port"},
+		{"a manager request that is no quantity", map[string]any{"manager": map[string]any{"resources": map[string]any{"requests": map[string]any{"cpu": "lots"}}}}, "cpu"},
+		{"a priority class that injects fields", map[string]any{"manager": map[string]any{"priorityClassName": "x\n      hostNetwork: true\n      hostPID: true"}}, "priorityClassName"},
+		{"an image tag with a newline", map[string]any{"manager": map[string]any{"image": map[string]any{"tag": "v1\nprivileged: true"}}}, "tag"},
+		{"a pod label value that is no label value", map[string]any{"manager": map[string]any{"podLabels": map[string]any{"team": "a b"}}}, "team"},
+		{"injected CPU request no quantity", map[string]any{"injection": map[string]any{"resources": map[string]any{"requests": map[string]any{"cpu": "lots"}}}}, "cpu"},
+		{"injected memory limit no quantity", map[string]any{"injection": map[string]any{"resources": map[string]any{"limits": map[string]any{"memory": "256 MB"}}}}, "memory"},
+		{"injected listen on a port out of range", map[string]any{"injection": map[string]any{"listen": "127.0.0.1:70000"}}, "listen"},
+		{"injected listen on a relative socket", map[string]any{"injection": map[string]any{"listen": "unix://run/kvhint.sock"}}, "listen"},
+		{"injected socket at the root", map[string]any{"injection": map[string]any{"listen": "unix:///kvhint.sock"}}, "listen"},
+		{"injected socket path not clean", map[string]any{"injection": map[string]any{"listen": "unix:///run/../kvhint.sock"}}, "listen"},
+		{"injected socket mode zero", map[string]any{"injection": map[string]any{"listenMode": "0000"}}, "listenMode"},
+		{"injected socket group root", map[string]any{"injection": map[string]any{"socketGroup": 0}}, "socketGroup"},
+		{"injected image with a space", map[string]any{"injection": map[string]any{"image": map[string]any{"repository": "evil --x"}}}, "repository"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Values(c, tc.vals, namespace)
@@ -443,4 +471,66 @@ func startAPIServer(t *testing.T) *rest.Config {
 	}
 	t.Cleanup(func() { _ = env.Stop() })
 	return cfg
+}
+
+// TestTemplatesQuoteStrings: every string value reaches the manifests as
+// one YAML string, whatever it holds. With the schema out of the way, a
+// priorityClassName that carries a line break and more fields (the
+// attack the schema also refuses) renders as that one string, and the
+// manager's pod gets no hostNetwork or hostPID; so do the image, the pull
+// policy and the namespace list.
+func TestTemplatesQuoteStrings(t *testing.T) {
+	c, err := Load(chartDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Schema = nil
+	const inject = "x\n      hostNetwork: true\n      hostPID: true"
+	objs, err := Render(c, map[string]any{
+		"manager": map[string]any{
+			"priorityClassName": inject,
+			"image":             map[string]any{"repository": "r", "tag": "t\n        securityContext: {privileged: true}", "pullPolicy": "Always\n        stdin: true"},
+		},
+		"namespaced": map[string]any{"enable": true, "namespaces": []any{"a\n        - --metrics-secure=false"}},
+	}, namespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dep *unstructured.Unstructured
+	for _, o := range objs {
+		if o.GetKind() == "Deployment" && o.GetName() == "kvhint-manager" {
+			dep = o
+		}
+	}
+	if dep == nil {
+		t.Fatal("no Deployment kvhint-manager rendered")
+	}
+	spec, _, _ := unstructured.NestedMap(dep.Object, "spec", "template", "spec")
+	for _, k := range []string{"hostNetwork", "hostPID"} {
+		if _, found := spec[k]; found {
+			t.Errorf("the rendered pod spec has %s: %v", k, spec[k])
+		}
+	}
+	if got := spec["priorityClassName"]; got != inject {
+		t.Errorf("priorityClassName rendered as %q, want %q", got, inject)
+	}
+	containers, _, _ := unstructured.NestedSlice(dep.Object, "spec", "template", "spec", "containers")
+	if len(containers) != 1 {
+		t.Fatalf("%d containers rendered", len(containers))
+	}
+	mgr := containers[0].(map[string]any)
+	for _, k := range []string{"securityContext", "stdin"} {
+		if v, found := mgr[k]; found && k == "stdin" {
+			t.Errorf("the rendered container has %s: %v", k, v)
+		}
+	}
+	if sc, _, _ := unstructured.NestedBool(mgr, "securityContext", "privileged"); sc {
+		t.Error("the rendered container is privileged")
+	}
+	args, _, _ := unstructured.NestedStringSlice(mgr, "args")
+	for _, a := range args {
+		if a == "--metrics-secure=false" {
+			t.Errorf("a namespace rendered an argument of its own: %q", args)
+		}
+	}
 }
