@@ -46,7 +46,7 @@ func TestReceiversRefuse(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		receiver, name, msg string
-		want               string // a word of the refusal; "ignored" or "warn:" for those
+		want                string // a word of the refusal; "ignored" or "warn:" for those
 	}{
 		{"kvcr", "not an object", `[1]`, "JSON object"},
 		{"kvcr", "no actions list", `{"protocol_version":"0.1","message_id":"r1","actions":{}}`, "actions must be a list"},
