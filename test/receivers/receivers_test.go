@@ -1,11 +1,16 @@
 package receivers_test
 
 import (
+	"context"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/kvrouter/kv-hint-operator/pkg/hints"
+	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
+	"github.com/kvrouter/kv-hint-operator/pkg/router"
 	"github.com/kvrouter/kv-hint-operator/test/receivers"
 )
 
@@ -92,5 +97,37 @@ func TestReceiversRefuse(t *testing.T) {
 	v := all["vllm"].Check([]byte(`{"protocol_version":"0.2","message_id":"r1","actions":[{"action_id":"a1","action_type":"vllm.pin","action_version":"1.0","payload":{}}]}`))
 	if v.Err != nil || v.Actions["a1"] != "unsupported" {
 		t.Errorf("vLLM, a native action under 0.2: %+v, want unsupported", v)
+	}
+}
+
+// TestSenderVersionIsEveryReceivers holds the envelope version the
+// dispatcher writes (a constant: no option, flag or config can change it)
+// to the one version every receiver reads without refusing, ignoring or
+// warning: receivers disagree on any other.
+func TestSenderVersionIsEveryReceivers(t *testing.T) {
+	if router.ProtocolVersion != "0.1" {
+		t.Fatalf("router.ProtocolVersion is %q; the only version every receiver takes is 0.1", router.ProtocolVersion)
+	}
+	all, err := receivers.All()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, r := range all {
+		if !slices.Contains(r.Envelope.Versions, router.ProtocolVersion) {
+			t.Errorf("%s reads versions %v, not the sender's %s", name, r.Envelope.Versions, router.ProtocolVersion)
+		}
+	}
+	// A message the dispatcher builds carries it.
+	d := router.NewDispatcher(router.Options{Catalog: builtin.NewCatalog(), Workers: router.StaticWorkers{"w1": true}})
+	if err := d.Load([]byte("worker_selection:\n  decode:\n    type: kvcr\n    hints: [{type: kv-fetch}]\n"), "inline"); err != nil {
+		t.Fatal(err)
+	}
+	h, err := d.Build(context.Background(), &router.Booking{RequestID: "r1", Role: "decode", Worker: "w1", BlockSize: 16,
+		KVCopy: &hints.CommittedCopy{SourceEndpoint: "tcp://10.0.0.7:1", BlockHashes: []uint64{1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := receivers.CheckAll(h.Message); err != nil || !strings.HasPrefix(string(h.Message), `{"protocol_version":"0.1",`) {
+		t.Errorf("built %s: %v", h.Message, err)
 	}
 }
