@@ -14,6 +14,7 @@ import (
 	"bytes"
 	"embed"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -96,6 +97,12 @@ type Verdict struct {
 	// Fetch is the kv.fetch KVCR reads, as it reads it.
 	Fetch *Fetch
 }
+
+// ErrNoSelectedAction is a receiver's refusal of a hint that carries no
+// action of the one type it reads (KVCR: no kv.fetch). kvhint sends hints
+// of kv.retain or kv.evict alone by design, for the engines that read
+// them; CheckAll lets this refusal pass and says so in the verdict.
+var ErrNoSelectedAction = errors.New("no action of the type the receiver reads")
 
 // Fetch is a kv.fetch as KVCR's parser reads it.
 type Fetch struct {
@@ -222,7 +229,7 @@ func (r *Receiver) Check(msg []byte) Verdict {
 		}
 	}
 	if r.Select != nil && r.Select.Required && !selected {
-		v.Err = fmt.Errorf("%s: no %s action (%s)", r.Name, r.Select.Type, r.Select.Source)
+		v.Err = fmt.Errorf("%s: %w: no %s action (%s)", r.Name, ErrNoSelectedAction, r.Select.Type, r.Select.Source)
 	}
 	return v
 }
@@ -347,7 +354,9 @@ func decodeObject(msg []byte) (map[string]any, error) {
 }
 
 // CheckAll checks msg against every receiver and returns an error naming
-// each receiver that refuses or ignores it, or warns about it.
+// each receiver that refuses or ignores it, or warns about it; a refusal
+// for want of the one action type a receiver reads (ErrNoSelectedAction)
+// is left in the verdict and not counted.
 func CheckAll(msg []byte) (map[string]Verdict, error) {
 	all, err := All()
 	if err != nil {
@@ -359,6 +368,7 @@ func CheckAll(msg []byte) (map[string]Verdict, error) {
 		v := r.Check(msg)
 		out[name] = v
 		switch {
+		case errors.Is(v.Err, ErrNoSelectedAction):
 		case v.Err != nil:
 			bad = append(bad, v.Err.Error())
 		case v.Ignored:
