@@ -15,6 +15,7 @@ import (
 
 	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
 	"github.com/kvrouter/kv-hint-operator/pkg/router"
+	"github.com/kvrouter/kv-hint-operator/test/receivers"
 )
 
 // engine is a worker on loopback that keeps the request bodies it gets,
@@ -184,6 +185,14 @@ func TestHintInBand(t *testing.T) {
 			}
 			if diff := cmp.Diff(wantActions, actions); diff != "" {
 				t.Errorf("actions (-want +got):\n%s", diff)
+			}
+			// Every engine that reads hints takes it as carried: KVCR
+			// (kv_hint), vLLM, TensorRT-LLM and SGLang (kv_hints).
+			verdicts, err := receivers.CheckAll([]byte(hint))
+			if err != nil {
+				t.Error(err)
+			} else if f := verdicts["kvcr"].Fetch; f == nil || len(f.BlockHashes) != 2 {
+				t.Errorf("KVCR reads the fetch as %+v, want its two blocks", f)
 			}
 			for _, other := range paths {
 				if other.path == tc.path {

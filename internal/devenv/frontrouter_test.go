@@ -17,6 +17,7 @@ import (
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
 	core "github.com/kvrouter/kv-hint-operator/pkg/router"
+	"github.com/kvrouter/kv-hint-operator/test/receivers"
 )
 
 // testHints is llama's config in config/samples, as a hints YAML: prefill
@@ -196,6 +197,11 @@ func TestFrontRouter(t *testing.T) {
 				for _, h := range s.InBandHints() {
 					if h.Path != tc.path.String() {
 						t.Errorf("%s: a hint at %s, want %s", w.ID, h.Path, tc.path)
+					}
+					// Every engine that reads hints takes the hint as
+					// kvhint dev's router carried it.
+					if _, err := receivers.CheckAll(h.Body); err != nil {
+						t.Errorf("%s: %v", w.ID, err)
 					}
 				}
 			}

@@ -61,6 +61,10 @@ type WorkerStatus struct {
 	// Rejected counts the malformed hints it refused, in-band or pushed;
 	// -1 when the worker could not be read.
 	Rejected int
+	// Results counts the actions of the hints it took, in-band and pushed,
+	// by the result it answered, in vLLM's vocabulary (applied, deferred,
+	// duplicate, rejected, unsupported).
+	Results map[string]int
 }
 
 // Status reads the API server and the workers.
@@ -108,7 +112,7 @@ func (e *Env) Status(ctx context.Context) (*Status, error) {
 
 	httpc := &http.Client{Timeout: 2 * time.Second}
 	for _, w := range e.Workers {
-		ws := WorkerStatus{ID: w.ID, Router: w.Router, RouterHint: w.RouterHint, HintEndpoint: w.HintEndpoint, Actions: map[string]int{}}
+		ws := WorkerStatus{ID: w.ID, Router: w.Router, RouterHint: w.RouterHint, HintEndpoint: w.HintEndpoint, Actions: map[string]int{}, Results: map[string]int{}}
 		if err := readWorker(ctx, httpc, w.URL, &ws); err != nil {
 			ws.Rejected = -1
 		}
@@ -133,6 +137,11 @@ func readWorker(ctx context.Context, c *http.Client, url string, ws *WorkerStatu
 	}
 	ws.InBand, ws.Pushed, ws.Requests = int(got.InBand.Accepted), int(got.Accepted), int(got.Requests)
 	ws.Rejected = got.Rejected + got.InBand.Rejected
+	for _, counts := range []map[string]int64{got.Results, got.InBand.Results} {
+		for r, n := range counts {
+			ws.Results[r] += int(n)
+		}
+	}
 	for _, h := range got.InBand.Hints {
 		var m simworker.Message
 		if json.Unmarshal(h.Body, &m) == nil {
@@ -171,13 +180,18 @@ func (st *Status) Print(w io.Writer) {
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
-	fmt.Fprintln(tw, "WORKER\tROUTER\tROUTER_HINT\tIN-BAND\tPUSHED\tREQUESTS\tREJECTED\tIN-BAND ACTIONS")
+	fmt.Fprintln(tw, "WORKER\tROUTER\tROUTER_HINT\tIN-BAND\tPUSHED\tREQUESTS\tREJECTED\tRESULTS\tIN-BAND ACTIONS")
 	for _, wk := range st.Workers {
 		var acts []string
 		for t, n := range wk.Actions {
 			acts = append(acts, fmt.Sprintf("%s=%d", t, n))
 		}
 		sort.Strings(acts)
+		var results []string
+		for r, n := range wk.Results {
+			results = append(results, fmt.Sprintf("%s=%d", r, n))
+		}
+		sort.Strings(results)
 		hint := "no"
 		if wk.RouterHint {
 			hint = "yes"
@@ -186,7 +200,8 @@ func (st *Status) Print(w io.Writer) {
 		if wk.HintEndpoint || wk.Pushed > 0 {
 			pushed = strconv.Itoa(wk.Pushed)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%d\t%s\n", wk.ID, wk.Router, hint, wk.InBand, pushed, wk.Requests, wk.Rejected, orDash(strings.Join(acts, " ")))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%d\t%s\t%s\n", wk.ID, wk.Router, hint, wk.InBand, pushed, wk.Requests, wk.Rejected,
+			orDash(strings.Join(results, " ")), orDash(strings.Join(acts, " ")))
 	}
 	tw.Flush()
 }

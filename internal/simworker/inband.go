@@ -90,8 +90,9 @@ func (w *Worker) complete(rw http.ResponseWriter, r *http.Request) {
 	// InBandHint has read body as an object; a field of another type is
 	// the caller's business, not the worker's.
 	_ = json.Unmarshal(body, &req)
+	var results *Results
 	if hint != nil {
-		if !w.takeInBand(rw, hint, path) {
+		if results = w.takeInBand(rw, hint, path); results == nil {
 			return
 		}
 		rw.Header().Set(HeaderHintPath, path.String())
@@ -116,6 +117,10 @@ func (w *Worker) complete(rw http.ResponseWriter, r *http.Request) {
 		ans["object"] = "text_completion"
 		ans["choices"] = []any{map[string]any{"index": 0, "finish_reason": "length", "text": "ok"}}
 	}
+	if results != nil && results.Results != nil {
+		// What became of the hint's actions, as vLLM reports them.
+		ans["kv_hint_results"] = results
+	}
 	if req.KVTransferParams != nil && req.KVTransferParams.DoRemoteDecode {
 		ans["kv_transfer_params"] = map[string]any{"do_remote_prefill": true, "do_remote_decode": false,
 			"remote_engine_id": w.opts.ID, "remote_request_id": id}
@@ -124,24 +129,23 @@ func (w *Worker) complete(rw http.ResponseWriter, r *http.Request) {
 	json.NewEncoder(rw).Encode(ans)
 }
 
-// takeInBand checks and records an in-band hint, or counts it and answers
-// 400 when it breaks the wire format. A sink counts it unchecked.
-func (w *Worker) takeInBand(rw http.ResponseWriter, hint json.RawMessage, path router.InBandPath) bool {
+// takeInBand checks and records an in-band hint and returns its results,
+// or counts it rejected, answers 400 and returns nil when it breaks the
+// wire format. A sink counts it unchecked, with no results.
+func (w *Worker) takeInBand(rw http.ResponseWriter, hint json.RawMessage, path router.InBandPath) *Results {
 	if w.opts.Sink {
 		w.mu.Lock()
 		w.inBand.accepted++
 		w.wakeLocked()
 		w.mu.Unlock()
-		return true
+		return &Results{}
 	}
 	m, err := CheckMessage(hint)
 	if err != nil {
-		w.mu.Lock()
-		w.inBand.rejected++
-		w.mu.Unlock()
-		http.Error(rw, fmt.Sprintf("in-band hint at %s: %v", path, err), http.StatusBadRequest)
-		return false
+		w.reject(&w.inBand)
+		writeResults(rw, http.StatusBadRequest, rejected(fmt.Errorf("in-band hint at %s: %w", path, err)))
+		return nil
 	}
-	w.record(&w.inBand, Received{At: time.Now(), MessageID: m.MessageID, Body: hint, Path: path.String()})
-	return true
+	res := w.take(&w.inBand, m, Received{At: time.Now(), MessageID: m.MessageID, Body: hint, Path: path.String()})
+	return &res
 }

@@ -129,7 +129,7 @@ func TestInBandStatus(t *testing.T) {
 		t.Errorf("kv_transfer_params of the answer (-want +got):\n%s", diff)
 	}
 	post(t, s.URL+CompletionsPath, `{"prompt":"p"}`)
-	if st := postHint(t, s.HintEndpoint(), good); st != http.StatusNoContent {
+	if st := postHint(t, s.HintEndpoint(), good); st != http.StatusOK {
 		t.Fatalf("push: %d", st)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -151,9 +151,11 @@ func TestInBandStatus(t *testing.T) {
 		}
 		return st
 	}
-	want := Status{Worker: "p0", Accepted: 1, Requests: 2,
-		Hints:  []Received{{MessageID: "r1", Body: json.RawMessage(good)}},
-		InBand: HintCounts{Accepted: 1, Hints: []Received{{MessageID: "r1", Body: json.RawMessage(good), Path: "kv_transfer_params.kv_hint"}}}}
+	// The same message, pushed after it came in-band, is a duplicate.
+	want := Status{Worker: "p0", Accepted: 1, Requests: 2, Results: map[string]int64{ResultDuplicate: 1},
+		Hints: []Received{{MessageID: "r1", Body: json.RawMessage(good)}},
+		InBand: HintCounts{Accepted: 1, Results: map[string]int64{ResultDeferred: 1},
+			Hints: []Received{{MessageID: "r1", Body: json.RawMessage(good), Path: "kv_transfer_params.kv_hint"}}}}
 	ignoreAt := cmpopts.IgnoreFields(Received{}, "At")
 	if diff := cmp.Diff(want, read(), ignoreAt); diff != "" {
 		t.Errorf("GET /hints (-want +got):\n%s", diff)

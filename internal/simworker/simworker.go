@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"strings"
@@ -89,6 +90,9 @@ type hintLog struct {
 	count    int
 	accepted int64
 	rejected int
+	// results counts the actions' results (ResultApplied, ...); a
+	// rejected hint counts once as ResultRejected.
+	results map[string]int64
 }
 
 // add keeps h, dropping the oldest past max.
@@ -122,6 +126,7 @@ func (l *hintLog) list() []Received {
 
 func (l *hintLog) reset() {
 	clear(l.received)
+	clear(l.results)
 	l.first, l.count, l.accepted, l.rejected = 0, 0, 0, 0
 }
 
@@ -140,14 +145,57 @@ type Worker struct {
 	// arrived, when a waiter made it, is closed on the next accepted hint
 	// of either kind.
 	arrived chan struct{}
+	// seen are the message IDs of the hints taken, for ResultDuplicate,
+	// at most maxSeen of them (cleared whole when full).
+	seen map[string]bool
 }
 
-// New returns a worker that accepts hints with 204 No Content.
+// maxSeen bounds the message IDs a worker remembers.
+const maxSeen = 1 << 16
+
+// New returns a worker that answers a pushed hint with 200 and the
+// results of its actions (Results); a sink answers 204.
 func New(o Options) *Worker {
 	if o.MaxRecorded <= 0 {
 		o.MaxRecorded = 10000
 	}
-	return &Worker{opts: o, status: http.StatusNoContent}
+	if o.Sink {
+		// A sink reads hints without checking them: it has no results to
+		// give.
+		return &Worker{opts: o, status: http.StatusNoContent}
+	}
+	return &Worker{opts: o, status: http.StatusOK}
+}
+
+// take records an accepted message in l and returns its results: each
+// action's, or duplicate for all when its message_id was taken before.
+func (w *Worker) take(l *hintLog, m *Message, h Received) Results {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.seen == nil || len(w.seen) >= maxSeen {
+		w.seen = map[string]bool{}
+	}
+	dup := w.seen[m.MessageID]
+	w.seen[m.MessageID] = true
+	r := resultsOf(m, dup)
+	if l.results == nil {
+		l.results = map[string]int64{}
+	}
+	r.count(l.results)
+	l.add(h, w.opts.MaxRecorded)
+	w.wakeLocked()
+	return r
+}
+
+// reject counts a hint that breaks the wire format in l.
+func (w *Worker) reject(l *hintLog) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	l.rejected++
+	if l.results == nil {
+		l.results = map[string]int64{}
+	}
+	l.results[ResultRejected]++
 }
 
 // ID is the worker's ID.
@@ -168,8 +216,10 @@ func (w *Worker) SetBehaviour(status int, delay time.Duration) {
 //	POST   /v1/completions       a completion request, with or without a
 //	POST   /v1/chat/completions  hint in-band (400 if the hint breaks the
 //	                             wire format); answers a small completion
-//	POST   /v1/hints             take a pushed hint (400 if it breaks the
-//	                             wire format)
+//	POST   /v1/hints             take a pushed hint: 200 and the results
+//	                             of its actions (Results: applied,
+//	                             deferred, duplicate, unsupported), or 400
+//	                             and rejected if it breaks the wire format
 //	GET    /hints                the pushed hints received, oldest first,
 //	                             as JSON, with the counts accepted (recorded
 //	                             or not) and rejected; under "in_band" the
@@ -186,8 +236,8 @@ func (w *Worker) Handler() http.Handler {
 		rw.Header().Set("Content-Type", "application/json")
 		w.mu.Lock()
 		st := Status{Worker: w.opts.ID, Sink: w.opts.Sink, Requests: w.requests,
-			Hints: w.pushed.list(), Accepted: w.pushed.accepted, Rejected: w.pushed.rejected,
-			InBand: HintCounts{Hints: w.inBand.list(), Accepted: w.inBand.accepted, Rejected: w.inBand.rejected}}
+			Hints: w.pushed.list(), Accepted: w.pushed.accepted, Rejected: w.pushed.rejected, Results: maps.Clone(w.pushed.results),
+			InBand: HintCounts{Hints: w.inBand.list(), Accepted: w.inBand.accepted, Rejected: w.inBand.rejected, Results: maps.Clone(w.inBand.results)}}
 		w.mu.Unlock()
 		json.NewEncoder(rw).Encode(st)
 	})
@@ -208,6 +258,9 @@ type Status struct {
 	Hints    []Received `json:"hints"`
 	Accepted int64      `json:"accepted"`
 	Rejected int        `json:"rejected"`
+	// Results counts the pushed actions by result, in vLLM's vocabulary
+	// (applied, deferred, duplicate, rejected, unsupported).
+	Results map[string]int64 `json:"results,omitempty"`
 	// InBand are the hints carried on completion requests.
 	InBand HintCounts `json:"in_band"`
 	// Requests counts the completion requests answered.
@@ -220,6 +273,8 @@ type HintCounts struct {
 	Hints    []Received `json:"hints"`
 	Accepted int64      `json:"accepted"`
 	Rejected int        `json:"rejected"`
+	// Results counts the actions by result, as Status.Results.
+	Results map[string]int64 `json:"results,omitempty"`
 }
 
 func (w *Worker) takeHint(rw http.ResponseWriter, r *http.Request) {
@@ -233,14 +288,12 @@ func (w *Worker) takeHint(rw http.ResponseWriter, r *http.Request) {
 		m, err = CheckMessage(body)
 	}
 	if err != nil {
-		w.mu.Lock()
-		w.pushed.rejected++
-		w.mu.Unlock()
-		http.Error(rw, err.Error(), http.StatusBadRequest)
+		w.reject(&w.pushed)
+		writeResults(rw, http.StatusBadRequest, rejected(err))
 		return
 	}
-	w.record(&w.pushed, Received{At: time.Now(), MessageID: m.MessageID, Body: body})
-	w.answer(rw, r)
+	res := w.take(&w.pushed, m, Received{At: time.Now(), MessageID: m.MessageID, Body: body})
+	w.answer(rw, r, &res)
 }
 
 // sinkBufs holds the read buffers of a sink worker.
@@ -266,16 +319,7 @@ func (w *Worker) sinkHint(rw http.ResponseWriter, r *http.Request) {
 	w.pushed.accepted++
 	w.wakeLocked()
 	w.mu.Unlock()
-	w.answer(rw, r)
-}
-
-// record keeps an accepted hint in l, dropping the oldest past
-// MaxRecorded, and wakes the waiters.
-func (w *Worker) record(l *hintLog, h Received) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	l.add(h, w.opts.MaxRecorded)
-	w.wakeLocked()
+	w.answer(rw, r, nil)
 }
 
 func (w *Worker) wakeLocked() {
@@ -285,8 +329,9 @@ func (w *Worker) wakeLocked() {
 	}
 }
 
-// answer answers an accepted hint as SetBehaviour says.
-func (w *Worker) answer(rw http.ResponseWriter, r *http.Request) {
+// answer answers an accepted hint as SetBehaviour says: with its results
+// when the status is 200 and there are results to give.
+func (w *Worker) answer(rw http.ResponseWriter, r *http.Request, res *Results) {
 	w.mu.Lock()
 	status, delay := w.status, w.delay
 	w.mu.Unlock()
@@ -296,6 +341,10 @@ func (w *Worker) answer(rw http.ResponseWriter, r *http.Request) {
 		case <-r.Context().Done():
 			return
 		}
+	}
+	if status == http.StatusOK && res != nil {
+		writeResults(rw, status, *res)
+		return
 	}
 	rw.WriteHeader(status)
 }
@@ -424,6 +473,7 @@ func (w *Worker) Reset() {
 	w.pushed.reset()
 	w.inBand.reset()
 	w.requests = 0
+	w.seen = nil
 }
 
 // WaitForHints waits until at least n pushed hints have been accepted

@@ -187,10 +187,14 @@ const (
 	// CopyDropUnknownSourceRank: the source is registered but advertises
 	// no control endpoint for the copy's rank.
 	CopyDropUnknownSourceRank
+	// CopyDropOutsideDomain: the booked worker requires its KV transfers
+	// to stay in its topology domain (TopologyWorker), and the copy's
+	// source is in another domain, or in none the registry knows.
+	CopyDropOutsideDomain
 	numCopyDrops
 )
 
-var copyDropNames = [numCopyDrops]string{"", "unknown_source", "unknown_source_rank"}
+var copyDropNames = [numCopyDrops]string{"", "unknown_source", "unknown_source_rank", "outside_domain"}
 
 // String is the metric label value; "" for CopyKept.
 func (c CopyDrop) String() string {

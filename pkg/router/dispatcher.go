@@ -304,6 +304,10 @@ func (d *Dispatcher) build(ctx context.Context, b *Booking, buf []byte) (Hint, W
 			rr.metrics.copyDropped[h.CopyDrop].Inc()
 		}
 	}
+	if kv != nil && rr.readsCopy && !d.inDomain(w, kv) {
+		kv, h.CopyDrop = nil, CopyDropOutsideDomain
+		rr.metrics.copyDropped[h.CopyDrop].Inc()
+	}
 	if need := arenaFor(kv); cap(sc.arena) < need {
 		sc.arena = make([]byte, 0, need)
 	}
@@ -375,6 +379,26 @@ func (d *Dispatcher) resolveSource(kv, dst *hints.CommittedCopy) (*hints.Committ
 	*dst = *kv
 	dst.SourceEndpoint = ep
 	return dst, CopyKept
+}
+
+// inDomain reports whether the copy may be fetched by the booked worker w:
+// always, unless w requires its KV transfers to stay in its topology
+// domain; then only from a registered source worker of the same domain.
+func (d *Dispatcher) inDomain(w Worker, kv *hints.CommittedCopy) bool {
+	tw, ok := w.(TopologyWorker)
+	if !ok {
+		return true
+	}
+	domain, enforcement := tw.KVTransferDomain()
+	if domain == "" || enforcement != KVTransferRequired {
+		return true
+	}
+	src, ok := d.workers.Lookup(kv.SourceWorker).(TopologyWorker)
+	if !ok || kv.SourceWorker == "" {
+		return false
+	}
+	srcDomain, _ := src.KVTransferDomain()
+	return srcDomain == domain
 }
 
 // runPolicies runs the role's policies in order and records the actions

@@ -35,6 +35,29 @@ type Worker interface {
 	Deliver(msg []byte, built time.Time) bool
 }
 
+// TopologyWorker is a Worker that publishes the topology domain its KV
+// blocks move within (Dynamo's kv_transfer_domain and
+// kv_transfer_enforcement). The dispatcher asks a booked worker for it
+// when the booking commits a copy: under KVTransferRequired a copy whose
+// source worker is not in the same domain is dropped before any policy
+// runs (counted under the outside_domain reason), so no kv.fetch crosses
+// the domain, whichever hint policy the role runs. Under
+// KVTransferPreferred the copy is kept: a booking commits one source, and
+// the worker-selection policy that chose it is where in-domain sources are
+// preferred.
+type TopologyWorker interface {
+	Worker
+	// KVTransferDomain returns the worker's domain ("" for none) and its
+	// enforcement (KVTransferRequired or KVTransferPreferred).
+	KVTransferDomain() (domain, enforcement string)
+}
+
+// Enforcements of a worker's KV transfer domain.
+const (
+	KVTransferRequired  = "required"
+	KVTransferPreferred = "preferred"
+)
+
 // CapabilityRouterHint is the capability a worker advertises to receive hints.
 const CapabilityRouterHint = "router_hint"
 

@@ -88,6 +88,14 @@ const (
 	// (aggregated, prefill or decode); a pod with another value is not
 	// registered.
 	WorkerTypeAnnotation = "hints.kvrouter.io/worker-type"
+	// KVTransferDomainAnnotation is a worker pod's kv_transfer_domain:
+	// the topology domain (a DNS label, such as a rack or an NVLink
+	// domain) its KV blocks move within.
+	KVTransferDomainAnnotation = "hints.kvrouter.io/kv-transfer-domain"
+	// KVTransferEnforcementAnnotation is a worker pod's
+	// kv_transfer_enforcement: required (it fetches only from sources of
+	// its own domain) or preferred (the default where a domain is set).
+	KVTransferEnforcementAnnotation = "hints.kvrouter.io/kv-transfer-enforcement"
 )
 
 // ConfigMapName returns the name of the ConfigMap compiled for a

@@ -52,15 +52,64 @@ func TestCRDRefuses(t *testing.T) {
 		})
 	}
 
-	// A component's type cannot change once set.
-	g := dynamo.FrontendGraph(ns, "typed", 1)
-	if err := k8s.Create(context.Background(), g); err != nil {
-		t.Fatal(err)
-	}
-	g.Spec.Components[1].ComponentType = v1beta1.ComponentTypePrefill
-	err := k8s.Update(context.Background(), g)
-	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "type is immutable after it is set") {
-		t.Fatalf("changing a component's type: %v, want Invalid, type is immutable", err)
+}
+
+// TestCRDComponentChanges holds updates to Dynamo's rules: a component's
+// type may change (Dynamo has no immutability rule for it), while adding,
+// removing or renaming a component is refused, as Dynamo's webhook refuses
+// it; podTemplate.metadata is kept.
+func TestCRDComponentChanges(t *testing.T) {
+	ns := newNamespace(t)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name   string
+		change func(*v1beta1.DynamoGraphDeployment)
+		want   string // empty: accepted
+	}{
+		{"a type change", func(g *v1beta1.DynamoGraphDeployment) {
+			g.Spec.Components[1].ComponentType = v1beta1.ComponentTypePrefill
+		}, ""},
+		{"a replica change", func(g *v1beta1.DynamoGraphDeployment) {
+			g.Spec.Components[1].Replicas = new(int32(4))
+		}, ""},
+		{"a component added", func(g *v1beta1.DynamoGraphDeployment) {
+			g.Spec.Components = append(g.Spec.Components, v1beta1.DynamoComponentDeploymentSharedSpec{ComponentName: "decode", ComponentType: v1beta1.ComponentTypeDecode})
+		}, "components cannot be added or removed after creation"},
+		{"a component removed", func(g *v1beta1.DynamoGraphDeployment) {
+			g.Spec.Components = g.Spec.Components[:1]
+		}, "components cannot be added or removed after creation"},
+		{"a component renamed", func(g *v1beta1.DynamoGraphDeployment) {
+			g.Spec.Components[1].ComponentName = "worker2"
+		}, "components cannot be added or removed after creation"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := dynamo.FrontendGraph(ns, "changed-"+strings.ReplaceAll(tc.name, " ", "-"), 1)
+			g.Spec.Components[1].PodTemplate.Labels = map[string]string{"team": "serving"}
+			if err := k8s.Create(ctx, g); err != nil {
+				t.Fatal(err)
+			}
+			tc.change(g)
+			err := k8s.Update(ctx, g)
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("update refused: %v", err)
+				}
+				got := &v1beta1.DynamoGraphDeployment{}
+				if err := k8s.Get(ctx, client.ObjectKeyFromObject(g), got); err != nil {
+					t.Fatal(err)
+				}
+				if d := cmp.Diff(g.Spec.Components, got.Spec.Components); d != "" {
+					t.Errorf("components (-sent +stored):\n%s", d)
+				}
+				if got.Spec.Components[1].PodTemplate.Labels["team"] != "serving" {
+					t.Errorf("podTemplate.metadata.labels %v: pruned", got.Spec.Components[1].PodTemplate.Labels)
+				}
+				return
+			}
+			if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("update: %v, want Invalid with %q", err, tc.want)
+			}
+		})
 	}
 }
 

@@ -7,12 +7,14 @@
 // tests run on, so StandIn plays the part of it that the manager meets: on
 // the Deployment path (nvidia.com/enable-grove: "false", or a cluster
 // without Grove) it renders each component of a DynamoGraphDeployment into
-// a Deployment named {graph}-{component}, with Dynamo's labels and
-// defaults; it takes back a hand edit of that Deployment, as Dynamo's
+// a DynamoComponentDeployment owned by the graph and a Deployment owned by
+// that, both named {graph}-{component} ({graph}-{component}-{worker hash}
+// for a worker, rolled onto new objects when a worker's spec changes), with
+// Dynamo's labels and defaults; it takes back a hand edit of that Deployment, as Dynamo's
 // operator does, by replacing the Deployment's whole spec; and it reports
 // the Deployments' rollout in the graph's status (observedGeneration, the
 // Ready condition, state and per-component replica counts). It does not
-// play Grove, multinode components, DynamoComponentDeployments, services,
+// play Grove, multinode components, a DynamoComponentDeployment's own status, services,
 // or the defaults Dynamo gives containers other than a frontend's command.
 //
 // The package is test code: the product binary never imports it. It may

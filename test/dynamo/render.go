@@ -46,17 +46,60 @@ const (
 // defaultReplicas is a component's replica count when it sets none.
 const defaultReplicas int32 = 1
 
-// DeploymentName is the name of the Deployment a component of a graph is
-// rendered into: {graph}-{component}, the component's name in lower case.
+// DeploymentName is the name of the DynamoComponentDeployment, and of the
+// Deployment it owns, that a component other than a worker is rendered
+// into: {graph}-{component}, the component's name in lower case. A worker
+// component's name has the graph's worker hash after it (ComponentName).
 func DeploymentName(graph, component string) string {
 	return graph + "-" + strings.ToLower(component)
 }
 
+// IsWorker reports whether Dynamo's operator rolls a component of type t
+// as a worker: a worker's objects are named after the graph's worker hash,
+// and a change of any worker's spec rolls them onto new objects.
+func IsWorker(t v1beta1.ComponentType) bool {
+	switch t {
+	case v1beta1.ComponentTypeWorker, v1beta1.ComponentTypePrefill, v1beta1.ComponentTypeDecode:
+		return true
+	}
+	return false
+}
+
+// WorkerHash is the graph's worker hash: eight hex digits of a SHA-256 over
+// the specs of its worker components, in spec order. It moves when a
+// worker's spec does, and with it the names of every worker's objects.
+func WorkerHash(dgd *v1beta1.DynamoGraphDeployment) string {
+	var workers []*v1beta1.DynamoComponentDeploymentSharedSpec
+	for i := range dgd.Spec.Components {
+		if IsWorker(dgd.Spec.Components[i].ComponentType) {
+			workers = append(workers, &dgd.Spec.Components[i])
+		}
+	}
+	b, err := json.Marshal(workers)
+	if err != nil {
+		// The spec came from JSON; it always encodes again.
+		panic(fmt.Sprintf("encoding the worker components of %s: %v", dgd.Name, err))
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:4])
+}
+
+// ComponentName is the name of the DynamoComponentDeployment a component
+// is rendered into, and of the Deployment that DynamoComponentDeployment
+// owns: {graph}-{component}-{worker hash} for a worker, as Dynamo's
+// operator names them, else DeploymentName.
+func ComponentName(dgd *v1beta1.DynamoGraphDeployment, comp *v1beta1.DynamoComponentDeploymentSharedSpec) string {
+	if IsWorker(comp.ComponentType) {
+		return DeploymentName(dgd.Name, comp.ComponentName) + "-" + WorkerHash(dgd)
+	}
+	return DeploymentName(dgd.Name, comp.ComponentName)
+}
+
 // RenderDeployment returns the Deployment the stand-in renders for one
-// component of a graph, without owner reference and without the
-// last-applied annotations (the write adds them).
+// component of a graph (named ComponentName), without owner reference and
+// without the last-applied annotations (the write adds them).
 func RenderDeployment(dgd *v1beta1.DynamoGraphDeployment, comp *v1beta1.DynamoComponentDeploymentSharedSpec) *appsv1.Deployment {
-	name := DeploymentName(dgd.Name, comp.ComponentName)
+	name := ComponentName(dgd, comp)
 	own := map[string]string{
 		LabelGraph:         dgd.Name,
 		LabelComponent:     comp.ComponentName,

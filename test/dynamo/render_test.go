@@ -51,8 +51,13 @@ func TestRenderMainContainer(t *testing.T) {
 				}}},
 			}
 			dep := RenderDeployment(dgd, comp)
-			if dep.Name != "g-comp" || *dep.Spec.Replicas != 1 {
-				t.Errorf("name %q replicas %d, want g-comp 1", dep.Name, *dep.Spec.Replicas)
+			// A worker's name ends in the graph's worker hash.
+			wantName := "g-comp"
+			if IsWorker(tc.typ) {
+				wantName += "-" + WorkerHash(dgd)
+			}
+			if dep.Name != wantName || *dep.Spec.Replicas != 1 {
+				t.Errorf("name %q replicas %d, want %s 1", dep.Name, *dep.Spec.Replicas, wantName)
 			}
 			side, main := dep.Spec.Template.Spec.Containers[0], dep.Spec.Template.Spec.Containers[1]
 			if len(side.Command) != 0 || len(side.Env) != 0 {

@@ -99,8 +99,17 @@ func TestStandInRendersFrontend(t *testing.T) {
 	if d := cmp.Diff(wantStrategy, dep.Spec.Strategy); d != "" {
 		t.Errorf("strategy (-want +got):\n%s", d)
 	}
-	if ref := metav1.GetControllerOf(dep); ref == nil || ref.Kind != "DynamoGraphDeployment" || ref.Name != "llama" || ref.UID != dgd.UID {
-		t.Errorf("controller reference %+v, want the graph llama", ref)
+	// Owned as Dynamo's operator owns it: the Deployment by a
+	// DynamoComponentDeployment of its name, that by the graph.
+	dcd := &v1beta1.DynamoComponentDeployment{}
+	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "llama-frontend"}, dcd); err != nil {
+		t.Fatalf("the frontend's DynamoComponentDeployment: %v", err)
+	}
+	if ref := metav1.GetControllerOf(dep); ref == nil || ref.Kind != "DynamoComponentDeployment" || ref.Name != "llama-frontend" || ref.UID != dcd.UID {
+		t.Errorf("controller reference %+v, want DynamoComponentDeployment llama-frontend", ref)
+	}
+	if ref := metav1.GetControllerOf(dcd); ref == nil || ref.Kind != "DynamoGraphDeployment" || ref.Name != "llama" || ref.UID != dgd.UID {
+		t.Errorf("the DynamoComponentDeployment's controller reference %+v, want the graph llama", ref)
 	}
 	if dep.Annotations[dynamo.AnnotationLastAppliedHash] == "" {
 		t.Errorf("no %s annotation", dynamo.AnnotationLastAppliedHash)
@@ -109,9 +118,12 @@ func TestStandInRendersFrontend(t *testing.T) {
 		t.Errorf("%s=%q, want the generation %d", dynamo.AnnotationLastAppliedGeneration, got, dep.Generation)
 	}
 
-	// The worker: its own Deployment and type label, one replica, and no
-	// frontend command.
-	w := waitDeployment(t, ns, "llama-worker")
+	// The worker: its own Deployment, named after the worker hash, its
+	// type label, one replica, and no frontend command.
+	w := waitDeployment(t, ns, workerName(dgd))
+	if want := "llama-worker-" + dynamo.WorkerHash(dgd); w.Name != want || len(dynamo.WorkerHash(dgd)) != 8 {
+		t.Errorf("worker Deployment %q, want %q with an eight-digit hash", w.Name, want)
+	}
 	if w.Spec.Template.Labels[dynamo.LabelComponentType] != "worker" || *w.Spec.Replicas != 1 {
 		t.Errorf("worker: type label %q replicas %d, want worker 1", w.Spec.Template.Labels[dynamo.LabelComponentType], *w.Spec.Replicas)
 	}
@@ -214,19 +226,21 @@ func TestStandInRendersTemplateChange(t *testing.T) {
 func TestStandInCopiesStatus(t *testing.T) {
 	ns := newNamespace(t)
 	dgd, dep := createGraph(t, ns)
-	worker := waitDeployment(t, ns, "llama-worker")
+	worker := waitDeployment(t, ns, workerName(dgd))
 
-	waitGraph(t, dgd, "Ready False, updating", func(g *v1beta1.DynamoGraphDeployment) bool {
+	waitGraph(t, dgd, "Ready False, some_resources_are_not_ready", func(g *v1beta1.DynamoGraphDeployment) bool {
 		c := meta.FindStatusCondition(g.Status.Conditions, v1beta1.ConditionReady)
-		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == v1beta1.ReasonUpdating &&
+		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == v1beta1.ReasonSomeResourcesNotReady &&
+			c.ObservedGeneration == g.Generation &&
 			g.Status.State == v1beta1.DGDStatePending && g.Status.ObservedGeneration == g.Generation
 	})
 
 	setStatus(t, worker, 1, 1, 1)
 	setStatus(t, dep, 3, 3, 2)
-	waitGraph(t, dgd, "Ready False, pods_not_ready", func(g *v1beta1.DynamoGraphDeployment) bool {
+	waitGraph(t, dgd, "Ready False on the frontend alone", func(g *v1beta1.DynamoGraphDeployment) bool {
 		c := meta.FindStatusCondition(g.Status.Conditions, v1beta1.ConditionReady)
-		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == v1beta1.ReasonPodsNotReady
+		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == v1beta1.ReasonSomeResourcesNotReady &&
+			c.Message == "frontend: 2/3 ready"
 	})
 
 	setStatus(t, dep, 3, 3, 3)
@@ -316,32 +330,65 @@ func container(t *testing.T, spec *corev1.PodSpec, name string) *corev1.Containe
 	return nil
 }
 
-// TestStandInDeletesDroppedComponent drops the worker from the graph; its
-// Deployment goes, the frontend's stays.
-func TestStandInDeletesDroppedComponent(t *testing.T) {
+// workerName is the name of the objects FrontendGraph's worker is
+// rendered into, under the graph's current worker hash.
+func workerName(dgd *v1beta1.DynamoGraphDeployment) string {
+	return dynamo.ComponentName(dgd, dgd.Component(dynamo.WorkerComponent))
+}
+
+// TestStandInRollsWorkers changes the worker's template: the worker hash
+// moves, the worker rolls onto a new DynamoComponentDeployment and
+// Deployment, the graph reports rolling_update_in_progress with both names
+// until the new Deployment is ready, and then the old objects go. The
+// frontend's Deployment keeps its name throughout.
+func TestStandInRollsWorkers(t *testing.T) {
 	ns := newNamespace(t)
-	dgd, _ := createGraph(t, ns)
-	waitDeployment(t, ns, "llama-worker")
+	dgd, fe := createGraph(t, ns)
+	oldName := workerName(dgd)
+	setStatus(t, waitDeployment(t, ns, oldName), 1, 1, 1)
+	setStatus(t, fe, 3, 3, 3)
+	waitGraph(t, dgd, "Ready True", func(g *v1beta1.DynamoGraphDeployment) bool {
+		return meta.IsStatusConditionTrue(g.Status.Conditions, v1beta1.ConditionReady)
+	})
+
 	ctx := context.Background()
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		if err := k8s.Get(ctx, client.ObjectKeyFromObject(dgd), dgd); err != nil {
 			return err
 		}
-		dgd.Spec.Components = dgd.Spec.Components[:1]
+		dgd.Component(dynamo.WorkerComponent).PodTemplate.Spec.Containers[0].Image = "dynamo-worker:next"
 		return k8s.Update(ctx, dgd)
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the worker's Deployment deleted", func(ctx context.Context) (bool, error) {
-		err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "llama-worker"}, &appsv1.Deployment{})
-		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+	newName := workerName(dgd)
+	if newName == oldName {
+		t.Fatalf("the worker hash did not move: %s", newName)
+	}
+	next := waitDeployment(t, ns, newName)
+	waitGraph(t, dgd, "Ready False, rolling_update_in_progress", func(g *v1beta1.DynamoGraphDeployment) bool {
+		c := meta.FindStatusCondition(g.Status.Conditions, v1beta1.ConditionReady)
+		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == v1beta1.ReasonRollingUpdate &&
+			c.ObservedGeneration == g.Generation &&
+			cmp.Equal(g.Status.Components[dynamo.WorkerComponent].ComponentNames, []string{oldName, newName})
+	})
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: oldName}, &appsv1.Deployment{}); err != nil {
+		t.Errorf("the old worker Deployment went before the new one was ready: %v", err)
+	}
+
+	setStatus(t, next, 1, 1, 1)
+	eventually(t, "the old worker's objects deleted", func(ctx context.Context) (bool, error) {
+		errDep := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: oldName}, &appsv1.Deployment{})
+		errDCD := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: oldName}, &v1beta1.DynamoComponentDeployment{})
+		return apierrors.IsNotFound(errDep) && apierrors.IsNotFound(errDCD), nil
+	})
+	waitGraph(t, dgd, "Ready True again", func(g *v1beta1.DynamoGraphDeployment) bool {
+		c := meta.FindStatusCondition(g.Status.Conditions, v1beta1.ConditionReady)
+		return c != nil && c.Status == metav1.ConditionTrue && c.ObservedGeneration == g.Generation &&
+			cmp.Equal(g.Status.Components[dynamo.WorkerComponent].ComponentNames, []string{newName})
 	})
 	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "llama-frontend"}, &appsv1.Deployment{}); err != nil {
 		t.Errorf("the frontend's Deployment: %v", err)
 	}
-	waitGraph(t, dgd, "no worker in the status", func(g *v1beta1.DynamoGraphDeployment) bool {
-		_, ok := g.Status.Components["worker"]
-		return !ok && g.Status.ObservedGeneration == g.Generation
-	})
 }

@@ -15,14 +15,21 @@ import (
 
 // graphStatus is the status of a graph whose components (in spec order)
 // are rendered into deps, which hold the Deployments as last read or
-// written. It starts from the graph's current status so that a condition's
-// lastTransitionTime moves only when its status flips.
-func graphStatus(dgd *v1beta1.DynamoGraphDeployment, deps []*appsv1.Deployment) v1beta1.DynamoGraphDeploymentStatus {
+// written; old names, by component, the objects of an earlier worker hash
+// still in service. It starts from the graph's current status so that a
+// condition's lastTransitionTime moves only when its status flips.
+//
+// Ready carries the graph's generation as observedGeneration, as Dynamo's
+// operator writes it, with Dynamo's reasons: all_resources_are_ready;
+// rolling_update_in_progress while old workers serve beside new ones;
+// else some_resources_are_not_ready, the message naming each component
+// and why.
+func graphStatus(dgd *v1beta1.DynamoGraphDeployment, deps []*appsv1.Deployment, old map[string][]string) v1beta1.DynamoGraphDeploymentStatus {
 	st := v1beta1.DynamoGraphDeploymentStatus{
 		ObservedGeneration: dgd.Generation,
 		Conditions:         slices.Clone(dgd.Status.Conditions),
 	}
-	var reasons, msgs []string
+	var msgs []string
 	failed := false
 	for i := range dgd.Spec.Components {
 		comp := &dgd.Spec.Components[i]
@@ -33,7 +40,7 @@ func graphStatus(dgd *v1beta1.DynamoGraphDeployment, deps []*appsv1.Deployment) 
 		ready, available := dep.Status.ReadyReplicas, dep.Status.AvailableReplicas
 		st.Components[comp.ComponentName] = v1beta1.ComponentReplicaStatus{
 			ComponentKind:     v1beta1.ComponentKindDeployment,
-			ComponentNames:    []string{dep.Name},
+			ComponentNames:    append(slices.Clone(old[comp.ComponentName]), dep.Name),
 			Replicas:          dep.Status.Replicas,
 			UpdatedReplicas:   dep.Status.UpdatedReplicas,
 			ReadyReplicas:     &ready,
@@ -44,7 +51,6 @@ func graphStatus(dgd *v1beta1.DynamoGraphDeployment, deps []*appsv1.Deployment) 
 			continue
 		}
 		failed = failed || dead
-		reasons = append(reasons, reason)
 		msgs = append(msgs, comp.ComponentName+": "+msg)
 	}
 
@@ -56,14 +62,11 @@ func graphStatus(dgd *v1beta1.DynamoGraphDeployment, deps []*appsv1.Deployment) 
 		ObservedGeneration: dgd.Generation,
 	}
 	st.State = v1beta1.DGDStateSuccessful
-	if len(reasons) > 0 {
+	if len(msgs) > 0 || len(old) > 0 {
 		cond.Status = metav1.ConditionFalse
-		cond.Reason = reasons[0]
-		for _, r := range reasons[1:] {
-			if r != reasons[0] {
-				cond.Reason = v1beta1.ReasonMixedNotReadyReasons
-				break
-			}
+		cond.Reason = v1beta1.ReasonSomeResourcesNotReady
+		if len(old) > 0 {
+			cond.Reason = v1beta1.ReasonRollingUpdate
 		}
 		cond.Message = strings.Join(msgs, "; ")
 		st.State = v1beta1.DGDStatePending

@@ -101,6 +101,29 @@ type WorkerSpec struct {
 	// Labels are the worker's labels (a pod's own), which the roles'
 	// worker selectors match to build their pools.
 	Labels map[string]string `json:"labels,omitempty"`
+	// KVTransferDomain is the worker's kv_transfer_domain, a DNS label:
+	// the topology domain its KV blocks move within; empty for none.
+	KVTransferDomain string `json:"kv_transfer_domain,omitempty"`
+	// KVTransferEnforcement is its kv_transfer_enforcement: required (a
+	// committed copy from a source outside its domain is dropped) or
+	// preferred (kept); empty means preferred. It needs a domain.
+	KVTransferEnforcement string `json:"kv_transfer_enforcement,omitempty"`
+}
+
+// validateDomain checks a worker's KV transfer domain and enforcement.
+func validateDomain(domain, enforcement string) error {
+	if domain != "" {
+		if errs := validation.IsDNS1123Label(domain); len(errs) > 0 {
+			return fmt.Errorf("kv_transfer_domain %q: %s", domain, strings.Join(errs, "; "))
+		}
+	}
+	switch {
+	case enforcement != "" && enforcement != router.KVTransferRequired && enforcement != router.KVTransferPreferred:
+		return fmt.Errorf("kv_transfer_enforcement %q: want %s or %s", enforcement, router.KVTransferRequired, router.KVTransferPreferred)
+	case enforcement != "" && domain == "":
+		return fmt.Errorf("kv_transfer_enforcement %q without a kv_transfer_domain", enforcement)
+	}
+	return nil
 }
 
 // Limits on what a worker advertises.
@@ -186,6 +209,9 @@ func (s *WorkerSpec) Validate() error {
 	if err := validateLabels(s.Labels); err != nil {
 		return fmt.Errorf("worker %s: %w", s.ID, err)
 	}
+	if err := validateDomain(s.KVTransferDomain, s.KVTransferEnforcement); err != nil {
+		return fmt.Errorf("worker %s: %w", s.ID, err)
+	}
 	return nil
 }
 
@@ -221,6 +247,18 @@ type Worker struct {
 
 // HintCapable reports whether the worker advertises router_hint.
 func (w *Worker) HintCapable() bool { return w.Capable }
+
+// KVTransferDomain returns the worker's topology domain and its
+// enforcement (preferred where it gives none), for router.TopologyWorker.
+func (w *Worker) KVTransferDomain() (domain, enforcement string) {
+	if w.WorkerSpec.KVTransferDomain == "" {
+		return "", ""
+	}
+	if w.KVTransferEnforcement == "" {
+		return w.WorkerSpec.KVTransferDomain, router.KVTransferPreferred
+	}
+	return w.WorkerSpec.KVTransferDomain, w.KVTransferEnforcement
+}
 
 // InPool reports whether the worker is in role's pool. While pools are in
 // force, a role without one admits no worker: a role the pools miss fails

@@ -301,7 +301,9 @@ func PodWorkerSpec(pod *corev1.Pod, allowAbsolute bool) (WorkerSpec, bool, error
 	if pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 		return WorkerSpec{}, false, nil
 	}
-	spec := WorkerSpec{ID: pod.Name, WorkerType: pod.Annotations[wellknown.WorkerTypeAnnotation], Labels: pod.Labels}
+	spec := WorkerSpec{ID: pod.Name, WorkerType: pod.Annotations[wellknown.WorkerTypeAnnotation], Labels: pod.Labels,
+		KVTransferDomain:      strings.TrimSpace(pod.Annotations[wellknown.KVTransferDomainAnnotation]),
+		KVTransferEnforcement: strings.TrimSpace(pod.Annotations[wellknown.KVTransferEnforcementAnnotation])}
 	for _, c := range strings.Split(pod.Annotations[wellknown.CapabilitiesAnnotation], ",") {
 		if c = strings.TrimSpace(c); c != "" {
 			spec.Capabilities = append(spec.Capabilities, c)

@@ -53,7 +53,8 @@ func (f *kvFetch) EffectiveParameters() any { return f.params }
 // worker's advertisement gave one): the KV connector refuses an empty fetch
 // and a fetch that does not say where to fetch from, and it would refuse
 // the whole hint with it. The booked worker then computes those blocks
-// itself.
+// itself. A copy from outside a booked worker's required topology domain
+// never reaches it: the dispatcher drops it first (router.TopologyWorker).
 func (f *kvFetch) BuildHints(_ context.Context, hc *hints.HintContext) ([]hints.Action, error) {
 	cp := hc.CommittedKVCopy()
 	if cp == nil || cp.SourceEndpoint == "" || len(cp.BlockHashes) < f.params.MinBlocks || len(cp.BlockHashes) == 0 {

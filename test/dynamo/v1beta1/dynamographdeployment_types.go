@@ -43,13 +43,16 @@ type DynamoGraphDeploymentSpec struct {
 
 	// components are the parts of the graph (frontend, workers, planner,
 	// endpoint picker), each with a name unique in the list regardless of
-	// case. At most one component may have type epp.
+	// case. At most one component may have type epp. Components cannot be
+	// added or removed after the graph is created (Dynamo's webhook
+	// refuses it; here a transition rule stands in for the webhook).
 	// +optional
 	// +listType=map
 	// +listMapKey=name
 	// +kubebuilder:validation:MaxItems=25
 	// +kubebuilder:validation:XValidation:rule="self.filter(c, has(c.type) && c.type == 'epp').size() <= 1",message="at most one component may have type epp"
 	// +kubebuilder:validation:XValidation:rule="self.all(a, !has(a.name) || self.filter(b, has(b.name) && b.name.lowerAscii() == a.name.lowerAscii()).size() == 1)",message="component names must be unique case-insensitively"
+	// +kubebuilder:validation:XValidation:rule="self.size() == oldSelf.size() && self.all(c, oldSelf.exists(o, o.name == c.name))",message="components cannot be added or removed after creation"
 	Components []DynamoComponentDeploymentSharedSpec `json:"components,omitempty"`
 
 	// env is put before every component's own environment in its main
@@ -65,7 +68,6 @@ type DynamoGraphDeploymentSpec struct {
 }
 
 // DynamoComponentDeploymentSharedSpec is one component of a graph.
-// +kubebuilder:validation:XValidation:rule="!has(oldSelf.type) || (has(self.type) && self.type == oldSelf.type)",message="type is immutable after it is set"
 type DynamoComponentDeploymentSharedSpec struct {
 	// name identifies the component in its graph. It is kept in labels and
 	// in the status map, and it names the rendered objects (lower case).
@@ -75,8 +77,8 @@ type DynamoComponentDeploymentSharedSpec struct {
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?$`
 	ComponentName string `json:"name"`
 
-	// type is the component's role in the graph; it cannot change once
-	// set.
+	// type is the component's role in the graph. It may change after
+	// creation: Dynamo's schema and webhook have no rule against it.
 	// +optional
 	ComponentType ComponentType `json:"type,omitempty"`
 
@@ -148,6 +150,7 @@ const (
 	ReasonPodsNotReady          = "pods_not_ready"
 	ReasonMixedNotReadyReasons  = "mixed_not_ready_reasons"
 	ReasonSomeResourcesNotReady = "some_resources_are_not_ready"
+	ReasonRollingUpdate         = "rolling_update_in_progress"
 )
 
 // DynamoGraphDeploymentStatus is what Dynamo's operator last observed of
@@ -233,6 +236,40 @@ type DynamoGraphDeploymentList struct {
 	metav1.TypeMeta `json:",inline"`
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []DynamoGraphDeployment `json:"items"`
+}
+
+// DynamoComponentDeploymentSpec is one component as Dynamo's operator
+// renders it from its graph.
+type DynamoComponentDeploymentSpec struct {
+	DynamoComponentDeploymentSharedSpec `json:",inline"`
+
+	// backendFramework is the inference engine, copied from the graph.
+	// +optional
+	// +kubebuilder:validation:Enum=sglang;vllm;trtllm
+	BackendFramework string `json:"backendFramework,omitempty"`
+}
+
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:shortName=dcd
+
+// DynamoComponentDeployment is one component of a graph, which Dynamo's
+// operator creates from the graph and renders into a Deployment it owns.
+// Only the operator writes it.
+type DynamoComponentDeployment struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec is the component.
+	Spec DynamoComponentDeploymentSpec `json:"spec,omitempty"`
+}
+
+// +kubebuilder:object:root=true
+
+// DynamoComponentDeploymentList is a list of DynamoComponentDeployments.
+type DynamoComponentDeploymentList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []DynamoComponentDeployment `json:"items"`
 }
 
 // Component returns the component of the given name, or nil.

@@ -34,7 +34,8 @@ var (
 )
 
 func addKnownTypes(s *runtime.Scheme) error {
-	s.AddKnownTypes(GroupVersion, &DynamoGraphDeployment{}, &DynamoGraphDeploymentList{})
+	s.AddKnownTypes(GroupVersion, &DynamoGraphDeployment{}, &DynamoGraphDeploymentList{},
+		&DynamoComponentDeployment{}, &DynamoComponentDeploymentList{})
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil
 }
