@@ -390,7 +390,7 @@ func (s *sim) hashesOf(row *Row) []uint64 {
 	if row.Session != "" && s.lastReq[row.Session] == row.RequestID {
 		return s.lastHashes[row.Session] // another role's booking of the same request
 	}
-	n := (row.InputTokens + bs - 1) / bs
+	n := blocksOf(row.InputTokens, bs)
 	out := make([]uint64, 0, n)
 	if row.Session != "" {
 		prev := s.sessions[row.Session]

@@ -2,6 +2,7 @@ package record
 
 import (
 	"fmt"
+	"github.com/kvrouter/kv-hint-operator/internal/preview"
 	"os"
 	"path/filepath"
 	"strings"
@@ -143,5 +144,12 @@ func TestRestartKeepsTheLastRecording(t *testing.T) {
 	}
 	if n := strings.Count(string(b), "\n"); n != 3 {
 		t.Errorf("the last run's recording has %d rows, want 3", n)
+	}
+}
+
+// A row is written only when preview reads a line that long.
+func TestMaxRowBytesIsPreviewsLine(t *testing.T) {
+	if MaxRowBytes != preview.MaxTraceLineBytes {
+		t.Errorf("the recorder writes rows of up to %d bytes; preview reads lines of up to %d", MaxRowBytes, preview.MaxTraceLineBytes)
 	}
 }
