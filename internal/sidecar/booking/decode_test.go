@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/kvrouter/kv-hint-operator/internal/preview"
 	"io"
 	"math/rand/v2"
 	"net/http"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/kvrouter/kv-hint-operator/internal/preview"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/jsonbody"
 	"github.com/kvrouter/kv-hint-operator/pkg/router"
 )

@@ -2,13 +2,13 @@ package record
 
 import (
 	"fmt"
-	"github.com/kvrouter/kv-hint-operator/internal/preview"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/kvrouter/kv-hint-operator/internal/preview"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 	"github.com/kvrouter/kv-hint-operator/pkg/router"
 )
