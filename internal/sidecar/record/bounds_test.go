@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -36,10 +37,16 @@ func TestQueueBoundedInBytes(t *testing.T) {
 		t.Fatal(err)
 	}
 	const n, hashes = 200, 40000
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
 	for i := range n {
 		b, h := longCopy(i, hashes)
 		r.Record(b, h)
 	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	t.Logf("%d bookings queued, %d dropped; heap %d MiB more than before", n-r.Dropped(), r.Dropped(), (int64(after.HeapAlloc)-int64(before.HeapAlloc))>>20)
 	perBooking := int64(8*hashes + 21*hashes)
 	queued := (n - r.Dropped()) * perBooking
 	if queued > DefaultMaxQueueBytes+perBooking {
