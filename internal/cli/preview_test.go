@@ -71,8 +71,11 @@ func TestPreviewExitCodes(t *testing.T) {
 	}
 }
 
-// The recording flags other than --record-trace mean nothing alone, and a
-// sample rate out of (0, 1] is refused before the sidecar starts serving.
+// The recording flags other than --record-trace mean nothing alone, and
+// values out of range are refused, naming the flag, before the sidecar
+// starts serving: a sample rate out of (0, 1], a rotation count that would
+// loop over millions of renames, negative counts and sizes that used to
+// take the defaults silently.
 func TestSidecarRecordFlags(t *testing.T) {
 	dir := t.TempDir()
 	cfg := writeFile(t, dir, "hints.yaml", "worker_selection:\n  aggregated: dynamo-default-cost-fn\n")
@@ -80,9 +83,15 @@ func TestSidecarRecordFlags(t *testing.T) {
 		args []string
 		err  string
 	}{
-		{[]string{"--record-sample-rate", "0.5"}, "need --record-trace PATH"},
-		{[]string{"--record-trace", filepath.Join(dir, "t.jsonl"), "--record-sample-rate", "0"}, "sample rate is 0"},
-		{[]string{"--record-trace", filepath.Join(dir, "t.jsonl"), "--record-sample-rate", "1.5"}, "sample rate is 1.5"},
+		{[]string{"--record-sample-rate", "0.5"}, "--record-sample-rate needs --record-trace PATH"},
+		{[]string{"--record-max-files", "2"}, "--record-max-files needs --record-trace PATH"},
+		{[]string{"--record-trace", filepath.Join(dir, "t.jsonl"), "--record-sample-rate", "0"}, "--record-sample-rate is 0"},
+		{[]string{"--record-trace", filepath.Join(dir, "t.jsonl"), "--record-sample-rate", "1.5"}, "--record-sample-rate is 1.5"},
+		{[]string{"--record-trace", filepath.Join(dir, "t.jsonl"), "--record-max-files", "10000000"}, "--record-max-files is 10000000; it must be from 1 to 100"},
+		{[]string{"--record-trace", filepath.Join(dir, "t.jsonl"), "--record-max-files", "-1"}, "--record-max-files is -1"},
+		{[]string{"--record-trace", filepath.Join(dir, "t.jsonl"), "--record-max-bytes", "-5"}, "--record-max-bytes is -5"},
+		{[]string{"--record-trace", filepath.Join(dir, "t.jsonl"), "--record-max-queued-bytes", "-1"}, "--record-max-queued-bytes is -1"},
+		{[]string{"--record-trace", filepath.Join(dir, "t.jsonl"), "--record-flush-interval", "-1s"}, "--record-flush-interval is -1s"},
 	} {
 		args := append([]string{"sidecar", "--config-file", cfg, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"}, tc.args...)
 		code, _, errOut := runCLI(args...)

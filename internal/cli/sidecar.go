@@ -120,10 +120,11 @@ pod IP only, where probes and scrapers reach them; pprof is on loopback.`,
 			if err := o.PolicyIsolation.Check(); err != nil {
 				return err
 			}
+			if err := checkRecordFlags(cmd, &rec); err != nil {
+				return err
+			}
 			if rec.Path != "" {
 				o.Record = &rec
-			} else if cmd.Flags().Changed("record-sample-rate") || cmd.Flags().Changed("record-max-bytes") || cmd.Flags().Changed("record-max-files") {
-				return errors.New("--record-sample-rate, --record-max-bytes and --record-max-files need --record-trace PATH")
 			}
 			if err := setListenMode(&o, listenMode, cmd.Flags().Changed("listen-mode")); err != nil {
 				return err
@@ -158,7 +159,9 @@ pod IP only, where probes and scrapers reach them; pprof is on loopback.`,
 	f.StringVar(&rec.Path, "record-trace", "", "record sampled bookings to this trace file for kvhint preview (hashes and ids remapped per recording; off when empty)")
 	f.Float64Var(&rec.SampleRate, "record-sample-rate", 0.01, "share of requests recorded, in (0, 1]; all roles of a request together")
 	f.Int64Var(&rec.MaxBytes, "record-max-bytes", record.DefaultMaxBytes, "rotate the trace file at this size")
-	f.IntVar(&rec.MaxFiles, "record-max-files", record.DefaultMaxFiles, "rotated trace files kept (PATH.1 ...)")
+	f.IntVar(&rec.MaxFiles, "record-max-files", record.DefaultMaxFiles, fmt.Sprintf("rotated trace files kept (PATH.1 ...), from 1 to %d; a file an earlier run left at PATH is rotated aside at start", record.MaxMaxFiles))
+	f.Int64Var(&rec.MaxQueueBytes, "record-max-queued-bytes", record.DefaultMaxQueueBytes, "memory of the sampled bookings waiting for the trace writer (part of the sidecar's memory budget); a booking past it is dropped and counted")
+	f.DurationVar(&rec.FlushInterval, "record-flush-interval", record.DefaultFlushInterval, "longest a recorded row waits in memory before it is written (what a kill may lose)")
 	f.StringVar(&o.ConfigFile, "config-file", "", "hints YAML file to run")
 	f.StringVar(&o.ConfigDir, "config-dir", "", "mounted compiled ConfigMap directory holding hints.yaml and roles.yaml")
 	f.Var(routerModeFlag{&o.RouterMode}, "router-mode", "the router's mode for every role of --config-file: "+hintsconfig.RouterModeList()+"; hints run only under kv (default kv)")
@@ -207,6 +210,35 @@ pod IP only, where probes and scrapers reach them; pprof is on loopback.`,
 	f.IntVar(&o.MaxOpsConns, "max-ops-connections", listen.DefaultMaxOpsConns, "open connections the ops listener takes; one more is answered 503 and counted")
 	f.IntVarP(&verbosity, "verbosity", "v", 0, "log verbosity (0 info, 1 debug)")
 	return cmd
+}
+
+// recordFlags are the flags that need --record-trace.
+var recordFlags = []string{"record-sample-rate", "record-max-bytes", "record-max-files", "record-max-queued-bytes", "record-flush-interval"}
+
+// checkRecordFlags refuses recorder flags out of range, naming the flag,
+// and recorder flags without --record-trace.
+func checkRecordFlags(cmd *cobra.Command, rec *record.Options) error {
+	if rec.Path == "" {
+		for _, name := range recordFlags {
+			if cmd.Flags().Changed(name) {
+				return fmt.Errorf("--%s needs --record-trace PATH", name)
+			}
+		}
+		return nil
+	}
+	switch {
+	case !(rec.SampleRate > 0 && rec.SampleRate <= 1):
+		return fmt.Errorf("--record-sample-rate is %g; it must be above 0 and at most 1", rec.SampleRate)
+	case rec.MaxBytes <= 0:
+		return fmt.Errorf("--record-max-bytes is %d; it must be above 0", rec.MaxBytes)
+	case rec.MaxFiles < 1 || rec.MaxFiles > record.MaxMaxFiles:
+		return fmt.Errorf("--record-max-files is %d; it must be from 1 to %d", rec.MaxFiles, record.MaxMaxFiles)
+	case rec.MaxQueueBytes <= 0:
+		return fmt.Errorf("--record-max-queued-bytes is %d; it must be above 0", rec.MaxQueueBytes)
+	case rec.FlushInterval <= 0:
+		return fmt.Errorf("--record-flush-interval is %v; it must be above 0", rec.FlushInterval)
+	}
+	return nil
 }
 
 // setListenMode sets the booking socket's mode from --listen-mode, octal.

@@ -2,6 +2,7 @@ package preview
 
 import (
 	"bytes"
+	"fmt"
 	"testing"
 
 	"github.com/kvrouter/kv-hint-operator/internal/tracesynth"
@@ -50,6 +51,26 @@ func BenchmarkPreview(b *testing.B) {
 	}
 	cat := builtin.NewCatalog()
 	a := DefaultAssumptions()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := Run(cat, Config{Name: "base", Doc: []byte(benchBase)}, Config{Name: "head", Doc: []byte(benchHead)}, bytes.NewReader(tr.Bytes()), a); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkRecordedChoicesManyWorkers replays a recorded trace under
+// --choices recorded whose 10,000 rows each name their own decode worker:
+// the replay's work must grow with the rows, not with rows times workers.
+func BenchmarkRecordedChoicesManyWorkers(b *testing.B) {
+	var tr bytes.Buffer
+	for i := range 10000 {
+		fmt.Fprintf(&tr, `{"timestamp":%d,"request_id":"r%d","role":"decode","worker":"w%d","input_length":1024,"block_size":512,"actions":[]}`+"\n", i, i, i)
+	}
+	cat := builtin.NewCatalog()
+	a := DefaultAssumptions()
+	a.RecordedChoices = true
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {

@@ -390,7 +390,7 @@ func (s *sim) hashesOf(row *Row) []uint64 {
 	if row.Session != "" && s.lastReq[row.Session] == row.RequestID {
 		return s.lastHashes[row.Session] // another role's booking of the same request
 	}
-	n := (row.InputTokens + bs - 1) / bs
+	n := blocksOf(row.InputTokens, bs)
 	out := make([]uint64, 0, n)
 	if row.Session != "" {
 		prev := s.sessions[row.Session]
@@ -420,13 +420,14 @@ func (s *sim) blockSize(row *Row) int {
 func (s *sim) book(ctx context.Context, rs *roleState, row *Row, hashes []uint64) error {
 	now := row.At
 	st := rs.stats
-	for _, w := range rs.workers {
-		w.cache.expire(now)
-	}
 	var w *worker
 	var kvCopy *hints.CommittedCopy
 	if s.a.RecordedChoices {
+		// Only the recorded worker's cache changes: expiry is lazy, and
+		// the others' retentions end when they are next read, in the
+		// same order, so a booking costs the same whatever the workers.
 		w = s.reg[row.Worker]
+		w.cache.expire(now)
 		if c := row.Copy; c != nil {
 			kvCopy = &hints.CommittedCopy{SourceWorker: c.SourceWorker, SourceEndpoint: c.SourceEndpoint, SourceRank: c.SourceRank, BlockHashes: c.BlockHashes}
 			if src := s.reg[c.SourceWorker]; src != nil && c.SourceEndpoint != "" {
@@ -434,6 +435,10 @@ func (s *sim) book(ctx context.Context, rs *roleState, row *Row, hashes []uint64
 			}
 		}
 	} else {
+		// The choice reads every worker's cache.
+		for _, w := range rs.workers {
+			w.cache.expire(now)
+		}
 		var err error
 		if w, kvCopy, err = s.choose(rs, row, hashes); err != nil {
 			return err

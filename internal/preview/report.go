@@ -115,8 +115,9 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	} else {
 		fmt.Fprintf(&b, "**No difference** on this trace (%d rows).\n\n", r.Rows)
 	}
-	fmt.Fprintf(&b, "- base: `%s`\n- head: `%s`\n\n", r.Base, r.Head)
+	fmt.Fprintf(&b, "- base: %s\n- head: %s\n\n", mdCode(r.Base), mdCode(r.Head))
 	for _, rr := range r.Roles {
+		// Role names are the config's, which validation holds to names.
 		fmt.Fprintf(&b, "### Role %s\n\n", rr.Role)
 		fmt.Fprintf(&b, "| | base | head | change |\n|---|---:|---:|---:|\n")
 		for _, m := range metrics(rr) {
@@ -126,7 +127,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		if len(rr.Examples) > 0 {
 			fmt.Fprintf(&b, "\n| request | base actions | head actions |\n|---|---|---|\n")
 			for _, c := range rr.Examples {
-				fmt.Fprintf(&b, "| `%s` | %s | %s |\n", c.RequestID, actionList(c.Base), actionList(c.Head))
+				fmt.Fprintf(&b, "| %s | %s | %s |\n", mdCode(c.RequestID), actionList(c.Base), actionList(c.Head))
 			}
 		}
 		b.WriteString("\n")
@@ -155,6 +156,41 @@ func actionList(a []string) string {
 		return "(none)"
 	}
 	return strings.Join(a, ", ")
+}
+
+// mdCode writes a string the trace or the command line gave as a Markdown
+// code span a table cell holds, so that it renders as itself: no heading,
+// mention, link, HTML (comments included) or new table row. The fence is
+// one backtick longer than the longest run in the string; line breaks and
+// other control characters become spaces, since a span cannot hold them
+// in a table; a pipe is escaped, as GitHub's tables read it even in code.
+func mdCode(s string) string {
+	var b strings.Builder
+	run, longest := 0, 0
+	for _, c := range s {
+		switch {
+		case c == '`':
+			run++
+			longest = max(longest, run)
+			b.WriteRune(c)
+			continue
+		case c < 0x20 || c == 0x7f || c == 0x2028 || c == 0x2029:
+			b.WriteByte(' ')
+		case c == '|':
+			b.WriteString(`\|`)
+		default:
+			b.WriteRune(c)
+		}
+		run = 0
+	}
+	body := b.String()
+	fence := strings.Repeat("`", longest+1)
+	// A span that starts or ends with a backtick needs a space between it
+	// and the fence (which the reader strips).
+	if strings.HasPrefix(body, "`") || strings.HasSuffix(body, "`") || body == "" {
+		body = " " + body + " "
+	}
+	return fence + body + fence
 }
 
 type metric struct{ name, base, head, delta string }

@@ -18,6 +18,28 @@ import (
 // 16 holds 65,536 hash ids, about 1.3 MB in decimal.
 const MaxTraceLineBytes = 4 << 20
 
+// Reading limits of a row. They are the sidecar's booking limits
+// (internal/sidecar/booking), so that a trace the sidecar recorded is
+// always read, and a row preview refuses was never booked:
+//
+//   - MaxInputTokens bounds input_length and a booking's prompt_tokens.
+//   - MaxBlockSize bounds block_size: no block holds more tokens than the
+//     longest prompt, and the sums of the two stay far inside an int.
+//   - MaxBlocksPerRow bounds a row's blocks, ceil(input_length /
+//     block size), what the replay allocates and walks for it: the most
+//     a kv-fetch may name (its max_blocks), twice the block hashes a
+//     committed copy holds in the default 1 MiB booking body, and 16
+//     times a 1M-token prompt at block size 16.
+const (
+	MaxInputTokens  = math.MaxInt32
+	MaxBlockSize    = math.MaxInt32
+	MaxBlocksPerRow = 1 << 20
+)
+
+// blocksOf is how many blocks of blockSize tokens hold tokens tokens,
+// the last one partial; both are within the reading limits.
+func blocksOf(tokens, blockSize int) int { return (tokens + blockSize - 1) / blockSize }
+
 // Row is one request of a trace: Mooncake's fields (with the aliases and
 // session fields Dynamo's replay reads) and, in a trace the sidecar
 // recorded, what the router did with it.
@@ -287,8 +309,8 @@ func parseRow(b []byte, line, blockSize int) (parsedRow, error) {
 		p.Session = s
 	}
 	if j.BlockSize != nil {
-		if *j.BlockSize <= 0 {
-			return fail("block_size is %d; it must be above 0", *j.BlockSize)
+		if *j.BlockSize <= 0 || *j.BlockSize > MaxBlockSize {
+			return fail("block_size is %d; it must be from 1 to %d", *j.BlockSize, MaxBlockSize)
 		}
 		p.BlockSize = *j.BlockSize
 		blockSize = *j.BlockSize
@@ -305,8 +327,18 @@ func parseRow(b []byte, line, blockSize int) (parsedRow, error) {
 		}
 		p.Final, p.explicitFinal = *j.Final, true
 	}
+	if blockSize > MaxBlockSize {
+		return fail("the trace block size is %d; it must be at most %d", blockSize, MaxBlockSize)
+	}
+	if n := blocksOf(p.InputTokens, blockSize); n > MaxBlocksPerRow {
+		return fail("input_length %d at block size %d is %d blocks, over the %d a row may hold (the sidecar's limit on a booking's blocks)",
+			p.InputTokens, blockSize, n, MaxBlocksPerRow)
+	}
+	if c := p.Copy; c != nil && len(c.BlockHashes) > MaxBlocksPerRow {
+		return fail("committed_kv_copy.block_hashes has %d hashes, over the %d a row may hold", len(c.BlockHashes), MaxBlocksPerRow)
+	}
 	if j.HashIDs != nil {
-		want := (p.InputTokens + blockSize - 1) / blockSize
+		want := blocksOf(p.InputTokens, blockSize)
 		if len(j.HashIDs) != want {
 			return fail("hash_ids has %d ids; input_length %d at block size %d needs %d (one per block, the last may be partial; see --trace-block-size)",
 				len(j.HashIDs), p.InputTokens, blockSize, want)
@@ -347,8 +379,8 @@ func oneOf(name string, a *json.Number, alias string, b *json.Number, integer bo
 	}
 	if integer {
 		v, err := strconv.ParseInt(a.String(), 10, 64)
-		if err != nil || v < 0 || v > math.MaxInt32 {
-			return nil, fmt.Errorf("%s is %s; it must be a whole number from 0 to %d", name, a, math.MaxInt32)
+		if err != nil || v < 0 || v > MaxInputTokens {
+			return nil, fmt.Errorf("%s is %s; it must be a whole number from 0 to %d", name, a, MaxInputTokens)
 		}
 		f := float64(v)
 		return &f, nil

@@ -86,7 +86,7 @@ func TestRecordThenPreview(t *testing.T) {
 			answered = append(answered, types)
 		}
 	}
-	if err := s.recorder.Close(); err != nil {
+	if err := s.recorder.Close(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	data, err := os.ReadFile(path)

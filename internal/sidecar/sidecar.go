@@ -577,7 +577,7 @@ func (s *Sidecar) Shutdown(ctx context.Context) error {
 	var errs []error
 	if s.recorder != nil {
 		// The booking listener is closed: nothing records any more.
-		if err := s.recorder.Close(); err != nil {
+		if err := s.recorder.Close(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("closing the recorded trace: %w", err))
 		}
 	}

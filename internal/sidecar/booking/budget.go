@@ -15,9 +15,10 @@ import (
 
 // DefaultMaxBookingMemory bounds the memory of the bookings in flight
 // together: five bookings of a 1 MiB body (about 49,000 block hashes) at
-// once, more than two cores work on. With the 64 MiB of queued hints and
-// the sidecar's own 50 MiB it keeps the live heap near 150 MiB, under the
-// Go memory limit config/router gives (0.7 of 256 MiB).
+// once, more than two cores work on. With the 64 MiB of queued hints, the
+// recorder's 16 MiB queue when it records (--record-max-queued-bytes) and
+// the sidecar's own 50 MiB it keeps the live heap near 165 MiB, under the
+// Go memory limit config/router gives (0.7 of 256 MiB, 179 MiB).
 const DefaultMaxBookingMemory = 32 << 20
 
 // MaxBookingMemoryFlag is the flag that sets the budget, named in the 503.

@@ -74,6 +74,18 @@ func (d *decoded) booking() (*router.Booking, error) {
 		// least one token.
 		return nil, fmt.Errorf("%w: block_size is 0; a KV block holds at least 1 token", router.ErrInvalidBooking)
 	}
+	if d.PromptTokens > MaxPromptTokens {
+		return nil, fmt.Errorf("%w: prompt_tokens is %d; it must be at most %d", router.ErrInvalidBooking, d.PromptTokens, MaxPromptTokens)
+	}
+	if d.BlockSize > MaxBlockSize {
+		return nil, fmt.Errorf("%w: block_size is %d; it must be at most %d", router.ErrInvalidBooking, d.BlockSize, MaxBlockSize)
+	}
+	if d.BlockSize > 0 && d.PromptTokens > 0 {
+		if n := (d.PromptTokens + d.BlockSize - 1) / d.BlockSize; n > MaxBookingBlocks {
+			return nil, fmt.Errorf("%w: prompt_tokens %d at block_size %d is %d blocks, over the %d a booking may hold",
+				router.ErrInvalidBooking, d.PromptTokens, d.BlockSize, n, MaxBookingBlocks)
+		}
+	}
 	if d.has&hasSession != 0 && d.Session.ID == "" {
 		return nil, fmt.Errorf("%w: session.id is required when session is given", router.ErrInvalidBooking)
 	}
@@ -82,6 +94,21 @@ func (d *decoded) booking() (*router.Booking, error) {
 	}
 	return &d.Booking, nil
 }
+
+// Limits of a booking's numbers. They are kvhint preview's reading limits
+// (internal/preview), so that every booking recorded is read back, and
+// they keep the block arithmetic of every reader far inside an int.
+const (
+	// MaxPromptTokens bounds prompt_tokens (2^31-1).
+	MaxPromptTokens = math.MaxInt32
+	// MaxBlockSize bounds block_size: no block holds more than the
+	// longest prompt.
+	MaxBlockSize = math.MaxInt32
+	// MaxBookingBlocks bounds a booking's blocks, ceil(prompt_tokens /
+	// block_size): the most a kv-fetch may name, twice the block hashes
+	// a committed copy holds in the default 1 MiB booking body.
+	MaxBookingBlocks = 1 << 20
+)
 
 // bookingJSON is the JSON schema of POST /v1/bookings as encoding/json
 // reads it, for the bodies the fast decoder leaves to it. Counts and the

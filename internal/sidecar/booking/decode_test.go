@@ -17,6 +17,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/kvrouter/kv-hint-operator/internal/preview"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/jsonbody"
 	"github.com/kvrouter/kv-hint-operator/pkg/router"
 )
@@ -416,6 +417,15 @@ func BenchmarkDecodeLong(b *testing.B) {
 	}
 }
 
+// The booking limits are preview's reading limits: what the sidecar
+// records, preview reads.
+func TestBookingLimitsArePreviewReadingLimits(t *testing.T) {
+	if MaxPromptTokens != preview.MaxInputTokens || MaxBlockSize != preview.MaxBlockSize || MaxBookingBlocks != preview.MaxBlocksPerRow {
+		t.Errorf("booking limits %d tokens, block size %d, %d blocks; preview reads %d, %d, %d",
+			MaxPromptTokens, MaxBlockSize, MaxBookingBlocks, preview.MaxInputTokens, preview.MaxBlockSize, preview.MaxBlocksPerRow)
+	}
+}
+
 // TestBookingFieldRules: a zero block_size is refused as a missing one
 // is, and a session's turn 0 as the dispatcher refuses it in process.
 // Before, block_size 0 was accepted while a missing one was refused.
@@ -426,6 +436,11 @@ func TestBookingFieldRules(t *testing.T) {
 		{`{"request_id":"r","role":"decode","worker":"w","prompt_tokens":1}`, "missing required field(s): block_size"},
 		{`{"request_id":"r","role":"decode","worker":"w","prompt_tokens":1,"block_size":0}`, "block_size is 0; a KV block holds at least 1 token"},
 		{`{"request_id":"r","role":"decode","worker":"w","prompt_tokens":1,"block_size":16,"committed_kv_copy":{"block_hashes":[]}}`, "block_hashes is empty"},
+		// What the recorder would write and kvhint preview refuse (or
+		// panic on) is refused here: the two share their limits.
+		{`{"request_id":"r","role":"decode","worker":"w","prompt_tokens":3000000000,"block_size":16}`, "prompt_tokens is 3000000000; it must be at most 2147483647"},
+		{`{"request_id":"r","role":"decode","worker":"w","prompt_tokens":10,"block_size":9223372036854775807}`, "block_size is 9223372036854775807; it must be at most 2147483647"},
+		{`{"request_id":"r","role":"decode","worker":"w","prompt_tokens":2147483647,"block_size":1}`, "2147483647 blocks, over the 1048576"},
 	} {
 		// Both decoders: the fast one, and encoding/json's that it falls
 		// back to.

@@ -39,7 +39,7 @@ func TestFullQueueDropsAndCounts(t *testing.T) {
 		t.Errorf("dropped %d, want 6", r.Dropped())
 	}
 	go r.run()
-	if err := r.Close(); err != nil {
+	if err := r.Close(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	if got := lines(t, path); len(got) != 4 {
@@ -58,7 +58,7 @@ func TestRotation(t *testing.T) {
 	for i := range 40 {
 		r.Record(booking(i, "decode"), router.Hint{})
 	}
-	if err := r.Close(); err != nil {
+	if err := r.Close(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range []string{path, path + ".1", path + ".2"} {
@@ -75,8 +75,8 @@ func TestRotation(t *testing.T) {
 	}
 }
 
-// Sampling is by request: both roles of a request are recorded or
-// neither, and the share is near the rate.
+// Outside a session sampling is by request: both roles of a request are
+// recorded or neither, and the share is near the rate.
 func TestSampleByRequest(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "t.jsonl")
 	r, err := New(Options{Path: path, SampleRate: 0.3, Queue: 4096})
@@ -85,10 +85,13 @@ func TestSampleByRequest(t *testing.T) {
 	}
 	const n = 1000
 	for i := range n {
-		r.Record(booking(i, "prefill"), router.Hint{})
-		r.Record(booking(i, "decode"), router.Hint{})
+		for _, role := range []string{"prefill", "decode"} {
+			b := booking(i, role)
+			b.Session = hints.Session{}
+			r.Record(b, router.Hint{})
+		}
 	}
-	if err := r.Close(); err != nil {
+	if err := r.Close(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	got := lines(t, path)
