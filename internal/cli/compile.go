@@ -65,7 +65,7 @@ declared catalog (see kvhint validate --help).`,
 			if err != nil {
 				return err
 			}
-			return compileFiles(cat, files, router, mode, form, routersForm, cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
+			return compileFiles(cat, files, router, mode, readAs(tgt, form, catalogFile != ""), routersForm, cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	cmd.Flags().StringArrayVarP(&files, "filename", "f", nil, "hints YAML or manifest file to compile (repeatable; - for stdin)")
@@ -77,7 +77,7 @@ declared catalog (see kvhint validate --help).`,
 	return cmd
 }
 
-func compileFiles(cat *hints.Catalog, files []string, router string, mode hintsconfig.RouterMode, form, routersForm hintsconfig.Form, stdin io.Reader, stdout, stderr io.Writer) error {
+func compileFiles(cat *hints.Catalog, files []string, router string, mode hintsconfig.RouterMode, form fileRead, routersForm hintsconfig.Form, stdin io.Reader, stdout, stderr io.Writer) error {
 	configs, err := loadCompiled(cat, files, router, mode, form, routersForm, stdin, stderr)
 	if err != nil {
 		return err
@@ -123,7 +123,7 @@ type compiledConfig struct {
 // stderr; an input that breaks a rule returns ExitInvalid, an unreadable
 // one or a bad --router ExitUsage. With router set, only that router's
 // config is returned (and hints YAML files are ignored).
-func loadCompiled(cat *hints.Catalog, files []string, router string, mode hintsconfig.RouterMode, form, routersForm hintsconfig.Form, stdin io.Reader, stderr io.Writer) ([]compiledConfig, error) {
+func loadCompiled(cat *hints.Catalog, files []string, router string, mode hintsconfig.RouterMode, form fileRead, routersForm hintsconfig.Form, stdin io.Reader, stderr io.Writer) ([]compiledConfig, error) {
 	files, err := expandInputs(files)
 	if err != nil {
 		fmt.Fprintln(stderr, err)

@@ -179,7 +179,7 @@ func runPreview(cat *hints.Catalog, f *previewFlags, stdin io.Reader, stdout, st
 // previewConfig loads one side the way compile -f does, and requires it
 // to come to exactly one config with a policy file.
 func previewConfig(cat *hints.Catalog, form hintsconfig.Form, flag, path string, f *previewFlags, stdin io.Reader, stderr io.Writer) (preview.Config, error) {
-	configs, err := loadCompiled(cat, []string{path}, f.router, f.mode, form, "", stdin, stderr)
+	configs, err := loadCompiled(cat, []string{path}, f.router, f.mode, fileRead{form: form}, "", stdin, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "kvhint preview: %s %s does not compile (see above)\n", flag, path)
 		return preview.Config{}, err

@@ -71,3 +71,18 @@ func targetForms(t target, flag, declared hintsconfig.Form) (file, manifests hin
 	}
 	return cmp.Or(flag, declared, hintsconfig.FormRouterWideHint), hintsconfig.FormRouterWideHint, nil
 }
+
+// fileRead is how a hints YAML file given on its own is read: in form
+// (empty: the file's own), by target, against a declared catalog or a
+// stock build.
+type fileRead struct {
+	form     hintsconfig.Form
+	target   target
+	declared bool
+}
+
+// readAs is the fileRead of --target t, the form targetForms chose for a
+// file, and whether --catalog declared the build's catalog.
+func readAs(t target, form hintsconfig.Form, declared bool) fileRead {
+	return fileRead{form: form, target: t, declared: declared}
+}

@@ -70,6 +70,12 @@ func TestTargetFlags(t *testing.T) {
 	}
 	write(perRole, "worker_selection:\n  decode:\n    type: dynamo-default-cost-fn\n    hints: []\n")
 	write(released, "worker_selection:\n  decode: default\n")
+	// Dynamo's parse rules, which the sidecar target does not apply: an
+	// integer key refuses 1.0, and a stock build links no kv_hint_policy.
+	floatSeed := filepath.Join(dir, "float-seed.yaml")
+	write(floatSeed, "worker_selection:\n  decode: d\n  instances:\n  - {name: d, type: dynamo-default-cost-fn, parameters: {seed: 1.0}}\n")
+	hinted := filepath.Join(dir, "hinted.yaml")
+	write(hinted, "worker_selection:\n  decode: default\nkv_hint_policy: {type: kv-retain}\n")
 	for _, tc := range []struct {
 		name           string
 		args           []string
@@ -83,6 +89,9 @@ func TestTargetFlags(t *testing.T) {
 			"--target dynamo with --policy-file-form PerRoleHints: a released Dynamo Frontend reads only the RouterWideHint form"},
 		{"dynamo with the released form knob agrees", []string{"validate", "--target", "dynamo", "--policy-file-form", "RouterWideHint", "-f", released}, ExitOK, "1 file(s) valid", ""},
 		{"sidecar with either knob", []string{"validate", "--target", "sidecar", "--policy-file-form", "RouterWideHint", "-f", released}, ExitOK, "1 file(s) valid", ""},
+		{"dynamo applies serde's integer rule", []string{"validate", "--target", "dynamo", "-f", floatSeed}, ExitInvalid, "invalid type: floating point `1`, expected u64", ""},
+		{"the sidecar target keeps its own reading", []string{"validate", "--target", "sidecar", "-f", floatSeed}, ExitOK, "1 file(s) valid", ""},
+		{"dynamo refuses a hint policy a stock build does not link", []string{"validate", "--target", "dynamo", "-f", hinted}, ExitInvalid, "not linked into a stock Dynamo build", ""},
 		{"an unknown target", []string{"compile", "--target", "frontend", "-f", released}, ExitUsage, "", `"frontend" is not a target; use sidecar or dynamo`},
 		{"dynamo over manifests of a sidecar router", []string{"compile", "--target", "dynamo", "-f", samples + "/non-kv.yaml"}, ExitOK, "aggregated: default", ""},
 		{"a sidecar router's own target", []string{"compile", "-f", samples + "/non-kv.yaml"}, ExitOK, "type: dynamo-round-robin", ""},

@@ -98,7 +98,7 @@ rule, 2 on a usage or read error. "-" reads standard input.`,
 			if err != nil {
 				return err
 			}
-			return validateFiles(cat, files, output, mode, form, routersForm, cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
+			return validateFiles(cat, files, output, mode, readAs(tgt, form, catalogFile != ""), routersForm, cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	cmd.Flags().StringArrayVarP(&files, "filename", "f", nil, "hints YAML or manifest file to check (repeatable; - for stdin)")
@@ -121,7 +121,7 @@ const (
 	reasonReadError = "ReadError"
 )
 
-func validateFiles(cat *hints.Catalog, files []string, output string, mode hintsconfig.RouterMode, form, routersForm hintsconfig.Form, stdin io.Reader, stdout, stderr io.Writer) error {
+func validateFiles(cat *hints.Catalog, files []string, output string, mode hintsconfig.RouterMode, form fileRead, routersForm hintsconfig.Form, stdin io.Reader, stdout, stderr io.Writer) error {
 	files, err := expandInputs(files)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
@@ -188,10 +188,20 @@ func validateFiles(cat *hints.Catalog, files []string, output string, mode hints
 	return nil
 }
 
-// compileHintsYAML parses one hints YAML document in a policy-file form
-// (empty: the file's own) and compiles it.
-func compileHintsYAML(cat *hints.Catalog, data []byte, mode hintsconfig.RouterMode, form hintsconfig.Form) (*hintsconfig.Graph, hintsconfig.Problems) {
-	cfg, err := hintsconfig.ParseConfigForm(data, form)
+// compileHintsYAML parses one hints YAML document as read says (its
+// policy-file form, empty: the file's own; for a Dynamo Frontend, Dynamo's
+// parse and start-up rules) and compiles it.
+func compileHintsYAML(cat *hints.Catalog, data []byte, mode hintsconfig.RouterMode, read fileRead) (*hintsconfig.Graph, hintsconfig.Problems) {
+	var cfg *hintsconfig.Config
+	var err error
+	if read.target == targetDynamo && read.form == hintsconfig.FormRouterWideHint {
+		cfg, err = hintsconfig.ParseConfigFor(data, hintsconfig.TargetDynamo)
+		if cfg != nil {
+			cfg.DeclaredCatalog = read.declared
+		}
+	} else {
+		cfg, err = hintsconfig.ParseConfigForm(data, read.form)
+	}
 	if err != nil {
 		if probs, ok := err.(hintsconfig.Problems); ok {
 			return nil, probs
