@@ -62,6 +62,7 @@ func (s *paramSchema) check(ctx context.Context, raw hints.Params) (map[string]a
 		return nil, first
 	}
 
+	unsetNulls(obj, s.structural)
 	defaulting.Default(obj, s.structural)
 	var bounds []*hints.ParamError
 	for _, e := range validation.ValidateCustomResource(root, obj, s.validator) {
@@ -136,6 +137,28 @@ func numbers(v any, key string, wide map[string]string) any {
 		return f
 	}
 	return v
+}
+
+// unsetNulls removes the keys whose value is null where the schema says
+// nullable: null there means "not set" (a Rust Option, as DecodeParams
+// reads a field tagged params:"option"), so the default applies and the
+// effective parameters do not name the key.
+func unsetNulls(v any, s *schema.Structural) {
+	m, ok := v.(map[string]any)
+	if !ok || s == nil {
+		return
+	}
+	for k, e := range m {
+		sub := propertySchema(s, k)
+		if sub == nil {
+			continue
+		}
+		if e == nil && sub.Nullable {
+			delete(m, k)
+			continue
+		}
+		unsetNulls(e, sub)
+	}
 }
 
 // nulls refuses null values where the schema does not say nullable, as
@@ -240,7 +263,40 @@ func typeProblem(s *schema.Structural, obj map[string]any, wide map[string]strin
 		}
 		v = json.Number(text)
 	}
+	if msg, ok := floatForInteger(node, v); ok {
+		return &hints.ParamError{Key: key, Message: msg}
+	}
 	return &hints.ParamError{Key: key, Message: fmt.Sprintf("%s is not %s", shorten(v), describe(node))}
+}
+
+// floatForInteger words a number with a fraction given for an integer in
+// serde's words, as DecodeParams does (Dynamo's parameter structs are
+// Rust integers): u64 for a declaration's unsigned integer, else i64.
+func floatForInteger(s *schema.Structural, v any) (string, bool) {
+	if s.Type != "integer" {
+		return "", false
+	}
+	var f float64
+	switch n := v.(type) {
+	case float64:
+		f = n
+	case json.Number:
+		x, err := n.Float64()
+		if err != nil {
+			return "", false
+		}
+		f = x
+	default:
+		return "", false
+	}
+	if f == math.Trunc(f) {
+		return "", false
+	}
+	rust := "i64"
+	if unsigned(s) {
+		rust = "u64"
+	}
+	return fmt.Sprintf("invalid type: floating point `%s`, expected %s", strconv.FormatFloat(f, 'f', -1, 64), rust), true
 }
 
 // wideMessage words an integer written wider than an int64, as written,

@@ -77,7 +77,6 @@ type Receiver struct {
 	NativeStrict  bool               `json:"native_strict"`
 	NativeSource  string             `json:"native_source"`
 	Results       []string           `json:"results"`
-	nativePayload map[string]Payload
 }
 
 // Verdict is what a receiver makes of one hint message.

@@ -43,7 +43,9 @@ func installInjection(t *testing.T) {
 		t.Fatal(err)
 	}
 	kubectl(t, "apply", "--server-side", "-k", filepath.Join("..", "..", "config", "admission"))
-	kubectl(t, "apply", "--server-side", "-k", filepath.Join("..", "..", "config", "injection"))
+	// A second test installs it again over the image the first patched
+	// in: the install takes the field back, as an upgrade would.
+	kubectl(t, "apply", "--server-side", "--force-conflicts", "-k", filepath.Join("..", "..", "config", "injection"))
 	kubectl(t, "-n", "kvhint-system", "patch", "configmap", "kvhint-sidecar-injection", "--type=merge",
 		"-p", `{"data":{"image":"`+sidecarImage+`"}}`)
 
