@@ -66,17 +66,17 @@ type Payload struct {
 
 // Receiver is one engine's rules.
 type Receiver struct {
-	Name          string             `json:"name"`
-	Description   string             `json:"description"`
-	Source        string             `json:"source"`
-	Envelope      Envelope           `json:"envelope"`
-	ActionFields  []Field            `json:"action_fields"`
-	Select        *Select            `json:"select"`
-	Payloads      map[string]Payload `json:"payloads"`
-	NativePrefix  string             `json:"native_prefix"`
-	NativeStrict  bool               `json:"native_strict"`
-	NativeSource  string             `json:"native_source"`
-	Results       []string           `json:"results"`
+	Name         string             `json:"name"`
+	Description  string             `json:"description"`
+	Source       string             `json:"source"`
+	Envelope     Envelope           `json:"envelope"`
+	ActionFields []Field            `json:"action_fields"`
+	Select       *Select            `json:"select"`
+	Payloads     map[string]Payload `json:"payloads"`
+	NativePrefix string             `json:"native_prefix"`
+	NativeStrict bool               `json:"native_strict"`
+	NativeSource string             `json:"native_source"`
+	Results      []string           `json:"results"`
 }
 
 // Verdict is what a receiver makes of one hint message.
