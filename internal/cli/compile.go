@@ -20,7 +20,7 @@ func newCompileCommand(cat *hints.Catalog) *cobra.Command {
 	var catalogFile string
 	var budget *declared.Budget
 	var form hintsconfig.Form
-	var tgt target
+	var tgt hintsconfig.Target
 	cmd := &cobra.Command{
 		Use:   "compile -f FILE...",
 		Short: "Print the compiled hints YAML: defaults expanded, parameters effective",
@@ -65,7 +65,7 @@ declared catalog (see kvhint validate --help).`,
 			if err != nil {
 				return err
 			}
-			return compileFiles(cat, files, router, mode, readAs(tgt, form, catalogFile != ""), routersForm, cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
+			return compileFiles(cat, files, router, mode, fileRead{form: form, target: tgt, declared: catalogFile != ""}, routersForm, cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	cmd.Flags().StringArrayVarP(&files, "filename", "f", nil, "hints YAML or manifest file to compile (repeatable; - for stdin)")

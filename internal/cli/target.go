@@ -7,27 +7,15 @@ import (
 	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
 )
 
-// target is --target: the program that reads the policy file, whose
-// rules decide what is written and what is refused.
-type target string
-
-const (
-	// targetSidecar is the kvhint sidecar (and Go routers that link
-	// pkg/router): it reads either form, the per-role one by default.
-	targetSidecar target = "sidecar"
-	// targetDynamo is a released Dynamo Frontend, which reads the file at
-	// start-up in hintsconfig.FormRouterWideHint; a build that reads
-	// per-role hints says so in its declared catalog.
-	targetDynamo target = "dynamo"
-)
-
 // targetFlagHelp is the help of --target.
 const targetFlagHelp = "the program that reads the policy file: sidecar (the kvhint sidecar; reads both forms, per-role by default) or dynamo " +
 	"(a released Dynamo Frontend: the RouterWideHint form, unless the --catalog declaration says its build reads PerRoleHints). " +
 	"Default: sidecar for a hints YAML file; for manifests, each router's own target (a restart-mode workload is a Dynamo Frontend)"
 
-// targetFlag is --target; an unknown target is a usage error.
-type targetFlag struct{ t *target }
+// targetFlag is --target: the program that reads the policy file, whose
+// rules decide what is written and what is refused. An unknown target is
+// a usage error.
+type targetFlag struct{ t *hintsconfig.Target }
 
 func (f targetFlag) String() string {
 	if f.t == nil {
@@ -37,12 +25,12 @@ func (f targetFlag) String() string {
 }
 
 func (f targetFlag) Set(s string) error {
-	switch t := target(s); t {
-	case targetSidecar, targetDynamo:
-		*f.t = t
-		return nil
+	t, err := hintsconfig.ParseTarget(s)
+	if err != nil {
+		return err
 	}
-	return fmt.Errorf("%q is not a target; use %s or %s", s, targetSidecar, targetDynamo)
+	*f.t = t
+	return nil
 }
 
 func (targetFlag) Type() string { return "target" }
@@ -59,15 +47,15 @@ func (targetFlag) Type() string { return "target" }
 // written only for a build whose declared catalog says it reads it, so
 // --policy-file-form PerRoleHints without such a declaration is refused
 // rather than writing a file a released Frontend refuses to start with.
-func targetForms(t target, flag, declared hintsconfig.Form) (file, manifests hintsconfig.Form, err error) {
-	if t != targetDynamo {
+func targetForms(t hintsconfig.Target, flag, declared hintsconfig.Form) (file, manifests hintsconfig.Form, err error) {
+	if t != hintsconfig.TargetDynamo {
 		return cmp.Or(flag, declared), "", nil
 	}
 	if flag == hintsconfig.FormPerRoleHints && declared != hintsconfig.FormPerRoleHints {
 		return "", "", fmt.Errorf("--target %s with --policy-file-form %s: a released Dynamo Frontend reads only the %s form "+
 			"(worker_selection.<role> is \"invalid type: map, expected a string\" to it); a Dynamo build that reads per-role hints "+
 			"says so in its declared catalog (--catalog FILE with policyFileForm: %s), or use --target %s",
-			targetDynamo, hintsconfig.FormPerRoleHints, hintsconfig.FormRouterWideHint, hintsconfig.FormPerRoleHints, targetSidecar)
+			hintsconfig.TargetDynamo, hintsconfig.FormPerRoleHints, hintsconfig.FormRouterWideHint, hintsconfig.FormPerRoleHints, hintsconfig.TargetSidecar)
 	}
 	return cmp.Or(flag, declared, hintsconfig.FormRouterWideHint), hintsconfig.FormRouterWideHint, nil
 }
@@ -77,12 +65,6 @@ func targetForms(t target, flag, declared hintsconfig.Form) (file, manifests hin
 // stock build.
 type fileRead struct {
 	form     hintsconfig.Form
-	target   target
+	target   hintsconfig.Target
 	declared bool
-}
-
-// readAs is the fileRead of --target t, the form targetForms chose for a
-// file, and whether --catalog declared the build's catalog.
-func readAs(t target, form hintsconfig.Form, declared bool) fileRead {
-	return fileRead{form: form, target: t, declared: declared}
 }

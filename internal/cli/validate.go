@@ -21,7 +21,7 @@ func newValidateCommand(cat *hints.Catalog) *cobra.Command {
 	var catalogFile string
 	var budget *declared.Budget
 	var form hintsconfig.Form
-	var tgt target
+	var tgt hintsconfig.Target
 	cmd := &cobra.Command{
 		Use:   "validate -f FILE...",
 		Short: "Check hints YAML files or RouterRole/HintPolicy manifests with the router's start-up rules",
@@ -98,7 +98,7 @@ rule, 2 on a usage or read error. "-" reads standard input.`,
 			if err != nil {
 				return err
 			}
-			return validateFiles(cat, files, output, mode, readAs(tgt, form, catalogFile != ""), routersForm, cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
+			return validateFiles(cat, files, output, mode, fileRead{form: form, target: tgt, declared: catalogFile != ""}, routersForm, cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	cmd.Flags().StringArrayVarP(&files, "filename", "f", nil, "hints YAML or manifest file to check (repeatable; - for stdin)")
@@ -194,7 +194,7 @@ func validateFiles(cat *hints.Catalog, files []string, output string, mode hints
 func compileHintsYAML(cat *hints.Catalog, data []byte, mode hintsconfig.RouterMode, read fileRead) (*hintsconfig.Graph, hintsconfig.Problems) {
 	var cfg *hintsconfig.Config
 	var err error
-	if read.target == targetDynamo && read.form == hintsconfig.FormRouterWideHint {
+	if read.target == hintsconfig.TargetDynamo && read.form == hintsconfig.FormRouterWideHint {
 		cfg, err = hintsconfig.ParseConfigFor(data, hintsconfig.TargetDynamo)
 		if cfg != nil {
 			cfg.DeclaredCatalog = read.declared
