@@ -111,13 +111,12 @@ var instanceRe = regexp.MustCompile(`^worker_selection\.instances(?:\[(\d+)\])?`
 // lineRe finds the line in a YAML parser's error.
 var lineRe = regexp.MustCompile(`line (\d+)`)
 
-// readSource reads the text with a position-keeping parser. It returns the
-// text for the YAML 1.1 read (with non-finite numbers replaced), what it
-// learned, and the problems that stop the parse: more than one document,
-// mapping keys that YAML 1.1 would turn into something other than the
-// string written.
-func readSource(data []byte) ([]byte, *source, Problems) {
-	src := &source{lines: map[string]int{}}
+// document decodes the one non-empty YAML document of data with the
+// position-keeping parser; nil when there is none. A syntax error is a
+// problem at its line, its error first passed through better (which may
+// word it better); a second document is a problem at its first line,
+// which why explains.
+func document(data []byte, better func(error) error, why string) (*yamlv3.Node, *Problem) {
 	dec := yamlv3.NewDecoder(bytes.NewReader(data))
 	var docs []*yamlv3.Node
 	for {
@@ -127,33 +126,55 @@ func readSource(data []byte) ([]byte, *source, Problems) {
 			break
 		}
 		if err != nil {
-			// The YAML 1.1 reader places flow errors better (the line the
-			// flow starts on); it is the one that decides anyway.
-			if _, err11 := yaml.YAMLToJSONStrict(data); err11 != nil {
-				err = err11
+			if better != nil {
+				err = better(err)
 			}
 			p := configProblem("", "not valid YAML: "+err.Error())
 			if m := lineRe.FindStringSubmatch(err.Error()); m != nil {
 				p.Line, _ = strconv.Atoi(m[1])
 			}
-			return nil, nil, Problems{p}
+			return nil, &p
 		}
 		if !emptyDocument(&doc) {
 			docs = append(docs, &doc)
 		}
 	}
-	if len(docs) > 1 {
-		p := configProblem("", fmt.Sprintf("the file holds %d YAML documents; a hints YAML is one document, the config of one router (a second one would be ignored by the router)", len(docs)))
-		p.Line = docs[1].Line
-		if len(docs[1].Content) > 0 {
-			p.Line = docs[1].Content[0].Line
-		}
-		return nil, nil, Problems{p}
+	switch len(docs) {
+	case 0:
+		return nil, nil
+	case 1:
+		return docs[0], nil
 	}
-	if len(docs) == 0 {
+	p := configProblem("", fmt.Sprintf("the file holds %d YAML documents; %s", len(docs), why))
+	p.Line = docs[1].Line
+	if len(docs[1].Content) > 0 {
+		p.Line = docs[1].Content[0].Line
+	}
+	return nil, &p
+}
+
+// readSource reads the text with a position-keeping parser. It returns the
+// text for the YAML 1.1 read (with non-finite numbers replaced), what it
+// learned, and the problems that stop the parse: more than one document,
+// mapping keys that YAML 1.1 would turn into something other than the
+// string written.
+func readSource(data []byte) ([]byte, *source, Problems) {
+	src := &source{lines: map[string]int{}}
+	// The YAML 1.1 reader places flow errors better (the line the flow
+	// starts on); it is the one that decides anyway.
+	better := func(err error) error {
+		if _, err11 := yaml.YAMLToJSONStrict(data); err11 != nil {
+			return err11
+		}
+		return err
+	}
+	doc, p := document(data, better, "a hints YAML is one document, the config of one router (a second one would be ignored by the router)")
+	if p != nil {
+		return nil, nil, Problems{*p}
+	}
+	if doc == nil {
 		return data, src, nil
 	}
-
 	var probs Problems
 	var edits []edit
 	edited := map[*yamlv3.Node]bool{}
@@ -240,7 +261,7 @@ func readSource(data []byte) ([]byte, *source, Problems) {
 				Message: fmt.Sprintf("%s: %s is not a finite number", strings.Join(path, "."), n.Value)})
 		}
 	}
-	walk(docs[0], nil)
+	walk(doc, nil)
 	if len(probs) > 0 {
 		return nil, nil, probs
 	}

@@ -3,9 +3,7 @@ package hintsconfig
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"math"
 	"math/big"
 	"strconv"
@@ -26,39 +24,16 @@ import (
 // float Dynamo checks must not be.
 func readYAML12(data []byte) ([]byte, *source, Problems) {
 	src := &source{lines: map[string]int{}}
-	dec := yamlv3.NewDecoder(bytes.NewReader(data))
-	var docs []*yamlv3.Node
-	for {
-		var doc yamlv3.Node
-		err := dec.Decode(&doc)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			p := configProblem("", "not valid YAML: "+err.Error())
-			if m := lineRe.FindStringSubmatch(err.Error()); m != nil {
-				p.Line, _ = strconv.Atoi(m[1])
-			}
-			return nil, nil, Problems{p}
-		}
-		if !emptyDocument(&doc) {
-			docs = append(docs, &doc)
-		}
+	doc, p := document(data, nil, "Dynamo reads one (deserializing from YAML containing more than one document is not supported)")
+	if p != nil {
+		return nil, nil, Problems{*p}
 	}
-	switch {
-	case len(docs) > 1:
-		p := configProblem("", fmt.Sprintf("the file holds %d YAML documents; Dynamo reads one (deserializing from YAML containing more than one document is not supported)", len(docs)))
-		p.Line = docs[1].Line
-		if len(docs[1].Content) > 0 {
-			p.Line = docs[1].Content[0].Line
-		}
-		return nil, nil, Problems{p}
-	case len(docs) == 0:
+	if doc == nil {
 		return []byte("null"), src, nil
 	}
 	r := yaml12Reader{src: src}
 	var b bytes.Buffer
-	r.write(&b, docs[0].Content[0], nil)
+	r.write(&b, doc.Content[0], nil)
 	if len(r.probs) > 0 {
 		return nil, nil, r.probs
 	}
