@@ -132,6 +132,7 @@ func loadCompiled(cat *hints.Catalog, files []string, router string, mode hintsc
 	var out []compiledConfig
 	manifests := newManifestSet()
 	manifests.form = routersForm
+	manifests.target, manifests.declared = form.target, form.declared
 	for _, name := range files {
 		data, err := readInput(name, stdin)
 		if err != nil {

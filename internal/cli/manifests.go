@@ -45,6 +45,13 @@ type manifestSet struct {
 	// states none (--target dynamo: hintsconfig.FormRouterWideHint);
 	// empty, each router's target decides (rolegraph.RouterForm).
 	form hintsconfig.Form
+	// target is the target every router is checked for (--target): empty,
+	// each router's own (rolegraph.Input.Target).
+	target hintsconfig.Target
+	// declared says the catalog the manifests are compiled against, for
+	// routers whose manifests declare none, is itself a declared one
+	// (--catalog): their builds link what it lists.
+	declared bool
 }
 
 func newManifestSet() *manifestSet {
@@ -121,10 +128,13 @@ type part struct {
 func (s *manifestSet) parts(ns string, in *rolegraph.Input, cat *hints.Catalog) []part {
 	rest := part{cat: cat, in: *in}
 	rest.in.RouterRoles = nil
-	if s.form != "" {
+	rest.in.Target = s.target
+	if s.form != "" || s.declared {
 		rest.in.PolicyFileForms = map[string]hintsconfig.Form{}
+		rest.in.DeclaredCatalogs = map[string]bool{}
 		for _, rr := range in.RouterRoles {
 			rest.in.PolicyFileForms[rr.Spec.Router] = s.form
+			rest.in.DeclaredCatalogs[rr.Spec.Router] = s.declared
 		}
 	}
 	own := map[string]int{}
@@ -142,6 +152,7 @@ func (s *manifestSet) parts(ns string, in *rolegraph.Input, cat *hints.Catalog) 
 		p := part{cat: c, in: *in}
 		p.in.RouterRoles = nil
 		p.in.PolicyFileForms = map[string]hintsconfig.Form{router: cmp.Or(form, s.form)}
+		p.in.DeclaredCatalogs = map[string]bool{router: true}
 		own[router] = len(parts)
 		parts = append(parts, p)
 	}

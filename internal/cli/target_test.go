@@ -11,48 +11,79 @@ import (
 
 // TestCompileTargetDynamoSamples: compiled for a Dynamo Frontend, every
 // manifest of config/samples either gives files a released Frontend reads
-// (the independent model of its parser, dynamopolicy.CheckReleased) or is
-// refused whole with PolicyFormCannotCarry, never with a file dropped.
+// (the independent model of its parser, dynamopolicy.CheckReleased, and
+// the Frontend's start-up checks for the build: stock, or the one a
+// declared catalog describes) or is refused whole, with
+// PolicyFormCannotCarry or, on a stock build, for a type the build does
+// not link; never with a file dropped. Against the built-in catalog
+// declared (--catalog), a build that links kvhint's types, only the form
+// can refuse.
 func TestCompileTargetDynamoSamples(t *testing.T) {
 	inputs, err := filepath.Glob(samples + "/*.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
 	inputs = append(inputs, samples+"/dynamo-router", samples+"/dynamo-graph")
-	written := 0
-	for _, in := range inputs {
-		if filepath.Base(in) == "kustomization.yaml" {
-			continue
-		}
-		t.Run(filepath.Base(in), func(t *testing.T) {
-			code, stdout, stderr := runCLI("compile", "--target", "dynamo", "-f", in)
-			switch code {
-			case ExitOK:
-				for _, doc := range strings.Split(stdout, "\n---\n") {
-					if strings.TrimSpace(doc) == "" {
-						continue
-					}
-					written++
-					if err := dynamopolicy.CheckReleased([]byte(doc)); err != nil {
-						t.Errorf("a released Frontend refuses the file: %v\n%s", err, doc)
-					}
-				}
-			case ExitInvalid:
-				if stdout != "" {
-					t.Errorf("a refused router printed a file:\n%s", stdout)
-				}
-				for _, line := range strings.Split(strings.TrimSpace(stderr), "\n") {
-					if !strings.Contains(line, ": PolicyFormCannotCarry: ") {
-						t.Errorf("refused for another reason than the form: %s", line)
-					}
-				}
-			default:
-				t.Fatalf("exit %d: %s", code, stderr)
+	builtinCatalog := filepath.Join(samples, "..", "catalogs", "builtin.yaml")
+	for _, build := range []struct {
+		name string
+		args []string
+		// refusals are the reasons a router may be refused for.
+		refusals []string
+		// wantWritten is the fewest files written.
+		wantWritten int
+	}{{
+		name:        "stock build",
+		refusals:    []string{"PolicyFormCannotCarry", "UnknownHintType", "UnknownWorkerSelection"},
+		wantWritten: 3, // the restart-mode samples (declared catalogs) and non-kv.yaml
+	}, {
+		name:        "declared build",
+		args:        []string{"--catalog", builtinCatalog},
+		refusals:    []string{"PolicyFormCannotCarry"},
+		wantWritten: 3, // the form refuses the sidecar samples
+	}} {
+		written := 0
+		for _, in := range inputs {
+			if filepath.Base(in) == "kustomization.yaml" {
+				continue
 			}
-		})
-	}
-	if written < 3 {
-		t.Errorf("%d files written for Dynamo; want at least the restart-mode samples and non-kv.yaml", written)
+			t.Run(build.name+"/"+filepath.Base(in), func(t *testing.T) {
+				code, stdout, stderr := runCLI(append([]string{"compile", "--target", "dynamo", "-f", in}, build.args...)...)
+				switch code {
+				case ExitOK:
+					for _, doc := range strings.Split(stdout, "\n---\n") {
+						if strings.TrimSpace(doc) == "" {
+							continue
+						}
+						written++
+						if err := dynamopolicy.CheckReleased([]byte(doc)); err != nil {
+							t.Errorf("a released Frontend refuses the file: %v\n%s", err, doc)
+						}
+					}
+				case ExitInvalid:
+					if stdout != "" {
+						t.Errorf("a refused router printed a file:\n%s", stdout)
+					}
+					for _, line := range strings.Split(strings.TrimSpace(stderr), "\n") {
+						if strings.Contains(line, " (warning): ") {
+							continue
+						}
+						ok := false
+						for _, r := range build.refusals {
+							ok = ok || strings.Contains(line, ": "+r+": ")
+						}
+						if !ok {
+							t.Errorf("refused for another reason than %v: %s", build.refusals, line)
+						}
+					}
+				default:
+					t.Fatalf("exit %d: %s", code, stderr)
+				}
+			})
+		}
+		if written < build.wantWritten {
+			t.Errorf("%s: %d files written for Dynamo; want at least %d", build.name, written, build.wantWritten)
+		}
 	}
 }
 

@@ -131,6 +131,7 @@ func validateFiles(cat *hints.Catalog, files []string, output string, mode hints
 	var probs []problem
 	manifests := newManifestSet()
 	manifests.form = routersForm
+	manifests.target, manifests.declared = form.target, form.declared
 	for _, name := range files {
 		data, err := readInput(name, stdin)
 		if err != nil {

@@ -53,6 +53,21 @@ type Input struct {
 	// hintsconfig.FormPerRoleHints. The router's config is written in it,
 	// and roles it cannot carry are refused with PolicyFormCannotCarry.
 	PolicyFileForms map[string]hintsconfig.Form
+	// DeclaredCatalogs names the routers whose catalog a ConfigMap
+	// declares (see package controllers): the build of such a router
+	// links what its declaration lists. A restart-mode router written in
+	// the released form and not named here runs a stock Dynamo build,
+	// which links only Dynamo's own worker-selection types and no KV-hint
+	// policy, and its roles are checked for that build
+	// (hintsconfig.TargetDynamo without Config.DeclaredCatalog): a role
+	// that lists hints is refused with UnknownHintType rather than
+	// written into a file the Frontend would not start on.
+	DeclaredCatalogs map[string]bool
+	// Target, when hintsconfig.TargetDynamo, holds every router written
+	// in the released form to a Dynamo Frontend's checks, sidecar routers
+	// too (kvhint compile --target dynamo); when empty, each router's own
+	// target decides: a restart-mode router's Frontend, else the sidecar.
+	Target hintsconfig.Target
 }
 
 // Output is the compiled configs and the status of every input object.
@@ -171,7 +186,8 @@ func Compile(cat *hints.Catalog, in Input) *Output {
 		if ws := workloads[rr.Spec.Router]; len(ws) > 0 {
 			wl = ws[0]
 		}
-		res := compileRole(cat, rr, policies, wl)
+		target := routerTarget(in, rr.Spec.Router, workloads[rr.Spec.Router])
+		res := compileRole(cat, rr, policies, wl, target)
 		if f, held := in.CatalogProblems[rr.Spec.Router]; held {
 			// Nothing of the current spec can be checked without the
 			// router's catalog: the role runs its last good entry.
@@ -190,7 +206,7 @@ func Compile(cat *hints.Catalog, in Input) *Output {
 		if f, ok := in.CatalogProblems[name]; ok {
 			held = f.Message
 		}
-		r, ps := compileRouter(cat, name, RouterForm(in.PolicyFileForms[name], workloads[name]), byRouter[name], configMapFor(in.ConfigMaps, name), in.Pods, held, workloads[name])
+		r, ps := compileRouter(cat, name, routerTarget(in, name, workloads[name]), byRouter[name], configMapFor(in.ConfigMaps, name), in.Pods, held, workloads[name])
 		out.Routers = append(out.Routers, r)
 		for _, p := range ps {
 			placements[p.res.rr.Name] = p
@@ -247,6 +263,35 @@ func RouterForm(declared hintsconfig.Form, workloads []*Workload) hintsconfig.Fo
 	return hintsconfig.FormPerRoleHints
 }
 
+// target is what reads a router's policy file, as its config is checked
+// and written for it.
+type target struct {
+	// form is the policy-file form the config is written in (RouterForm).
+	form hintsconfig.Form
+	// dynamo says a Dynamo Frontend reads the file in the released form
+	// (a restart-mode router), so its roles are held to the Frontend's
+	// own start-up checks (hintsconfig.TargetDynamo); declared says its
+	// build links what the router's declared catalog lists, else it is a
+	// stock build.
+	dynamo, declared bool
+}
+
+// routerTarget is the target of router, given its restart-mode workloads.
+func routerTarget(in Input, router string, workloads []*Workload) target {
+	t := target{form: RouterForm(in.PolicyFileForms[router], workloads), declared: in.DeclaredCatalogs[router]}
+	t.dynamo = (len(workloads) > 0 || in.Target == hintsconfig.TargetDynamo) && t.form == hintsconfig.FormRouterWideHint
+	return t
+}
+
+// config is an empty config for the target.
+func (t target) config() *hintsconfig.Config {
+	cfg := &hintsconfig.Config{WorkerSelection: map[string]*hintsconfig.RoleEntry{}, Form: t.form}
+	if t.dynamo {
+		cfg.Target, cfg.DeclaredCatalog = hintsconfig.TargetDynamo, t.declared
+	}
+	return cfg
+}
+
 // placement is how one RouterRole ended up in its router's config.
 type placement struct {
 	res *roleResult
@@ -264,7 +309,7 @@ type placement struct {
 }
 
 // compileRouter builds one router's config from its RouterRoles.
-func compileRouter(cat *hints.Catalog, name string, form hintsconfig.Form, results []*roleResult, cm *corev1.ConfigMap, pods []corev1.Pod, held string, workloads []*Workload) (*Router, []*placement) {
+func compileRouter(cat *hints.Catalog, name string, t target, results []*roleResult, cm *corev1.ConfigMap, pods []corev1.Pod, held string, workloads []*Workload) (*Router, []*placement) {
 	r := &Router{Name: name, Held: held, Workloads: workloads}
 	var prev *running
 	if cm != nil && !CreatedByManager(cm) {
@@ -284,7 +329,8 @@ func compileRouter(cat *hints.Catalog, name string, form hintsconfig.Form, resul
 	for _, res := range results {
 		claims[res.rr.Spec.Role] = append(claims[res.rr.Spec.Role], res)
 	}
-	cfg := &hintsconfig.Config{WorkerSelection: map[string]*hintsconfig.RoleEntry{}, Form: form}
+	form := t.form
+	cfg := t.config()
 	modes := hintsconfig.Modes{Roles: map[string]hintsconfig.RouterMode{}}
 	sources := map[string]compiled.Source{}
 	selectors := map[string]*metav1.LabelSelector{}
@@ -331,7 +377,7 @@ func compileRouter(cat *hints.Catalog, name string, form hintsconfig.Form, resul
 			if p.runs == nil {
 				// The pool goes with the entry: an invalid change keeps
 				// both as they were.
-				p.runs, p.generation = prev.lastGood(cat, res.rr, wl)
+				p.runs, p.generation = prev.lastGood(cat, res.rr, wl, t)
 				sel = prev.selector(role)
 			}
 			put(p, sel)
@@ -357,7 +403,7 @@ func compileRouter(cat *hints.Catalog, name string, form hintsconfig.Form, resul
 					Reason: v1alpha1.ReasonPolicyFormCannotCarry, Field: "spec.hints", Message: prob.Message,
 				})
 				p.res.compiled = nil
-				p.runs, p.generation = prev.lastGood(cat, p.res.rr, wl)
+				p.runs, p.generation = prev.lastGood(cat, p.res.rr, wl, t)
 				put(p, prev.selector(p.res.rr.Spec.Role))
 			}
 			graph, _ = hintsconfig.Compile(cat, cfg, modes)

@@ -115,6 +115,14 @@ func checkConfigsParse(t *testing.T, cat *hints.Catalog, out *Output) {
 		if r.Config != nil {
 			checkDynamoPolicyFile(t, r.Name, r.Config)
 		}
+		if r.Config != nil && len(r.Workloads) > 0 && dec.Parsed.Form == hintsconfig.FormRouterWideHint {
+			// No golden case declares a catalog: a restart-mode router's
+			// Frontend is a stock Dynamo build, and starts on the file
+			// as Dynamo's own checks read it.
+			if _, probs := hintsconfig.CompileFor(cat, r.Config, hintsconfig.TargetDynamo, dec.Modes()); probs.HasErrors() {
+				t.Errorf("router %s: a stock Dynamo Frontend refuses the file: %v\n%s", r.Name, probs, r.Config)
+			}
+		}
 	}
 }
 

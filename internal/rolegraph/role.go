@@ -61,7 +61,7 @@ func (res *roleResult) refNames() []string {
 // workload of the role's router: the role is then checked under the mode
 // its pod template starts the router with, which is what will run,
 // rather than spec.routerMode.
-func compileRole(cat *hints.Catalog, rr *v1alpha1.RouterRole, policies policyIndex, wl *Workload) *roleResult {
+func compileRole(cat *hints.Catalog, rr *v1alpha1.RouterRole, policies policyIndex, wl *Workload, t target) *roleResult {
 	res := &roleResult{rr: rr}
 	spec := &rr.Spec
 	if !dnsLabel.MatchString(spec.Router) || len(spec.Router) > hints.MaxNameLength {
@@ -100,7 +100,7 @@ func compileRole(cat *hints.Catalog, rr *v1alpha1.RouterRole, policies policyInd
 		return res
 	}
 
-	compiled, probs := compileEntry(cat, spec, entry, wl)
+	compiled, probs := compileEntry(cat, spec, entry, wl, t)
 	for _, p := range probs {
 		res.findings = append(res.findings, roleFinding(p, spec))
 	}
@@ -125,17 +125,27 @@ func compileRole(cat *hints.Catalog, rr *v1alpha1.RouterRole, policies policyInd
 
 // compileEntry runs the hints core on a role's entry, under the role's
 // own mode or, for a restart-mode router, its template's.
-func compileEntry(cat *hints.Catalog, spec *v1alpha1.RouterRoleSpec, entry *hintsconfig.RoleEntry, wl *Workload) (*hintsconfig.Role, hintsconfig.Problems) {
-	if wl == nil {
-		return hintsconfig.CompileRole(cat, spec.Role, entry, roleMode(spec))
+func compileEntry(cat *hints.Catalog, spec *v1alpha1.RouterRoleSpec, entry *hintsconfig.RoleEntry, wl *Workload, t target) (*hintsconfig.Role, hintsconfig.Problems) {
+	if wl != nil {
+		return compileUnder(cat, spec.Role, entry, wl.modes(), t)
 	}
-	return compileUnder(cat, spec.Role, entry, wl)
+	if t.dynamo {
+		return compileUnder(cat, spec.Role, entry, hintsconfig.Modes{Roles: map[string]hintsconfig.RouterMode{spec.Role: roleMode(spec)}}, t)
+	}
+	return hintsconfig.CompileRole(cat, spec.Role, entry, roleMode(spec))
 }
 
-// compileUnder compiles one role's entry under a restart-mode workload's
-// mode, so that messages name the flag and the container it came from.
-func compileUnder(cat *hints.Catalog, role string, entry *hintsconfig.RoleEntry, wl *Workload) (*hintsconfig.Role, hintsconfig.Problems) {
-	g, probs := hintsconfig.Compile(cat, &hintsconfig.Config{WorkerSelection: map[string]*hintsconfig.RoleEntry{role: entry}}, wl.modes())
+// compileUnder compiles one role's entry under modes (a restart-mode
+// workload's, so that messages name the flag and the container it came
+// from) and, where a Dynamo Frontend reads the file, with the Frontend's
+// checks of what its build links.
+func compileUnder(cat *hints.Catalog, role string, entry *hintsconfig.RoleEntry, modes hintsconfig.Modes, t target) (*hintsconfig.Role, hintsconfig.Problems) {
+	cfg := t.config()
+	// The role is checked as its entry says, hints and all, whatever
+	// the form: compileRouter writes it in the form.
+	cfg.Form = ""
+	cfg.WorkerSelection[role] = entry
+	g, probs := hintsconfig.Compile(cat, cfg, modes)
 	r, ok := g.Role(role)
 	if !ok || probs.HasErrors() {
 		return nil, probs

@@ -52,8 +52,8 @@ func readRunning(cm *corev1.ConfigMap) (*running, error) {
 // no longer passes the rules. For a restart-mode router (wl not nil) the
 // mode is the one its pod template starts it with now, whatever the
 // entry was compiled under: a pod that starts with a file its mode
-// refuses does not start.
-func (r *running) lastGood(cat *hints.Catalog, rr *v1alpha1.RouterRole, wl *Workload) (*hintsconfig.Role, int64) {
+// refuses does not start, and one its build does not link either (t).
+func (r *running) lastGood(cat *hints.Catalog, rr *v1alpha1.RouterRole, wl *Workload, t target) (*hintsconfig.Role, int64) {
 	if r == nil {
 		return nil, 0
 	}
@@ -74,9 +74,12 @@ func (r *running) lastGood(cat *hints.Catalog, rr *v1alpha1.RouterRole, wl *Work
 	}
 	var compiledRole *hintsconfig.Role
 	var probs hintsconfig.Problems
-	if wl != nil {
-		compiledRole, probs = compileUnder(cat, role, entry, wl)
-	} else {
+	switch {
+	case wl != nil:
+		compiledRole, probs = compileUnder(cat, role, entry, wl.modes(), t)
+	case t.dynamo:
+		compiledRole, probs = compileUnder(cat, role, entry, hintsconfig.Modes{Roles: map[string]hintsconfig.RouterMode{role: mode}}, t)
+	default:
 		compiledRole, probs = hintsconfig.CompileRole(cat, role, entry, mode)
 	}
 	if compiledRole == nil || probs.HasErrors() {

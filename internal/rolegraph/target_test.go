@@ -41,10 +41,17 @@ func TestRouterTargetPicksTheForm(t *testing.T) {
 		roles    []v1alpha1.RouterRole
 		deps     []appsv1.Deployment
 		declared hintsconfig.Form
+		// linked says the router's declared catalog links kvhint's
+		// types into its Dynamo build; without it a restart-mode router
+		// runs a stock build.
+		linked bool
 		// want is the policy file written; empty when none is.
 		want string
 		// refused are the RouterRoles refused with PolicyFormCannotCarry.
 		refused []string
+		// unlinked are the RouterRoles refused for a hint type a stock
+		// Dynamo build does not link (UnknownHintType).
+		unlinked []string
 	}{{
 		name:  "sidecar router: per-role form",
 		roles: []v1alpha1.RouterRole{role("decode", "", "dynamo-default-cost-fn", "60")},
@@ -59,9 +66,10 @@ func TestRouterTargetPicksTheForm(t *testing.T) {
     type: dynamo-default-cost-fn
 `,
 	}, {
-		name:  "restart-mode router: released form",
-		roles: []v1alpha1.RouterRole{role("decode", "", "dynamo-two-tier-cost-fn", "60"), role("prefill", "", "dynamo-default-cost-fn", "60")},
-		deps:  []appsv1.Deployment{*kvFrontend},
+		name:   "restart-mode router: released form",
+		roles:  []v1alpha1.RouterRole{role("decode", "", "dynamo-two-tier-cost-fn", "60"), role("prefill", "", "dynamo-default-cost-fn", "60")},
+		deps:   []appsv1.Deployment{*kvFrontend},
+		linked: true,
 		want: `kv_hint_policy:
   parameters:
     min_prompt_tokens: 0
@@ -101,21 +109,42 @@ worker_selection:
 		name:    "restart-mode router whose roles run different hint policies: nothing written",
 		roles:   []v1alpha1.RouterRole{role("decode", "", "dynamo-default-cost-fn", "60"), role("prefill", "", "dynamo-default-cost-fn", "61")},
 		deps:    []appsv1.Deployment{*kvFrontend},
+		linked:  true,
 		refused: []string{"decode", "prefill"},
+	}, {
+		name:  "restart-mode router on a stock Dynamo build: hints refused, not written",
+		roles: []v1alpha1.RouterRole{role("decode", "", "dynamo-two-tier-cost-fn", "60"), role("prefill", "", "dynamo-two-tier-cost-fn", "")},
+		deps:  []appsv1.Deployment{*kvFrontend},
+		want: `worker_selection:
+  instances:
+  - name: prefill
+    type: dynamo-two-tier-cost-fn
+  prefill: prefill
+`,
+		unlinked: []string{"decode"},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			in := Input{RouterRoles: tc.roles, Deployments: tc.deps}
 			if tc.declared != "" {
 				in.PolicyFileForms = map[string]hintsconfig.Form{"llama": tc.declared}
 			}
+			if tc.linked || tc.declared != "" {
+				in.DeclaredCatalogs = map[string]bool{"llama": true}
+			}
 			out := Compile(cat, in)
 			r := out.Router("llama")
 			if diff := cmp.Diff(tc.want, string(r.Config)); diff != "" {
 				t.Errorf("policy file (-want +got):\n%s", diff)
 			}
-			var refused []string
+			var refused, unlinked []string
 			for _, res := range out.RouterRoles {
 				for _, f := range res.Findings.Errors() {
+					if f.Reason == v1alpha1.ReasonUnknownHintType {
+						unlinked = append(unlinked, res.Name)
+						if !strings.Contains(f.Message, `"kv-retain" is not linked into a stock Dynamo build`) {
+							t.Errorf("%s: the message does not say the build does not link the type: %s", res.Name, f.Message)
+						}
+					}
 					if f.Reason == v1alpha1.ReasonPolicyFormCannotCarry {
 						refused = append(refused, res.Name)
 						if !strings.Contains(f.Message, "role decode runs [kv-retain") || !strings.Contains(f.Message, "role prefill runs [kv-retain") {
@@ -126,6 +155,16 @@ worker_selection:
 			}
 			if diff := cmp.Diff(tc.refused, refused); diff != "" {
 				t.Errorf("refused with PolicyFormCannotCarry (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.unlinked, unlinked); diff != "" {
+				t.Errorf("refused with UnknownHintType (-want +got):\n%s", diff)
+			}
+			if len(tc.deps) > 0 && !tc.linked && tc.declared == "" && r.Config != nil {
+				// Dynamo's own checks, as kvhint validate --target dynamo
+				// runs them against a stock build.
+				if _, probs := hintsconfig.CompileFor(cat, r.Config, hintsconfig.TargetDynamo, hintsconfig.Modes{}); probs.HasErrors() {
+					t.Errorf("a stock Frontend refuses the file: %v\n%s", probs, r.Config)
+				}
 			}
 			if len(tc.deps) > 0 && tc.declared == "" && r.Config != nil {
 				// What a restart-mode router is given, a released

@@ -70,7 +70,7 @@ func Compile(cat *hints.Catalog, cfg *Config, modes Modes) (*Graph, Problems) {
 			e.Hints = &hs
 			entry = &e
 		}
-		c := roleCompiler{cat: cat, role: name, modes: modes}
+		c := roleCompiler{cat: cat, role: name, modes: modes, stock: dynamo && !cfg.DeclaredCatalog}
 		role := c.compile(entry, modes.For(name))
 		ps := c.probs
 		if ps.HasErrors() {
@@ -155,6 +155,11 @@ type roleCompiler struct {
 	// when it lists no hints; messages then say where the policies came
 	// from.
 	defaults string
+	// stock says the role is checked for a stock Dynamo build
+	// (TargetDynamo with no declared catalog), which links no KV-hint
+	// policy: a role's hints are refused, and the defaults of this
+	// catalog's providers are not run.
+	stock bool
 }
 
 // fromDefaults is what a message about a role that runs its selection's
@@ -169,6 +174,15 @@ func (c *roleCompiler) fromDefaults(what string) string {
 	}
 	return fmt.Sprintf(" (%s came from the defaults of worker-selection %s, since the role lists no hints: list the role's hints instead, e.g. hints: [%s] with the ones you want, or hints: [] for none)",
 		what, c.defaults, strings.Join(listed, ", "))
+}
+
+// defaultTypes lists the types of providers, for messages.
+func defaultTypes(ps []*hints.HintProvider) string {
+	types := make([]string, len(ps))
+	for i, p := range ps {
+		types[i] = p.Type
+	}
+	return strings.Join(types, ", ")
 }
 
 func (c *roleCompiler) fail(reason Reason, hint int, typ, key, format string, args ...any) {
@@ -214,6 +228,11 @@ func (c *roleCompiler) compile(e *RoleEntry, mode RouterMode) *Role {
 		if len(specs) > 0 && !kvPath {
 			c.fail(ReasonHintsRequireKVMode, NoHint, "", "", "hints run only on the KV path, but %s is %q; run the role with router mode kv, or write hints: []", c.modes.origin(c.role), r.Mode)
 		}
+	case kvPath && selOK && c.stock:
+		if d := c.cat.DefaultHints(e.Type); len(d) > 0 {
+			c.warn(ReasonNotChecked, NoHint, "", "the role lists no hints and runs none: a stock Dynamo build links no KV-hint policy, so the defaults of worker-selection %s in kvhint's catalog (%s) run only in the kvhint sidecar, or on a Frontend whose declared catalog says its build links them",
+				e.Type, defaultTypes(d))
+		}
 	case kvPath && selOK:
 		r.Defaulted = true
 		c.defaults = e.Type
@@ -234,6 +253,11 @@ func (c *roleCompiler) compile(e *RoleEntry, mode RouterMode) *Role {
 		}
 		h := c.hint(idx, spec, seen)
 		if h == nil {
+			continue
+		}
+		if c.stock && kvPath {
+			c.fail(ReasonUnknownHintType, idx, spec.Type, "", "hint policy type %q is not linked into a stock Dynamo build (linked KV-hint policy types: none; no stock catalog registers one), so the Frontend would not start on the kv_hint_policy this role needs; "+
+				"kvhint's hint types run in the kvhint sidecar, and a Frontend runs one only where its build registers it, which the router's declared catalog says", spec.Type)
 			continue
 		}
 		if h.Commitments.Has(hints.KVCopy) {

@@ -167,22 +167,34 @@ func (c *Config) dynamoClassifier() Problems {
 // selected instance before its provider parses it: the router mode, and
 // that its type is linked. nil when the role passes.
 func (c *Config) dynamoSelected(role string, e *RoleEntry, mode RouterMode) *Problem {
-	if e == nil || e.Instance == "" {
-		return nil // default: Dynamo's built-in selector, under any mode
-	}
 	if mode == "" {
 		mode = ModeKV
+	}
+	instance := ""
+	switch {
+	case e == nil:
+		return nil
+	case e.Instance != "":
+		instance = e.Instance
+	case c.readReleased || e.Type == BuiltinSelectionType || mode != ModeKV:
+		// default, Dynamo's built-in selector, under any mode; a config
+		// built in code is written so off the KV path too.
+		return nil
+	default:
+		// A config built in code (the manager's): written as an
+		// instance named after the role (Graph.Encode).
+		instance = role
 	}
 	if mode != ModeKV {
 		return &Problem{Severity: SeverityError, Reason: ReasonInvalidRouterMode, Role: role, Hint: NoHint, Type: e.Type,
 			Message: fmt.Sprintf("the role selects instance %q under router mode %q, and Dynamo refuses it: linked worker-selection policies require --router-mode kv; "+
-				"outside kv mode a role names default (the router mode chooses the worker)", e.Instance, mode)}
+				"outside kv mode a role names default (the router mode chooses the worker)", instance, mode)}
 	}
 	if !c.stockLinked(e.Type) {
 		return &Problem{Severity: SeverityError, Reason: ReasonUnknownWorkerSelection, Role: role, Hint: NoHint, Type: e.Type,
 			Message: fmt.Sprintf("instance %q: unknown worker-selection policy type %q; linked policy types: %s (a stock Dynamo build; "+
 				"kvhint's own types run only in its sidecar, and a Frontend links others only where its declared catalog says so)",
-				e.Instance, e.Type, strings.Join(DynamoStockSelectionTypes, ", "))}
+				instance, e.Type, strings.Join(DynamoStockSelectionTypes, ", "))}
 	}
 	return nil
 }

@@ -376,7 +376,7 @@ func TestGraphForcedReapplyKeepsTheEntries(t *testing.T) {
 // both Frontend pods on the compiled config, written in the released
 // form its catalog declares.
 func TestGraphSampleRolls(t *testing.T) {
-	ns := newNamespace(t)
+	ns := newBareNamespace(t) // the sample declares its build
 	rr := applySample(t, ns, filepath.Join("..", "..", "config", "samples", "dynamo-graph", "graph.yaml"), func(u *unstructured.Unstructured) {
 		if u.GetKind() != "DynamoGraphDeployment" {
 			return

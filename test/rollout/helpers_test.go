@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -26,6 +27,26 @@ import (
 )
 
 func newNamespace(t *testing.T) string {
+	t.Helper()
+	ns := newBareNamespace(t)
+	// The Frontend of router llama in these tests is a Dynamo build that
+	// links kvhint's types, as config/catalogs/builtin.yaml declares
+	// them, so that its roles may run kv-retain (a stock build links no
+	// KV-hint policy: TestStockFrontend).
+	build, err := os.ReadFile(filepath.Join("..", "..", "config", "catalogs", "builtin.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	create(t, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "llama-build", Labels: map[string]string{v1alpha1.CatalogForLabel: "llama"}},
+		Data:       map[string]string{v1alpha1.CatalogKey: string(build)},
+	})
+	return ns
+}
+
+// newBareNamespace creates a namespace that declares no catalog: router
+// llama runs a stock Dynamo build.
+func newBareNamespace(t *testing.T) string {
 	t.Helper()
 	requireEnv(t)
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "kvhint-rollout-"}}

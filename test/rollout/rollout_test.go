@@ -25,6 +25,8 @@ import (
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
 	"github.com/kvrouter/kv-hint-operator/internal/compiled"
 	"github.com/kvrouter/kv-hint-operator/internal/dynamopolicy"
+	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
+	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
 )
 
 // programmed3 starts a 3-replica router whose role compiles to one config
@@ -414,7 +416,7 @@ func TestRevisionsCollected(t *testing.T) {
 // pods on the compiled config, in the released form a Dynamo Frontend
 // reads (the router's target: its catalog declares no form).
 func TestSampleRolls(t *testing.T) {
-	ns := newNamespace(t)
+	ns := newBareNamespace(t) // the sample declares its build
 	rr := applySample(t, ns, filepath.Join("..", "..", "config", "samples", "dynamo-router", "router.yaml"), func(u *unstructured.Unstructured) {
 		if u.GetKind() == "Deployment" {
 			if err := unstructured.SetNestedField(u.Object, node, "spec", "template", "spec", "nodeName"); err != nil {
@@ -520,4 +522,51 @@ func TestRevisionsOutliveRoles(t *testing.T) {
 		}
 		return fmt.Errorf("still there (%v)", err)
 	})
+}
+
+// TestStockFrontend: router llama declares no catalog, so its Frontend is
+// a stock Dynamo build. A role that lists kv-retain is refused with
+// UnknownHintType and nothing of it is written; a role on a stock type
+// with no hints goes Programmed 2/2, its pods rolled onto a file that
+// Dynamo's own checks start a stock Frontend on (released form, no
+// kv_hint_policy).
+func TestStockFrontend(t *testing.T) {
+	ns := newBareNamespace(t)
+	retaining := decodeRole(ns, 60)
+	plain := &v1alpha1.RouterRole{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "prefill"},
+		Spec: v1alpha1.RouterRoleSpec{
+			Router: "llama", Role: v1alpha1.RolePrefill,
+			WorkerSelection: v1alpha1.WorkerSelection{Type: "dynamo-two-tier-cost-fn"},
+			Hints:           []v1alpha1.HintItem{},
+		},
+	}
+	create(t, retaining, plain, routerDeployment(ns, 2))
+	waitProgrammed(t, plain, metav1.ConditionTrue, v1alpha1.ReasonProgrammed, "2/2 router pods run ", plain.Generation)
+	eventually(t, "decode refused with UnknownHintType", func(ctx context.Context) error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(retaining), retaining); err != nil {
+			return err
+		}
+		c := meta.FindStatusCondition(retaining.Status.Conditions, string(v1alpha1.ConditionAccepted))
+		if c == nil || c.Status != metav1.ConditionFalse || c.Reason != string(v1alpha1.ReasonUnknownHintType) || !strings.Contains(c.Message, "stock Dynamo build") {
+			return fmt.Errorf("Accepted: %+v", c)
+		}
+		return nil
+	})
+	rev := v1alpha1.RevisionConfigMapName("llama", hashOf(t, plain))
+	requirePodsOn(t, ns, 2, rev)
+	cm := &corev1.ConfigMap{}
+	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: rev}, cm); err != nil {
+		t.Fatal(err)
+	}
+	doc := []byte(cm.Data[v1alpha1.HintsConfigKey])
+	if _, probs := hintsconfig.CompileFor(builtin.NewCatalog(), doc, hintsconfig.TargetDynamo, hintsconfig.Modes{}); probs.HasErrors() {
+		t.Errorf("a stock Frontend refuses %s: %v\n%s", rev, probs, doc)
+	}
+	if err := dynamopolicy.CheckReleased(doc); err != nil {
+		t.Errorf("a released Frontend refuses %s: %v\n%s", rev, err, doc)
+	}
+	if bytes.Contains(doc, []byte("kv_hint_policy")) || !bytes.Contains(doc, []byte("prefill: prefill")) {
+		t.Errorf("%s holds:\n%s\nwant the prefill instance and no kv_hint_policy", rev, doc)
+	}
 }
