@@ -101,6 +101,7 @@ func (r *RouterReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 		in.CatalogProblems = map[string]rolegraph.Finding{req.Name: *rc.problem}
 	}
 	in.PolicyFileForms = map[string]hintsconfig.Form{req.Name: rc.form}
+	in.DynamoVersions = map[string]string{req.Name: rc.version}
 	ro, err := r.observeRollout(ctx, req.Namespace, req.Name, &in)
 	if err != nil {
 		return ctrl.Result{}, err

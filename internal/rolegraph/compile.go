@@ -53,6 +53,11 @@ type Input struct {
 	// hintsconfig.FormPerRoleHints. The router's config is written in it,
 	// and roles it cannot carry are refused with PolicyFormCannotCarry.
 	PolicyFileForms map[string]hintsconfig.Form
+	// DynamoVersions are, by router, the Dynamo version its declared
+	// catalog states (declared.Catalog.DynamoVersion), which picks the
+	// dialect of its roles unless a role's own annotation does (see
+	// DialectOf). A router not named reads it from its workload.
+	DynamoVersions map[string]string
 }
 
 // Output is the compiled configs and the status of every input object.
@@ -171,7 +176,7 @@ func Compile(cat *hints.Catalog, in Input) *Output {
 		if ws := workloads[rr.Spec.Router]; len(ws) > 0 {
 			wl = ws[0]
 		}
-		res := compileRole(cat, rr, policies, wl)
+		res := compileRole(cat, rr, policies, wl, in.DynamoVersions[rr.Spec.Router])
 		if f, held := in.CatalogProblems[rr.Spec.Router]; held {
 			// Nothing of the current spec can be checked without the
 			// router's catalog: the role runs its last good entry.
