@@ -81,6 +81,8 @@ func TestPresetOverridesParameters(t *testing.T) {
 		{"DYN_ROUTER_AGENTIC=false", corev1.Container{Image: "vllm-runtime:1.7.0", Env: []corev1.EnvVar{{Name: "DYN_ROUTER_MODE", Value: "kv"}, {Name: "DYN_ROUTER_AGENTIC", Value: "false"}}},
 			"dynamo-default-cost-fn", v1alpha1.ReasonAccepted, ""},
 		{"--agentic on 1.6", corev1.Container{Image: "vllm-runtime:1.6.2", Args: []string{"--router-mode", "kv", "--agentic"}}, "dynamo-default-cost-fn", v1alpha1.ReasonAccepted, ""},
+		{"--agentic alone implies kv mode", corev1.Container{Image: "vllm-runtime:1.7.0", Args: []string{"--agentic"}}, "dynamo-default-cost-fn",
+			v1alpha1.ReasonPresetOverridesParameters, "--agentic of container \"frontend\" of Deployment llama, Dynamo 1.7's preset"},
 		{"another selection", corev1.Container{Image: "vllm-runtime:1.7.0", Args: []string{"--router-mode", "kv", "--agentic"}}, "dynamo-soft-affinity-load-guard", v1alpha1.ReasonAccepted, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

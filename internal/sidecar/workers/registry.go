@@ -684,7 +684,7 @@ func (r *Registry) RegisterMetrics(reg prometheus.Registerer) {
 	ns := router.MetricsNamespace
 	r.refused = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: ns, Name: "workers_refused_total",
-		Help: "Worker registrations refused (a worker type other than aggregated, prefill or decode, bad source endpoints, a refused hint endpoint, an ID another source registered), by source (api, file, pods).",
+		Help: "Worker registrations refused (a worker type other than aggregated, prefill or decode, bad source endpoints, a refused hint endpoint, topology domains or a KV transfer policy that break their rules, an ID another source registered), by source (api, file, pods).",
 	}, []string{"source"})
 	r.registerLimitMetrics(reg)
 	reg.MustRegister(
