@@ -143,11 +143,12 @@ var errLoadPending = errors.New("the declared catalog is being loaded")
 // controller to take them.
 const loadedEvents = 1024
 
-// lastGoodCatalog is a router's last usable declaration: its types and
-// the policy-file form its build reads.
+// lastGoodCatalog is a router's last usable declaration: its types, the
+// policy-file form its build reads and the Dynamo version it runs.
 type lastGoodCatalog struct {
-	cat  *hints.Catalog
-	form hintsconfig.Form
+	cat     *hints.Catalog
+	form    hintsconfig.Form
+	version string
 }
 
 // loadEntry is one distinct declaration. done is closed when the load
@@ -198,6 +199,9 @@ type routerCatalog struct {
 	// declaration's, or empty when none says, and the router's target
 	// decides (rolegraph.RouterForm).
 	form hintsconfig.Form
+	// version is the Dynamo version its declaration states, empty when
+	// none does (rolegraph.DialectOf).
+	version string
 	// source names the declaration for logs, empty for the linked catalog.
 	source string
 	// problem, when set, says why the router's declaration cannot be used;
@@ -224,15 +228,15 @@ func (c *catalogs) forRouter(ctx context.Context, namespace, router string) (rou
 		return routerCatalog{cat: c.linked}, nil
 	}
 	pending := false
-	cat, form, problem := rolegraph.RouterCatalog(router, cms, func(cm *corev1.ConfigMap) (*hints.Catalog, hintsconfig.Form, error) {
+	decl, problem := rolegraph.RouterCatalog(router, cms, func(cm *corev1.ConfigMap) (rolegraph.Declaration, error) {
 		d, err := c.load(ctx, cm, !c.async)
 		if errors.Is(err, errLoadPending) {
 			pending = true
 		}
 		if err != nil {
-			return nil, "", err
+			return rolegraph.Declaration{}, err
 		}
-		return d.Catalog, d.Form, nil
+		return rolegraph.Declaration{Catalog: d.Catalog, Form: d.Form, DynamoVersion: d.DynamoVersion}, nil
 	})
 	if err := ctx.Err(); err != nil {
 		return routerCatalog{}, err
@@ -245,15 +249,15 @@ func (c *catalogs) forRouter(ctx context.Context, namespace, router string) (rou
 	if problem != nil {
 		rc := routerCatalog{cat: c.linked, problem: problem}
 		if good, ok := c.lastGood[key]; ok {
-			rc.cat, rc.form = good.cat, good.form
+			rc.cat, rc.form, rc.version = good.cat, good.form, good.version
 		}
 		return rc, nil
 	}
-	c.lastGood[key] = lastGoodCatalog{cat: cat, form: form}
+	c.lastGood[key] = lastGoodCatalog{cat: decl.Catalog, form: decl.Form, version: decl.DynamoVersion}
 	// The last good declaration is kept while a newer one cannot be
 	// used, so it counts while it is kept.
 	c.referLocked(lastGoodUID(key), namespace, textHash(cms[0].Data[CatalogKey]))
-	return routerCatalog{cat: cat, form: form, source: cms[0].Name}, nil
+	return routerCatalog{cat: decl.Catalog, form: decl.Form, version: decl.DynamoVersion, source: cms[0].Name}, nil
 }
 
 // declarations lists the declared-catalog ConfigMaps that match.

@@ -38,4 +38,12 @@ func TestPresetOverridesParametersCondition(t *testing.T) {
 		rr.Annotations = map[string]string{v1alpha1.DynamoVersionAnnotation: "1.6"}
 	})
 	waitCondition(t, rr, v1alpha1.ConditionAccepted, metav1.ConditionTrue, v1alpha1.ReasonAccepted)
+
+	// Without the annotation, the router's declared catalog saying 1.6
+	// wins over the image's 1.7 tag.
+	update(t, rr, func(rr *v1alpha1.RouterRole) { rr.Annotations = nil })
+	waitCondition(t, rr, v1alpha1.ConditionAccepted, metav1.ConditionTrue, v1alpha1.ReasonPresetOverridesParameters)
+	create(t, catalogConfigMap(t, ns, "agentic-catalog", "agentic", "apiVersion: hints.kvrouter.io/v1alpha1\nkind: PolicyCatalog\n"+
+		"dynamoVersion: \"1.6\"\nworkerSelections:\n  - type: dynamo-default-cost-fn\n    parameters: {type: object}\n"))
+	waitCondition(t, rr, v1alpha1.ConditionAccepted, metav1.ConditionTrue, v1alpha1.ReasonAccepted)
 }

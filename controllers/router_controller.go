@@ -102,6 +102,7 @@ func (r *RouterReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	}
 	in.PolicyFileForms = map[string]hintsconfig.Form{req.Name: rc.form}
 	in.DeclaredCatalogs = map[string]bool{req.Name: rc.source != ""}
+	in.DynamoVersions = map[string]string{req.Name: rc.version}
 	ro, err := r.observeRollout(ctx, req.Namespace, req.Name, &in)
 	if err != nil {
 		return ctrl.Result{}, err

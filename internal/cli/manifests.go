@@ -141,7 +141,7 @@ func (s *manifestSet) parts(ns string, in *rolegraph.Input, cat *hints.Catalog) 
 	var parts []part
 	decls := s.declarations[ns]
 	for _, router := range slices.Sorted(maps.Keys(decls)) {
-		c, form, problem := rolegraph.RouterCatalog(router, decls[router], loadDeclaration)
+		decl, problem := rolegraph.RouterCatalog(router, decls[router], loadDeclaration)
 		if problem != nil {
 			if rest.in.CatalogProblems == nil {
 				rest.in.CatalogProblems = map[string]rolegraph.Finding{}
@@ -149,9 +149,10 @@ func (s *manifestSet) parts(ns string, in *rolegraph.Input, cat *hints.Catalog) 
 			rest.in.CatalogProblems[router] = *problem
 			continue
 		}
-		p := part{cat: c, in: *in}
+		p := part{cat: decl.Catalog, in: *in}
 		p.in.RouterRoles = nil
-		p.in.PolicyFileForms = map[string]hintsconfig.Form{router: cmp.Or(form, s.form)}
+		p.in.PolicyFileForms = map[string]hintsconfig.Form{router: cmp.Or(decl.Form, s.form)}
+		p.in.DynamoVersions = map[string]string{router: decl.DynamoVersion}
 		p.in.DeclaredCatalogs = map[string]bool{router: true}
 		own[router] = len(parts)
 		parts = append(parts, p)
@@ -166,14 +167,15 @@ func (s *manifestSet) parts(ns string, in *rolegraph.Input, cat *hints.Catalog) 
 	return append([]part{rest}, parts...)
 }
 
-// loadDeclaration reads the catalog a ConfigMap declares, and the
-// policy-file form it says the router's build reads.
-func loadDeclaration(cm *corev1.ConfigMap) (*hints.Catalog, hintsconfig.Form, error) {
+// loadDeclaration reads the catalog a ConfigMap declares, the
+// policy-file form it says the router's build reads and the Dynamo
+// version it says the router runs.
+func loadDeclaration(cm *corev1.ConfigMap) (rolegraph.Declaration, error) {
 	d, err := declared.LoadConfigMap(cm)
 	if err != nil {
-		return nil, "", err
+		return rolegraph.Declaration{}, err
 	}
-	return d.Catalog, d.Form, nil
+	return rolegraph.Declaration{Catalog: d.Catalog, Form: d.Form, DynamoVersion: d.DynamoVersion}, nil
 }
 
 // claim records where an object comes from; an object defined twice keeps

@@ -240,3 +240,38 @@ func TestValidateManifestsGraph(t *testing.T) {
 		})
 	}
 }
+
+// TestManifestsDeclaredDynamoVersion: the declared catalog's dynamoVersion
+// picks the router's dialect as the manager picks it: the sample's
+// Frontend image (tag latest) says no version, so its --agentic is a
+// Dynamo 1.7 preset only when the catalog says 1.7; a dynamoVersion that
+// is no version makes the declaration unusable, naming the key.
+func TestManifestsDeclaredDynamoVersion(t *testing.T) {
+	agentic := []string{"        - kv\n", "        - kv\n        - --agentic\n"}
+	for _, tc := range []struct {
+		name    string
+		file    string
+		code    int
+		want    string
+		notWant string
+	}{
+		{name: "1.7 declared", file: writeVariant(t, "", append(agentic, "    kind: PolicyCatalog\n", "    kind: PolicyCatalog\n    dynamoVersion: \"1.7\"\n")...), code: ExitOK,
+			want: `PresetOverridesParameters (warning): Deployment llama-frontend sets --agentic of container "frontend" of Deployment llama-frontend, Dynamo 1.7's preset (--agentic; Dynamo 1.7 from the declared catalog's dynamoVersion 1.7)`},
+		{name: "nothing declared: 1.6, no presets", file: writeVariant(t, "", agentic...), code: ExitOK, notWant: "PresetOverridesParameters"},
+		{name: "not a version", file: writeVariant(t, "", "    kind: PolicyCatalog\n", "    kind: PolicyCatalog\n    dynamoVersion: seven\n"), code: ExitInvalid,
+			want: `InvalidCatalog: ConfigMap llama-catalog declares the catalog of router llama, but it cannot be used: invalid policy catalog: line 3: dynamoVersion: "seven" is not a Dynamo version`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out, errOut := runCLI("validate", "-f", tc.file)
+			if code != tc.code {
+				t.Fatalf("exit %d, want %d\nstdout:\n%s\nstderr:\n%s", code, tc.code, out, errOut)
+			}
+			if tc.want != "" && !strings.Contains(out+errOut, tc.want) {
+				t.Errorf("the report lacks %q:\n%s%s", tc.want, out, errOut)
+			}
+			if tc.notWant != "" && strings.Contains(out+errOut, tc.notWant) {
+				t.Errorf("the report has %q:\n%s%s", tc.notWant, out, errOut)
+			}
+		})
+	}
+}

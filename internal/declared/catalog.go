@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+	"github.com/kvrouter/kv-hint-operator/internal/dynamograph"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
 )
@@ -31,8 +32,14 @@ type Catalog struct {
 	Catalog *hints.Catalog
 	// Form is the policy-file form the router's build reads
 	// (Document.PolicyFileForm); empty when the declaration does not say,
-	// which the manager reads as hintsconfig.FormPerRoleHints.
+	// and then the router's target picks it (rolegraph.RouterForm: the
+	// released RouterWideHint for a Dynamo Frontend, PerRoleHints for the
+	// sidecar).
 	Form hintsconfig.Form
+	// DynamoVersion is the Dynamo version the router's Frontend runs
+	// (Document.DynamoVersion), as written; empty when the declaration
+	// does not say.
+	DynamoVersion string
 }
 
 // Problem is one thing wrong with a declaration, located.
@@ -111,6 +118,11 @@ func (b Budget) Load(data []byte) (*Catalog, error) {
 		return nil, &Error{Problems: []Problem{{Message: "not a PolicyCatalog: " + strings.TrimPrefix(err.Error(), "error unmarshaling JSON: while decoding JSON: ")}}}
 	}
 	l := newLocator(data)
+	if n := l.numberAt("dynamoVersion"); n != "" {
+		// A version is text: 1.10 read as a number is 1.1.
+		return nil, &Error{Problems: []Problem{{Path: "dynamoVersion", Line: l.line("dynamoVersion"),
+			Message: fmt.Sprintf("%s is a YAML number, which would read as %q; quote the version: dynamoVersion: \"%s\"", n, doc.DynamoVersion, n)}}}
+	}
 	u := Measure(&doc)
 	if probs := b.Check(&doc, u); len(probs) > 0 {
 		for i := range probs {
@@ -146,8 +158,14 @@ func build(doc *Document) (*Catalog, []Problem) {
 		fail("kind", "must be %s, not %q", Kind, doc.Kind)
 	}
 	if !doc.PolicyFileForm.Valid() {
-		fail("policyFileForm", "%q is not a policy-file form; use %s (each role lists its hints; the default) or %s (one kv_hint_policy for the router, as a released Dynamo Frontend reads)",
+		fail("policyFileForm", "%q is not a policy-file form; use %s (each role lists its hints) or %s (one kv_hint_policy for the router, as a released Dynamo Frontend reads), or leave it out for the form of the router's target",
 			doc.PolicyFileForm, hintsconfig.FormPerRoleHints, hintsconfig.FormRouterWideHint)
+	}
+	if v := doc.DynamoVersion; v != "" {
+		if _, _, ok := dynamograph.ParseVersion(v); !ok {
+			fail("dynamoVersion", "%q is not a Dynamo version; write its release line, such as 1.6 or 1.7.0 (or leave the key out: a RouterRole's %s annotation, "+
+				"else the router's runtimeVersion or Frontend image tag, else 1.6)", v, v1alpha1.DynamoVersionAnnotation)
+		}
 	}
 	if len(doc.WorkerSelections) == 0 {
 		fail("workerSelections", "declares no worker-selection type; a role needs one")
@@ -209,7 +227,7 @@ func build(doc *Document) (*Catalog, []Problem) {
 	if len(probs) > 0 {
 		return nil, probs
 	}
-	return &Catalog{Name: doc.Metadata.Name, Catalog: cat, Form: doc.PolicyFileForm}, nil
+	return &Catalog{Name: doc.Metadata.Name, Catalog: cat, Form: doc.PolicyFileForm, DynamoVersion: doc.DynamoVersion}, nil
 }
 
 func selectionProvider(d Selection, path string, ps patternSet) (*hints.SelectionProvider, []Problem) {

@@ -24,6 +24,9 @@ func TestLoadRefusesBadDeclarations(t *testing.T) {
 		{"unknown field", header + sel + "hintz: []\n", []string{`unknown field "hintz"`}},
 		{"wrong kind", "apiVersion: hints.kvrouter.io/v1alpha1\nkind: Catalog\n" + sel, []string{"line 2: kind: must be PolicyCatalog"}},
 		{"no selections", header, []string{"workerSelections: declares no worker-selection type"}},
+		{"dynamoVersion not a version", header + "dynamoVersion: latest\n" + sel, []string{`line 3: dynamoVersion: "latest" is not a Dynamo version; write its release line, such as 1.6 or 1.7.0`}},
+		{"dynamoVersion a bare major", header + "dynamoVersion: \"1\"\n" + sel, []string{`line 3: dynamoVersion: "1" is not a Dynamo version`}},
+		{"dynamoVersion a YAML number", header + "dynamoVersion: 1.10\n" + sel, []string{`line 3: dynamoVersion: 1.10 is a YAML number, which would read as "1.1"; quote the version: dynamoVersion: "1.10"`}},
 		{"two documents", header + sel + "---\n" + header + sel, []string{"2 YAML documents"}},
 		{"type name", header + "workerSelections:\n  - type: pick one\n", []string{"line 4: workerSelections[0].type:", "must be a policy type name"}},
 		{"duplicate type", header + sel + "  - type: pick\n", []string{"workerSelections[1].type", "already registered"}},
@@ -168,5 +171,24 @@ func TestLoadBoundsHostileText(t *testing.T) {
 	big := header + "# " + strings.Repeat("x", MaxDocumentBytes) + "\n"
 	if _, err := Load([]byte(big)); err == nil || !strings.Contains(err.Error(), "over the limit") {
 		t.Errorf("a declaration over %d bytes: %v", MaxDocumentBytes, err)
+	}
+}
+
+// TestDynamoVersion: a declaration's dynamoVersion is kept as written,
+// empty when it does not say.
+func TestDynamoVersion(t *testing.T) {
+	sel := "workerSelections:\n  - type: pick\n"
+	for _, tc := range []struct{ doc, want string }{
+		{header + sel, ""},
+		{header + "dynamoVersion: \"1.7\"\n" + sel, "1.7"},
+		{header + "dynamoVersion: v1.7.0-rc1\n" + sel, "v1.7.0-rc1"},
+	} {
+		c, err := Load([]byte(tc.doc))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.doc, err)
+		}
+		if c.DynamoVersion != tc.want {
+			t.Errorf("dynamoVersion %q, want %q", c.DynamoVersion, tc.want)
+		}
 	}
 }

@@ -43,13 +43,25 @@ type Document struct {
 	// Metadata names the declaration, for messages; optional.
 	Metadata Metadata `json:"metadata,omitempty"`
 	// PolicyFileForm is the shape of policy file the router's build reads
-	// (hintsconfig.Form): PerRoleHints, the default, where each role lists
-	// its own hint policies (Dynamo's developer documentation), or
-	// RouterWideHint, where roles name worker_selection.instances and one
-	// root kv_hint_policy runs for the whole router (a released Dynamo
+	// (hintsconfig.Form): PerRoleHints, where each role lists its own hint
+	// policies (Dynamo's developer documentation), or RouterWideHint,
+	// where roles name worker_selection.instances and one root
+	// kv_hint_policy runs for the whole router (a released Dynamo
 	// Frontend). The manager and kvhint compile write the router's file
-	// in it, and refuse roles it cannot carry.
+	// in it, and refuse roles it cannot carry. Empty, the declaration
+	// states no form and the router's target decides
+	// (rolegraph.RouterForm): RouterWideHint for a restart-mode router (a
+	// Dynamo Frontend), PerRoleHints for a sidecar router; a hints file
+	// given to kvhint on its own is read in its own form.
 	PolicyFileForm hintsconfig.Form `json:"policyFileForm,omitempty"`
+	// DynamoVersion is the Dynamo version the router's Frontend runs,
+	// such as "1.7" or "1.7.0": it picks the dialect of the router's
+	// roles (which presets its Frontend has) over what the router's
+	// workload says (a DynamoGraphDeployment component's runtimeVersion,
+	// the Frontend image's tag), and under a RouterRole's own
+	// hints.kvrouter.io/dynamo-version annotation. Empty: the declaration
+	// does not say.
+	DynamoVersion string `json:"dynamoVersion,omitempty"`
 	// WorkerSelections are the worker-selection types the router links,
 	// in the order listings show them.
 	WorkerSelections []Selection `json:"workerSelections,omitempty"`

@@ -52,6 +52,24 @@ func (l locator) line(path string) int {
 	return best
 }
 
+// numberAt returns the text of the scalar at a top-level key when YAML
+// reads it as a number (tag !!int or !!float), "" otherwise: a string
+// field given such a scalar gets the number's shortest spelling, so
+// 1.10 would arrive as "1.1".
+func (l locator) numberAt(key string) string {
+	if l.root == nil || l.root.Kind != yamlv3.MappingNode {
+		return ""
+	}
+	for i := 0; i+1 < len(l.root.Content); i += 2 {
+		if v := l.root.Content[i+1]; l.root.Content[i].Value == key && v.Kind == yamlv3.ScalarNode {
+			if tag := v.ShortTag(); tag == "!!int" || tag == "!!float" {
+				return v.Value
+			}
+		}
+	}
+	return ""
+}
+
 type segment struct {
 	key   string
 	index int

@@ -68,6 +68,11 @@ type Input struct {
 	// too (kvhint compile --target dynamo); when empty, each router's own
 	// target decides: a restart-mode router's Frontend, else the sidecar.
 	Target hintsconfig.Target
+	// DynamoVersions are, by router, the Dynamo version its declared
+	// catalog states (declared.Catalog.DynamoVersion), which picks the
+	// dialect of its roles unless a role's own annotation does (see
+	// DialectOf). A router not named reads it from its workload.
+	DynamoVersions map[string]string
 }
 
 // Output is the compiled configs and the status of every input object.
@@ -187,7 +192,7 @@ func Compile(cat *hints.Catalog, in Input) *Output {
 			wl = ws[0]
 		}
 		target := routerTarget(in, rr.Spec.Router, workloads[rr.Spec.Router])
-		res := compileRole(cat, rr, policies, wl, target)
+		res := compileRole(cat, rr, policies, wl, target, in.DynamoVersions[rr.Spec.Router])
 		if f, held := in.CatalogProblems[rr.Spec.Router]; held {
 			// Nothing of the current spec can be checked without the
 			// router's catalog: the role runs its last good entry.

@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+	"github.com/kvrouter/kv-hint-operator/internal/dynamograph"
 	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
 )
 
@@ -82,18 +83,7 @@ func dialect(s string) (Dialect, bool) {
 }
 
 func majorMinor(s string) (major, minor int, ok bool) {
-	parts := strings.SplitN(strings.TrimPrefix(s, "v"), ".", 3)
-	if len(parts) < 2 {
-		return 0, 0, false
-	}
-	minorDigits := parts[1]
-	if i := strings.IndexFunc(minorDigits, func(r rune) bool { return r < '0' || r > '9' }); i >= 0 {
-		minorDigits = minorDigits[:i]
-	}
-	var err1, err2 error
-	major, err1 = strconv.Atoi(parts[0])
-	minor, err2 = strconv.Atoi(minorDigits)
-	return major, minor, err1 == nil && err2 == nil
+	return dynamograph.ParseVersion(s)
 }
 
 // imageTag returns the tag of a container image reference, "" when it
@@ -107,18 +97,25 @@ func imageTag(image string) string {
 	return ""
 }
 
-// DialectOf picks the dialect a role is compiled in: the role's
-// annotation v1alpha1.DynamoVersionAnnotation, else what its router's
-// workload says (a DynamoGraphDeployment component's runtimeVersion, else
-// the router container's image tag), else DefaultDialect. from says where
-// it came from, for messages; err is a bad annotation value.
-func DialectOf(annotations map[string]string, wl *Workload) (d Dialect, from string, err error) {
+// DialectOf picks the dialect a role is compiled in, first to last: the
+// role's annotation v1alpha1.DynamoVersionAnnotation; declared, the
+// dynamoVersion its router's declared catalog states (declared.Catalog,
+// checked when it was loaded); what its router's workload says (a
+// DynamoGraphDeployment component's runtimeVersion, else the router
+// container's image tag); else DefaultDialect. from says where it came
+// from, for messages; err is a bad annotation value.
+func DialectOf(annotations map[string]string, declared string, wl *Workload) (d Dialect, from string, err error) {
 	if v, ok := annotations[v1alpha1.DynamoVersionAnnotation]; ok {
 		d, ok := dialect(v)
 		if !ok {
 			return Dialect{}, "", fmt.Errorf("annotation %s is %q: want a Dynamo version such as 1.6 or 1.7.0", v1alpha1.DynamoVersionAnnotation, v)
 		}
 		return d, fmt.Sprintf("annotation %s %s", v1alpha1.DynamoVersionAnnotation, v), nil
+	}
+	if declared != "" {
+		if d, ok := dialect(declared); ok {
+			return d, "the declared catalog's dynamoVersion " + declared, nil
+		}
 	}
 	if wl != nil && wl.version != "" {
 		if d, ok := dialect(wl.version); ok {
@@ -161,11 +158,11 @@ func presetsSet(where string, c *corev1.Container) map[string]string {
 // is Dynamo's default cost function, of every preset of the role's
 // dialect its router's Frontend sets: the role's cost-function
 // parameters are not what the router runs.
-func presetFindings(rr *v1alpha1.RouterRole, r *hintsconfig.Role, wl *Workload) Findings {
+func presetFindings(rr *v1alpha1.RouterRole, declared string, r *hintsconfig.Role, wl *Workload) Findings {
 	if wl == nil || len(wl.presets) == 0 || r == nil || r.Mode != hintsconfig.ModeKV || r.Selection.Type != hintsconfig.BuiltinSelectionType {
 		return nil
 	}
-	d, from, err := DialectOf(rr.Annotations, wl)
+	d, from, err := DialectOf(rr.Annotations, declared, wl)
 	if err != nil {
 		return nil
 	}

@@ -175,14 +175,23 @@ func CatalogFinding(reason v1alpha1.ConditionReason, router, configMaps, msg str
 	}
 }
 
-// RouterCatalog picks the catalog a router's roles are compiled against
-// from the ConfigMaps that declare it (labelled v1alpha1.CatalogForLabel
-// with the router's name; at least one): the one declaration load reads
-// from its v1alpha1.CatalogKey, with the policy-file form it says the
-// router's build reads (empty when it does not say: RouterForm then
-// picks the target's), or a CatalogFinding when there are several
-// (CatalogConflict) or the one cannot be used (InvalidCatalog).
-func RouterCatalog(router string, cms []corev1.ConfigMap, load func(*corev1.ConfigMap) (*hints.Catalog, hintsconfig.Form, error)) (*hints.Catalog, hintsconfig.Form, *Finding) {
+// Declaration is what a router's declared catalog says: the types its
+// build links, the policy-file form it reads (empty when it does not say:
+// RouterForm then picks the target's) and the Dynamo version it runs
+// (empty when it does not say: see DialectOf).
+type Declaration struct {
+	Catalog       *hints.Catalog
+	Form          hintsconfig.Form
+	DynamoVersion string
+}
+
+// RouterCatalog picks the declaration a router's roles are compiled
+// against from the ConfigMaps that declare it (labelled
+// v1alpha1.CatalogForLabel with the router's name; at least one): the one
+// declaration load reads from its v1alpha1.CatalogKey, or a
+// CatalogFinding when there are several (CatalogConflict) or the one
+// cannot be used (InvalidCatalog).
+func RouterCatalog(router string, cms []corev1.ConfigMap, load func(*corev1.ConfigMap) (Declaration, error)) (Declaration, *Finding) {
 	if len(cms) > 1 {
 		names := make([]string, len(cms))
 		for i := range cms {
@@ -192,14 +201,14 @@ func RouterCatalog(router string, cms []corev1.ConfigMap, load func(*corev1.Conf
 		f := CatalogFinding(v1alpha1.ReasonCatalogConflict, router, strings.Join(names, ", "),
 			fmt.Sprintf("%d ConfigMaps declare the catalog of router %s (label %s=%s): %s; keep one",
 				len(cms), router, v1alpha1.CatalogForLabel, router, strings.Join(names, ", ")))
-		return nil, "", &f
+		return Declaration{}, &f
 	}
 	cm := &cms[0]
-	cat, form, err := load(cm)
+	d, err := load(cm)
 	if err != nil {
 		f := CatalogFinding(v1alpha1.ReasonInvalidCatalog, router, cm.Name,
 			fmt.Sprintf("ConfigMap %s declares the catalog of router %s, but it cannot be used: %v", cm.Name, router, err))
-		return nil, "", &f
+		return Declaration{}, &f
 	}
-	return cat, form, nil
+	return d, nil
 }

@@ -60,8 +60,10 @@ func (res *roleResult) refNames() []string {
 // rules through the hints core. wl, when not nil, is the restart-mode
 // workload of the role's router: the role is then checked under the mode
 // its pod template starts the router with, which is what will run,
-// rather than spec.routerMode.
-func compileRole(cat *hints.Catalog, rr *v1alpha1.RouterRole, policies policyIndex, wl *Workload, t target) *roleResult {
+// rather than spec.routerMode, and t says what reads the file (a Dynamo
+// Frontend's build, stock or declared). version is the Dynamo version the
+// router's declared catalog states, empty when none does (see DialectOf).
+func compileRole(cat *hints.Catalog, rr *v1alpha1.RouterRole, policies policyIndex, wl *Workload, t target, version string) *roleResult {
 	res := &roleResult{rr: rr}
 	spec := &rr.Spec
 	if !dnsLabel.MatchString(spec.Router) || len(spec.Router) > hints.MaxNameLength {
@@ -112,11 +114,11 @@ func compileRole(cat *hints.Catalog, rr *v1alpha1.RouterRole, policies policyInd
 				"the policies report effective parameters that are not JSON: %v", err))
 		}
 	}
-	if _, _, err := DialectOf(rr.Annotations, wl); err != nil {
+	if _, _, err := DialectOf(rr.Annotations, version, wl); err != nil {
 		res.findings = append(res.findings, errorf(v1alpha1.ConditionAccepted, v1alpha1.ReasonInvalidConfig,
 			"metadata.annotations["+v1alpha1.DynamoVersionAnnotation+"]", "%v", err))
 	}
-	res.findings = append(res.findings, presetFindings(rr, compiled, wl)...)
+	res.findings = append(res.findings, presetFindings(rr, version, compiled, wl)...)
 	if len(res.findings.Errors()) == 0 {
 		res.compiled = compiled
 	}

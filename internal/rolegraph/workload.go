@@ -3,6 +3,7 @@ package rolegraph
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"path"
 	"slices"
 	"strings"
@@ -259,7 +260,8 @@ func ReadTemplate(where string, spec *corev1.PodSpec, choice ContainerChoice, en
 	merged.Env = append(slices.Clone(env), c.Env...)
 	where = fmt.Sprintf("container %q of %s", c.Name, where)
 	t.ModeOrigin = fmt.Sprintf("the default router mode (no %s nor %s in %s)", RouterModeFlag, RouterModeEnv, where)
-	if v, from, ok := setting(&merged, RouterModeFlag, RouterModeEnv); ok {
+	v, from, modeSet := setting(&merged, RouterModeFlag, RouterModeEnv)
+	if modeSet {
 		t.Mode, t.ModeOrigin = hintsconfig.RouterMode(v), fmt.Sprintf("%s of %s", from, where)
 	}
 
@@ -284,6 +286,12 @@ func ReadTemplate(where string, spec *corev1.PodSpec, choice ContainerChoice, en
 		mounted = m.ReadOnly && m.SubPath == ""
 	}
 	t.Presets = presetsSet(where, &merged)
+	if !modeSet && len(t.Presets) > 0 {
+		// Dynamo 1.7's presets imply --router-mode kv; a Frontend that
+		// has them is 1.7 or newer (an older one refuses the flag).
+		first := t.Presets[slices.Min(slices.Collect(maps.Keys(t.Presets)))]
+		t.Mode, t.ModeOrigin = hintsconfig.ModeKV, first+" (a Dynamo router preset, which implies "+RouterModeFlag+" kv)"
+	}
 	t.NotRead = policyFileNotRead(where, &merged)
 	t.Overrides = instanceOverrides(where, &merged)
 	t.Entries = mounted && slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool {

@@ -1,17 +1,20 @@
 package sidecar
 
 import (
+	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
 )
 
 // TestTopologyDomains books over loopback HTTP for workers registered with
-// their kv_transfer_domain: a worker that requires its domain gets no
-// kv.fetch from a source in another domain, or from one the registry does
-// not know, and the dropped copy is counted under outside_domain; a
-// source in its domain, and any source for a worker that only prefers its
-// domain, is fetched from.
+// their topology_domains and KV transfer policy, as Dynamo's workers
+// publish them: a worker that requires its transfer domain (zone) gets no
+// kv.fetch from a source with another zone, none, or one the registry
+// does not know, even one that shares another domain (its rack) with it,
+// and the dropped copy is counted under outside_domain; a source in its
+// zone, and any source for a worker that only prefers its zone, is
+// fetched from. The listing shows what each worker published.
 func TestTopologyDomains(t *testing.T) {
 	s := startSidecarWithConfig(t, testCatalog(t), dispatchConfig, nil)
 	register := func(id, domain string) {
@@ -23,17 +26,36 @@ func TestTopologyDomains(t *testing.T) {
 			t.Fatalf("registering %s: %d %s", id, resp.status, resp.body)
 		}
 	}
-	register("strict-a", `,"kv_transfer_domain":"rack-a","kv_transfer_enforcement":"required"`)
-	register("loose-a", `,"kv_transfer_domain":"rack-a","kv_transfer_enforcement":"preferred"`)
+	register("strict-a", `,"topology_domains":{"zone":"a","rack":"r1"},"kv_transfer_domain":"zone","kv_transfer_enforcement":"required"`)
+	register("default-a", `,"topology_domains":{"zone":"a"},"kv_transfer_domain":"zone"`)
+	register("loose-a", `,"topology_domains":{"zone":"a"},"kv_transfer_domain":"zone","kv_transfer_enforcement":"preferred","kv_transfer_preferred_weight":0.85`)
 	register("plain", ``)
-	register("src-a", `,"kv_transfer_domain":"rack-a"`)
-	register("src-b", `,"kv_transfer_domain":"rack-b"`)
+	register("src-a", `,"topology_domains":{"zone":"a","rack":"r2"}`)
+	register("src-b", `,"topology_domains":{"zone":"b","rack":"r1"}`)
 	register("src-none", ``)
 
 	// A registration that breaks the rules is refused with the reason.
-	req, _ := http.NewRequest(http.MethodPut, "http://"+s.BookingAddr()+"/v1/workers/bad", strings.NewReader(`{"kv_transfer_enforcement":"required"}`))
-	if resp := roundTrip(t, http.DefaultClient, req); resp.status != http.StatusBadRequest || !strings.Contains(resp.body, "without a kv_transfer_domain") {
-		t.Errorf("enforcement without a domain: %d %s", resp.status, resp.body)
+	for body, want := range map[string]string{
+		`{"kv_transfer_enforcement":"required"}`:                                                              "without a kv_transfer_domain",
+		`{"topology_domains":{"rack":"r1"},"kv_transfer_domain":"zone"}`:                                      "but topology_domains does not contain that domain (it has: rack)",
+		`{"topology_domains":{"zone":"a"},"kv_transfer_domain":"zone","kv_transfer_enforcement":"preferred"}`: "kv_transfer_preferred_weight is missing",
+	} {
+		req, _ := http.NewRequest(http.MethodPut, "http://"+s.BookingAddr()+"/v1/workers/bad", strings.NewReader(body))
+		if resp := roundTrip(t, http.DefaultClient, req); resp.status != http.StatusBadRequest || !strings.Contains(resp.body, want) {
+			t.Errorf("%s: %d %s; want 400 with %q", body, resp.status, resp.body, want)
+		}
+	}
+
+	req, _ := http.NewRequest(http.MethodGet, "http://"+s.BookingAddr()+"/v1/workers/loose-a", nil)
+	resp := roundTrip(t, http.DefaultClient, req)
+	var listed struct {
+		Domains map[string]string `json:"topology_domains"`
+		Domain  string            `json:"kv_transfer_domain"`
+		Weight  float64           `json:"kv_transfer_preferred_weight"`
+	}
+	if err := json.Unmarshal([]byte(resp.body), &listed); err != nil || resp.status != http.StatusOK ||
+		listed.Domains["zone"] != "a" || listed.Domain != "zone" || listed.Weight != 0.85 {
+		t.Errorf("GET loose-a: %d %s (%v)", resp.status, resp.body, err)
 	}
 
 	tests := []struct {
@@ -41,7 +63,9 @@ func TestTopologyDomains(t *testing.T) {
 		fetch          bool
 	}{
 		{"strict-a", "src-a", true},
-		{"strict-a", "src-b", false},
+		{"strict-a", "src-b", false}, // another zone, the same rack
+		{"default-a", "src-a", true},
+		{"default-a", "src-b", false},
 		{"strict-a", "src-none", false},
 		{"strict-a", "unregistered", false},
 		{"loose-a", "src-b", true},

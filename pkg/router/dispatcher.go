@@ -382,23 +382,29 @@ func (d *Dispatcher) resolveSource(kv, dst *hints.CommittedCopy) (*hints.Committ
 }
 
 // inDomain reports whether the copy may be fetched by the booked worker w:
-// always, unless w requires its KV transfers to stay in its topology
-// domain; then only from a registered source worker of the same domain.
+// always, unless w requires its KV transfers to stay in its transfer
+// domain; then only from a registered source worker whose value in that
+// domain is w's. A worker that requires a domain it publishes no value in
+// takes no copy (Dynamo refuses to place such a worker at all).
 func (d *Dispatcher) inDomain(w Worker, kv *hints.CommittedCopy) bool {
 	tw, ok := w.(TopologyWorker)
 	if !ok {
 		return true
 	}
-	domain, enforcement := tw.KVTransferDomain()
+	domain, enforcement, _ := tw.KVTransferPolicy()
 	if domain == "" || enforcement != KVTransferRequired {
 		return true
 	}
-	src, ok := d.workers.Lookup(kv.SourceWorker).(TopologyWorker)
+	value, ok := tw.TopologyDomain(domain)
 	if !ok || kv.SourceWorker == "" {
 		return false
 	}
-	srcDomain, _ := src.KVTransferDomain()
-	return srcDomain == domain
+	src, ok := d.workers.Lookup(kv.SourceWorker).(TopologyWorker)
+	if !ok {
+		return false
+	}
+	srcValue, ok := src.TopologyDomain(domain)
+	return ok && srcValue == value
 }
 
 // runPolicies runs the role's policies in order and records the actions

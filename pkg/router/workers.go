@@ -35,21 +35,33 @@ type Worker interface {
 	Deliver(msg []byte, built time.Time) bool
 }
 
-// TopologyWorker is a Worker that publishes the topology domain its KV
-// blocks move within (Dynamo's kv_transfer_domain and
-// kv_transfer_enforcement). The dispatcher asks a booked worker for it
-// when the booking commits a copy: under KVTransferRequired a copy whose
-// source worker is not in the same domain is dropped before any policy
-// runs (counted under the outside_domain reason), so no kv.fetch crosses
-// the domain, whichever hint policy the role runs. Under
-// KVTransferPreferred the copy is kept: a booking commits one source, and
-// the worker-selection policy that chose it is where in-domain sources are
-// preferred.
+// TopologyWorker is a Worker that publishes its place in the cluster's
+// topology and the domain its KV transfers stay within, as a Dynamo
+// worker does (ModelRuntimeConfig's topology_domains, kv_transfer_domain,
+// kv_transfer_enforcement and kv_transfer_preferred_weight). The
+// dispatcher asks a booked worker for it when the booking commits a copy.
+// Under KVTransferRequired the copy is fetched only from a source worker
+// with the same value in the booked worker's transfer domain (the same
+// zone, when the domain is zone): any other copy, from a source that
+// publishes another value, none, or is not registered, is dropped before
+// any policy runs (counted under the outside_domain reason), so no
+// kv.fetch crosses the domain, whichever hint policy the role runs. A
+// source may publish several domains (zone and rack); only the booked
+// worker's transfer domain is compared. Under KVTransferPreferred the
+// copy is kept: a booking commits one source, and the preference (its
+// weight) is the worker-selection policy's, which chose that source.
 type TopologyWorker interface {
 	Worker
-	// KVTransferDomain returns the worker's domain ("" for none) and its
-	// enforcement (KVTransferRequired or KVTransferPreferred).
-	KVTransferDomain() (domain, enforcement string)
+	// TopologyDomain returns the worker's value in the named topology
+	// domain (topology_domains[name], such as "us-east-1a" for "zone"),
+	// and false when it publishes none there.
+	TopologyDomain(name string) (value string, ok bool)
+	// KVTransferPolicy returns the name of the domain the worker's KV
+	// transfers stay within (kv_transfer_domain; "" for none), its
+	// enforcement (KVTransferRequired or KVTransferPreferred) and, under
+	// KVTransferPreferred, the preference's weight in [0, 1]
+	// (kv_transfer_preferred_weight; 0 under KVTransferRequired).
+	KVTransferPolicy() (domain, enforcement string, preferredWeight float64)
 }
 
 // Enforcements of a worker's KV transfer domain.

@@ -88,14 +88,26 @@ const (
 	// (aggregated, prefill or decode); a pod with another value is not
 	// registered.
 	WorkerTypeAnnotation = "hints.kvrouter.io/worker-type"
+	// TopologyDomainsAnnotation is a worker pod's topology_domains: a JSON
+	// object from a topology domain's name to the pod's value in it, such
+	// as {"zone": "us-east-1a", "rack": "rack-22"}. The labels Dynamo's
+	// operator copies onto a worker pod from its node
+	// (nvidia.com/dynamo-topology.<domain>) are read too; this annotation
+	// wins for a domain both name.
+	TopologyDomainsAnnotation = "hints.kvrouter.io/topology-domains"
 	// KVTransferDomainAnnotation is a worker pod's kv_transfer_domain:
-	// the topology domain (a DNS label, such as a rack or an NVLink
-	// domain) its KV blocks move within.
+	// the name of the topology domain (such as zone) its KV transfers stay
+	// within, one the pod publishes a value in.
 	KVTransferDomainAnnotation = "hints.kvrouter.io/kv-transfer-domain"
 	// KVTransferEnforcementAnnotation is a worker pod's
-	// kv_transfer_enforcement: required (it fetches only from sources of
-	// its own domain) or preferred (the default where a domain is set).
+	// kv_transfer_enforcement: required (the default where a domain is
+	// set, as Dynamo's workers publish it: the pod fetches only from
+	// sources with its value in the domain) or preferred.
 	KVTransferEnforcementAnnotation = "hints.kvrouter.io/kv-transfer-enforcement"
+	// KVTransferPreferredWeightAnnotation is a worker pod's
+	// kv_transfer_preferred_weight: under preferred enforcement, which
+	// requires it, the preference's weight in [0, 1].
+	KVTransferPreferredWeightAnnotation = "hints.kvrouter.io/kv-transfer-preferred-weight"
 )
 
 // ConfigMapName returns the name of the ConfigMap compiled for a

@@ -10,6 +10,7 @@
 package workers
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"maps"
@@ -101,27 +102,74 @@ type WorkerSpec struct {
 	// Labels are the worker's labels (a pod's own), which the roles'
 	// worker selectors match to build their pools.
 	Labels map[string]string `json:"labels,omitempty"`
-	// KVTransferDomain is the worker's kv_transfer_domain, a DNS label:
-	// the topology domain its KV blocks move within; empty for none.
+	// TopologyDomains are the worker's topology_domains: its value in each
+	// topology domain it publishes, by the domain's name, such as
+	// {"zone": "us-east-1a", "rack": "rack-22"}. Names are DNS labels
+	// (Dynamo's TopologyDomain), values label values (they come from node
+	// labels).
+	TopologyDomains map[string]string `json:"topology_domains,omitempty"`
+	// KVTransferDomain is its kv_transfer_domain: the name of the domain,
+	// one of TopologyDomains, its KV transfers stay within; empty for
+	// none.
 	KVTransferDomain string `json:"kv_transfer_domain,omitempty"`
 	// KVTransferEnforcement is its kv_transfer_enforcement: required (a
-	// committed copy from a source outside its domain is dropped) or
-	// preferred (kept); empty means preferred. It needs a domain.
+	// committed copy from a source with another value in the domain, or
+	// none, is dropped) or preferred (kept); empty means required, as
+	// Dynamo's workers publish it when their policy gives none. It needs
+	// a domain.
 	KVTransferEnforcement string `json:"kv_transfer_enforcement,omitempty"`
+	// KVTransferPreferredWeight is its kv_transfer_preferred_weight, in
+	// [0, 1]: required under preferred enforcement, refused under
+	// required, as Dynamo's router and its DGD schema have it.
+	KVTransferPreferredWeight *float64 `json:"kv_transfer_preferred_weight,omitempty"`
 }
 
-// validateDomain checks a worker's KV transfer domain and enforcement.
-func validateDomain(domain, enforcement string) error {
-	if domain != "" {
-		if errs := validation.IsDNS1123Label(domain); len(errs) > 0 {
-			return fmt.Errorf("kv_transfer_domain %q: %s", domain, strings.Join(errs, "; "))
+// MaxTopologyDomains caps the topology domains a worker publishes.
+const MaxTopologyDomains = 16
+
+// validateTopology checks a worker's topology domains and KV transfer
+// policy, with Dynamo's words where it has them.
+func validateTopology(s *WorkerSpec) error {
+	if len(s.TopologyDomains) > MaxTopologyDomains {
+		return fmt.Errorf("topology_domains has %d domains, over the %d allowed", len(s.TopologyDomains), MaxTopologyDomains)
+	}
+	for _, name := range slices.Sorted(maps.Keys(s.TopologyDomains)) {
+		if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
+			return fmt.Errorf("topology_domains: domain name %q: %s", name, strings.Join(errs, "; "))
+		}
+		v := s.TopologyDomains[name]
+		if v == "" {
+			return fmt.Errorf("topology_domains: domain %s has an empty value", name)
+		}
+		if errs := validation.IsValidLabelValue(v); len(errs) > 0 {
+			return fmt.Errorf("topology_domains: domain %s value %q: %s", name, v, strings.Join(errs, "; "))
 		}
 	}
+	domain, enforcement, w := s.KVTransferDomain, s.KVTransferEnforcement, s.KVTransferPreferredWeight
 	switch {
 	case enforcement != "" && enforcement != router.KVTransferRequired && enforcement != router.KVTransferPreferred:
 		return fmt.Errorf("kv_transfer_enforcement %q: want %s or %s", enforcement, router.KVTransferRequired, router.KVTransferPreferred)
-	case enforcement != "" && domain == "":
+	case domain == "" && enforcement != "":
 		return fmt.Errorf("kv_transfer_enforcement %q without a kv_transfer_domain", enforcement)
+	case domain == "" && w != nil:
+		return errors.New("kv_transfer_preferred_weight without a kv_transfer_domain")
+	case domain == "":
+		return nil
+	}
+	if _, ok := s.TopologyDomains[domain]; !ok {
+		known := strings.Join(slices.Sorted(maps.Keys(s.TopologyDomains)), ", ")
+		if known == "" {
+			known = "none"
+		}
+		return fmt.Errorf("kv_transfer_domain=%q, but topology_domains does not contain that domain (it has: %s)", domain, known)
+	}
+	switch {
+	case enforcement == router.KVTransferPreferred && w == nil:
+		return fmt.Errorf("kv_transfer_enforcement preferred for domain %q, but kv_transfer_preferred_weight is missing (a weight in [0, 1])", domain)
+	case enforcement != router.KVTransferPreferred && w != nil:
+		return fmt.Errorf("kv_transfer_preferred_weight is set, but kv_transfer_enforcement is %s: the weight is only for preferred", cmp.Or(enforcement, router.KVTransferRequired+" (the default)"))
+	case w != nil && !(*w >= 0 && *w <= 1):
+		return fmt.Errorf("kv_transfer_preferred_weight %v: want a number in [0, 1]", *w)
 	}
 	return nil
 }
@@ -209,7 +257,7 @@ func (s *WorkerSpec) Validate() error {
 	if err := validateLabels(s.Labels); err != nil {
 		return fmt.Errorf("worker %s: %w", s.ID, err)
 	}
-	if err := validateDomain(s.KVTransferDomain, s.KVTransferEnforcement); err != nil {
+	if err := validateTopology(s); err != nil {
 		return fmt.Errorf("worker %s: %w", s.ID, err)
 	}
 	return nil
@@ -248,16 +296,24 @@ type Worker struct {
 // HintCapable reports whether the worker advertises router_hint.
 func (w *Worker) HintCapable() bool { return w.Capable }
 
-// KVTransferDomain returns the worker's topology domain and its
-// enforcement (preferred where it gives none), for router.TopologyWorker.
-func (w *Worker) KVTransferDomain() (domain, enforcement string) {
-	if w.WorkerSpec.KVTransferDomain == "" {
-		return "", ""
+// TopologyDomain returns the worker's value in the named topology
+// domain, for router.TopologyWorker.
+func (w *Worker) TopologyDomain(name string) (string, bool) {
+	v, ok := w.TopologyDomains[name]
+	return v, ok
+}
+
+// KVTransferPolicy returns the worker's KV transfer domain, its
+// enforcement (required where it gives none) and its preferred weight,
+// for router.TopologyWorker.
+func (w *Worker) KVTransferPolicy() (domain, enforcement string, preferredWeight float64) {
+	if w.KVTransferDomain == "" {
+		return "", "", 0
 	}
-	if w.KVTransferEnforcement == "" {
-		return w.WorkerSpec.KVTransferDomain, router.KVTransferPreferred
+	if w.KVTransferPreferredWeight != nil {
+		preferredWeight = *w.KVTransferPreferredWeight
 	}
-	return w.WorkerSpec.KVTransferDomain, w.KVTransferEnforcement
+	return w.KVTransferDomain, cmp.Or(w.KVTransferEnforcement, router.KVTransferRequired), preferredWeight
 }
 
 // InPool reports whether the worker is in role's pool. While pools are in
@@ -628,7 +684,7 @@ func (r *Registry) RegisterMetrics(reg prometheus.Registerer) {
 	ns := router.MetricsNamespace
 	r.refused = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: ns, Name: "workers_refused_total",
-		Help: "Worker registrations refused (a worker type other than aggregated, prefill or decode, bad source endpoints, a refused hint endpoint, an ID another source registered), by source (api, file, pods).",
+		Help: "Worker registrations refused (a worker type other than aggregated, prefill or decode, bad source endpoints, a refused hint endpoint, topology domains or a KV transfer policy that break their rules, an ID another source registered), by source (api, file, pods).",
 	}, []string{"source"})
 	r.registerLimitMetrics(reg)
 	reg.MustRegister(

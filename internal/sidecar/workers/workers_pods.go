@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -301,9 +303,7 @@ func PodWorkerSpec(pod *corev1.Pod, allowAbsolute bool) (WorkerSpec, bool, error
 	if pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 		return WorkerSpec{}, false, nil
 	}
-	spec := WorkerSpec{ID: pod.Name, WorkerType: pod.Annotations[wellknown.WorkerTypeAnnotation], Labels: pod.Labels,
-		KVTransferDomain:      strings.TrimSpace(pod.Annotations[wellknown.KVTransferDomainAnnotation]),
-		KVTransferEnforcement: strings.TrimSpace(pod.Annotations[wellknown.KVTransferEnforcementAnnotation])}
+	spec := WorkerSpec{ID: pod.Name, WorkerType: pod.Annotations[wellknown.WorkerTypeAnnotation], Labels: pod.Labels}
 	for _, c := range strings.Split(pod.Annotations[wellknown.CapabilitiesAnnotation], ",") {
 		if c = strings.TrimSpace(c); c != "" {
 			spec.Capabilities = append(spec.Capabilities, c)
@@ -338,5 +338,61 @@ func PodWorkerSpec(pod *corev1.Pod, allowAbsolute bool) (WorkerSpec, bool, error
 			spec.SourceControlEndpoints[rank] = scheme + "://" + net.JoinHostPort(pod.Status.PodIP, rest[1:])
 		}
 	}
+	if err := podTopology(pod, &spec); err != nil {
+		return WorkerSpec{}, false, err
+	}
 	return spec, true, nil
+}
+
+// Where Dynamo's operator puts a worker pod's topology when a DGD sets
+// spec.experimental.kvTransferPolicy: its topology-label controller copies
+// the node's labels onto the scheduled pod, under
+// nvidia.com/dynamo-topology.<domain> for each level of a Grove
+// ClusterTopology (clusterTopologyName), or under the node label's own key,
+// which the pod's nvidia.com/topology-label-key annotation names
+// (labelKey; the domain's name is then the policy's domain, which the pod
+// carries only in its environment, so the sidecar takes it from the
+// kv-transfer-domain annotation).
+const (
+	dynamoTopologyLabelPrefix        = "nvidia.com/dynamo-topology."
+	dynamoTopologyLabelKeyAnnotation = "nvidia.com/topology-label-key"
+)
+
+// podTopology reads a worker pod's topology domains and KV transfer
+// policy: Dynamo's topology labels, then the TopologyDomainsAnnotation
+// (which wins for a domain both name), the transfer domain, enforcement
+// and preferred weight annotations.
+func podTopology(pod *corev1.Pod, spec *WorkerSpec) error {
+	domains := map[string]string{}
+	for k, v := range pod.Labels {
+		if name, ok := strings.CutPrefix(k, dynamoTopologyLabelPrefix); ok && v != "" {
+			domains[name] = v
+		}
+	}
+	spec.KVTransferDomain = strings.TrimSpace(pod.Annotations[wellknown.KVTransferDomainAnnotation])
+	spec.KVTransferEnforcement = strings.TrimSpace(pod.Annotations[wellknown.KVTransferEnforcementAnnotation])
+	if key := strings.TrimSpace(pod.Annotations[dynamoTopologyLabelKeyAnnotation]); key != "" && spec.KVTransferDomain != "" {
+		if v := pod.Labels[key]; v != "" {
+			domains[spec.KVTransferDomain] = v
+		}
+	}
+	if raw := strings.TrimSpace(pod.Annotations[wellknown.TopologyDomainsAnnotation]); raw != "" {
+		var own map[string]string
+		if err := json.Unmarshal([]byte(raw), &own); err != nil {
+			return fmt.Errorf("pod %s: annotation %s must be a JSON object from a topology domain to the pod's value in it, such as {\"zone\": \"us-east-1a\"}: %w",
+				pod.Name, wellknown.TopologyDomainsAnnotation, err)
+		}
+		maps.Copy(domains, own)
+	}
+	if len(domains) > 0 {
+		spec.TopologyDomains = domains
+	}
+	if raw := strings.TrimSpace(pod.Annotations[wellknown.KVTransferPreferredWeightAnnotation]); raw != "" {
+		w, err := strconv.ParseFloat(raw, 64)
+		if err != nil {
+			return fmt.Errorf("pod %s: annotation %s is %q: want a number in [0, 1]", pod.Name, wellknown.KVTransferPreferredWeightAnnotation, raw)
+		}
+		spec.KVTransferPreferredWeight = &w
+	}
+	return nil
 }
