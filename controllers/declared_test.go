@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
 	"github.com/kvrouter/kv-hint-operator/controllers"
@@ -234,4 +235,96 @@ func TestDeclaredCatalogBrokenAcrossRestart(t *testing.T) {
 	if got := get(t, ns, before.Name, &corev1.ConfigMap{}); got.Annotations[v1alpha1.HashAnnotation] != before.Annotations[v1alpha1.HashAnnotation] {
 		t.Errorf("the hash changed: %s became %s", before.Annotations[v1alpha1.HashAnnotation], got.Annotations[v1alpha1.HashAnnotation])
 	}
+}
+
+// catalogUse returns what the manager's store of declared catalogs holds:
+// distinct declarations and their estimated bytes, as its metrics say.
+func catalogUse(t *testing.T) (n, bytes float64) {
+	t.Helper()
+	families, err := managerMetrics.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := 0
+	for _, f := range families {
+		switch f.GetName() {
+		case controllers.ManagerMetricsNamespace + "_declared_catalogs":
+			n = f.GetMetric()[0].GetGauge().GetValue()
+			found++
+		case controllers.ManagerMetricsNamespace + "_declared_catalog_bytes":
+			bytes = f.GetMetric()[0].GetGauge().GetValue()
+			found++
+		}
+	}
+	if found != 2 {
+		t.Fatalf("the manager exports %d of its two declared-catalog metrics", found)
+	}
+	return n, bytes
+}
+
+// slowCatalog is the custom-router declaration with filler hint types of
+// many CEL rules, so that each load takes a while, and a version comment
+// that makes each text distinct.
+func slowCatalog(t *testing.T, version int) string {
+	t.Helper()
+	var b strings.Builder
+	b.WriteString(readFile(t, customRouterCatalog))
+	for ty := range 8 {
+		fmt.Fprintf(&b, "  - type: filler-%d\n    parameters:\n      type: object\n      properties:\n        a: {type: integer, default: 1}\n      x-kubernetes-validations:\n", ty)
+		for r := range 15 {
+			fmt.Fprintf(&b, "        - rule: self.a + %d > 0\n", r)
+		}
+	}
+	fmt.Fprintf(&b, "# version %d\n", version)
+	return b.String()
+}
+
+// TestDeclaredCatalogEditsLeaveNoLoads: a ConfigMap edited again and again
+// while its declaration loads (each version's load waits for the one slot
+// or runs when the next edit lands), then deleted. Through the manager's
+// own watches and reconciles, its store ends holding what it held before:
+// no load of an edited-away version is left counting against the budget.
+// Before, twelve edits left eleven loads held by nothing, for good, and
+// near the budget every new declaration was refused until a restart.
+func TestDeclaredCatalogEditsLeaveNoLoads(t *testing.T) {
+	ns := newNamespace(t)
+	ctx := context.Background()
+	baseN, baseBytes := catalogUse(t)
+	cm := catalogConfigMap(t, ns, "edited-catalog", "edited", slowCatalog(t, 0))
+	rr := newRole(ns, "decode", "edited", "decode", "kv-share")
+	rr.Spec.Hints = []v1alpha1.HintItem{inline("harness_prefetch", map[string]any{"max_blocks": 8})}
+	create(t, cm, rr)
+	const versions = 12
+	var most float64
+	for v := 1; v <= versions; v++ {
+		n, _ := catalogUse(t)
+		most = max(most, n-baseN)
+		eventually(t, fmt.Sprintf("version %d of the declaration written", v), func(ctx context.Context) error {
+			if err := k8s.Get(ctx, client.ObjectKeyFromObject(cm), cm); err != nil {
+				return err
+			}
+			cm.Data[controllers.CatalogKey] = slowCatalog(t, v)
+			return k8s.Update(ctx, cm)
+		})
+	}
+	waitCondition(t, rr, v1alpha1.ConditionAccepted, metav1.ConditionTrue, v1alpha1.ReasonAccepted)
+	eventually(t, "one declaration kept for the last version", func(context.Context) error {
+		n, bytes := catalogUse(t)
+		if n != baseN+1 || bytes <= baseBytes {
+			return fmt.Errorf("%g declarations (%g bytes) kept; before the test %g (%g bytes), want one more", n, bytes, baseN, baseBytes)
+		}
+		return nil
+	})
+	_, held := catalogUse(t)
+	t.Logf("one declaration of this text is estimated at %.0f bytes; while the edits landed the store held at most %g of its versions", held-baseBytes, most)
+
+	if err := k8s.Delete(ctx, cm); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the store back to what it held before", func(context.Context) error {
+		if n, bytes := catalogUse(t); n != baseN || bytes != baseBytes {
+			return fmt.Errorf("%g declarations (%g bytes) kept after the ConfigMap was deleted; want %g (%g bytes), as before", n, bytes, baseN, baseBytes)
+		}
+		return nil
+	})
 }

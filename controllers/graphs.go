@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -258,18 +259,37 @@ func (r *RouterReconciler) pointGraph(ctx context.Context, rev *corev1.ConfigMap
 		return err
 	}
 	patch.SetResourceVersion(fresh.GetResourceVersion())
+	// The entries the manager wrote in a component that no longer runs
+	// the router: the apply releases them, and a refusal names them.
+	held := entriesElsewhere(current, w.Component)
+	refused := func(err error) error {
+		msg := fmt.Sprintf("DynamoGraphDeployment %s: the manager's write of its entries to component %q (ConfigMap %s) was refused: %v", w.Name, w.Component, rev.Name, err)
+		if len(held) > 0 {
+			msg += fmt.Sprintf("; the manager's entries it would release stay in the former router's %s", strings.Join(held, "; "))
+		}
+		if r.Recorder != nil {
+			r.Recorder.Eventf(graphRef(current), nil, corev1.EventTypeWarning, "PolicyConfigNotWritten", "Roll", "%s", msg)
+		}
+		return &writeRefused{workload: w, hash: revisionHash(rev), message: msg}
+	}
 	dry := patch.DeepCopy()
 	if err := r.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(dry), client.FieldOwner(v1alpha1.RolloutFieldManager), client.ForceOwnership, client.DryRunAll); err != nil {
+		if isRefusal(err) {
+			return refused(fmt.Errorf("dry run: %w", err))
+		}
 		return fmt.Errorf("pointing DynamoGraphDeployment %s at ConfigMap %s (dry run): %w", w.Name, rev.Name, err)
 	}
 	if err := checkGraphWrite(current, dry, w.Component, rev.Name, w.Container); err != nil {
-		if r.Recorder != nil {
-			r.Recorder.Eventf(graphRef(current), nil, corev1.EventTypeWarning, "PolicyConfigNotWritten", "Roll", "%v", err)
-		}
-		return fmt.Errorf("DynamoGraphDeployment %s: %w", w.Name, err)
+		return refused(err)
 	}
 	if err := r.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(patch), client.FieldOwner(v1alpha1.RolloutFieldManager), client.ForceOwnership); err != nil {
+		if isRefusal(err) {
+			return refused(err)
+		}
 		return fmt.Errorf("pointing DynamoGraphDeployment %s at ConfigMap %s: %w", w.Name, rev.Name, err)
+	}
+	if len(held) > 0 {
+		ctrl.LoggerFrom(ctx).Info("Released the entries of a former router component", "dynamoGraphDeployment", w.Name, "entries", held)
 	}
 	ctrl.LoggerFrom(ctx).Info("Rolling out config", "dynamoGraphDeployment", w.Name, "component", w.Component, "container", w.Container, "from", w.References, "to", rev.Name)
 	if r.Recorder != nil {
@@ -340,7 +360,11 @@ func checkGraphWrite(before *dynamograph.Graph, after *unstructured.Unstructured
 }
 
 // specWithoutTemplate is a DGD's spec, as read, with one component's
-// podTemplate left out.
+// podTemplate left out and the manager's entries left out of the other
+// components' (see withoutEntries): the manager's apply names only the
+// router component, so the API server removes what the manager alone
+// wrote in a component that ran the router before, and that release is
+// the one change it may make there.
 func specWithoutTemplate(obj map[string]any, component string) any {
 	spec, _, _ := unstructured.NestedMap(obj, "spec")
 	if spec == nil {
@@ -349,8 +373,15 @@ func specWithoutTemplate(obj map[string]any, component string) any {
 	spec = runtime.DeepCopyJSON(spec)
 	comps, _, _ := unstructured.NestedSlice(spec, "components")
 	for _, c := range comps {
-		if m, ok := c.(map[string]any); ok && m["name"] == component {
+		m, ok := c.(map[string]any)
+		switch {
+		case !ok:
+		case m["name"] == component:
 			delete(m, "podTemplate")
+		default:
+			if tmpl, ok := m["podTemplate"].(map[string]any); ok {
+				withoutEntries(tmpl)
+			}
 		}
 	}
 	if comps != nil {
@@ -397,4 +428,78 @@ func normalizedTemplate(t *corev1.PodTemplateSpec) *corev1.PodTemplateSpec {
 		slices.SortFunc(c.VolumeMounts, func(a, b corev1.VolumeMount) int { return cmp.Compare(a.MountPath, b.MountPath) })
 	}
 	return t
+}
+
+// withoutEntries removes the manager's three entries, as it writes them,
+// from a pod template read as unstructured, and the lists they leave
+// empty.
+func withoutEntries(tmpl map[string]any) {
+	spec, ok := tmpl["spec"].(map[string]any)
+	if !ok {
+		return
+	}
+	drop := func(m map[string]any, key string, is func(map[string]any) bool) {
+		list, ok := m[key].([]any)
+		if !ok {
+			return
+		}
+		list = slices.DeleteFunc(slices.Clone(list), func(e any) bool {
+			em, ok := e.(map[string]any)
+			return ok && is(em)
+		})
+		if len(list) == 0 {
+			delete(m, key)
+		} else {
+			m[key] = list
+		}
+	}
+	drop(spec, "volumes", func(v map[string]any) bool { return v["name"] == v1alpha1.PolicyVolumeName })
+	containers, _ := spec["containers"].([]any)
+	for _, c := range containers {
+		cm, ok := c.(map[string]any)
+		if !ok {
+			continue
+		}
+		drop(cm, "volumeMounts", func(m map[string]any) bool {
+			return m["name"] == v1alpha1.PolicyVolumeName && m["mountPath"] == v1alpha1.PolicyMountPath
+		})
+		drop(cm, "env", func(e map[string]any) bool {
+			return e["name"] == v1alpha1.RouterPolicyConfigEnv && e["value"] == v1alpha1.PolicyFilePath
+		})
+	}
+}
+
+// entriesElsewhere names, component by component, the manager's entries
+// a DGD holds outside its router component: what the manager's next apply
+// releases, and what holds the owner's changes to those components until
+// it has.
+func entriesElsewhere(g *dynamograph.Graph, component string) []string {
+	var out []string
+	for _, c := range g.Spec.Components {
+		if c.Name == component || c.PodTemplate == nil {
+			continue
+		}
+		var fields []string
+		for _, v := range c.PodTemplate.Spec.Volumes {
+			if v.Name == v1alpha1.PolicyVolumeName {
+				fields = append(fields, "volume "+v.Name)
+			}
+		}
+		for _, ct := range c.PodTemplate.Spec.Containers {
+			for _, m := range ct.VolumeMounts {
+				if m.Name == v1alpha1.PolicyVolumeName {
+					fields = append(fields, fmt.Sprintf("the mount at %s in container %s", m.MountPath, ct.Name))
+				}
+			}
+			for _, e := range ct.Env {
+				if e.Name == v1alpha1.RouterPolicyConfigEnv && e.Value == v1alpha1.PolicyFilePath {
+					fields = append(fields, fmt.Sprintf("env %s in container %s", e.Name, ct.Name))
+				}
+			}
+		}
+		if len(fields) > 0 {
+			out = append(out, fmt.Sprintf("component %q: %s", c.Name, strings.Join(fields, ", ")))
+		}
+	}
+	return out
 }

@@ -86,4 +86,37 @@ func TestCheckGraphWrite(t *testing.T) {
 	if err := checkGraphWrite(before, other, "frontend", "llama-hints-0123456789abcdef", "main"); err == nil || !strings.Contains(err.Error(), "other fields of spec") {
 		t.Errorf("another component changed: %v; want a refusal", err)
 	}
+
+	// The router moves from the frontend to decode: the apply names
+	// decode only, and the API server releases what the manager alone
+	// wrote in the frontend. That release is accepted; any other change
+	// of the frontend is not.
+	moved := func(edit func(front map[string]any)) (*dynamograph.Graph, *unstructured.Unstructured) {
+		was := merged(nil)
+		obj := runtime.DeepCopyJSON(graphObject())
+		comps := obj["spec"].(map[string]any)["components"].([]any)
+		comps[1].(map[string]any)["podTemplate"] = map[string]any{"spec": map[string]any{
+			"containers": []any{map[string]any{"name": "main", "image": "worker:1", "volumeMounts": []any{map[string]any{"name": "kvhint-policy", "mountPath": "/etc/kvhint/policy", "readOnly": true}},
+				"env": []any{map[string]any{"name": "DYN_ROUTER_POLICY_CONFIG", "value": "/etc/kvhint/policy/hints.yaml"}}}},
+			"volumes": []any{map[string]any{"name": "kvhint-policy", "configMap": map[string]any{"name": "llama-hints-0123456789abcdef"}}},
+		}}
+		wasComps := was.Object["spec"].(map[string]any)["components"].([]any)
+		wasComps[1].(map[string]any)["podTemplate"] = map[string]any{"spec": map[string]any{
+			"containers": []any{map[string]any{"name": "main", "image": "worker:1"}},
+		}}
+		if edit != nil {
+			edit(comps[0].(map[string]any))
+		}
+		return read(was.Object), &unstructured.Unstructured{Object: obj}
+	}
+	if b, a := moved(nil); checkGraphWrite(b, a, "decode", "llama-hints-0123456789abcdef", "main") != nil {
+		t.Errorf("the entries released from the former router component: %v", checkGraphWrite(b, a, "decode", "llama-hints-0123456789abcdef", "main"))
+	}
+	if b, a := moved(func(front map[string]any) { front["replicas"] = int64(5) }); checkGraphWrite(b, a, "decode", "llama-hints-0123456789abcdef", "main") == nil {
+		t.Error("the former router component's replicas changed with the release: accepted; want a refusal")
+	}
+	b, _ := moved(nil)
+	if got := entriesElsewhere(b, "decode"); len(got) != 1 || !strings.Contains(got[0], `component "frontend": volume kvhint-policy, the mount at /etc/kvhint/policy in container main, env DYN_ROUTER_POLICY_CONFIG in container main`) {
+		t.Errorf("entries elsewhere: %q", got)
+	}
 }

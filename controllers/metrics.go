@@ -31,6 +31,12 @@ var (
 	configDesc = prometheus.NewDesc(ManagerMetricsNamespace+"_router_config_info",
 		"1 for the hash of the config compiled for a router (its <router>-hints ConfigMap's), to compare with the hash each sidecar runs (kvhint_router_config_info).",
 		[]string{"namespace", "router", "hash"}, nil)
+	catalogsDesc = prometheus.NewDesc(ManagerMetricsNamespace+"_declared_catalogs",
+		"Distinct declared catalogs (ConfigMap texts) this manager replica keeps loaded or is loading, each counted once however many ConfigMaps hold it.",
+		nil, nil)
+	catalogBytesDesc = prometheus.NewDesc(ManagerMetricsNamespace+"_declared_catalog_bytes",
+		"The estimated memory of the declared catalogs this manager replica keeps, as its catalog budget counts it (--catalog-max-memory-total bounds it).",
+		nil, nil)
 	rolesDesc = prometheus.NewDesc(ManagerMetricsNamespace+"_routerroles",
 		"RouterRoles in the manager's cache. A manager that is not the leader reports 0 and no status series: the leader reports them.",
 		nil, nil)
@@ -51,6 +57,9 @@ type statusCollector struct {
 	// graphs reads opted-in DynamoGraphDeployments; nil when the
 	// manager does not watch them (yet).
 	graphs *graphWatch
+	// catalogs is the manager's store of declared catalogs; nil when it
+	// has none. Every replica exports it: each keeps its own.
+	catalogs *catalogs
 }
 
 // NewStatusCollector returns the collector of RouterRole status read
@@ -69,6 +78,9 @@ func RegisterMetrics(reg prometheus.Registerer, mgr manager.Manager) error {
 	if g, ok := graphWatches.Load(mgr); ok {
 		c.graphs = g.(*graphWatch)
 	}
+	if cats, ok := catalogStores.Load(mgr); ok {
+		c.catalogs = cats.(*catalogs)
+	}
 	return reg.Register(c)
 }
 
@@ -77,9 +89,16 @@ func (c *statusCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- podsDesc
 	ch <- configDesc
 	ch <- rolesDesc
+	ch <- catalogsDesc
+	ch <- catalogBytesDesc
 }
 
 func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.catalogs != nil {
+		n, bytes := c.catalogs.loadedCount()
+		ch <- prometheus.MustNewConstMetric(catalogsDesc, prometheus.GaugeValue, float64(n))
+		ch <- prometheus.MustNewConstMetric(catalogBytesDesc, prometheus.GaugeValue, float64(bytes))
+	}
 	select {
 	case <-c.elected:
 	default:

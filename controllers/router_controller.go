@@ -55,6 +55,9 @@ type RouterReconciler struct {
 	// waiting holds, by router, when the roles' status began to wait for
 	// the pods to report a new config (see awaitReports).
 	waiting sync.Map // types.NamespacedName -> time.Time
+	// refused holds, by router, its last refused write of a config to a
+	// workload (see writeRefused), until a rollout goes through.
+	refused sync.Map // types.NamespacedName -> rolegraph.WriteRefusal
 }
 
 // +kubebuilder:rbac:groups=hints.kvrouter.io,resources=routerroles,verbs=get;list;watch
@@ -109,6 +112,7 @@ func (r *RouterReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	}
 
 	in.Now = metav1.Now()
+	in.WriteRefusals = r.refusals(req.NamespacedName)
 	out := rolegraph.Compile(rc.cat, in)
 	compiled := out.Router(req.Name)
 	if compiled == nil {
@@ -138,8 +142,24 @@ func (r *RouterReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if err := r.rollOut(ctx, &in, ro, compiled); err != nil {
-		return ctrl.Result{}, err
+	rollErr := r.rollOut(ctx, &in, ro, compiled)
+	recompile, refusal := r.noteRollout(ctx, req.NamespacedName, rollErr)
+	if rollErr != nil && refusal == nil {
+		return ctrl.Result{}, rollErr
+	}
+	if recompile {
+		// The status compiled before the rollout says what it did
+		// not know: that the write was refused, or that it no longer is.
+		in.WriteRefusals = r.refusals(req.NamespacedName)
+		out = rolegraph.Compile(rc.cat, in)
+		compiled = out.Router(req.Name)
+	}
+	if refusal != nil {
+		res, err := retryStale(ctx, r.writeStatus(ctx, in.RouterRoles, out))
+		if err == nil && (res.RequeueAfter == 0 || res.RequeueAfter > refusedRetry) {
+			res.RequeueAfter = refusedRetry
+		}
+		return res, err
 	}
 	if wait := r.awaitReports(req.NamespacedName, wrote, compiled, in.Now.Time); wait > 0 {
 		ctrl.LoggerFrom(ctx).V(1).Info("Waiting for the router pods' reports before writing status",

@@ -202,6 +202,10 @@ type Options struct {
 // metrics (RegisterMetrics).
 var graphWatches sync.Map
 
+// catalogStores holds each manager's store of declared catalogs, for its
+// metrics (RegisterMetrics).
+var catalogStores sync.Map
+
 // SetupWithOptions is Setup with all the settings.
 func SetupWithOptions(ctx context.Context, mgr manager.Manager, cat *hints.Catalog, o Options) error {
 	namespaces := o.Namespaces
@@ -223,6 +227,7 @@ func SetupWithOptions(ctx context.Context, mgr manager.Manager, cat *hints.Catal
 	}
 	cats := newCatalogs(catalogCache, cat, o.CatalogLimits)
 	cats.namespaces = catalogNS
+	catalogStores.Store(mgr, cats)
 	loaded := cats.loadInBackground(ctx)
 	rec := mgr.GetEventRecorder(EventSource)
 	graphs := &graphWatch{cfg: mgr.GetConfig(), namespaces: namespaces, interval: cmp.Or(o.GraphDiscoveryInterval, DefaultGraphDiscoveryInterval)}

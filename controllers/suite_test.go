@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -48,6 +49,9 @@ var (
 	k8s         client.Client // uncached: what the API server holds now
 	kubeconfig  string
 	stopManager func()
+	// managerMetrics holds the running manager's own metrics
+	// (controllers.RegisterMetrics), a registry per manager started.
+	managerMetrics *prometheus.Registry
 )
 
 // timeout bounds every wait on the manager; on these machines a reconcile
@@ -148,6 +152,12 @@ func startManager() (func(), error) {
 		cancel()
 		return nil, err
 	}
+	reg := prometheus.NewRegistry()
+	if err := controllers.RegisterMetrics(reg, mgr); err != nil {
+		cancel()
+		return nil, err
+	}
+	managerMetrics = reg
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
 	syncCtx, syncCancel := context.WithTimeout(ctx, timeout)

@@ -189,4 +189,13 @@ const (
 	// a new template only when deleted, so no write of the manager's would
 	// reach them; nothing is written. It sets Stalled.
 	ReasonUpdateStrategyOnDelete ConditionReason = "UpdateStrategyOnDelete"
+
+	// ReasonPolicyConfigNotWritten: the manager's write of the compiled
+	// config to a restart-mode workload was refused, by the API server
+	// (an admission policy or webhook, the schema, a dry run) or by the
+	// manager's own check of a dry run's result. The message names the
+	// workload and says why; the router's pods are counted against the
+	// config the workload still references, and the write is tried again.
+	// It sets Stalled.
+	ReasonPolicyConfigNotWritten ConditionReason = "PolicyConfigNotWritten"
 )

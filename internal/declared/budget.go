@@ -99,8 +99,9 @@ type Usage struct {
 	RuleBytes int
 	// SchemaNodes is the number of schema nodes.
 	SchemaNodes int
-	// Patterns is the number of pattern keywords, and PatternInsts the
-	// instructions their compiled programs are estimated to hold.
+	// Patterns is the number of pattern keywords and of constant regexes
+	// in CEL rules (see ruleRegexes), and PatternInsts the instructions
+	// their compiled programs are estimated to hold.
 	Patterns     int
 	PatternInsts int64
 	// RetainedBytes is the memory the loaded declaration is estimated to
@@ -162,6 +163,10 @@ func (c *schemaCount) walk(s *apiextensionsv1.JSONSchemaProps, depth int) {
 	for _, r := range s.XValidations {
 		c.rules++
 		c.ruleBytes += len(r.Rule) + len(r.MessageExpression)
+		for _, re := range ruleRegexes(r.Rule) {
+			c.patterns++
+			c.patternInsts += patternInsts(re)
+		}
 	}
 	for k := range s.Properties {
 		p := s.Properties[k]

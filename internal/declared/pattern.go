@@ -7,6 +7,9 @@ import (
 	"regexp/syntax"
 	"slices"
 
+	"github.com/google/cel-go/common"
+	"github.com/google/cel-go/common/ast"
+	celparser "github.com/google/cel-go/parser"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apiextensions-apiserver/pkg/apiserver/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -166,4 +169,48 @@ func regexpInsts(re *syntax.Regexp) int64 {
 		}
 	}
 	return max(1, size)
+}
+
+// regexFunctions are the CEL functions whose constant regex argument the
+// API server's CEL compiles once, into the rule's program
+// (cel.OptOptimize for matches, the Kubernetes regex library's
+// optimizations for find and findAll), so that it is kept with the
+// catalog as a pattern keyword's is.
+var regexFunctions = map[string]bool{"matches": true, "find": true, "findAll": true}
+
+// ruleRegexes returns the constant regexes of a CEL rule: the string
+// literal each call of a regexFunction takes as its pattern (s.matches(re),
+// matches(s, re), s.find(re), s.findAll(re[, n])). A rule that does not
+// parse has none: it is refused before anything is kept.
+func ruleRegexes(rule string) []string {
+	p, err := celparser.NewParser(celparser.Macros(celparser.AllMacros...), celparser.MaxRecursionDepth(maxWalkDepth))
+	if err != nil {
+		return nil
+	}
+	tree, errs := p.Parse(common.NewTextSource(rule))
+	if errs != nil && len(errs.GetErrors()) > 0 {
+		return nil
+	}
+	var out []string
+	ast.PreOrderVisit(ast.NavigateAST(tree), ast.NewExprVisitor(func(e ast.Expr) {
+		if e.Kind() != ast.CallKind {
+			return
+		}
+		call := e.AsCall()
+		if !regexFunctions[call.FunctionName()] {
+			return
+		}
+		args := call.Args()
+		i := 0
+		if !call.IsMemberFunction() {
+			i = 1
+		}
+		if i >= len(args) || args[i].Kind() != ast.LiteralKind {
+			return
+		}
+		if s, ok := args[i].AsLiteral().Value().(string); ok {
+			out = append(out, s)
+		}
+	}))
+	return out
 }

@@ -73,6 +73,25 @@ type Input struct {
 	// dialect of its roles unless a role's own annotation does (see
 	// DialectOf). A router not named reads it from its workload.
 	DynamoVersions map[string]string
+	// WriteRefusals are, by router, the last write of its config to one
+	// of its workloads that was refused. One for the config compiled now
+	// (same Hash) makes every role of the router Programmed False with
+	// reason PolicyConfigNotWritten, and the router's pods are counted
+	// against the config the workloads still reference, not the refused
+	// one; one for another config is ignored.
+	WriteRefusals map[string]WriteRefusal
+}
+
+// WriteRefusal is a refused write of a router's config to a restart-mode
+// workload: by the API server (admission, validation, a dry run's) or by
+// the manager's own check of a dry run's result.
+type WriteRefusal struct {
+	// Hash is the config whose write was refused.
+	Hash string
+	// Kind and Name are the workload's.
+	Kind, Name string
+	// Message says what was refused and why.
+	Message string
 }
 
 // Output is the compiled configs and the status of every input object.
@@ -211,7 +230,7 @@ func Compile(cat *hints.Catalog, in Input) *Output {
 		if f, ok := in.CatalogProblems[name]; ok {
 			held = f.Message
 		}
-		r, ps := compileRouter(cat, name, routerTarget(in, name, workloads[name]), byRouter[name], configMapFor(in.ConfigMaps, name), in.Pods, held, workloads[name])
+		r, ps := compileRouter(cat, name, routerTarget(in, name, workloads[name]), byRouter[name], configMapFor(in.ConfigMaps, name), in.Pods, held, workloads[name], in.WriteRefusals[name])
 		out.Routers = append(out.Routers, r)
 		for _, p := range ps {
 			placements[p.res.rr.Name] = p
@@ -314,7 +333,7 @@ type placement struct {
 }
 
 // compileRouter builds one router's config from its RouterRoles.
-func compileRouter(cat *hints.Catalog, name string, t target, results []*roleResult, cm *corev1.ConfigMap, pods []corev1.Pod, held string, workloads []*Workload) (*Router, []*placement) {
+func compileRouter(cat *hints.Catalog, name string, t target, results []*roleResult, cm *corev1.ConfigMap, pods []corev1.Pod, held string, workloads []*Workload, refusal WriteRefusal) (*Router, []*placement) {
 	r := &Router{Name: name, Held: held, Workloads: workloads}
 	var prev *running
 	if cm != nil && !CreatedByManager(cm) {
@@ -445,7 +464,18 @@ func compileRouter(cat *hints.Catalog, name string, t target, results []*roleRes
 	count := countPods(pods, name, hash)
 	r.Pods, r.PodsUpToDate = count.total, count.upToDate
 	if len(workloads) > 0 {
-		count = countRestartPods(pods, name, hash, workloads)
+		runs := hash
+		if refusal.Hash != "" && refusal.Hash == hash && held == "" {
+			// The config could not be written: the pods run what the
+			// workloads reference, and status says that one.
+			runs = referencedHash(name, workloads)
+			for _, w := range workloads {
+				if w.Kind == refusal.Kind && w.Name == refusal.Name {
+					w.NotWritten = refusal.Message
+				}
+			}
+		}
+		count = countRestartPods(pods, name, runs, workloads)
 	}
 	for _, p := range placements {
 		if p.runs != nil {

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"maps"
 	"slices"
+	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -149,4 +150,16 @@ func mounts(p *corev1.Pod, configMap string) bool {
 		}
 	}
 	return false
+}
+
+// referencedHash is the hash of the revision the router's workloads
+// reference now, the first found; empty when none references one.
+func referencedHash(router string, workloads []*Workload) string {
+	prefix := v1alpha1.HintsConfigMapName(router) + "-"
+	for _, w := range workloads {
+		if h, ok := strings.CutPrefix(w.References, prefix); ok && h != "" {
+			return h
+		}
+	}
+	return ""
 }

@@ -28,7 +28,7 @@ func roleStatus(rr *v1alpha1.RouterRole, p *placement, now metav1.Time) v1alpha1
 	// and a ConfigMap of someone else's in the compiled config's place.
 	blocking := []metav1.Condition{accepted, resolved}
 	switch v1alpha1.ConditionReason(programmed.Reason) {
-	case v1alpha1.ReasonConfigMapConflict, v1alpha1.ReasonRolloutFailed, v1alpha1.ReasonPolicyFileNotRead,
+	case v1alpha1.ReasonConfigMapConflict, v1alpha1.ReasonRolloutFailed, v1alpha1.ReasonPolicyFileNotRead, v1alpha1.ReasonPolicyConfigNotWritten,
 		v1alpha1.ReasonInvalidRouterWorkload, v1alpha1.ReasonRouterWouldNotStart, v1alpha1.ReasonUpdateStrategyOnDelete:
 		blocking = append(blocking, programmed)
 	}
@@ -142,6 +142,9 @@ func programmedCondition(rr *v1alpha1.RouterRole, p *placement) metav1.Condition
 		}
 		for _, w := range p.router.Workloads {
 			switch {
+			case w.NotWritten != "":
+				return condition(v1alpha1.ConditionProgrammed, false, v1alpha1.ReasonPolicyConfigNotWritten, p.generation,
+					fmt.Sprintf("%d/%d router pods run %s; config %s is not written: %s", c.upToDate, c.total, orNone(c.hash), p.router.Hash, w.NotWritten))
 			case w.RolloutFailed != "":
 				return condition(v1alpha1.ConditionProgrammed, false, v1alpha1.ReasonRolloutFailed, p.generation,
 					fmt.Sprintf("%d/%d router pods run %s%s; the rollout of ConfigMap %s failed: %s", c.upToDate, c.total, c.hash, suffix, cm, w.RolloutFailed))
@@ -302,4 +305,12 @@ func policyStatus(hp *v1alpha1.HintPolicy, findings Findings, usedBy []string, n
 func HintPolicyStatus(cat *hints.Catalog, hp *v1alpha1.HintPolicy, usedBy []string, now metav1.Time) (v1alpha1.HintPolicyStatus, Findings) {
 	findings := checkPolicy(cat, hp)
 	return policyStatus(hp, findings, usedBy, now), findings
+}
+
+// orNone is a hash, or "no config" when it is empty.
+func orNone(hash string) string {
+	if hash == "" {
+		return "no config"
+	}
+	return hash
 }

@@ -70,6 +70,11 @@ type Workload struct {
 	// another says more).
 	NotRead string
 	Blocked v1alpha1.ConditionReason
+	// NotWritten, when not empty, says why the manager's last write of
+	// the current config to the workload was refused
+	// (Input.WriteRefusals); the roles report it as
+	// v1alpha1.ReasonPolicyConfigNotWritten.
+	NotWritten string
 	// Replicas is the desired number of router pods.
 	Replicas int32
 	// RolloutFailed, when not empty, is the workload's message for a

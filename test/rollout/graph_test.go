@@ -8,14 +8,18 @@ import (
 	"strings"
 	"testing"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+	"github.com/kvrouter/kv-hint-operator/controllers"
 	"github.com/kvrouter/kv-hint-operator/test/dynamo"
 	"github.com/kvrouter/kv-hint-operator/test/dynamo/v1beta1"
 )
@@ -402,4 +406,168 @@ func TestGraphSampleRolls(t *testing.T) {
 		t.Errorf("the revision's policy file is not in the released form:\n%s", file)
 	}
 	requireReleasedFile(t, ns, rev)
+}
+
+// TestGraphRouterComponentMoves: the owner moves the router from the
+// frontend component to a worker's frontendSidecar (the opt-in annotation
+// names the worker, the router label moves with it), by server-side apply
+// of its manifest. The manager releases the entries it wrote in the
+// frontend (its apply no longer names that component, so the API server
+// removes the fields only it owned) and writes them to the worker's
+// sidecar: the frontend carries none of them, the manager owns no field
+// of it, and a later apply of the owner's manifest that changes the
+// frontend is not held by the manager's leftovers.
+func TestGraphRouterComponentMoves(t *testing.T) {
+	ns := newNamespace(t)
+	rr := decodeRole(ns, 60)
+	create(t, rr)
+	g := routerGraph(ns, 2)
+	g.TypeMeta = metav1.TypeMeta{APIVersion: v1beta1.GroupVersion.String(), Kind: "DynamoGraphDeployment"}
+	worker := component(t, g, dynamo.WorkerComponent)
+	worker.FrontendSidecar = ptrTo("router")
+	worker.PodTemplate.Spec.Containers = append(worker.PodTemplate.Spec.Containers, corev1.Container{
+		Name: "router", Image: dynamo.FrontendImage, Env: []corev1.EnvVar{{Name: "DYN_ROUTER_MODE", Value: "kv"}},
+	})
+	owner := func(g *v1beta1.DynamoGraphDeployment) {
+		kubectl(t, "apply", "--server-side", "--field-manager=owner", "-f", writeManifest(t, g))
+	}
+	owner(g)
+	waitProgrammed(t, rr, metav1.ConditionTrue, v1alpha1.ReasonProgrammed, "2/2 router pods run ", rr.Generation)
+	rev := v1alpha1.RevisionConfigMapName("llama", hashOf(t, rr))
+	requireGraphEntries(t, g, dynamo.FrontendComponent, "main", rev)
+
+	moved := g.DeepCopy()
+	moved.Annotations[v1alpha1.RouterComponentAnnotation] = dynamo.WorkerComponent
+	component(t, moved, dynamo.FrontendComponent).PodTemplate.Labels = map[string]string{"role": "frontend"}
+	component(t, moved, dynamo.WorkerComponent).PodTemplate.Labels = map[string]string{v1alpha1.RouterLabel: "llama"}
+	owner(moved)
+	waitProgrammed(t, rr, metav1.ConditionTrue, v1alpha1.ReasonProgrammed, "1/1 router pods run ", rr.Generation)
+	requireGraphEntries(t, g, dynamo.WorkerComponent, "router", rev)
+	got := getGraph(t, g)
+	front := component(t, got, dynamo.FrontendComponent)
+	if cm := policyConfigMap(&front.PodTemplate.Spec); cm != "" {
+		t.Errorf("the frontend still mounts %s", cm)
+	}
+	for _, c := range front.PodTemplate.Spec.Containers {
+		for _, m := range c.VolumeMounts {
+			if m.Name == v1alpha1.PolicyVolumeName {
+				t.Errorf("container %s of the frontend still mounts %s", c.Name, m.Name)
+			}
+		}
+		for _, e := range c.Env {
+			if e.Name == v1alpha1.RouterPolicyConfigEnv {
+				t.Errorf("container %s of the frontend still sets %s=%s", c.Name, e.Name, e.Value)
+			}
+		}
+	}
+	for _, mf := range got.ManagedFields {
+		if mf.Manager == v1alpha1.RolloutFieldManager && strings.Contains(mf.FieldsV1.GetRawString(), `"k:{\"name\":\"frontend\"}"`) {
+			t.Errorf("the manager still owns fields of the frontend: %s", mf.FieldsV1.GetRawString())
+		}
+	}
+	// The owner's next apply drops the frontend's container env: nothing
+	// of the manager's is left there to hold it.
+	again := moved.DeepCopy()
+	component(t, again, dynamo.FrontendComponent).PodTemplate.Spec.Containers[0].Env = nil
+	owner(again)
+	if env := component(t, getGraph(t, g), dynamo.FrontendComponent).PodTemplate.Spec.Containers[0].Env; len(env) != 0 {
+		t.Errorf("after the owner's apply the frontend's main container has env %v", env)
+	}
+}
+
+// TestGraphRefusedWriteIsReported: an admission policy of the cluster's
+// (here one that freezes the DGD on its first config) refuses the
+// manager's write of a new config. The refusal is a PolicyConfigNotWritten
+// warning event on the DGD and the roles' Programmed=False reason, naming
+// the DGD and the policy's message; the roles' status keeps counting the
+// pods against the config the DGD references, not the refused one. Once
+// the policy is gone the write is made.
+func TestGraphRefusedWriteIsReported(t *testing.T) {
+	ns := newNamespace(t)
+	ctx := context.Background()
+	rr, g, first := programmedGraph(t, ns, 2)
+	firstHash := hashOf(t, rr)
+	const frozen = "this router is frozen on its first config"
+	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "freeze-" + ns},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: ptrTo(admissionregistrationv1.Fail),
+			MatchConstraints: &admissionregistrationv1.MatchResources{
+				NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": ns}},
+				ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Update},
+					Rule:       admissionregistrationv1.Rule{APIGroups: []string{"nvidia.com"}, APIVersions: []string{"*"}, Resources: []string{"dynamographdeployments"}},
+				}}},
+			},
+			Validations: []admissionregistrationv1.Validation{{
+				Expression: fmt.Sprintf("object.spec.components.all(c, !has(c.podTemplate) || !has(c.podTemplate.spec.volumes) || "+
+					"c.podTemplate.spec.volumes.all(v, v.name != 'kvhint-policy' || v.configMap.name == '%s'))", first),
+				Message: frozen,
+			}},
+		},
+	}
+	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: policy.Name},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
+			PolicyName: policy.Name, ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
+		},
+	}
+	create(t, policy, binding)
+	removed := false
+	remove := func() {
+		if removed {
+			return
+		}
+		removed = true
+		_ = k8s.Delete(ctx, binding)
+		_ = k8s.Delete(ctx, policy)
+	}
+	t.Cleanup(remove)
+	// A policy takes effect a moment after it is created: a dry run of
+	// another revision is refused once it has.
+	eventually(t, "the freeze policy in effect", func(ctx context.Context) error {
+		probe, err := controllers.GraphEntries(ns, g.Name, dynamo.FrontendComponent, v1alpha1.RevisionConfigMapName("llama", "ffffffffffffffff"), "main")
+		if err != nil {
+			return err
+		}
+		err = k8s.Apply(ctx, client.ApplyConfigurationFromUnstructured(probe), client.FieldOwner("probe"), client.ForceOwnership, client.DryRunAll)
+		if err == nil || !strings.Contains(err.Error(), frozen) {
+			return fmt.Errorf("a dry run of another revision: %v", err)
+		}
+		return nil
+	})
+
+	gen := setTTL(t, rr, retain(120))
+	c := waitProgrammed(t, rr, metav1.ConditionFalse, v1alpha1.ReasonPolicyConfigNotWritten, frozen, gen)
+	if !strings.Contains(c.Message, "DynamoGraphDeployment llama") || !strings.Contains(c.Message, "2/2 router pods run "+firstHash) {
+		t.Errorf("Programmed says %q; want the DGD named and the pods counted on %s", c.Message, firstHash)
+	}
+	if got := hashOf(t, rr); got != firstHash {
+		t.Errorf("status.routerPods.hash is %s, the refused config; want %s, the one the pods run", got, firstHash)
+	}
+	stalled := meta.FindStatusCondition(rr.Status.Conditions, string(v1alpha1.ConditionStalled))
+	if stalled == nil || stalled.Status != metav1.ConditionTrue {
+		t.Errorf("Stalled is %+v; want True", stalled)
+	}
+	requireGraphEntries(t, g, dynamo.FrontendComponent, "main", first)
+	eventually(t, "the PolicyConfigNotWritten event on the DGD", func(ctx context.Context) error {
+		var evs eventsv1.EventList
+		if err := k8s.List(ctx, &evs, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		for _, e := range evs.Items {
+			if e.Regarding.Kind == "DynamoGraphDeployment" && e.Regarding.Name == g.Name && e.Reason == "PolicyConfigNotWritten" && e.Type == corev1.EventTypeWarning && strings.Contains(e.Note, frozen) {
+				return nil
+			}
+		}
+		return fmt.Errorf("no PolicyConfigNotWritten event among %d", len(evs.Items))
+	})
+
+	remove()
+	waitProgrammed(t, rr, metav1.ConditionTrue, v1alpha1.ReasonProgrammed, "2/2 router pods run ", gen)
+	second := v1alpha1.RevisionConfigMapName("llama", hashOf(t, rr))
+	if second == first {
+		t.Fatalf("after the policy went the router still runs %s", first)
+	}
+	requireGraphEntries(t, g, dynamo.FrontendComponent, "main", second)
 }
