@@ -30,6 +30,7 @@ type previewFlags struct {
 	output                    string
 	topology                  string
 	choices                   string
+	evictInUse                string
 	a                         preview.Assumptions
 }
 
@@ -88,6 +89,7 @@ Exit status: 0 when nothing differs, 1 when something does, 2 on an error
 	fl.Float64Var(&f.a.DecodeMSPerToken, "decode-ms-per-token", preview.DefaultDecodeMSPerToken, "completion model: milliseconds per output token")
 	fl.Uint64Var(&f.a.Seed, "seed", preview.DefaultSeed, "seed of the selections that draw at random")
 	fl.StringVar(&f.choices, "choices", "model", "worker choice: model (the selection model) or recorded (a recorded trace's workers and copies)")
+	fl.StringVar(&f.evictInUse, "evict-in-use", string(preview.DefaultEvictInUse), "what kv.evict does to a block another active request on the worker reads: keep (reference-counted, as vLLM and SGLang) or free")
 	return cmd
 }
 
@@ -118,6 +120,11 @@ func runPreview(cat *hints.Catalog, f *previewFlags, stdin io.Reader, stdout, st
 		f.a.RecordedChoices = true
 	default:
 		return fail("--choices is %q; it must be model or recorded", f.choices)
+	}
+	if v, err := preview.ParseEvictInUse(f.evictInUse); err != nil {
+		return fail("--evict-in-use is %v", err)
+	} else {
+		f.a.EvictInUse = v
 	}
 	if f.base == "-" && f.head == "-" || (f.trace == "-" && (f.base == "-" || f.head == "-")) {
 		return fail("only one of --trace, --base and --head can be standard input")

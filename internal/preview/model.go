@@ -63,6 +63,10 @@ type RoleStats struct {
 	// in a prompt on the same worker.
 	EvictedBlocks     int `json:"evicted_blocks"`
 	EvictedAskedAgain int `json:"evicted_asked_again"`
+	// EvictKeptInUse are the blocks kv.evict named that stayed because
+	// another active request on the worker read them (--evict-in-use
+	// keep).
+	EvictKeptInUse int `json:"evict_kept_in_use"`
 	// TTFT estimates, milliseconds.
 	TTFTMeanMS float64 `json:"ttft_mean_ms"`
 	TTFTP50MS  float64 `json:"ttft_p50_ms"`
@@ -159,8 +163,11 @@ type event struct {
 	tokens int
 	blocks int
 	hashes []uint64
-	ttl    float64 // kv.retain's, ms; 0 none
-	evict  bool
+	// reading are the cached blocks the request reads until it
+	// completes (refcounted caches).
+	reading []*block
+	ttl     float64 // kv.retain's, ms; 0 none
+	evict   bool
 }
 
 type eventHeap []event
@@ -343,6 +350,7 @@ func (s *sim) addWorkers(rows []Row) error {
 func (s *sim) addWorker(rs *roleState, name string, t RoleTopology) {
 	w := &worker{name: name, role: rs.name, idx: len(rs.workers), cache: newBlockCache(t.CacheBlocks, rs.stats),
 		capable: t.hintCapable(), freed: map[uint64]bool{}}
+	w.cache.refcounted = s.a.EvictInUse != EvictFree
 	if t.sourceEndpoints() {
 		w.endpoint = "model://" + name
 		s.owners[w.endpoint] = w
@@ -362,15 +370,18 @@ func (s *sim) drain(now float64) {
 		}
 		w.activeReqs--
 		w.activeBlocks -= e.blocks
+		w.cache.release(e.reading)
 		w.cache.expire(e.at)
 		if e.ttl > 0 {
 			w.cache.stats.RetainedBlocks += w.cache.retain(e.hashes, e.at, e.ttl)
 		}
 		if e.evict {
-			for _, h := range w.cache.evict(e.hashes) {
+			freed, kept := w.cache.evict(e.hashes)
+			for _, h := range freed {
 				w.freed[h] = true
-				w.cache.stats.EvictedBlocks++
 			}
+			w.cache.stats.EvictedBlocks += len(freed)
+			w.cache.stats.EvictKeptInUse += kept
 		}
 	}
 }
@@ -530,7 +541,7 @@ func (s *sim) book(ctx context.Context, rs *roleState, row *Row, hashes []uint64
 	blocks := len(hashes) + (row.OutputTokens+bs-1)/bs
 	w.activeReqs++
 	w.activeBlocks += blocks
-	s.push(event{at: done, w: w, done: true, blocks: blocks, hashes: hashes, ttl: ttl, evict: evict})
+	s.push(event{at: done, w: w, done: true, blocks: blocks, hashes: hashes, reading: w.cache.acquire(hashes), ttl: ttl, evict: evict})
 	return nil
 }
 

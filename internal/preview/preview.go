@@ -40,5 +40,6 @@ func DefaultAssumptions() Assumptions {
 		FetchMSPerBlock:   DefaultFetchMSPerBlock,
 		DecodeMSPerToken:  DefaultDecodeMSPerToken,
 		Seed:              DefaultSeed,
+		EvictInUse:        DefaultEvictInUse,
 	}
 }

@@ -132,23 +132,49 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		}
 		b.WriteString("\n")
 	}
+	r.writeAssumptions(&b)
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// writeAssumptions writes the model's choices, always shown: each one
+// can change a verdict's sign.
+func (r *Report) writeAssumptions(b *strings.Builder) {
+	fmt.Fprintf(b, "### Assumptions\n\n")
+	for _, line := range r.AssumptionLines() {
+		fmt.Fprintf(b, "- %s\n", line)
+	}
+	b.WriteString("\n")
+}
+
+// AssumptionLines are the model's assumptions, one sentence each, as the
+// report states them.
+func (r *Report) AssumptionLines() []string {
 	a := r.Assumptions
-	fmt.Fprintf(&b, "<details><summary>Model assumptions</summary>\n\n")
-	fmt.Fprintf(&b, "- block size %d tokens (per trace hash id and per booking)\n", a.BlockSize)
+	var out []string
+	switch a.EvictInUse {
+	case EvictFree:
+		out = append(out, "kv.evict frees every block it names, even one another active request on the worker is reading (--evict-in-use free)")
+	default:
+		out = append(out, "reference-counted prefix cache, as vLLM and SGLang: a block an active request reads is neither replaced nor freed by kv.evict until it completes (--evict-in-use keep)")
+	}
+	out = append(out, fmt.Sprintf("block size %d tokens (per trace hash id and per booking)", a.BlockSize))
 	var roles []string
 	for _, rr := range r.Roles {
 		roles = append(roles, rr.Role)
 	}
 	if a.RecordedChoices {
-		fmt.Fprintf(&b, "- workers and committed copies: as recorded in the trace; caches %d blocks a worker\n", a.Topology.Default.CacheBlocks)
+		out = append(out, fmt.Sprintf("workers and committed copies: as recorded in the trace; caches %d blocks a worker", a.Topology.Default.CacheBlocks))
 	} else {
-		fmt.Fprintf(&b, "- topology: %s\n", a.Topology.describe(roles))
+		out = append(out, "topology: "+a.Topology.describe(roles))
 	}
-	fmt.Fprintf(&b, "- TTFT estimate: prefill queue wait + %g ms per computed prompt token + %g ms per fetched block\n", a.PrefillMSPerToken, a.FetchMSPerBlock)
-	fmt.Fprintf(&b, "- completion (when kv.retain and kv.evict run): + %g ms per output token (decode and aggregated roles)\n", a.DecodeMSPerToken)
-	fmt.Fprintf(&b, "- seed %d\n\n</details>\n", a.Seed)
-	_, err := io.WriteString(w, b.String())
-	return err
+	out = append(out,
+		"kv.fetch lands before the prefill that reads it: a fetched block is never late, so none is wasted by arriving after use",
+		fmt.Sprintf("TTFT estimate: prefill queue wait + %g ms per computed prompt token + %g ms per fetched block; one prompt at a time a worker", a.PrefillMSPerToken, a.FetchMSPerBlock),
+		"a decode role's bookings are modelled as prefills on the decode worker: its TTFT is the time to recompute what its cache misses, not an end-to-end TTFT",
+		fmt.Sprintf("completion (when kv.retain and kv.evict run): + %g ms per output token (decode and aggregated roles)", a.DecodeMSPerToken),
+		fmt.Sprintf("seed %d", a.Seed))
+	return out
 }
 
 func actionList(a []string) string {

@@ -29,6 +29,29 @@ type Assumptions struct {
 	// RecordedChoices replays a recorded trace's worker and committed
 	// copy instead of the selection model's.
 	RecordedChoices bool `json:"recorded_choices"`
+	// EvictInUse is what kv.evict does to a block that another request
+	// active on the worker is reading: EvictKeep (a reference-counted
+	// prefix cache, as vLLM's and SGLang's) leaves it cached; EvictFree
+	// frees it all the same.
+	EvictInUse EvictInUse `json:"evict_in_use"`
+}
+
+// EvictInUse is the engine semantic of kv.evict on blocks in use.
+type EvictInUse string
+
+// The values of EvictInUse.
+const (
+	EvictKeep EvictInUse = "keep"
+	EvictFree EvictInUse = "free"
+)
+
+// ParseEvictInUse reads --evict-in-use.
+func ParseEvictInUse(s string) (EvictInUse, error) {
+	switch EvictInUse(s) {
+	case EvictKeep, EvictFree:
+		return EvictInUse(s), nil
+	}
+	return "", fmt.Errorf("%q; it must be keep (reference-counted: a block another active request reads stays) or free (kv.evict frees it all the same)", s)
 }
 
 // Defaults of the model's assumptions.
@@ -40,6 +63,7 @@ const (
 	DefaultFetchMSPerBlock   = 0.5
 	DefaultDecodeMSPerToken  = 20
 	DefaultSeed              = 1
+	DefaultEvictInUse        = EvictKeep
 )
 
 // Topology is the workers of each role: a default and per-role overrides,

@@ -1,0 +1,126 @@
+package cli
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kvrouter/kv-hint-operator/internal/tracesynth"
+)
+
+// mooncakeTrace returns the path of a real Mooncake trace, read in place;
+// the test skips, saying why, when the traces are absent.
+func mooncakeTrace(t *testing.T, name string) string {
+	t.Helper()
+	dir, why := tracesynth.MooncakeDir()
+	if dir == "" {
+		t.Skip("real Mooncake traces absent: " + why)
+	}
+	return filepath.Join(dir, name)
+}
+
+// chainedConversation writes the conversation trace with the session ids
+// tracesynth.ChainSessions gives it into a temporary file.
+func chainedConversation(t *testing.T) string {
+	t.Helper()
+	in, err := os.Open(mooncakeTrace(t, "conversation_trace.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	p := filepath.Join(t.TempDir(), "conversation-sessions.jsonl")
+	out, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	if _, err := tracesynth.ChainSessions(in, out, 512, 2); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// withoutEvict writes config/samples' session-decode.yaml with kv-evict
+// removed: the head of the kv-evict question.
+func withoutEvict(t *testing.T) string {
+	t.Helper()
+	data, err := os.ReadFile("../../config/samples/session-decode.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(data)
+	for _, cut := range []string{
+		"---\napiVersion: hints.kvrouter.io/v1alpha1\nkind: HintPolicy\nmetadata:\n  name: session-evict\nspec:\n  type: kv-evict\n",
+		"  - policyRef:\n      name: session-evict\n",
+	} {
+		if !strings.Contains(s, cut) {
+			t.Fatalf("session-decode.yaml no longer holds %q", cut)
+		}
+		s = strings.Replace(s, cut, "", 1)
+	}
+	return writeFile(t, t.TempDir(), "session-decode-no-evict.yaml", s)
+}
+
+type previewJSON struct {
+	Verdict *struct {
+		Word string `json:"verdict"`
+	} `json:"verdict"`
+	Roles []struct {
+		Role string `json:"role"`
+		Base struct {
+			Cached int     `json:"cached_blocks"`
+			Prompt int     `json:"prompt_blocks"`
+			TTFT   float64 `json:"ttft_mean_ms"`
+			Kept   int     `json:"evict_kept_in_use"`
+		} `json:"base"`
+		Head struct {
+			Cached int     `json:"cached_blocks"`
+			Prompt int     `json:"prompt_blocks"`
+			TTFT   float64 `json:"ttft_mean_ms"`
+		} `json:"head"`
+	} `json:"roles"`
+}
+
+// kv-evict's sign on the conversation trace rests on the engine's
+// semantics. Base is config/samples (router chat: decode with kv-retain
+// and kv-evict), head the same without kv-evict, sessions chained from the
+// trace's prefixes, 8 workers x 4,096 blocks of 512 tokens. Freeing blocks
+// other requests read (every session shares the system-prompt block)
+// costs kv-evict a large share of the prefix hits; a reference-counted
+// cache keeps them, and most of the loss goes.
+func TestPreviewMooncakeEvictInUse(t *testing.T) {
+	tr := chainedConversation(t)
+	head := withoutEvict(t)
+	delta := map[string]float64{}
+	for _, mode := range []string{"free", "keep"} {
+		code, out, errOut := runCLI("preview", "--trace", tr, "--base", "../../config/samples", "--head", head,
+			"--router", "chat", "--evict-in-use", mode, "-o", "json")
+		if code != PreviewDiffers {
+			t.Fatalf("--evict-in-use %s: exit %d\n%s", mode, code, errOut)
+		}
+		var r previewJSON
+		if err := json.Unmarshal([]byte(out), &r); err != nil {
+			t.Fatal(err)
+		}
+		if len(r.Roles) != 1 || r.Roles[0].Role != "decode" || r.Roles[0].Base.Prompt == 0 {
+			t.Fatalf("--evict-in-use %s: roles %+v; want decode alone", mode, r.Roles)
+		}
+		d := r.Roles[0]
+		// kv-evict's effect: base (with it) minus head (without it).
+		delta[mode] = float64(d.Base.Cached)/float64(d.Base.Prompt) - float64(d.Head.Cached)/float64(d.Head.Prompt)
+		t.Logf("--evict-in-use %s: kv-evict %+.2f pp prefix hit, TTFT mean %+.1f ms, blocks kept in use %d",
+			mode, 100*delta[mode], d.Base.TTFT-d.Head.TTFT, d.Base.Kept)
+		if mode == "keep" && d.Base.Kept == 0 {
+			t.Errorf("--evict-in-use keep kept no block in use")
+		}
+	}
+	if delta["free"] > -0.05 {
+		t.Errorf("with in-use blocks freed, kv-evict changes the hit ratio by %+.2f pp; want a loss over 5 pp", 100*delta["free"])
+	}
+	if delta["keep"] < delta["free"]/4 {
+		t.Errorf("reference-counted, kv-evict changes the hit ratio by %+.2f pp; want under a quarter of the %+.2f pp freeing in-use blocks costs",
+			100*delta["keep"], 100*delta["free"])
+	}
+}
