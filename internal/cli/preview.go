@@ -15,11 +15,13 @@ import (
 	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
 )
 
-// Exit codes of kvhint preview, as argocd app diff and deck diff use them.
+// Exit codes of kvhint preview. 0 to 2 are as argocd app diff and deck
+// diff use them; 3 is a verdict the trace cannot give.
 const (
-	PreviewSame    = 0
-	PreviewDiffers = 1
-	PreviewError   = 2
+	PreviewSame       = 0
+	PreviewDiffers    = 1
+	PreviewError      = 2
+	PreviewCannotTell = 3
 )
 
 type previewFlags struct {
@@ -61,8 +63,18 @@ sidecar recorded (kvhint sidecar --record-trace), which also carries each bookin
 actions (--choices recorded replays its workers and copies). See
 docs/preview.md.
 
-Exit status: 0 when nothing differs, 1 when something does, 2 on an error
-(a trace row that cannot be read names its line).`,
+The report opens with a verdict: improves, worsens, no difference, or cannot
+tell. It reads the prefix hit ratio over all roles and the mean TTFT estimate
+of the user-facing role, replays the change again at half and twice the
+workers and the cache (--sensitivity=false skips that), and cuts the trace
+into --windows time windows for an interval. The verdict is "cannot tell"
+when the two figures disagree, when the sign is not the same across the strip,
+when the window interval spans zero, or when no row of the trace can exercise
+the change (a kv-retain or kv-evict change on a trace without session ids, a
+role with no booking, an empty trace); a warning on standard error says why.
+
+Exit status: 0 no difference, 1 the change improves or worsens, 2 an error
+(a trace row that cannot be read names its line), 3 cannot tell.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			code := runPreview(cat, &f, cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
@@ -89,6 +101,8 @@ Exit status: 0 when nothing differs, 1 when something does, 2 on an error
 	fl.Float64Var(&f.a.DecodeMSPerToken, "decode-ms-per-token", preview.DefaultDecodeMSPerToken, "completion model: milliseconds per output token")
 	fl.Uint64Var(&f.a.Seed, "seed", preview.DefaultSeed, "seed of the selections that draw at random")
 	fl.StringVar(&f.choices, "choices", "model", "worker choice: model (the selection model) or recorded (a recorded trace's workers and copies)")
+	fl.BoolVar(&f.a.Sensitivity, "sensitivity", true, "replay the change again at 1/2x and 2x workers and cache (four more pairs of replays)")
+	fl.IntVar(&f.a.Windows, "windows", preview.DefaultWindows, "time windows the trace is cut into for the interval of the headline deltas (0 or 1: none)")
 	fl.StringVar(&f.evictInUse, "evict-in-use", string(preview.DefaultEvictInUse), "what kv.evict does to a block another active request on the worker reads: keep (reference-counted, as vLLM and SGLang) or free")
 	return cmd
 }
@@ -111,6 +125,8 @@ func runPreview(cat *hints.Catalog, f *previewFlags, stdin io.Reader, stdout, st
 		return fail("--workers is %d; it must be at least 1", f.a.Topology.Default.Workers)
 	case f.a.Topology.Default.CacheBlocks < 0:
 		return fail("--cache-blocks is %d; it must be 0 or more", f.a.Topology.Default.CacheBlocks)
+	case f.a.Windows < 0 || f.a.Windows > 1000:
+		return fail("--windows is %d; it must be from 0 to 1000", f.a.Windows)
 	case f.a.PrefillMSPerToken < 0 || f.a.FetchMSPerBlock < 0 || f.a.DecodeMSPerToken < 0:
 		return fail("the per-token and per-block times must be 0 or more")
 	}
@@ -169,6 +185,9 @@ func runPreview(cat *hints.Catalog, f *previewFlags, stdin io.Reader, stdout, st
 		}
 		return fail("%v", err)
 	}
+	if f.trace != "-" {
+		rep.Trace.Path = f.trace
+	}
 	if f.output == "json" {
 		err = rep.WriteJSON(stdout)
 	} else {
@@ -177,10 +196,16 @@ func runPreview(cat *hints.Catalog, f *previewFlags, stdin io.Reader, stdout, st
 	if err != nil {
 		return fail("writing the report: %v", err)
 	}
-	if rep.Differs {
-		return PreviewDiffers
+	switch rep.Verdict.Word {
+	case preview.VerdictCannotTell:
+		for _, why := range rep.Verdict.Reasons {
+			fmt.Fprintf(stderr, "kvhint preview: warning: cannot tell: %s\n", why)
+		}
+		return PreviewCannotTell
+	case preview.VerdictNoDifference:
+		return PreviewSame
 	}
-	return PreviewSame
+	return PreviewDiffers
 }
 
 // previewConfig loads one side the way compile -f does, and requires it

@@ -96,8 +96,8 @@ func TestPreviewMooncakeEvictInUse(t *testing.T) {
 	delta := map[string]float64{}
 	for _, mode := range []string{"free", "keep"} {
 		code, out, errOut := runCLI("preview", "--trace", tr, "--base", "../../config/samples", "--head", head,
-			"--router", "chat", "--evict-in-use", mode, "-o", "json")
-		if code != PreviewDiffers {
+			"--router", "chat", "--evict-in-use", mode, "--sensitivity=false", "-o", "json")
+		if code != PreviewDiffers && code != PreviewCannotTell {
 			t.Fatalf("--evict-in-use %s: exit %d\n%s", mode, code, errOut)
 		}
 		var r previewJSON
@@ -122,5 +122,90 @@ func TestPreviewMooncakeEvictInUse(t *testing.T) {
 	if delta["keep"] < delta["free"]/4 {
 		t.Errorf("reference-counted, kv-evict changes the hit ratio by %+.2f pp; want under a quarter of the %+.2f pp freeing in-use blocks costs",
 			100*delta["keep"], 100*delta["free"])
+	}
+}
+
+// A kv-retain TTL change on the conversation trace as published: its rows
+// carry no session id, so no booking can show the change, and preview
+// says so with its own exit code rather than "no difference".
+func TestPreviewMooncakeRetainCannotTell(t *testing.T) {
+	tr := mooncakeTrace(t, "conversation_trace.jsonl")
+	data, err := os.ReadFile("../../config/samples/session-decode.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := writeFile(t, t.TempDir(), "ttl.yaml", strings.Replace(string(data), "ttl_seconds: 600", "ttl_seconds: 120", 1))
+	code, out, errOut := runCLI("preview", "--trace", tr, "--base", "../../config/samples", "--head", head, "--router", "chat")
+	if code != PreviewCannotTell {
+		t.Fatalf("exit %d, want %d (cannot tell)\n%s\n%s", code, PreviewCannotTell, out, errOut)
+	}
+	want := "0 of 12031 rows carry a session id, and kv-retain (role decode) acts only within a session"
+	if !strings.Contains(errOut, want) || !strings.Contains(out, want) || !strings.HasPrefix(out, "## kvhint preview\n\n**Verdict: cannot tell.**") {
+		t.Errorf("want the verdict first and the warning %q on both outputs; stdout:\n%s\nstderr:\n%s", want, out, errOut)
+	}
+}
+
+// The strip and the interval on the real trace: four more settings, each
+// with its own delta, and six windows of a sixth of the trace's span each.
+// The prefix hit delta over the whole trace is the windows' deltas
+// weighted by their prompt blocks (the same under both configs), so it
+// lies within their range.
+func TestPreviewMooncakeStripAndInterval(t *testing.T) {
+	tr := chainedConversation(t)
+	head := withoutEvict(t)
+	code, out, errOut := runCLI("preview", "--trace", tr, "--base", "../../config/samples", "--head", head, "--router", "chat", "-o", "json")
+	if code != PreviewDiffers && code != PreviewCannotTell {
+		t.Fatalf("exit %d\n%s", code, errOut)
+	}
+	var r struct {
+		Verdict struct {
+			Word    string   `json:"verdict"`
+			Reasons []string `json:"reasons"`
+		} `json:"verdict"`
+		Trace struct {
+			SpanS float64 `json:"span_s"`
+		} `json:"trace"`
+		Headline struct {
+			HitPP float64 `json:"prefix_hit_pp"`
+		} `json:"headline"`
+		Sensitivity []struct {
+			Name     string `json:"name"`
+			Headline struct {
+				HitPP float64 `json:"prefix_hit_pp"`
+			} `json:"headline"`
+			Direction string `json:"direction"`
+		} `json:"sensitivity"`
+		Interval *struct {
+			Windows  int     `json:"windows"`
+			WidthS   float64 `json:"width_s"`
+			HitPPMin float64 `json:"prefix_hit_pp_min"`
+			HitPPMax float64 `json:"prefix_hit_pp_max"`
+		} `json:"interval"`
+	}
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Sensitivity) != 4 {
+		t.Fatalf("strip %+v; want 4 settings", r.Sensitivity)
+	}
+	seen := map[float64]bool{r.Headline.HitPP: true}
+	for _, v := range r.Sensitivity {
+		seen[v.Headline.HitPP] = true
+		t.Logf("%s: %+.2f pp, %s", v.Name, v.Headline.HitPP, v.Direction)
+	}
+	if len(seen) != 5 {
+		t.Errorf("the strip repeats a delta: %+v", r.Sensitivity)
+	}
+	iv := r.Interval
+	if iv == nil || iv.Windows != 6 || iv.WidthS < r.Trace.SpanS/6-1 || iv.WidthS > r.Trace.SpanS/6+1 {
+		t.Fatalf("interval %+v; want 6 windows of %.0f s", iv, r.Trace.SpanS/6)
+	}
+	if r.Headline.HitPP < iv.HitPPMin-1e-9 || r.Headline.HitPP > iv.HitPPMax+1e-9 {
+		t.Errorf("headline %+.3f pp outside the windows' %+.3f to %+.3f pp", r.Headline.HitPP, iv.HitPPMin, iv.HitPPMax)
+	}
+	t.Logf("headline %+.2f pp, windows %+.2f to %+.2f pp; verdict %s %v", r.Headline.HitPP, iv.HitPPMin, iv.HitPPMax, r.Verdict.Word, r.Verdict.Reasons)
+	spans := iv.HitPPMin < 0 && iv.HitPPMax > 0
+	if spans && r.Verdict.Word != "cannot tell" {
+		t.Errorf("the interval spans zero but the verdict is %q", r.Verdict.Word)
 	}
 }

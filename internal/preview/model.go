@@ -71,6 +71,7 @@ type RoleStats struct {
 	TTFTMeanMS float64 `json:"ttft_mean_ms"`
 	TTFTP50MS  float64 `json:"ttft_p50_ms"`
 	TTFTP90MS  float64 `json:"ttft_p90_ms"`
+	TTFTP99MS  float64 `json:"ttft_p99_ms"`
 
 	ttft []float64
 }
@@ -96,6 +97,34 @@ type BookingActions struct {
 type Result struct {
 	Roles    map[string]*RoleStats
 	Bookings []BookingActions
+	// Headline is the role whose TTFT a user sees: prefill, else
+	// aggregated, else decode, else the first role by name.
+	Headline string
+	// Windows are the figures of the bookings that arrived in each of
+	// Assumptions.Windows equal spans of the trace's time.
+	Windows []WindowStats
+}
+
+// WindowStats are one time window's figures: the prefix hits of every
+// role's bookings, and the TTFT of the headline role's.
+type WindowStats struct {
+	PromptBlocks int     `json:"prompt_blocks"`
+	CachedBlocks int     `json:"cached_blocks"`
+	TTFTSumMS    float64 `json:"ttft_sum_ms"`
+	TTFTCount    int     `json:"ttft_count"`
+}
+
+// headlineRole picks Result.Headline from role names.
+func headlineRole(names []string) string {
+	for _, want := range []string{"prefill", "aggregated", "decode"} {
+		if slices.Contains(names, want) {
+			return want
+		}
+	}
+	if len(names) > 0 {
+		return names[0]
+	}
+	return ""
 }
 
 // worker is one simulated worker.
@@ -206,6 +235,17 @@ type sim struct {
 	// hash ids and the ids it was given.
 	lastReq    map[string]string
 	lastHashes map[string][]uint64
+	// winStart and winWidth place a row in Result.Windows.
+	winStart, winWidth float64
+}
+
+// window is the index of the window at falls in.
+func (s *sim) window(at float64) int {
+	k := len(s.res.Windows)
+	if s.winWidth <= 0 {
+		return 0
+	}
+	return min(k-1, max(0, int((at-s.winStart)/s.winWidth)))
 }
 
 // synthetic hash ids for rows that carry none start here, far above the
@@ -263,6 +303,12 @@ func Replay(cat *hints.Catalog, cfg Config, rows []Row, a Assumptions) (*Result,
 	slices.SortStableFunc(s.order, func(x, y *roleState) int { return rank[x.name] - rank[y.name] })
 	if err := s.addWorkers(rows); err != nil {
 		return nil, fmt.Errorf("%s: %w", cfg.Name, err)
+	}
+	s.res.Headline = headlineRole(s.roleNames())
+	if k := a.Windows; k > 0 && len(rows) > 0 {
+		s.res.Windows = make([]WindowStats, k)
+		s.winStart = rows[0].At
+		s.winWidth = (rows[len(rows)-1].At - rows[0].At) / float64(k)
 	}
 	ctx := context.Background()
 	for i := range rows {
@@ -525,11 +571,21 @@ func (s *sim) book(ctx context.Context, rs *roleState, row *Row, hashes []uint64
 	st.PromptBlocks += len(hashes)
 	st.CachedBlocks += cached
 	st.PrefillTokens += int64(computed)
+	var win *WindowStats
+	if len(s.res.Windows) > 0 {
+		win = &s.res.Windows[s.window(now)]
+		win.PromptBlocks += len(hashes)
+		win.CachedBlocks += cached
+	}
 
 	start := max(now, w.busyUntil)
 	end := start + float64(computed)*s.a.PrefillMSPerToken + float64(fetchedIn)*s.a.FetchMSPerBlock
 	w.busyUntil = end
 	st.ttft = append(st.ttft, end-now)
+	if win != nil && rs.name == s.res.Headline {
+		win.TTFTSumMS += end - now
+		win.TTFTCount++
+	}
 	if computed > 0 {
 		w.queuedTokens += computed
 		s.push(event{at: end, w: w, tokens: computed})
@@ -563,6 +619,7 @@ func finishTTFT(st *RoleStats) {
 	slices.Sort(st.ttft)
 	st.TTFTP50MS = st.ttft[(len(st.ttft)-1)*50/100]
 	st.TTFTP90MS = st.ttft[(len(st.ttft)-1)*90/100]
+	st.TTFTP99MS = st.ttft[(len(st.ttft)-1)*99/100]
 	st.ttft = nil
 }
 

@@ -14,13 +14,22 @@ const MaxExamples = 5
 
 // Report is base against head, per role.
 type Report struct {
+	// Verdict comes first: improves, worsens, cannot tell (and why), or
+	// no difference.
+	Verdict     Verdict      `json:"verdict"`
 	Base        string       `json:"base"`
 	Head        string       `json:"head"`
 	Rows        int          `json:"trace_rows"`
+	Trace       TraceInfo    `json:"trace"`
+	Headline    Headline     `json:"headline"`
+	Sensitivity []Variant    `json:"sensitivity,omitempty"`
+	Interval    *Interval    `json:"interval,omitempty"`
 	Assumptions Assumptions  `json:"assumptions"`
 	Roles       []RoleReport `json:"roles"`
 	// Differs is set when any figure or any booking's actions differ.
 	Differs bool `json:"differs"`
+
+	headlineRole string
 }
 
 // RoleReport is one role's figures under both configs and the bookings
@@ -110,17 +119,19 @@ func (r *Report) WriteJSON(w io.Writer) error {
 func (r *Report) WriteMarkdown(w io.Writer) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "## kvhint preview\n\n")
-	if r.Differs {
-		fmt.Fprintf(&b, "**The change differs** on this trace (%d rows).\n\n", r.Rows)
-	} else {
-		fmt.Fprintf(&b, "**No difference** on this trace (%d rows).\n\n", r.Rows)
-	}
+	r.writeVerdict(&b)
 	fmt.Fprintf(&b, "- base: %s\n- head: %s\n\n", mdCode(r.Base), mdCode(r.Head))
+	r.writeTrace(&b)
+	r.writeSensitivity(&b)
+	r.writeAssumptions(&b)
 	for _, rr := range r.Roles {
 		// Role names are the config's, which validation holds to names.
 		fmt.Fprintf(&b, "### Role %s\n\n", rr.Role)
 		fmt.Fprintf(&b, "| | base | head | change |\n|---|---:|---:|---:|\n")
 		for _, m := range metrics(rr) {
+			if m.zero {
+				continue // zero under both configs
+			}
 			fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", m.name, m.base, m.head, m.delta)
 		}
 		fmt.Fprintf(&b, "\n%d bookings changed their actions.\n", rr.Changed)
@@ -132,9 +143,62 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		}
 		b.WriteString("\n")
 	}
-	r.writeAssumptions(&b)
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// writeVerdict writes the one line a reader needs, and why when it
+// cannot tell.
+func (r *Report) writeVerdict(b *strings.Builder) {
+	v := r.Verdict
+	switch v.Word {
+	case VerdictNoDifference:
+		fmt.Fprintf(b, "**Verdict: no difference** on this trace (%d rows): no figure and no booking's actions change.\n\n", r.Rows)
+		return
+	case VerdictCannotTell:
+		fmt.Fprintf(b, "**Verdict: cannot tell.** %s.\n", r.Headline)
+		for _, why := range v.Reasons {
+			fmt.Fprintf(b, "- %s\n", why)
+		}
+		b.WriteString("\n")
+		return
+	}
+	fmt.Fprintf(b, "**Verdict: %s.** %s (TTFT of role %s); the same sign at 1/2x and 2x workers and cache", v.Word, r.Headline, v.Role)
+	if iv := r.Interval; iv != nil {
+		fmt.Fprintf(b, " and in each of %d windows", iv.Windows)
+	}
+	b.WriteString(".\n\n")
+}
+
+// writeTrace writes the trace's identity and shape.
+func (r *Report) writeTrace(b *strings.Builder) {
+	t := r.Trace
+	fmt.Fprintf(b, "### Trace\n\n")
+	if t.Path != "" {
+		fmt.Fprintf(b, "- %s, sha256 %s\n", mdCode(t.Path), mdCode(t.SHA256))
+	} else {
+		fmt.Fprintf(b, "- sha256 %s\n", mdCode(t.SHA256))
+	}
+	fmt.Fprintf(b, "- %d rows over %.0f s (%.2f rows/s); mean input %.0f tokens, mean output %.0f tokens; %d rows carry a session id\n",
+		t.Rows, t.SpanS, t.RatePerS, t.MeanInputTokens, t.MeanOutputTokens, t.WithSession)
+	fmt.Fprintf(b, "- infinite-cache bound on the prefix hit ratio: %.4f\n\n", t.InfiniteCacheHit)
+}
+
+// writeSensitivity writes the strip of signs and the window interval.
+func (r *Report) writeSensitivity(b *strings.Builder) {
+	if !r.Differs || len(r.Sensitivity) == 0 && r.Interval == nil {
+		return
+	}
+	fmt.Fprintf(b, "### Sensitivity\n\n| setting | prefix hit | TTFT mean | direction |\n|---|---:|---:|---|\n")
+	fmt.Fprintf(b, "| as given | %+.2f pp | %+.1f ms (%+.1f%%) | %s |\n", r.Headline.HitPP, r.Headline.TTFTMS, r.Headline.TTFTPct, r.Headline.direction())
+	for _, v := range r.Sensitivity {
+		fmt.Fprintf(b, "| %s | %+.2f pp | %+.1f ms (%+.1f%%) | %s |\n", v.Name, v.Headline.HitPP, v.Headline.TTFTMS, v.Headline.TTFTPct, v.Direction)
+	}
+	if iv := r.Interval; iv != nil {
+		fmt.Fprintf(b, "\nOver %d windows of %.0f s each (bookings by arrival): prefix hit %+.2f to %+.2f pp, TTFT mean %+.1f%% to %+.1f%%.\n",
+			iv.Windows, iv.WidthS, iv.HitPPMin, iv.HitPPMax, iv.TTFTPctMin, iv.TTFTPctMax)
+	}
+	b.WriteString("\n")
 }
 
 // writeAssumptions writes the model's choices, always shown: each one
@@ -219,7 +283,10 @@ func mdCode(s string) string {
 	return fence + body + fence
 }
 
-type metric struct{ name, base, head, delta string }
+type metric struct {
+	name, base, head, delta string
+	zero                    bool
+}
 
 // metrics are a role's figures, in report order.
 func metrics(rr RoleReport) []metric {
@@ -243,6 +310,7 @@ func metrics(rr RoleReport) []metric {
 		if okb && okh && m.base != m.head {
 			m.delta = fmt.Sprintf("%+"+format[1:], h-b)
 		}
+		m.zero = b == 0 && h == 0
 		out = append(out, m)
 	}
 	i := func(f func(*RoleStats) int) func(*RoleStats) float64 {
@@ -265,7 +333,7 @@ func metrics(rr RoleReport) []metric {
 	add("KV copies dropped (no source endpoint)", i(func(s *RoleStats) int { return s.CopiesDropped }), "%.0f")
 	add("fetched blocks", i(func(s *RoleStats) int { return s.FetchedBlocks }), "%.0f")
 	add("fetched blocks used", i(func(s *RoleStats) int { return s.FetchedUsed }), "%.0f")
-	add("fetched blocks wasted", i(func(s *RoleStats) int { return s.FetchedWasted }), "%.0f")
+	add("fetched blocks not used (not on the source, already cached, or never read)", i(func(s *RoleStats) int { return s.FetchedWasted }), "%.0f")
 	add("prefix hit ratio (cached / prompt blocks)", func(s *RoleStats) float64 { return s.HitRatio() }, "%.4f")
 	add("cached blocks", i(func(s *RoleStats) int { return s.CachedBlocks }), "%.0f")
 	add("prompt blocks", i(func(s *RoleStats) int { return s.PromptBlocks }), "%.0f")
@@ -275,8 +343,10 @@ func metrics(rr RoleReport) []metric {
 	add("retained blocks expired unused", i(func(s *RoleStats) int { return s.RetainedExpiredUnused }), "%.0f")
 	add("evicted blocks", i(func(s *RoleStats) int { return s.EvictedBlocks }), "%.0f")
 	add("evicted blocks asked for again", i(func(s *RoleStats) int { return s.EvictedAskedAgain }), "%.0f")
+	add("evicted blocks kept (in use by another request)", i(func(s *RoleStats) int { return s.EvictKeptInUse }), "%.0f")
 	add("TTFT mean (ms, estimate)", func(s *RoleStats) float64 { return s.TTFTMeanMS }, "%.1f")
 	add("TTFT p50 (ms, estimate)", func(s *RoleStats) float64 { return s.TTFTP50MS }, "%.1f")
 	add("TTFT p90 (ms, estimate)", func(s *RoleStats) float64 { return s.TTFTP90MS }, "%.1f")
+	add("TTFT p99 (ms, estimate)", func(s *RoleStats) float64 { return s.TTFTP99MS }, "%.1f")
 	return out
 }

@@ -34,6 +34,12 @@ type Assumptions struct {
 	// prefix cache, as vLLM's and SGLang's) leaves it cached; EvictFree
 	// frees it all the same.
 	EvictInUse EvictInUse `json:"evict_in_use"`
+	// Windows is how many equal spans of time the trace is cut into for
+	// the interval of the headline deltas; 0 or 1 gives none.
+	Windows int `json:"windows"`
+	// Sensitivity replays the change again at half and twice the workers
+	// and the cache (the strip of signs).
+	Sensitivity bool `json:"sensitivity"`
 }
 
 // EvictInUse is the engine semantic of kv.evict on blocks in use.
@@ -64,6 +70,7 @@ const (
 	DefaultDecodeMSPerToken  = 20
 	DefaultSeed              = 1
 	DefaultEvictInUse        = EvictKeep
+	DefaultWindows           = 6
 )
 
 // Topology is the workers of each role: a default and per-role overrides,
