@@ -33,6 +33,8 @@ type previewFlags struct {
 	topology                  string
 	choices                   string
 	evictInUse                string
+	cacheTokens               int
+	cacheBlocksSet            bool
 	a                         preview.Assumptions
 }
 
@@ -77,6 +79,7 @@ Exit status: 0 no difference, 1 the change improves or worsens, 2 an error
 (a trace row that cannot be read names its line), 3 cannot tell.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			f.cacheBlocksSet = cmd.Flags().Changed("cache-blocks")
 			code := runPreview(cat, &f, cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
 			if code == PreviewSame {
 				return nil
@@ -92,9 +95,11 @@ Exit status: 0 no difference, 1 the change improves or worsens, 2 an error
 	fl.Var(routerModeFlag{&f.mode}, "router-mode", "the router's mode for every role of a hints YAML file: "+hintsconfig.RouterModeList())
 	f.budget = addCatalogFlag(cmd, &f.catalogFile)
 	fl.StringVarP(&f.output, "output", "o", "md", "report format: md or json")
-	fl.IntVar(&f.a.BlockSize, "trace-block-size", preview.DefaultBlockSize, "tokens per hash id in the trace, and the block size of the bookings")
+	fl.IntVar(&f.a.BlockSize, "trace-block-size", preview.DefaultBlockSize, "tokens per hash id in the trace")
+	fl.IntVar(&f.a.EngineBlockSize, "engine-block-size", 0, "the engine's KV block size in tokens: the bookings' block size and the unit of min_blocks, max_blocks and --cache-blocks; it divides --trace-block-size (default: --trace-block-size)")
+	fl.IntVar(&f.cacheTokens, "cache-tokens", 0, "KV cache capacity of each worker, in tokens (instead of --cache-blocks)")
 	fl.IntVar(&f.a.Topology.Default.Workers, "workers", preview.DefaultWorkers, "workers per role")
-	fl.IntVar(&f.a.Topology.Default.CacheBlocks, "cache-blocks", preview.DefaultCacheBlocks, "KV cache capacity of each worker, in blocks")
+	fl.IntVar(&f.a.Topology.Default.CacheBlocks, "cache-blocks", preview.DefaultCacheBlocks, "KV cache capacity of each worker, in engine blocks")
 	fl.StringVar(&f.topology, "topology", "", "YAML file of workers per role (default, roles: {workers, cache_blocks, hint_capable, source_endpoints}); overrides --workers and --cache-blocks where it sets them")
 	fl.Float64Var(&f.a.PrefillMSPerToken, "prefill-ms-per-token", preview.DefaultPrefillMSPerToken, "TTFT model: milliseconds to compute one prompt token")
 	fl.Float64Var(&f.a.FetchMSPerBlock, "fetch-ms-per-block", preview.DefaultFetchMSPerBlock, "TTFT model: milliseconds to bring one block by kv.fetch")
@@ -125,10 +130,23 @@ func runPreview(cat *hints.Catalog, f *previewFlags, stdin io.Reader, stdout, st
 		return fail("--workers is %d; it must be at least 1", f.a.Topology.Default.Workers)
 	case f.a.Topology.Default.CacheBlocks < 0:
 		return fail("--cache-blocks is %d; it must be 0 or more", f.a.Topology.Default.CacheBlocks)
+	case f.a.EngineBlockSize < 0 || f.a.EngineBlockSize > f.a.BlockSize || f.a.EngineBlockSize > 0 && f.a.BlockSize%f.a.EngineBlockSize != 0:
+		return fail("--engine-block-size is %d; it must divide --trace-block-size %d (an engine block is a part of a trace block, and a trace block a run of engine blocks)", f.a.EngineBlockSize, f.a.BlockSize)
+	case f.cacheTokens < 0:
+		return fail("--cache-tokens is %d; it must be 0 or more", f.cacheTokens)
+	case f.cacheTokens > 0 && f.cacheBlocksSet:
+		return fail("--cache-tokens and --cache-blocks give the same capacity: give one")
 	case f.a.Windows < 0 || f.a.Windows > 1000:
 		return fail("--windows is %d; it must be from 0 to 1000", f.a.Windows)
 	case f.a.PrefillMSPerToken < 0 || f.a.FetchMSPerBlock < 0 || f.a.DecodeMSPerToken < 0:
 		return fail("the per-token and per-block times must be 0 or more")
+	}
+	if f.cacheTokens > 0 {
+		ebs := f.a.EngineBlockSize
+		if ebs == 0 {
+			ebs = f.a.BlockSize
+		}
+		f.a.Topology.Default.CacheBlocks = f.cacheTokens / ebs
 	}
 	switch f.choices {
 	case "model":

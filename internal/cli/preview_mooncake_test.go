@@ -2,6 +2,7 @@ package cli
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -207,5 +208,43 @@ func TestPreviewMooncakeStripAndInterval(t *testing.T) {
 	spans := iv.HitPPMin < 0 && iv.HitPPMax > 0
 	if spans && r.Verdict.Word != "cannot tell" {
 		t.Errorf("the interval spans zero but the verdict is %q", r.Verdict.Word)
+	}
+}
+
+// Engine blocks apart from trace blocks, on the real trace: kv-fetch's
+// min_blocks counts engine blocks. At 512-token engine blocks (the
+// trace's), lowering it from 4 to 1 adds kv.fetch to bookings; at 16-token
+// engine blocks every copy of a 512-token id is 32 engine blocks, already
+// over 4, and nothing changes. The cache is the same in tokens both times.
+func TestPreviewMooncakeEngineBlocks(t *testing.T) {
+	tr := mooncakeTrace(t, "conversation_trace.jsonl")
+	data, err := os.ReadFile("../../config/samples/disaggregated.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(data), "min_blocks: 4") {
+		t.Fatal("disaggregated.yaml no longer sets min_blocks: 4")
+	}
+	head := writeFile(t, t.TempDir(), "min1.yaml", strings.Replace(string(data), "min_blocks: 4", "min_blocks: 1", 1))
+	run := func(engine string) (int, string) {
+		code, out, errOut := runCLI("preview", "--trace", tr, "--base", "../../config/samples", "--head", head, "--router", "llama",
+			"--engine-block-size", engine, "--cache-tokens", "2097152", "--sensitivity=false")
+		if code == PreviewError {
+			t.Fatalf("--engine-block-size %s: %s", engine, errOut)
+		}
+		return code, out
+	}
+	code, out := run("512")
+	var b, h int
+	if i := strings.Index(out, "| bookings with kv.fetch | "); i >= 0 {
+		fmt.Sscanf(out[i:], "| bookings with kv.fetch | %d | %d |", &b, &h)
+	}
+	if code == PreviewSame || h <= b {
+		t.Errorf("at 512-token engine blocks: exit %d, kv.fetch on %d then %d bookings; want more:\n%s", code, b, h, out)
+	}
+	t.Logf("at 512-token engine blocks, kv.fetch on %d then %d bookings", b, h)
+	code, out = run("16")
+	if code != PreviewSame || !strings.Contains(out, "x 131072 blocks of 16 tokens (2097152 tokens a worker)") {
+		t.Errorf("at 16-token engine blocks: exit %d; want no difference, the cache printed in engine blocks and tokens:\n%s", code, out)
 	}
 }

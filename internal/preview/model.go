@@ -235,6 +235,9 @@ type sim struct {
 	// hash ids and the ids it was given.
 	lastReq    map[string]string
 	lastHashes map[string][]uint64
+	// r is the engine blocks a trace block (hash id) holds: the trace's
+	// block size over the engine's.
+	r int
 	// winStart and winWidth place a row in Result.Windows.
 	winStart, winWidth float64
 }
@@ -268,6 +271,10 @@ func Replay(cat *hints.Catalog, cfg Config, rows []Row, a Assumptions) (*Result,
 	}
 	s := &sim{a: a, roles: map[string]*roleState{}, reg: registry{}, owners: map[string]*worker{},
 		sessions: map[string][]uint64{}, lastReq: map[string]string{}, lastHashes: map[string][]uint64{}, nextID: syntheticBase, res: &Result{Roles: map[string]*RoleStats{}}}
+	s.r = 1
+	if a.EngineBlockSize > 0 {
+		s.r = a.BlockSize / a.EngineBlockSize
+	}
 	s.d = router.NewDispatcher(router.Options{Catalog: cat, Workers: s.reg,
 		PolicyDeadline: time.Hour, Isolation: router.IsolationOptions{HardDeadline: time.Hour}})
 	if err := s.d.LoadConfig(router.Config{Doc: cfg.Doc, Modes: cfg.Modes, Hash: cfg.Hash, Form: cfg.Form}, cfg.Name); err != nil {
@@ -394,7 +401,8 @@ func (s *sim) addWorkers(rows []Row) error {
 }
 
 func (s *sim) addWorker(rs *roleState, name string, t RoleTopology) {
-	w := &worker{name: name, role: rs.name, idx: len(rs.workers), cache: newBlockCache(t.CacheBlocks, rs.stats),
+	// The cache holds whole trace blocks: runs of r engine blocks.
+	w := &worker{name: name, role: rs.name, idx: len(rs.workers), cache: newBlockCache(t.CacheBlocks/s.r, rs.stats),
 		capable: t.hintCapable(), freed: map[uint64]bool{}}
 	w.cache.refcounted = s.a.EvictInUse != EvictFree
 	if t.sourceEndpoints() {
@@ -472,6 +480,43 @@ func (s *sim) blockSize(row *Row) int {
 	return s.a.BlockSize
 }
 
+// ratio is the engine blocks each of row's trace blocks holds: 1 for a
+// recorded row, whose blocks are the engine's.
+func (s *sim) ratio(row *Row) int {
+	if row.BlockSize > 0 {
+		return 1
+	}
+	return s.r
+}
+
+// engineBlockSize is the block size row's booking carries.
+func (s *sim) engineBlockSize(row *Row) int {
+	return s.blockSize(row) / s.ratio(row)
+}
+
+// engineCopy writes a committed copy of trace blocks, the first at index
+// from of the prompt, in engine blocks: each trace id h becomes the run
+// h*r .. h*r+r-1, the prompt's partial last block only the engine blocks
+// its tokens fill.
+func (s *sim) engineCopy(c *hints.CommittedCopy, from int, row *Row, hashes []uint64) {
+	r := s.ratio(row)
+	if c == nil || r == 1 {
+		return
+	}
+	bs, ebs := s.blockSize(row), s.engineBlockSize(row)
+	out := make([]uint64, 0, len(c.BlockHashes)*r)
+	for i, h := range c.BlockHashes {
+		n := r
+		if idx := from + i; idx == len(hashes)-1 {
+			n = min(r, max(1, blocksOf(row.InputTokens-idx*bs, ebs)))
+		}
+		for j := range n {
+			out = append(out, h*uint64(r)+uint64(j))
+		}
+	}
+	c.BlockHashes = out
+}
+
 // book runs one booking of row for role rs: the worker choice, the
 // dispatcher, the actions' effect on the caches and the timing.
 func (s *sim) book(ctx context.Context, rs *roleState, row *Row, hashes []uint64) error {
@@ -500,9 +545,13 @@ func (s *sim) book(ctx context.Context, rs *roleState, row *Row, hashes []uint64
 		if w, kvCopy, err = s.choose(rs, row, hashes); err != nil {
 			return err
 		}
+		if kvCopy != nil {
+			s.engineCopy(kvCopy, w.cache.peek(hashes), row, hashes)
+		}
 	}
 	bs := s.blockSize(row)
-	b := router.Booking{RequestID: row.RequestID, Role: rs.name, Worker: w.name, PromptTokens: row.InputTokens, BlockSize: bs, KVCopy: kvCopy}
+	r := s.ratio(row)
+	b := router.Booking{RequestID: row.RequestID, Role: rs.name, Worker: w.name, PromptTokens: row.InputTokens, BlockSize: bs / r, KVCopy: kvCopy}
 	if row.Session != "" {
 		b.Session = hints.Session{ID: row.Session, Turn: row.Turn, Final: row.Final}
 	}
@@ -535,7 +584,12 @@ func (s *sim) book(ctx context.Context, rs *roleState, row *Row, hashes []uint64
 		switch a.Type {
 		case hints.ActionKVFetch:
 			src := s.owners[a.Source]
-			for _, hh := range a.Hashes {
+			for k, eh := range a.Hashes {
+				// Engine blocks back to the trace blocks they run in.
+				hh := eh / uint64(r)
+				if k > 0 && a.Hashes[k-1]/uint64(r) == hh {
+					continue
+				}
 				st.FetchedBlocks++
 				switch {
 				case w.cache.has(hh), src == nil, !src.cache.has(hh):

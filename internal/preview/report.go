@@ -222,15 +222,24 @@ func (r *Report) AssumptionLines() []string {
 	default:
 		out = append(out, "reference-counted prefix cache, as vLLM and SGLang: a block an active request reads is neither replaced nor freed by kv.evict until it completes (--evict-in-use keep)")
 	}
-	out = append(out, fmt.Sprintf("block size %d tokens (per trace hash id and per booking)", a.BlockSize))
+	ebs := a.EngineBlockSize
+	if ebs == 0 {
+		ebs = a.BlockSize
+	}
+	if ebs == a.BlockSize {
+		out = append(out, fmt.Sprintf("block size %d tokens, the trace's (one hash id a block) and the engine's (bookings, min_blocks, max_blocks, cache)", a.BlockSize))
+	} else {
+		out = append(out, fmt.Sprintf("engine blocks of %d tokens (bookings, min_blocks, max_blocks, cache) apart from the trace's hash ids of %d tokens: each id is a run of %d engine blocks, cached, fetched and evicted together",
+			ebs, a.BlockSize, a.BlockSize/ebs))
+	}
 	var roles []string
 	for _, rr := range r.Roles {
 		roles = append(roles, rr.Role)
 	}
 	if a.RecordedChoices {
-		out = append(out, fmt.Sprintf("workers and committed copies: as recorded in the trace; caches %d blocks a worker", a.Topology.Default.CacheBlocks))
+		out = append(out, fmt.Sprintf("workers and committed copies: as recorded in the trace; caches %d engine blocks a worker", a.Topology.Default.CacheBlocks))
 	} else {
-		out = append(out, "topology: "+a.Topology.describe(roles))
+		out = append(out, "topology: "+a.Topology.describe(roles, ebs))
 	}
 	out = append(out,
 		"kv.fetch lands before the prefill that reads it: a fetched block is never late, so none is wasted by arriving after use",
