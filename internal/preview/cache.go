@@ -171,6 +171,9 @@ func (c *blockCache) retain(hashes []uint64, now, ttl float64) int {
 		if b.inLRU() {
 			c.unlink(b)
 		}
+		if b.retainedUnread {
+			c.stats.RetainedExpiredUnused++ // the retention it renews ends unread
+		}
 		b.until = now + ttl
 		b.retainedUnread = true
 		heap.Push(&c.expiries, expiry{at: b.until, hash: h})

@@ -54,8 +54,10 @@ type RoleStats struct {
 	// PrefillTokens are the prompt tokens computed (not served from the
 	// cache).
 	PrefillTokens int64 `json:"prefill_tokens"`
-	// RetainedBlocks were kept by kv.retain; RetainedReused were read while
-	// retained; RetainedExpiredUnused ended unread.
+	// RetainedBlocks counts the retentions of blocks by kv.retain; each
+	// ends either read while retained (RetainedReused) or not
+	// (RetainedExpiredUnused: expired, evicted, retained again, or still
+	// retained when the trace ends), so the two add up to RetainedBlocks.
 	RetainedBlocks        int `json:"retained_blocks"`
 	RetainedReused        int `json:"retained_reused"`
 	RetainedExpiredUnused int `json:"retained_expired_unused"`
@@ -91,6 +93,10 @@ type BookingActions struct {
 	Role      string   `json:"role"`
 	Worker    string   `json:"worker"`
 	Actions   []string `json:"actions"`
+	// CachedBlocks and TTFTMS are what the booking got: its prefix blocks
+	// served from the cache and its TTFT estimate.
+	CachedBlocks int     `json:"cached_blocks"`
+	TTFTMS       float64 `json:"ttft_ms"`
 }
 
 // Result is a config's replay.
@@ -609,7 +615,6 @@ func (s *sim) book(ctx context.Context, rs *roleState, row *Row, hashes []uint64
 	if h.Outcome == router.OutcomeHinted {
 		st.Hinted++
 	}
-	s.res.Bookings = append(s.res.Bookings, ba)
 
 	for _, hh := range hashes {
 		if w.freed[hh] {
@@ -636,6 +641,8 @@ func (s *sim) book(ctx context.Context, rs *roleState, row *Row, hashes []uint64
 	end := start + float64(computed)*s.a.PrefillMSPerToken + float64(fetchedIn)*s.a.FetchMSPerBlock
 	w.busyUntil = end
 	st.ttft = append(st.ttft, end-now)
+	ba.CachedBlocks, ba.TTFTMS = cached, end-now
+	s.res.Bookings = append(s.res.Bookings, ba)
 	if win != nil && rs.name == s.res.Headline {
 		win.TTFTSumMS += end - now
 		win.TTFTCount++

@@ -301,3 +301,33 @@ func TestRecordedTraceReplaysItsActions(t *testing.T) {
 		t.Errorf("decode fetched used %d, cached %d; want 6 and 6 (the recorded copies, from p-a's cache)", d.FetchedUsed, d.CachedBlocks)
 	}
 }
+
+// Every retention ends once, read while retained or not: the two counts
+// add up to the retentions, under either evict semantics, with retentions
+// renewed before they end (a session's turns) and blocks evicted while
+// retained.
+func TestRetainedPartition(t *testing.T) {
+	o := tracesynth.Defaults()
+	o.Rows = 2000
+	rows, err := tracesynth.Generate(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tr bytes.Buffer
+	if err := tracesynth.Write(&tr, rows); err != nil {
+		t.Fatal(err)
+	}
+	doc := "worker_selection:\n  aggregated:\n    type: dynamo-default-cost-fn\n    hints:\n      - type: kv-retain\n        parameters: {ttl_seconds: 30}\n      - type: kv-evict\n"
+	for _, mode := range []EvictInUse{EvictKeep, EvictFree} {
+		a := DefaultAssumptions()
+		a.EvictInUse = mode
+		a.Topology.Default.CacheBlocks = 64
+		st := replay(t, doc, tr.String(), a).Roles["aggregated"]
+		if st.RetainedBlocks == 0 || st.RetainedReused == 0 || st.RetainedExpiredUnused == 0 {
+			t.Fatalf("%s: retained %d, read %d, unread %d; want all above 0", mode, st.RetainedBlocks, st.RetainedReused, st.RetainedExpiredUnused)
+		}
+		if st.RetainedReused+st.RetainedExpiredUnused != st.RetainedBlocks {
+			t.Errorf("%s: retained %d != read %d + unread %d", mode, st.RetainedBlocks, st.RetainedReused, st.RetainedExpiredUnused)
+		}
+	}
+}

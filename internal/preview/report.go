@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"slices"
+	"sort"
 	"strings"
 )
 
@@ -42,12 +44,20 @@ type RoleReport struct {
 	Examples []Change   `json:"examples,omitempty"`
 }
 
-// Change is one booking whose actions differ.
+// Change is one booking whose actions differ, and what it got under
+// each config.
 type Change struct {
-	RequestID string   `json:"request_id"`
-	Base      []string `json:"base"`
-	Head      []string `json:"head"`
+	RequestID  string   `json:"request_id"`
+	Base       []string `json:"base"`
+	Head       []string `json:"head"`
+	CachedBase int      `json:"cached_blocks_base"`
+	CachedHead int      `json:"cached_blocks_head"`
+	TTFTBaseMS float64  `json:"ttft_base_ms"`
+	TTFTHeadMS float64  `json:"ttft_head_ms"`
 }
+
+// impact orders examples: the largest TTFT change first.
+func (c Change) impact() float64 { return math.Abs(c.TTFTHeadMS - c.TTFTBaseMS) }
 
 // Compare builds the report of two replays of the same trace.
 func Compare(baseName, headName string, rows int, a Assumptions, base, head *Result) *Report {
@@ -60,9 +70,10 @@ func Compare(baseName, headName string, rows int, a Assumptions, base, head *Res
 		roles[n] = true
 	}
 	type key struct{ id, role string }
-	headActs := make(map[key][]string, len(head.Bookings))
-	for _, b := range head.Bookings {
-		headActs[key{b.RequestID, b.Role}] = b.Actions
+	headActs := make(map[key]*BookingActions, len(head.Bookings))
+	for i := range head.Bookings {
+		b := &head.Bookings[i]
+		headActs[key{b.RequestID, b.Role}] = b
 	}
 	byRole := map[string]*RoleReport{}
 	for _, n := range slices.Sorted(maps.Keys(roles)) {
@@ -73,15 +84,17 @@ func Compare(baseName, headName string, rows int, a Assumptions, base, head *Res
 		byRole[r.Roles[i].Role] = &r.Roles[i]
 	}
 	for _, b := range base.Bookings {
-		h, ok := headActs[key{b.RequestID, b.Role}]
-		if ok && slices.Equal(b.Actions, h) {
+		h := headActs[key{b.RequestID, b.Role}]
+		if h != nil && slices.Equal(b.Actions, h.Actions) {
 			continue
 		}
 		rr := byRole[b.Role]
 		rr.Changed++
-		if len(rr.Examples) < MaxExamples {
-			rr.Examples = append(rr.Examples, Change{RequestID: b.RequestID, Base: nonNil(b.Actions), Head: nonNil(h)})
+		c := Change{RequestID: b.RequestID, Base: nonNil(b.Actions), Head: []string{}, CachedBase: b.CachedBlocks, TTFTBaseMS: b.TTFTMS}
+		if h != nil {
+			c.Head, c.CachedHead, c.TTFTHeadMS = nonNil(h.Actions), h.CachedBlocks, h.TTFTMS
 		}
+		rr.Examples = keepTop(rr.Examples, c)
 	}
 	for i := range r.Roles {
 		rr := &r.Roles[i]
@@ -90,6 +103,20 @@ func Compare(baseName, headName string, rows int, a Assumptions, base, head *Res
 		}
 	}
 	return r
+}
+
+// keepTop adds c to the examples, keeping the MaxExamples of largest
+// impact, the earlier booking first among equals.
+func keepTop(ex []Change, c Change) []Change {
+	i := sort.Search(len(ex), func(i int) bool { return ex[i].impact() < c.impact() })
+	if i >= MaxExamples {
+		return ex
+	}
+	ex = slices.Insert(ex, i, c)
+	if len(ex) > MaxExamples {
+		ex = ex[:MaxExamples]
+	}
+	return ex
 }
 
 func nonNil(s []string) []string {
@@ -136,9 +163,10 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		}
 		fmt.Fprintf(&b, "\n%d bookings changed their actions.\n", rr.Changed)
 		if len(rr.Examples) > 0 {
-			fmt.Fprintf(&b, "\n| request | base actions | head actions |\n|---|---|---|\n")
+			fmt.Fprintf(&b, "\nThe %d with the largest TTFT change:\n\n| request | base actions | head actions | cached blocks | TTFT (ms) |\n|---|---|---|---:|---:|\n", len(rr.Examples))
 			for _, c := range rr.Examples {
-				fmt.Fprintf(&b, "| %s | %s | %s |\n", mdCode(c.RequestID), actionList(c.Base), actionList(c.Head))
+				fmt.Fprintf(&b, "| %s | %s | %s | %d -> %d | %.1f -> %.1f |\n", mdCode(c.RequestID), actionList(c.Base), actionList(c.Head),
+					c.CachedBase, c.CachedHead, c.TTFTBaseMS, c.TTFTHeadMS)
 			}
 		}
 		b.WriteString("\n")
@@ -347,9 +375,9 @@ func metrics(rr RoleReport) []metric {
 	add("cached blocks", i(func(s *RoleStats) int { return s.CachedBlocks }), "%.0f")
 	add("prompt blocks", i(func(s *RoleStats) int { return s.PromptBlocks }), "%.0f")
 	add("prefill tokens computed", func(s *RoleStats) float64 { return float64(s.PrefillTokens) }, "%.0f")
-	add("retained blocks", i(func(s *RoleStats) int { return s.RetainedBlocks }), "%.0f")
-	add("retained blocks reused", i(func(s *RoleStats) int { return s.RetainedReused }), "%.0f")
-	add("retained blocks expired unused", i(func(s *RoleStats) int { return s.RetainedExpiredUnused }), "%.0f")
+	add("retained blocks (retentions)", i(func(s *RoleStats) int { return s.RetainedBlocks }), "%.0f")
+	add("- read while retained (not counterfactual: some were cached anyway)", i(func(s *RoleStats) int { return s.RetainedReused }), "%.0f")
+	add("- never read while retained", i(func(s *RoleStats) int { return s.RetainedExpiredUnused }), "%.0f")
 	add("evicted blocks", i(func(s *RoleStats) int { return s.EvictedBlocks }), "%.0f")
 	add("evicted blocks asked for again", i(func(s *RoleStats) int { return s.EvictedAskedAgain }), "%.0f")
 	add("evicted blocks kept (in use by another request)", i(func(s *RoleStats) int { return s.EvictKeptInUse }), "%.0f")
