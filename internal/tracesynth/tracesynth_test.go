@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/kvrouter/kv-hint-operator/internal/preview"
 )
 
 func write(t *testing.T, o Options) []byte {
@@ -102,5 +105,41 @@ func TestChainSessionsRule(t *testing.T) {
 	}
 	if n != 3 {
 		t.Errorf("%d sessions, want 3", n)
+	}
+}
+
+// The two formats are the same requests: kvhint preview reads both to the
+// same rows (arrival, lengths, ids, sessions).
+func TestWriteFormatsReadAlike(t *testing.T) {
+	o := Defaults()
+	o.Rows = 500
+	rows, err := Generate(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got [2][]preview.Row
+	for i, f := range []string{FormatMooncake, FormatDynamo} {
+		var b bytes.Buffer
+		if err := WriteFormat(&b, rows, f); err != nil {
+			t.Fatal(err)
+		}
+		if f == FormatDynamo && !strings.Contains(b.String(), `{"delay":`) {
+			t.Fatal("the dynamo format has no delay")
+		}
+		if got[i], err = preview.ReadTrace(&b, o.BlockSize); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+	}
+	if len(got[0]) != len(rows) || len(got[1]) != len(rows) {
+		t.Fatalf("%d and %d rows, want %d", len(got[0]), len(got[1]), len(rows))
+	}
+	for i := range got[0] {
+		a, b := got[0][i], got[1][i]
+		if a.At != b.At || a.InputTokens != b.InputTokens || a.Session != b.Session || !slices.Equal(a.Hashes, b.Hashes) || a.Final != b.Final {
+			t.Fatalf("row %d: mooncake %+v, dynamo %+v", i, a, b)
+		}
+	}
+	if err := WriteFormat(&bytes.Buffer{}, rows, "csv"); err == nil {
+		t.Error("format csv accepted")
 	}
 }
