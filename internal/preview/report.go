@@ -191,9 +191,19 @@ func (r *Report) writeVerdict(b *strings.Builder) {
 		b.WriteString("\n")
 		return
 	}
-	fmt.Fprintf(b, "**Verdict: %s.** %s (TTFT of role %s); the same sign at 1/2x and 2x workers and cache", v.Word, r.Headline, v.Role)
+	fmt.Fprintf(b, "**Verdict: %s.** %s (TTFT of role %s)", v.Word, r.Headline, v.Role)
+	var held []string
+	if len(r.Sensitivity) > 0 {
+		held = append(held, fmt.Sprintf("at each of %d other worker and cache sizes", len(r.Sensitivity)))
+	}
 	if iv := r.Interval; iv != nil {
-		fmt.Fprintf(b, " and in each of %d windows", iv.Windows)
+		held = append(held, fmt.Sprintf("in each of %d time windows", iv.Windows))
+	}
+	if len(held) > 0 {
+		fmt.Fprintf(b, "; the same sign %s", strings.Join(held, " and "))
+	}
+	if len(r.Sensitivity) == 0 {
+		b.WriteString("; sensitivity to workers and cache not run")
 	}
 	b.WriteString(".\n\n")
 }
