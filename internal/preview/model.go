@@ -41,6 +41,8 @@ type RoleStats struct {
 	// source advertises no endpoint).
 	CopiesCommitted int `json:"copies_committed"`
 	CopiesDropped   int `json:"copies_dropped"`
+	// CopiesFrom counts the committed copies by their source's role.
+	CopiesFrom map[string]int `json:"copies_from,omitempty"`
 	// FetchedBlocks are the blocks kv.fetch asked for; FetchedUsed those
 	// a prompt then read from the cache; FetchedWasted the rest (not on
 	// the source, already cached, or evicted or left unread).
@@ -109,6 +111,34 @@ type Result struct {
 	// Windows are the figures of the bookings that arrived in each of
 	// Assumptions.Windows equal spans of the trace's time.
 	Windows []WindowStats
+	// EndToEnd is, for a disaggregated router (prefill and decode roles)
+	// replaying rows booked for every role, each request's TTFT from
+	// arrival to its first token: the prefill booking's TTFT, then the
+	// decode booking's (its kv.fetch, or its recompute of what it lacks),
+	// then one output token. It is then the headline TTFT.
+	EndToEnd *TTFTStats `json:"end_to_end,omitempty"`
+}
+
+// TTFTStats are TTFT estimates, milliseconds.
+type TTFTStats struct {
+	Requests int     `json:"requests"`
+	MeanMS   float64 `json:"mean_ms"`
+	P50MS    float64 `json:"p50_ms"`
+	P90MS    float64 `json:"p90_ms"`
+	P99MS    float64 `json:"p99_ms"`
+}
+
+func ttftStats(v []float64) *TTFTStats {
+	if len(v) == 0 {
+		return nil
+	}
+	sum := 0.0
+	for _, x := range v {
+		sum += x
+	}
+	slices.Sort(v)
+	n := len(v) - 1
+	return &TTFTStats{Requests: len(v), MeanMS: sum / float64(len(v)), P50MS: v[n*50/100], P90MS: v[n*90/100], P99MS: v[n*99/100]}
 }
 
 // WindowStats are one time window's figures: the prefix hits of every
@@ -244,6 +274,10 @@ type sim struct {
 	// r is the engine blocks a trace block (hash id) holds: the trace's
 	// block size over the engine's.
 	r int
+	// disagg is set for a router with prefill and decode roles; lastTTFT
+	// is the TTFT of the last booking.
+	disagg   bool
+	lastTTFT float64
 	// winStart and winWidth place a row in Result.Windows.
 	winStart, winWidth float64
 }
@@ -324,6 +358,8 @@ func Replay(cat *hints.Catalog, cfg Config, rows []Row, a Assumptions) (*Result,
 		s.winWidth = (rows[len(rows)-1].At - rows[0].At) / float64(k)
 	}
 	ctx := context.Background()
+	s.disagg = s.roles["prefill"] != nil && s.roles["decode"] != nil
+	var e2e []float64
 	for i := range rows {
 		row := &rows[i]
 		s.drain(row.At)
@@ -338,12 +374,26 @@ func Replay(cat *hints.Catalog, cfg Config, rows []Row, a Assumptions) (*Result,
 			}
 			continue
 		}
+		first := 0.0
 		for _, rs := range s.order {
 			if err := s.book(ctx, rs, row, hashes); err != nil {
 				return nil, fmt.Errorf("%s: trace line %d: %w", cfg.Name, row.Line, err)
 			}
+			if rs.name == "prefill" || rs.name == "decode" {
+				first += s.lastTTFT
+			}
+		}
+		if s.disagg {
+			first += a.DecodeMSPerToken
+			e2e = append(e2e, first)
+			if len(s.res.Windows) > 0 {
+				win := &s.res.Windows[s.window(row.At)]
+				win.TTFTSumMS += first
+				win.TTFTCount++
+			}
 		}
 	}
+	s.res.EndToEnd = ttftStats(e2e)
 	s.drain(math.Inf(1))
 	for _, rs := range s.roles {
 		for _, w := range rs.workers {
@@ -568,6 +618,12 @@ func (s *sim) book(ctx context.Context, rs *roleState, row *Row, hashes []uint64
 	st.Bookings++
 	if kvCopy != nil {
 		st.CopiesCommitted++
+		if src := s.reg[kvCopy.SourceWorker]; src != nil {
+			if st.CopiesFrom == nil {
+				st.CopiesFrom = map[string]int{}
+			}
+			st.CopiesFrom[src.role]++
+		}
 		if h.CopyDrop != router.CopyKept {
 			st.CopiesDropped++
 		}
@@ -643,7 +699,8 @@ func (s *sim) book(ctx context.Context, rs *roleState, row *Row, hashes []uint64
 	st.ttft = append(st.ttft, end-now)
 	ba.CachedBlocks, ba.TTFTMS = cached, end-now
 	s.res.Bookings = append(s.res.Bookings, ba)
-	if win != nil && rs.name == s.res.Headline {
+	s.lastTTFT = end - now
+	if win != nil && rs.name == s.res.Headline && !s.disagg {
 		win.TTFTSumMS += end - now
 		win.TTFTCount++
 	}

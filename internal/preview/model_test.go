@@ -331,3 +331,39 @@ func TestRetainedPartition(t *testing.T) {
 		}
 	}
 }
+
+// A disaggregated router's end-to-end TTFT is, per request, its prefill
+// booking's TTFT, its decode booking's, and one output token; a router
+// without both roles has none.
+func TestEndToEndTTFT(t *testing.T) {
+	o := tracesynth.Defaults()
+	o.Rows = 1000
+	rows, err := tracesynth.Generate(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tr bytes.Buffer
+	if err := tracesynth.Write(&tr, rows); err != nil {
+		t.Fatal(err)
+	}
+	a := DefaultAssumptions()
+	res := replay(t, benchBase, tr.String(), a)
+	if res.EndToEnd == nil || res.EndToEnd.Requests != o.Rows {
+		t.Fatalf("end to end %+v; want %d requests", res.EndToEnd, o.Rows)
+	}
+	sum := map[string]float64{}
+	for _, b := range res.Bookings {
+		sum[b.RequestID] += b.TTFTMS
+	}
+	total := 0.0
+	for _, v := range sum {
+		total += v + a.DecodeMSPerToken
+	}
+	within(t, "end-to-end TTFT mean", res.EndToEnd.MeanMS, total/float64(len(sum)), 1e-6)
+	if res.EndToEnd.P50MS > res.EndToEnd.P90MS || res.EndToEnd.P90MS > res.EndToEnd.P99MS {
+		t.Errorf("percentiles out of order: %+v", res.EndToEnd)
+	}
+	if agg := replay(t, "worker_selection:\n  aggregated:\n    type: dynamo-default-cost-fn\n", tr.String(), a); agg.EndToEnd != nil {
+		t.Errorf("an aggregated router has an end-to-end TTFT: %+v", agg.EndToEnd)
+	}
+}

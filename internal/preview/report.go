@@ -18,14 +18,17 @@ const MaxExamples = 5
 type Report struct {
 	// Verdict comes first: improves, worsens, cannot tell (and why), or
 	// no difference.
-	Verdict     Verdict      `json:"verdict"`
-	Base        string       `json:"base"`
-	Head        string       `json:"head"`
-	Rows        int          `json:"trace_rows"`
-	Trace       TraceInfo    `json:"trace"`
-	Headline    Headline     `json:"headline"`
-	Sensitivity []Variant    `json:"sensitivity,omitempty"`
-	Interval    *Interval    `json:"interval,omitempty"`
+	Verdict     Verdict   `json:"verdict"`
+	Base        string    `json:"base"`
+	Head        string    `json:"head"`
+	Rows        int       `json:"trace_rows"`
+	Trace       TraceInfo `json:"trace"`
+	Headline    Headline  `json:"headline"`
+	Sensitivity []Variant `json:"sensitivity,omitempty"`
+	Interval    *Interval `json:"interval,omitempty"`
+	// EndToEnd is the end-to-end TTFT of a disaggregated router, base
+	// and head.
+	EndToEnd    *EndToEnd    `json:"end_to_end_ttft,omitempty"`
 	Assumptions Assumptions  `json:"assumptions"`
 	Roles       []RoleReport `json:"roles"`
 	// Differs is set when any figure or any booking's actions differ.
@@ -59,9 +62,18 @@ type Change struct {
 // impact orders examples: the largest TTFT change first.
 func (c Change) impact() float64 { return math.Abs(c.TTFTHeadMS - c.TTFTBaseMS) }
 
+// EndToEnd is the end-to-end TTFT under both configs.
+type EndToEnd struct {
+	Base *TTFTStats `json:"base"`
+	Head *TTFTStats `json:"head"`
+}
+
 // Compare builds the report of two replays of the same trace.
 func Compare(baseName, headName string, rows int, a Assumptions, base, head *Result) *Report {
 	r := &Report{Base: baseName, Head: headName, Rows: rows, Assumptions: a}
+	if base.EndToEnd != nil && head.EndToEnd != nil {
+		r.EndToEnd = &EndToEnd{Base: base.EndToEnd, Head: head.EndToEnd}
+	}
 	roles := map[string]bool{}
 	for n := range base.Roles {
 		roles[n] = true
@@ -150,6 +162,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	fmt.Fprintf(&b, "- base: %s\n- head: %s\n\n", mdCode(r.Base), mdCode(r.Head))
 	r.writeTrace(&b)
 	r.writeSensitivity(&b)
+	r.writeEndToEnd(&b)
 	r.writeAssumptions(&b)
 	for _, rr := range r.Roles {
 		// Role names are the config's, which validation holds to names.
@@ -191,7 +204,11 @@ func (r *Report) writeVerdict(b *strings.Builder) {
 		b.WriteString("\n")
 		return
 	}
-	fmt.Fprintf(b, "**Verdict: %s.** %s (TTFT of role %s)", v.Word, r.Headline, v.Role)
+	ttftOf := "TTFT of role " + v.Role
+	if r.EndToEnd != nil {
+		ttftOf = "end-to-end TTFT"
+	}
+	fmt.Fprintf(b, "**Verdict: %s.** %s (%s)", v.Word, r.Headline, ttftOf)
 	var held []string
 	if len(r.Sensitivity) > 0 {
 		held = append(held, fmt.Sprintf("at each of %d other worker and cache sizes", len(r.Sensitivity)))
@@ -206,6 +223,24 @@ func (r *Report) writeVerdict(b *strings.Builder) {
 		b.WriteString("; sensitivity to workers and cache not run")
 	}
 	b.WriteString(".\n\n")
+}
+
+// writeEndToEnd writes a disaggregated router's end-to-end TTFT.
+func (r *Report) writeEndToEnd(b *strings.Builder) {
+	e := r.EndToEnd
+	if e == nil {
+		return
+	}
+	fmt.Fprintf(b, "### End-to-end TTFT (prefill, then decode's fetch or recompute, then the first token; ms, estimate)\n\n| | base | head | change |\n|---|---:|---:|---:|\n")
+	for _, m := range []struct {
+		name string
+		f    func(*TTFTStats) float64
+	}{{"mean", func(t *TTFTStats) float64 { return t.MeanMS }}, {"p50", func(t *TTFTStats) float64 { return t.P50MS }},
+		{"p90", func(t *TTFTStats) float64 { return t.P90MS }}, {"p99", func(t *TTFTStats) float64 { return t.P99MS }}} {
+		bv, hv := m.f(e.Base), m.f(e.Head)
+		fmt.Fprintf(b, "| %s | %.1f | %.1f | %+.1f |\n", m.name, bv, hv, hv-bv)
+	}
+	b.WriteString("\n")
 }
 
 // writeTrace writes the trace's identity and shape.
@@ -282,7 +317,7 @@ func (r *Report) AssumptionLines() []string {
 	out = append(out,
 		"kv.fetch lands before the prefill that reads it: a fetched block is never late, so none is wasted by arriving after use",
 		fmt.Sprintf("TTFT estimate: prefill queue wait + %g ms per computed prompt token + %g ms per fetched block; one prompt at a time a worker", a.PrefillMSPerToken, a.FetchMSPerBlock),
-		"a decode role's bookings are modelled as prefills on the decode worker: its TTFT is the time to recompute what its cache misses, not an end-to-end TTFT",
+		"a decode role's bookings are modelled as prefills on the decode worker: its TTFT is the time to fetch or recompute what its cache lacks; with prefill and decode roles, the end-to-end TTFT adds the prefill's TTFT and one output token",
 		fmt.Sprintf("completion (when kv.retain and kv.evict run): + %g ms per output token (decode and aggregated roles)", a.DecodeMSPerToken),
 		fmt.Sprintf("seed %d", a.Seed))
 	return out
@@ -377,6 +412,17 @@ func metrics(rr RoleReport) []metric {
 		add("bookings with "+t, i(func(s *RoleStats) int { return s.WithAction[t] }), "%.0f")
 	}
 	add("KV copies committed", i(func(s *RoleStats) int { return s.CopiesCommitted }), "%.0f")
+	from := map[string]bool{}
+	for _, s := range []*RoleStats{rr.Base, rr.Head} {
+		if s != nil {
+			for r := range s.CopiesFrom {
+				from[r] = true
+			}
+		}
+	}
+	for _, src := range slices.Sorted(maps.Keys(from)) {
+		add("- from role "+src, i(func(s *RoleStats) int { return s.CopiesFrom[src] }), "%.0f")
+	}
 	add("KV copies dropped (no source endpoint)", i(func(s *RoleStats) int { return s.CopiesDropped }), "%.0f")
 	add("fetched blocks", i(func(s *RoleStats) int { return s.FetchedBlocks }), "%.0f")
 	add("fetched blocks used", i(func(s *RoleStats) int { return s.FetchedUsed }), "%.0f")

@@ -52,7 +52,7 @@ func outsideCode(s string) string {
 // bookings: in the Markdown report they stay text inside their table
 // cell, never headings, mentions, HTML comments or new rows.
 // reportHeadings are the headings the report writes.
-var reportHeadings = []string{"## kvhint preview", "### Role ", "### Assumptions", "### Trace", "### Sensitivity"}
+var reportHeadings = []string{"## kvhint preview", "### Role ", "### Assumptions", "### Trace", "### Sensitivity", "### End-to-end TTFT"}
 
 func TestMarkdownEscapesTraceStrings(t *testing.T) {
 	attacks := []string{

@@ -89,7 +89,12 @@ func headline(base, head *Result) Headline {
 		ph, ch = ph+s.PromptBlocks, ch+s.CachedBlocks
 	}
 	h := Headline{HitPP: 100 * (ratio(ch, ph) - ratio(cb, pb))}
-	if sb, sh := base.Roles[base.Headline], head.Roles[head.Headline]; sb != nil && sh != nil {
+	if eb, eh := base.EndToEnd, head.EndToEnd; eb != nil && eh != nil {
+		h.TTFTMS = eh.MeanMS - eb.MeanMS
+		if eb.MeanMS > 0 {
+			h.TTFTPct = 100 * h.TTFTMS / eb.MeanMS
+		}
+	} else if sb, sh := base.Roles[base.Headline], head.Roles[head.Headline]; sb != nil && sh != nil {
 		h.TTFTMS = sh.TTFTMeanMS - sb.TTFTMeanMS
 		if sb.TTFTMeanMS > 0 {
 			h.TTFTPct = 100 * h.TTFTMS / sb.TTFTMeanMS
