@@ -54,8 +54,12 @@ manifests of RouterRoles and HintPolicies (a file or a directory), with
 --router NAME when they hold several routers. Each config runs in the real
 dispatcher; the rest is a deterministic model: the router's worker choice
 by each role's worker selection and its parameters, the workers of each
-role (--workers, --cache-blocks or --topology FILE) and an LRU KV block
-cache per worker. Its assumptions are flags and every report prints them.
+role (--workers, --cache-blocks or --cache-tokens, or --topology FILE) and
+a KV block cache per worker, reference-counted by default (--evict-in-use
+keep: kv.evict leaves a block another active request reads). The engine's
+block size (--engine-block-size) is apart from the trace's tokens per id
+(--trace-block-size): block counts are the engine's. Its assumptions are
+flags, and every report lists them.
 
 The trace is JSONL: Mooncake's rows (timestamp ms, input_length,
 output_length, hash_ids one per block of --trace-block-size tokens), with
@@ -67,7 +71,7 @@ docs/preview.md.
 
 The report opens with a verdict: improves, worsens, no difference, or cannot
 tell. It reads the prefix hit ratio over all roles and the mean TTFT estimate
-of the user-facing role, replays the change again at half and twice the
+a user waits on (end to end for a disaggregated router), replays the change again at half and twice the
 workers and the cache (--sensitivity=false skips that), and cuts the trace
 into --windows time windows for an interval. The verdict is "cannot tell"
 when the two figures disagree, when the sign is not the same across the strip,
