@@ -35,6 +35,7 @@ type previewFlags struct {
 	evictInUse                string
 	cacheTokens               int
 	cacheBlocksSet            bool
+	plot                      string
 	a                         preview.Assumptions
 }
 
@@ -112,6 +113,7 @@ Exit status: 0 no difference, 1 the change improves or worsens, 2 an error
 	fl.StringVar(&f.choices, "choices", "model", "worker choice: model (the selection model) or recorded (a recorded trace's workers and copies)")
 	fl.BoolVar(&f.a.Sensitivity, "sensitivity", true, "replay the change again at 1/2x and 2x workers and cache (four more pairs of replays)")
 	fl.IntVar(&f.a.Windows, "windows", preview.DefaultWindows, "time windows the trace is cut into for the interval of the headline deltas (0 or 1: none)")
+	fl.StringVar(&f.plot, "plot", "", "also write an SVG plot of the per-window deltas to this file")
 	fl.StringVar(&f.evictInUse, "evict-in-use", string(preview.DefaultEvictInUse), "what kv.evict does to a block another active request on the worker reads: keep (reference-counted, as vLLM and SGLang) or free")
 	return cmd
 }
@@ -217,6 +219,15 @@ func runPreview(cat *hints.Catalog, f *previewFlags, stdin io.Reader, stdout, st
 	}
 	if err != nil {
 		return fail("writing the report: %v", err)
+	}
+	if f.plot != "" {
+		var b strings.Builder
+		if err := rep.WriteSVG(&b); err != nil {
+			return fail("--plot: %v", err)
+		}
+		if err := os.WriteFile(f.plot, []byte(b.String()), 0o644); err != nil {
+			return fail("--plot: %v", err)
+		}
 	}
 	switch rep.Verdict.Word {
 	case preview.VerdictCannotTell:

@@ -1,6 +1,8 @@
 package preview
 
 import (
+	"encoding/xml"
+	"io"
 	"slices"
 	"strings"
 	"testing"
@@ -91,5 +93,37 @@ func TestMarkdownEscapesTraceStrings(t *testing.T) {
 	}
 	if rows != len(attacks) {
 		t.Errorf("%d example rows, want %d:\n%s", rows, len(attacks), md)
+	}
+}
+
+// The plot is well-formed SVG with one bar per window and panel, and a
+// note when there is no interval.
+func TestWriteSVG(t *testing.T) {
+	r := &Report{Verdict: Verdict{Word: VerdictImproves}, Interval: &Interval{Windows: 3, WidthS: 60,
+		ByWindow: []WindowDelta{{0, 1.5, -2}, {1, -0.5, 1}, {2, 0, 0}}}}
+	var b strings.Builder
+	if err := r.WriteSVG(&b); err != nil {
+		t.Fatal(err)
+	}
+	dec := xml.NewDecoder(strings.NewReader(b.String()))
+	rects := 0
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("not well-formed: %v\n%s", err, b.String())
+		}
+		if se, ok := tok.(xml.StartElement); ok && se.Name.Local == "rect" {
+			rects++
+		}
+	}
+	if rects != 6 {
+		t.Errorf("%d bars, want 6", rects)
+	}
+	b.Reset()
+	if err := (&Report{}).WriteSVG(&b); err != nil || !strings.Contains(b.String(), "no window interval") {
+		t.Errorf("without an interval: %v\n%s", err, b.String())
 	}
 }

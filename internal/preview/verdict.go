@@ -70,6 +70,15 @@ type Interval struct {
 	HitPPMax   float64 `json:"prefix_hit_pp_max"`
 	TTFTPctMin float64 `json:"ttft_mean_pct_min"`
 	TTFTPctMax float64 `json:"ttft_mean_pct_max"`
+	// ByWindow are the deltas of each window that had bookings.
+	ByWindow []WindowDelta `json:"by_window"`
+}
+
+// WindowDelta is one window's headline deltas.
+type WindowDelta struct {
+	Index   int     `json:"index"`
+	HitPP   float64 `json:"prefix_hit_pp"`
+	TTFTPct float64 `json:"ttft_mean_pct"`
 }
 
 // Verdict is the report's one line: a word and why.
@@ -162,11 +171,14 @@ func interval(base, head *Result, info TraceInfo) *Interval {
 		n++
 		d := 100 * (ratio(h.CachedBlocks, h.PromptBlocks) - ratio(b.CachedBlocks, b.PromptBlocks))
 		iv.HitPPMin, iv.HitPPMax = min(iv.HitPPMin, d), max(iv.HitPPMax, d)
+		wd := WindowDelta{Index: i, HitPP: d}
 		if b.TTFTCount > 0 && h.TTFTCount > 0 && b.TTFTSumMS > 0 {
 			mb, mh := b.TTFTSumMS/float64(b.TTFTCount), h.TTFTSumMS/float64(h.TTFTCount)
 			p := 100 * (mh - mb) / mb
 			iv.TTFTPctMin, iv.TTFTPctMax = min(iv.TTFTPctMin, p), max(iv.TTFTPctMax, p)
+			wd.TTFTPct = p
 		}
+		iv.ByWindow = append(iv.ByWindow, wd)
 	}
 	if n < 2 {
 		return nil
