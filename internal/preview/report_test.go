@@ -50,12 +50,12 @@ func outsideCode(s string) string {
 	return b.String()
 }
 
-// Request IDs come from the trace, that is from whoever sent the
-// bookings: in the Markdown report they stay text inside their table
-// cell, never headings, mentions, HTML comments or new rows.
 // reportHeadings are the headings the report writes.
 var reportHeadings = []string{"## kvhint preview", "### Role ", "### Assumptions", "### Trace", "### Sensitivity", "### End-to-end TTFT"}
 
+// Request IDs (and the trace's path) come from the trace, that is from whoever sent the
+// bookings: in the Markdown report they stay text inside their table
+// cell, never headings, mentions, HTML comments or new rows.
 func TestMarkdownEscapesTraceStrings(t *testing.T) {
 	attacks := []string{
 		"# Approved by security",
@@ -68,6 +68,7 @@ func TestMarkdownEscapesTraceStrings(t *testing.T) {
 	}
 	r := &Report{Base: "base", Head: "head", Rows: 1, Assumptions: DefaultAssumptions(),
 		Roles: []RoleReport{{Role: "decode", Base: &RoleStats{}, Head: &RoleStats{}, Changed: len(attacks)}}}
+	r.Trace.Path = attacks[0]
 	for _, a := range attacks {
 		r.Roles[0].Examples = append(r.Roles[0].Examples, Change{RequestID: a, Base: []string{}, Head: []string{"kv.evict"}})
 	}
