@@ -700,7 +700,7 @@ func (s *sim) book(ctx context.Context, rs *roleState, row *Row, hashes []uint64
 	ba.CachedBlocks, ba.TTFTMS = cached, end-now
 	s.res.Bookings = append(s.res.Bookings, ba)
 	s.lastTTFT = end - now
-	if win != nil && rs.name == s.res.Headline && !s.disagg {
+	if win != nil && rs.name == s.res.Headline && (!s.disagg || row.Role != "") {
 		win.TTFTSumMS += end - now
 		win.TTFTCount++
 	}
