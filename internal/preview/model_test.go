@@ -367,3 +367,21 @@ func TestEndToEndTTFT(t *testing.T) {
 		t.Errorf("an aggregated router has an end-to-end TTFT: %+v", agg.EndToEnd)
 	}
 }
+
+// A change to the hints of a role no row is booked for cannot show: the
+// verdict says which role and that it got no booking.
+func TestCannotTellRoleWithoutBookings(t *testing.T) {
+	tr := `{"timestamp":0,"input_length":64,"output_length":4,"hash_ids":[1,2,3,4],"role":"decode"}
+{"timestamp":10,"input_length":64,"output_length":4,"hash_ids":[1,2,3,5],"role":"decode"}
+`
+	a := assumptions(2, 64)
+	r, err := Run(builtin.NewCatalog(), Config{Name: "base", Doc: []byte(benchBase)}, Config{Name: "head", Doc: []byte(benchHead)}, strings.NewReader(tr), a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Verdict.Word != VerdictCannotTell || !slices.ContainsFunc(r.Verdict.Reasons, func(s string) bool {
+		return strings.HasPrefix(s, "role prefill got 0 bookings from the trace, so its change to kv-fetch cannot act")
+	}) {
+		t.Errorf("verdict %+v; want cannot tell, naming role prefill", r.Verdict)
+	}
+}
