@@ -1,9 +1,12 @@
 // Package tracesynth writes seeded synthetic traces in Mooncake's JSONL
-// format, with session_id on chat turns, for kvhint preview's tests, demos
-// and benchmark: multi-turn chat sessions that share a few system prompts,
-// and long documents that several requests prefill and question. It is a
-// development tool (kvhint-dev synth-trace); it imports nothing of the
-// product.
+// format or as Dynamo session traces, with session_id on chat turns, for
+// kvhint preview's tests, demos and benchmark; it also gives a real
+// session-less Mooncake trace session ids (ChainSessions) and finds the
+// real traces for tests (MooncakeDir). The synthetic traces hold
+// multi-turn chat sessions that share a few system prompts, and long
+// documents that several requests prefill and question. It is a
+// development tool (kvhint-dev synth-trace and chain-sessions); it imports
+// nothing of the product.
 package tracesynth
 
 import (
