@@ -15,11 +15,13 @@ import (
 	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
 )
 
-// Exit codes of kvhint preview, as argocd app diff and deck diff use them.
+// Exit codes of kvhint preview. 0 to 2 are as argocd app diff and deck
+// diff use them; 3 is a verdict the trace cannot give.
 const (
-	PreviewSame    = 0
-	PreviewDiffers = 1
-	PreviewError   = 2
+	PreviewSame       = 0
+	PreviewDiffers    = 1
+	PreviewError      = 2
+	PreviewCannotTell = 3
 )
 
 type previewFlags struct {
@@ -30,6 +32,10 @@ type previewFlags struct {
 	output                    string
 	topology                  string
 	choices                   string
+	evictInUse                string
+	cacheTokens               int
+	cacheBlocksSet            bool
+	plot                      string
 	a                         preview.Assumptions
 }
 
@@ -49,8 +55,12 @@ manifests of RouterRoles and HintPolicies (a file or a directory), with
 --router NAME when they hold several routers. Each config runs in the real
 dispatcher; the rest is a deterministic model: the router's worker choice
 by each role's worker selection and its parameters, the workers of each
-role (--workers, --cache-blocks or --topology FILE) and an LRU KV block
-cache per worker. Its assumptions are flags and every report prints them.
+role (--workers, --cache-blocks or --cache-tokens, or --topology FILE) and
+a KV block cache per worker, reference-counted by default (--evict-in-use
+keep: kv.evict leaves a block another active request reads). The engine's
+block size (--engine-block-size) is apart from the trace's tokens per id
+(--trace-block-size): block counts are the engine's. Its assumptions are
+flags, and every report lists them.
 
 The trace is JSONL: Mooncake's rows (timestamp ms, input_length,
 output_length, hash_ids one per block of --trace-block-size tokens), with
@@ -60,10 +70,21 @@ sidecar recorded (kvhint sidecar --record-trace), which also carries each bookin
 actions (--choices recorded replays its workers and copies). See
 docs/preview.md.
 
-Exit status: 0 when nothing differs, 1 when something does, 2 on an error
-(a trace row that cannot be read names its line).`,
+The report opens with a verdict: improves, worsens, no difference, or cannot
+tell. It reads the prefix hit ratio over all roles and the mean TTFT estimate
+a user waits on (end to end for a disaggregated router), replays the change again at half and twice the
+workers and the cache (--sensitivity=false skips that), and cuts the trace
+into --windows time windows for an interval. The verdict is "cannot tell"
+when the two figures disagree, when the sign is not the same across the strip,
+when the window interval spans zero, or when no row of the trace can exercise
+the change (a kv-retain or kv-evict change on a trace without session ids, a
+role with no booking, an empty trace); a warning on standard error says why.
+
+Exit status: 0 no difference, 1 the change improves or worsens, 2 an error
+(a trace row that cannot be read names its line), 3 cannot tell.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			f.cacheBlocksSet = cmd.Flags().Changed("cache-blocks")
 			code := runPreview(cat, &f, cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
 			if code == PreviewSame {
 				return nil
@@ -79,15 +100,21 @@ Exit status: 0 when nothing differs, 1 when something does, 2 on an error
 	fl.Var(routerModeFlag{&f.mode}, "router-mode", "the router's mode for every role of a hints YAML file: "+hintsconfig.RouterModeList())
 	f.budget = addCatalogFlag(cmd, &f.catalogFile)
 	fl.StringVarP(&f.output, "output", "o", "md", "report format: md or json")
-	fl.IntVar(&f.a.BlockSize, "trace-block-size", preview.DefaultBlockSize, "tokens per hash id in the trace, and the block size of the bookings")
+	fl.IntVar(&f.a.BlockSize, "trace-block-size", preview.DefaultBlockSize, "tokens per hash id in the trace")
+	fl.IntVar(&f.a.EngineBlockSize, "engine-block-size", 0, "the engine's KV block size in tokens: the bookings' block size and the unit of min_blocks, max_blocks and --cache-blocks; it divides --trace-block-size (default: --trace-block-size)")
+	fl.IntVar(&f.cacheTokens, "cache-tokens", 0, "KV cache capacity of each worker, in tokens (instead of --cache-blocks)")
 	fl.IntVar(&f.a.Topology.Default.Workers, "workers", preview.DefaultWorkers, "workers per role")
-	fl.IntVar(&f.a.Topology.Default.CacheBlocks, "cache-blocks", preview.DefaultCacheBlocks, "KV cache capacity of each worker, in blocks")
+	fl.IntVar(&f.a.Topology.Default.CacheBlocks, "cache-blocks", preview.DefaultCacheBlocks, "KV cache capacity of each worker, in engine blocks")
 	fl.StringVar(&f.topology, "topology", "", "YAML file of workers per role (default, roles: {workers, cache_blocks, hint_capable, source_endpoints}); overrides --workers and --cache-blocks where it sets them")
 	fl.Float64Var(&f.a.PrefillMSPerToken, "prefill-ms-per-token", preview.DefaultPrefillMSPerToken, "TTFT model: milliseconds to compute one prompt token")
 	fl.Float64Var(&f.a.FetchMSPerBlock, "fetch-ms-per-block", preview.DefaultFetchMSPerBlock, "TTFT model: milliseconds to bring one block by kv.fetch")
 	fl.Float64Var(&f.a.DecodeMSPerToken, "decode-ms-per-token", preview.DefaultDecodeMSPerToken, "completion model: milliseconds per output token")
 	fl.Uint64Var(&f.a.Seed, "seed", preview.DefaultSeed, "seed of the selections that draw at random")
 	fl.StringVar(&f.choices, "choices", "model", "worker choice: model (the selection model) or recorded (a recorded trace's workers and copies)")
+	fl.BoolVar(&f.a.Sensitivity, "sensitivity", true, "replay the change again at 1/2x and 2x workers and cache (four more pairs of replays)")
+	fl.IntVar(&f.a.Windows, "windows", preview.DefaultWindows, "time windows the trace is cut into for the interval of the headline deltas (0 or 1: none)")
+	fl.StringVar(&f.plot, "plot", "", "also write an SVG plot of the per-window deltas to this file")
+	fl.StringVar(&f.evictInUse, "evict-in-use", string(preview.DefaultEvictInUse), "what kv.evict does to a block another active request on the worker reads: keep (reference-counted, as vLLM and SGLang) or free")
 	return cmd
 }
 
@@ -109,8 +136,23 @@ func runPreview(cat *hints.Catalog, f *previewFlags, stdin io.Reader, stdout, st
 		return fail("--workers is %d; it must be at least 1", f.a.Topology.Default.Workers)
 	case f.a.Topology.Default.CacheBlocks < 0:
 		return fail("--cache-blocks is %d; it must be 0 or more", f.a.Topology.Default.CacheBlocks)
+	case f.a.EngineBlockSize < 0 || f.a.EngineBlockSize > f.a.BlockSize || f.a.EngineBlockSize > 0 && f.a.BlockSize%f.a.EngineBlockSize != 0:
+		return fail("--engine-block-size is %d; it must divide --trace-block-size %d (an engine block is a part of a trace block, and a trace block a run of engine blocks)", f.a.EngineBlockSize, f.a.BlockSize)
+	case f.cacheTokens < 0:
+		return fail("--cache-tokens is %d; it must be 0 or more", f.cacheTokens)
+	case f.cacheTokens > 0 && f.cacheBlocksSet:
+		return fail("--cache-tokens and --cache-blocks give the same capacity: give one")
+	case f.a.Windows < 0 || f.a.Windows > 1000:
+		return fail("--windows is %d; it must be from 0 to 1000", f.a.Windows)
 	case f.a.PrefillMSPerToken < 0 || f.a.FetchMSPerBlock < 0 || f.a.DecodeMSPerToken < 0:
 		return fail("the per-token and per-block times must be 0 or more")
+	}
+	if f.cacheTokens > 0 {
+		ebs := f.a.EngineBlockSize
+		if ebs == 0 {
+			ebs = f.a.BlockSize
+		}
+		f.a.Topology.Default.CacheBlocks = f.cacheTokens / ebs
 	}
 	switch f.choices {
 	case "model":
@@ -118,6 +160,11 @@ func runPreview(cat *hints.Catalog, f *previewFlags, stdin io.Reader, stdout, st
 		f.a.RecordedChoices = true
 	default:
 		return fail("--choices is %q; it must be model or recorded", f.choices)
+	}
+	if v, err := preview.ParseEvictInUse(f.evictInUse); err != nil {
+		return fail("--evict-in-use is %v", err)
+	} else {
+		f.a.EvictInUse = v
 	}
 	if f.base == "-" && f.head == "-" || (f.trace == "-" && (f.base == "-" || f.head == "-")) {
 		return fail("only one of --trace, --base and --head can be standard input")
@@ -162,6 +209,9 @@ func runPreview(cat *hints.Catalog, f *previewFlags, stdin io.Reader, stdout, st
 		}
 		return fail("%v", err)
 	}
+	if f.trace != "-" {
+		rep.Trace.Path = f.trace
+	}
 	if f.output == "json" {
 		err = rep.WriteJSON(stdout)
 	} else {
@@ -170,10 +220,25 @@ func runPreview(cat *hints.Catalog, f *previewFlags, stdin io.Reader, stdout, st
 	if err != nil {
 		return fail("writing the report: %v", err)
 	}
-	if rep.Differs {
-		return PreviewDiffers
+	if f.plot != "" {
+		var b strings.Builder
+		if err := rep.WriteSVG(&b); err != nil {
+			return fail("--plot: %v", err)
+		}
+		if err := os.WriteFile(f.plot, []byte(b.String()), 0o644); err != nil {
+			return fail("--plot: %v", err)
+		}
 	}
-	return PreviewSame
+	switch rep.Verdict.Word {
+	case preview.VerdictCannotTell:
+		for _, why := range rep.Verdict.Reasons {
+			fmt.Fprintf(stderr, "kvhint preview: warning: cannot tell: %s\n", why)
+		}
+		return PreviewCannotTell
+	case preview.VerdictNoDifference:
+		return PreviewSame
+	}
+	return PreviewDiffers
 }
 
 // previewConfig loads one side the way compile -f does, and requires it

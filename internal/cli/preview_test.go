@@ -31,6 +31,9 @@ func TestPreviewExitCodes(t *testing.T) {
 	none := writeFile(t, dir, "none.yaml", "worker_selection:\n  aggregated:\n    type: dynamo-default-cost-fn\n    hints: []\n")
 	retain := writeFile(t, dir, "retain.yaml", "worker_selection:\n  aggregated:\n    type: dynamo-default-cost-fn\n    hints:\n      - type: kv-retain\n")
 	bad := writeFile(t, dir, "bad.jsonl", previewTrace+`{"timestamp":30,"input_length":10}`+"\n"+`{"timestamp":40,"input_length":-4}`+"\n")
+	spaced := writeFile(t, dir, "spaced.jsonl", strings.NewReplacer(`"timestamp":10,`, `"timestamp":1000,`, `"timestamp":20,`, `"timestamp":2000,`).Replace(previewTrace))
+	empty := writeFile(t, dir, "empty.jsonl", "")
+	sessionless := writeFile(t, dir, "sessionless.jsonl", `{"timestamp":0,"input_length":1024,"output_length":10,"hash_ids":[1,2]}`+"\n"+`{"timestamp":10,"input_length":1536,"output_length":10,"hash_ids":[1,2,5]}`+"\n")
 	invalid := writeFile(t, dir, "invalid.yaml", "worker_selection:\n  aggregated:\n    type: no-such-selection\n")
 
 	for _, tc := range []struct {
@@ -39,9 +42,17 @@ func TestPreviewExitCodes(t *testing.T) {
 		code     int
 		out, err string
 	}{
-		{"same", []string{"--base", none, "--head", none}, 0, "**No difference**", ""},
-		{"differs", []string{"--base", none, "--head", retain}, 1, "| bookings with kv.retain | 0 | 1 | +1 |", ""},
-		{"json", []string{"--base", none, "--head", retain, "-o", "json"}, 1, `"differs": true`, ""},
+		{"same", []string{"--base", none, "--head", none}, 0, "**Verdict: no difference**", ""},
+		{"actions differ, figures do not", []string{"--base", none, "--head", retain}, 3, "| bookings with kv.retain | 0 | 1 | +1 |", "neither the prefix hit ratio nor the TTFT moves"},
+		{"improves", []string{"--base", none, "--head", retain, "--trace", spaced, "--workers", "1", "--cache-blocks", "2", "--sensitivity=false"}, 1, "**Verdict: improves.** prefix hit +28.57 pp", ""},
+		{"json", []string{"--base", none, "--head", retain, "-o", "json"}, 3, `"differs": true`, ""},
+		{"empty trace", []string{"--base", none, "--head", retain, "--trace", empty}, 3, "**Verdict: cannot tell.**", "the trace is empty"},
+		{"no session", []string{"--base", none, "--head", retain, "--trace", sessionless}, 3, "0 of 2 rows carry a session id", "0 of 2 rows carry a session id, and kv-retain (role aggregated) acts only within a session"},
+		{"bad evict semantics", []string{"--base", none, "--head", none, "--evict-in-use", "sometimes"}, 2, "", `--evict-in-use is "sometimes"; it must be keep`},
+		{"engine block not dividing", []string{"--base", none, "--head", none, "--engine-block-size", "48"}, 2, "", "--engine-block-size is 48; it must divide --trace-block-size 512"},
+		{"cache twice", []string{"--base", none, "--head", none, "--cache-tokens", "4096", "--cache-blocks", "8"}, 2, "", "--cache-tokens and --cache-blocks"},
+		{"bad windows", []string{"--base", none, "--head", none, "--windows", "-1"}, 2, "", "--windows is -1"},
+		{"plot", []string{"--base", none, "--head", retain, "--trace", spaced, "--workers", "1", "--cache-blocks", "2", "--sensitivity=false", "--plot", filepath.Join(dir, "w.svg")}, 1, "**Verdict: improves.**", ""},
 		{"malformed row", []string{"--base", none, "--head", retain, "--trace", bad}, 2, "", "trace line 5: input_length is -4"},
 		{"invalid head", []string{"--base", none, "--head", invalid}, 2, "", "--head " + invalid + " does not compile"},
 		{"missing head", []string{"--base", none}, 2, "", "--base and --head are required"},
@@ -60,6 +71,11 @@ func TestPreviewExitCodes(t *testing.T) {
 			}
 			if !strings.Contains(out, tc.out) || !strings.Contains(errOut, tc.err) {
 				t.Errorf("stdout %q and stderr %q; want them to contain %q and %q", out, errOut, tc.out, tc.err)
+			}
+			if tc.name == "plot" {
+				if svg, err := os.ReadFile(filepath.Join(dir, "w.svg")); err != nil || !strings.HasPrefix(string(svg), "<svg ") {
+					t.Errorf("--plot wrote %q, %v", svg, err)
+				}
 			}
 			if tc.name == "json" {
 				var v map[string]any

@@ -40,6 +40,7 @@ func NewRootCommand(cat *hints.Catalog) *cobra.Command {
 		newLoadgenCommand(),
 		newSimWorkerCommand(),
 		newSynthTraceCommand(),
+		newChainSessionsCommand(),
 	)
 	return root
 }

@@ -11,7 +11,7 @@ import (
 
 func newSynthTraceCommand() *cobra.Command {
 	o := tracesynth.Defaults()
-	var out string
+	var out, format string
 	cmd := &cobra.Command{
 		Use:   "synth-trace [-o FILE]",
 		Short: "Write a seeded synthetic Mooncake trace for kvhint preview",
@@ -20,7 +20,12 @@ input_length, output_length, hash_ids one per block) with session_id on chat
 turns: multi-turn chat sessions that share a few system prompts (each turn's
 prompt is the previous prompt, its reply and a new message) and long
 documents that several requests prefill and question. The same flags and
---seed write the same bytes.`,
+--seed write the same bytes.
+
+--format dynamo writes the same requests as a Dynamo session trace: a
+session's first turn carries its timestamp, each later turn a delay in ms
+after the previous turn's arrival (kvhint preview's reading of delay) and no
+timestamp.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			rows, err := tracesynth.Generate(o)
@@ -36,7 +41,7 @@ documents that several requests prefill and question. The same flags and
 				defer f.Close()
 				w = f
 			}
-			if err := tracesynth.Write(w, rows); err != nil {
+			if err := tracesynth.WriteFormat(w, rows, format); err != nil {
 				return fmt.Errorf("writing the trace: %w", err)
 			}
 			return nil
@@ -44,6 +49,7 @@ documents that several requests prefill and question. The same flags and
 	}
 	f := cmd.Flags()
 	f.StringVarP(&out, "output", "o", "", "file to write (default standard output)")
+	f.StringVar(&format, "format", tracesynth.FormatMooncake, "trace format: mooncake (a timestamp on every row) or dynamo (a session's later turns by delay)")
 	f.Uint64Var(&o.Seed, "seed", o.Seed, "seed of every draw")
 	f.IntVar(&o.Rows, "rows", o.Rows, "requests in the trace")
 	f.IntVar(&o.BlockSize, "block-size", o.BlockSize, "tokens per hash id")
@@ -57,5 +63,53 @@ documents that several requests prefill and question. The same flags and
 	f.Float64Var(&o.DocShare, "doc-share", o.DocShare, "share of arrivals that are long documents")
 	f.IntVar(&o.DocBlocks, "doc-blocks", o.DocBlocks, "length of a document, in blocks")
 	f.IntVar(&o.DocQuestions, "doc-questions", o.DocQuestions, "requests on each document")
+	return cmd
+}
+
+func newChainSessionsCommand() *cobra.Command {
+	var in, out string
+	blockSize, minBlocks := 512, 2
+	cmd := &cobra.Command{
+		Use:   "chain-sessions --input FILE [-o FILE]",
+		Short: "Give a session-less Mooncake trace session ids from its shared prefixes",
+		Long: `Add a session_id to every row of a Mooncake trace that has none (the
+published FAST'25 traces): a row continues the session whose latest row's
+whole blocks are a prefix of its own hash_ids (at least --min-blocks of
+them; the longest wins), else it starts one. A session continues at most
+once from each row, so a system prompt every row shares does not merge
+them. kvhint preview can then exercise kv-retain and kv-evict, which act
+only within a session. The rows keep their order and keys.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if in == "" {
+				return fmt.Errorf("--input is required")
+			}
+			r, err := os.Open(in)
+			if err != nil {
+				return err
+			}
+			defer r.Close()
+			w := cmd.OutOrStdout()
+			if out != "" && out != "-" {
+				f, err := os.Create(out)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				w = f
+			}
+			n, err := tracesynth.ChainSessions(r, w, blockSize, minBlocks)
+			if err != nil {
+				return fmt.Errorf("%s: %w", in, err)
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "%d sessions\n", n)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&in, "input", "", "the Mooncake trace to read")
+	f.StringVarP(&out, "output", "o", "", "file to write (default standard output)")
+	f.IntVar(&blockSize, "block-size", blockSize, "tokens per hash id")
+	f.IntVar(&minBlocks, "min-blocks", minBlocks, "the fewest shared blocks that continue a session")
 	return cmd
 }

@@ -79,3 +79,36 @@ func BenchmarkRecordedChoicesManyWorkers(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkPreview100k is the speed goal: 100,000 synthesized rows
+// (tracesynth defaults, seed 1), two disaggregated configs, 8 workers per
+// role, without the sensitivity strip (which replays four more pairs);
+// hash ids of 512 tokens, and engine blocks of 512 or of 16 tokens with the
+// same cache in tokens.
+func BenchmarkPreview100k(b *testing.B) {
+	o := tracesynth.Defaults()
+	o.Rows = 100000
+	rows, err := tracesynth.Generate(o)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var tr bytes.Buffer
+	if err := tracesynth.Write(&tr, rows); err != nil {
+		b.Fatal(err)
+	}
+	cat := builtin.NewCatalog()
+	for _, engine := range []int{512, 16} {
+		b.Run(fmt.Sprintf("engine-block-%d", engine), func(b *testing.B) {
+			a := DefaultAssumptions()
+			a.Sensitivity = false
+			a.EngineBlockSize = engine
+			a.Topology.Default.CacheBlocks = DefaultCacheBlocks * DefaultBlockSize / engine
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := Run(cat, Config{Name: "base", Doc: []byte(benchBase)}, Config{Name: "head", Doc: []byte(benchHead)}, bytes.NewReader(tr.Bytes()), a); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

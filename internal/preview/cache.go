@@ -5,9 +5,15 @@ import "container/heap"
 // blockCache is one worker's KV block cache: LRU over the blocks that are
 // not retained; a retained block (kv.retain) is out of the LRU until its
 // TTL ends, then goes back to it. Capacity counts both.
+//
+// A reference-counted cache (EvictKeep, as vLLM's and SGLang's) also
+// keeps out of the LRU every block an active request reads: it can be
+// neither replaced nor evicted until the last of its readers completes.
 type blockCache struct {
 	capacity int
-	blocks   map[uint64]*block
+	// refcounted is set under EvictKeep.
+	refcounted bool
+	blocks     map[uint64]*block
 	// head is the most recently used unretained block, tail the least.
 	head, tail *block
 	lru        int // blocks in the LRU list
@@ -25,6 +31,44 @@ type block struct {
 	retainedUnread bool
 	// fetchedUnread is set from a kv.fetch until the block is read.
 	fetchedUnread bool
+	// refs counts the active requests reading the block (refcounted
+	// caches only).
+	refs int32
+}
+
+// inLRU is whether the block is in the LRU list: not retained, not read.
+func (b *block) inLRU() bool { return b.until == 0 && b.refs == 0 }
+
+// acquire marks the cached blocks of hashes as read by one more active
+// request (refcounted caches only) and returns them, for release.
+func (c *blockCache) acquire(hashes []uint64) []*block {
+	if !c.refcounted {
+		return nil
+	}
+	out := make([]*block, 0, len(hashes))
+	for _, h := range hashes {
+		b := c.blocks[h]
+		if b == nil {
+			continue
+		}
+		if b.inLRU() {
+			c.unlink(b)
+		}
+		b.refs++
+		out = append(out, b)
+	}
+	return out
+}
+
+// release ends one reader of each block; a block no one reads and no
+// retention holds goes back to the LRU as its most recent entry.
+func (c *blockCache) release(bs []*block) {
+	for _, b := range bs {
+		b.refs--
+		if b.inLRU() {
+			c.pushFront(b)
+		}
+	}
 }
 
 func newBlockCache(capacity int, stats *RoleStats) *blockCache {
@@ -45,7 +89,9 @@ func (c *blockCache) expire(now float64) {
 			b.retainedUnread = false
 			c.stats.RetainedExpiredUnused++
 		}
-		c.pushFront(b)
+		if b.refs == 0 {
+			c.pushFront(b)
+		}
 	}
 }
 
@@ -68,7 +114,7 @@ func (c *blockCache) prefix(hashes []uint64) int {
 			b.retainedUnread = false
 			c.stats.RetainedReused++
 		}
-		if b.until == 0 {
+		if b.inLRU() {
 			c.unlink(b)
 			c.pushFront(b)
 		}
@@ -122,8 +168,11 @@ func (c *blockCache) retain(hashes []uint64, now, ttl float64) int {
 		if b == nil {
 			continue
 		}
-		if b.until == 0 {
+		if b.inLRU() {
 			c.unlink(b)
+		}
+		if b.retainedUnread {
+			c.stats.RetainedExpiredUnused++ // the retention it renews ends unread
 		}
 		b.until = now + ttl
 		b.retainedUnread = true
@@ -133,21 +182,26 @@ func (c *blockCache) retain(hashes []uint64, now, ttl float64) int {
 	return n
 }
 
-// evict frees the blocks (kv.evict); it returns the hashes it freed.
-func (c *blockCache) evict(hashes []uint64) []uint64 {
-	var freed []uint64
+// evict frees the blocks (kv.evict); it returns the hashes it freed. In
+// a refcounted cache a block another active request reads stays, and
+// counts in kept.
+func (c *blockCache) evict(hashes []uint64) (freed []uint64, kept int) {
 	for _, h := range hashes {
 		if b := c.blocks[h]; b != nil {
+			if b.refs > 0 {
+				kept++
+				continue
+			}
 			c.drop(b)
 			freed = append(freed, h)
 		}
 	}
-	return freed
+	return freed, kept
 }
 
 // drop removes a block, counting what it leaves unused.
 func (c *blockCache) drop(b *block) {
-	if b.until == 0 {
+	if b.inLRU() {
 		c.unlink(b)
 	}
 	if b.fetchedUnread {

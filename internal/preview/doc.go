@@ -6,7 +6,10 @@
 // parameters: Dynamo's default cost function, its load-only selections,
 // kvcr's committed copies), a topology of workers per role, and an LRU KV
 // block cache per worker that prefills fill, kv.fetch copies into,
-// kv.retain pins for a TTL and kv.evict frees.
+// kv.retain pins for a TTL and kv.evict frees (by default reference-
+// counted: a block an active request reads stays). The report opens with
+// a verdict read from the headline deltas, their sensitivity to workers
+// and cache and their interval over time windows.
 //
 // It reads Mooncake JSONL traces (with the aliases and session fields of
 // Dynamo's replay) and the traces the sidecar records. It imports the

@@ -41,6 +41,8 @@ type RoleStats struct {
 	// source advertises no endpoint).
 	CopiesCommitted int `json:"copies_committed"`
 	CopiesDropped   int `json:"copies_dropped"`
+	// CopiesFrom counts the committed copies by their source's role.
+	CopiesFrom map[string]int `json:"copies_from,omitempty"`
 	// FetchedBlocks are the blocks kv.fetch asked for; FetchedUsed those
 	// a prompt then read from the cache; FetchedWasted the rest (not on
 	// the source, already cached, or evicted or left unread).
@@ -54,8 +56,10 @@ type RoleStats struct {
 	// PrefillTokens are the prompt tokens computed (not served from the
 	// cache).
 	PrefillTokens int64 `json:"prefill_tokens"`
-	// RetainedBlocks were kept by kv.retain; RetainedReused were read while
-	// retained; RetainedExpiredUnused ended unread.
+	// RetainedBlocks counts the retentions of blocks by kv.retain; each
+	// ends either read while retained (RetainedReused) or not
+	// (RetainedExpiredUnused: expired, evicted, retained again, or still
+	// retained when the trace ends), so the two add up to RetainedBlocks.
 	RetainedBlocks        int `json:"retained_blocks"`
 	RetainedReused        int `json:"retained_reused"`
 	RetainedExpiredUnused int `json:"retained_expired_unused"`
@@ -63,10 +67,15 @@ type RoleStats struct {
 	// in a prompt on the same worker.
 	EvictedBlocks     int `json:"evicted_blocks"`
 	EvictedAskedAgain int `json:"evicted_asked_again"`
+	// EvictKeptInUse are the blocks kv.evict named that stayed because
+	// another active request on the worker read them (--evict-in-use
+	// keep).
+	EvictKeptInUse int `json:"evict_kept_in_use"`
 	// TTFT estimates, milliseconds.
 	TTFTMeanMS float64 `json:"ttft_mean_ms"`
 	TTFTP50MS  float64 `json:"ttft_p50_ms"`
 	TTFTP90MS  float64 `json:"ttft_p90_ms"`
+	TTFTP99MS  float64 `json:"ttft_p99_ms"`
 
 	ttft []float64
 }
@@ -86,12 +95,72 @@ type BookingActions struct {
 	Role      string   `json:"role"`
 	Worker    string   `json:"worker"`
 	Actions   []string `json:"actions"`
+	// CachedBlocks and TTFTMS are what the booking got: its prefix blocks
+	// served from the cache and its TTFT estimate.
+	CachedBlocks int     `json:"cached_blocks"`
+	TTFTMS       float64 `json:"ttft_ms"`
 }
 
 // Result is a config's replay.
 type Result struct {
 	Roles    map[string]*RoleStats
 	Bookings []BookingActions
+	// Headline is the role whose TTFT a user sees: prefill, else
+	// aggregated, else decode, else the first role by name.
+	Headline string
+	// Windows are the figures of the bookings that arrived in each of
+	// Assumptions.Windows equal spans of the trace's time.
+	Windows []WindowStats
+	// EndToEnd is, for a disaggregated router (prefill and decode roles)
+	// replaying rows booked for every role, each request's TTFT from
+	// arrival to its first token: the prefill booking's TTFT, then the
+	// decode booking's (its kv.fetch, or its recompute of what it lacks),
+	// then one output token. It is then the headline TTFT.
+	EndToEnd *TTFTStats `json:"end_to_end,omitempty"`
+}
+
+// TTFTStats are TTFT estimates, milliseconds.
+type TTFTStats struct {
+	Requests int     `json:"requests"`
+	MeanMS   float64 `json:"mean_ms"`
+	P50MS    float64 `json:"p50_ms"`
+	P90MS    float64 `json:"p90_ms"`
+	P99MS    float64 `json:"p99_ms"`
+}
+
+func ttftStats(v []float64) *TTFTStats {
+	if len(v) == 0 {
+		return nil
+	}
+	sum := 0.0
+	for _, x := range v {
+		sum += x
+	}
+	slices.Sort(v)
+	n := len(v) - 1
+	return &TTFTStats{Requests: len(v), MeanMS: sum / float64(len(v)), P50MS: v[n*50/100], P90MS: v[n*90/100], P99MS: v[n*99/100]}
+}
+
+// WindowStats are one time window's figures: the prefix hits of every
+// role's bookings, and the TTFT of the headline role's.
+type WindowStats struct {
+	PromptBlocks int     `json:"prompt_blocks"`
+	CachedBlocks int     `json:"cached_blocks"`
+	TTFTSumMS    float64 `json:"ttft_sum_ms"`
+	TTFTCount    int     `json:"ttft_count"`
+}
+
+// headlineRole picks Result.Headline from role names.
+func headlineRole(names []string) string {
+	for _, want := range []string{"prefill", "aggregated", "decode"} {
+		if slices.Contains(names, want) {
+			return want
+		}
+	}
+	if len(names) > 0 {
+		return names[0]
+	}
+	return ""
 }
 
 // worker is one simulated worker.
@@ -159,8 +228,11 @@ type event struct {
 	tokens int
 	blocks int
 	hashes []uint64
-	ttl    float64 // kv.retain's, ms; 0 none
-	evict  bool
+	// reading are the cached blocks the request reads until it
+	// completes (refcounted caches).
+	reading []*block
+	ttl     float64 // kv.retain's, ms; 0 none
+	evict   bool
 }
 
 type eventHeap []event
@@ -199,6 +271,24 @@ type sim struct {
 	// hash ids and the ids it was given.
 	lastReq    map[string]string
 	lastHashes map[string][]uint64
+	// r is the engine blocks a trace block (hash id) holds: the trace's
+	// block size over the engine's.
+	r int
+	// disagg is set for a router with prefill and decode roles; lastTTFT
+	// is the TTFT of the last booking.
+	disagg   bool
+	lastTTFT float64
+	// winStart and winWidth place a row in Result.Windows.
+	winStart, winWidth float64
+}
+
+// window is the index of the window at falls in.
+func (s *sim) window(at float64) int {
+	k := len(s.res.Windows)
+	if s.winWidth <= 0 {
+		return 0
+	}
+	return min(k-1, max(0, int((at-s.winStart)/s.winWidth)))
 }
 
 // synthetic hash ids for rows that carry none start here, far above the
@@ -221,6 +311,10 @@ func Replay(cat *hints.Catalog, cfg Config, rows []Row, a Assumptions) (*Result,
 	}
 	s := &sim{a: a, roles: map[string]*roleState{}, reg: registry{}, owners: map[string]*worker{},
 		sessions: map[string][]uint64{}, lastReq: map[string]string{}, lastHashes: map[string][]uint64{}, nextID: syntheticBase, res: &Result{Roles: map[string]*RoleStats{}}}
+	s.r = 1
+	if a.EngineBlockSize > 0 {
+		s.r = a.BlockSize / a.EngineBlockSize
+	}
 	s.d = router.NewDispatcher(router.Options{Catalog: cat, Workers: s.reg,
 		PolicyDeadline: time.Hour, Isolation: router.IsolationOptions{HardDeadline: time.Hour}})
 	if err := s.d.LoadConfig(router.Config{Doc: cfg.Doc, Modes: cfg.Modes, Hash: cfg.Hash, Form: cfg.Form}, cfg.Name); err != nil {
@@ -257,7 +351,15 @@ func Replay(cat *hints.Catalog, cfg Config, rows []Row, a Assumptions) (*Result,
 	if err := s.addWorkers(rows); err != nil {
 		return nil, fmt.Errorf("%s: %w", cfg.Name, err)
 	}
+	s.res.Headline = headlineRole(s.roleNames())
+	if k := a.Windows; k > 0 && len(rows) > 0 {
+		s.res.Windows = make([]WindowStats, k)
+		s.winStart = rows[0].At
+		s.winWidth = (rows[len(rows)-1].At - rows[0].At) / float64(k)
+	}
 	ctx := context.Background()
+	s.disagg = s.roles["prefill"] != nil && s.roles["decode"] != nil
+	var e2e []float64
 	for i := range rows {
 		row := &rows[i]
 		s.drain(row.At)
@@ -272,12 +374,26 @@ func Replay(cat *hints.Catalog, cfg Config, rows []Row, a Assumptions) (*Result,
 			}
 			continue
 		}
+		first := 0.0
 		for _, rs := range s.order {
 			if err := s.book(ctx, rs, row, hashes); err != nil {
 				return nil, fmt.Errorf("%s: trace line %d: %w", cfg.Name, row.Line, err)
 			}
+			if rs.name == "prefill" || rs.name == "decode" {
+				first += s.lastTTFT
+			}
+		}
+		if s.disagg {
+			first += a.DecodeMSPerToken
+			e2e = append(e2e, first)
+			if len(s.res.Windows) > 0 {
+				win := &s.res.Windows[s.window(row.At)]
+				win.TTFTSumMS += first
+				win.TTFTCount++
+			}
 		}
 	}
+	s.res.EndToEnd = ttftStats(e2e)
 	s.drain(math.Inf(1))
 	for _, rs := range s.roles {
 		for _, w := range rs.workers {
@@ -341,8 +457,10 @@ func (s *sim) addWorkers(rows []Row) error {
 }
 
 func (s *sim) addWorker(rs *roleState, name string, t RoleTopology) {
-	w := &worker{name: name, role: rs.name, idx: len(rs.workers), cache: newBlockCache(t.CacheBlocks, rs.stats),
+	// The cache holds whole trace blocks: runs of r engine blocks.
+	w := &worker{name: name, role: rs.name, idx: len(rs.workers), cache: newBlockCache(t.CacheBlocks/s.r, rs.stats),
 		capable: t.hintCapable(), freed: map[uint64]bool{}}
+	w.cache.refcounted = s.a.EvictInUse != EvictFree
 	if t.sourceEndpoints() {
 		w.endpoint = "model://" + name
 		s.owners[w.endpoint] = w
@@ -362,15 +480,18 @@ func (s *sim) drain(now float64) {
 		}
 		w.activeReqs--
 		w.activeBlocks -= e.blocks
+		w.cache.release(e.reading)
 		w.cache.expire(e.at)
 		if e.ttl > 0 {
 			w.cache.stats.RetainedBlocks += w.cache.retain(e.hashes, e.at, e.ttl)
 		}
 		if e.evict {
-			for _, h := range w.cache.evict(e.hashes) {
+			freed, kept := w.cache.evict(e.hashes)
+			for _, h := range freed {
 				w.freed[h] = true
-				w.cache.stats.EvictedBlocks++
 			}
+			w.cache.stats.EvictedBlocks += len(freed)
+			w.cache.stats.EvictKeptInUse += kept
 		}
 	}
 }
@@ -415,6 +536,43 @@ func (s *sim) blockSize(row *Row) int {
 	return s.a.BlockSize
 }
 
+// ratio is the engine blocks each of row's trace blocks holds: 1 for a
+// recorded row, whose blocks are the engine's.
+func (s *sim) ratio(row *Row) int {
+	if row.BlockSize > 0 {
+		return 1
+	}
+	return s.r
+}
+
+// engineBlockSize is the block size row's booking carries.
+func (s *sim) engineBlockSize(row *Row) int {
+	return s.blockSize(row) / s.ratio(row)
+}
+
+// engineCopy writes a committed copy of trace blocks, the first at index
+// from of the prompt, in engine blocks: each trace id h becomes the run
+// h*r .. h*r+r-1, the prompt's partial last block only the engine blocks
+// its tokens fill.
+func (s *sim) engineCopy(c *hints.CommittedCopy, from int, row *Row, hashes []uint64) {
+	r := s.ratio(row)
+	if c == nil || r == 1 {
+		return
+	}
+	bs, ebs := s.blockSize(row), s.engineBlockSize(row)
+	out := make([]uint64, 0, len(c.BlockHashes)*r)
+	for i, h := range c.BlockHashes {
+		n := r
+		if idx := from + i; idx == len(hashes)-1 {
+			n = min(r, max(1, blocksOf(row.InputTokens-idx*bs, ebs)))
+		}
+		for j := range n {
+			out = append(out, h*uint64(r)+uint64(j))
+		}
+	}
+	c.BlockHashes = out
+}
+
 // book runs one booking of row for role rs: the worker choice, the
 // dispatcher, the actions' effect on the caches and the timing.
 func (s *sim) book(ctx context.Context, rs *roleState, row *Row, hashes []uint64) error {
@@ -443,9 +601,13 @@ func (s *sim) book(ctx context.Context, rs *roleState, row *Row, hashes []uint64
 		if w, kvCopy, err = s.choose(rs, row, hashes); err != nil {
 			return err
 		}
+		if kvCopy != nil {
+			s.engineCopy(kvCopy, w.cache.peek(hashes), row, hashes)
+		}
 	}
 	bs := s.blockSize(row)
-	b := router.Booking{RequestID: row.RequestID, Role: rs.name, Worker: w.name, PromptTokens: row.InputTokens, BlockSize: bs, KVCopy: kvCopy}
+	r := s.ratio(row)
+	b := router.Booking{RequestID: row.RequestID, Role: rs.name, Worker: w.name, PromptTokens: row.InputTokens, BlockSize: bs / r, KVCopy: kvCopy}
 	if row.Session != "" {
 		b.Session = hints.Session{ID: row.Session, Turn: row.Turn, Final: row.Final}
 	}
@@ -456,6 +618,12 @@ func (s *sim) book(ctx context.Context, rs *roleState, row *Row, hashes []uint64
 	st.Bookings++
 	if kvCopy != nil {
 		st.CopiesCommitted++
+		if src := s.reg[kvCopy.SourceWorker]; src != nil {
+			if st.CopiesFrom == nil {
+				st.CopiesFrom = map[string]int{}
+			}
+			st.CopiesFrom[src.role]++
+		}
 		if h.CopyDrop != router.CopyKept {
 			st.CopiesDropped++
 		}
@@ -478,7 +646,12 @@ func (s *sim) book(ctx context.Context, rs *roleState, row *Row, hashes []uint64
 		switch a.Type {
 		case hints.ActionKVFetch:
 			src := s.owners[a.Source]
-			for _, hh := range a.Hashes {
+			for k, eh := range a.Hashes {
+				// Engine blocks back to the trace blocks they run in.
+				hh := eh / uint64(r)
+				if k > 0 && a.Hashes[k-1]/uint64(r) == hh {
+					continue
+				}
 				st.FetchedBlocks++
 				switch {
 				case w.cache.has(hh), src == nil, !src.cache.has(hh):
@@ -498,7 +671,6 @@ func (s *sim) book(ctx context.Context, rs *roleState, row *Row, hashes []uint64
 	if h.Outcome == router.OutcomeHinted {
 		st.Hinted++
 	}
-	s.res.Bookings = append(s.res.Bookings, ba)
 
 	for _, hh := range hashes {
 		if w.freed[hh] {
@@ -514,11 +686,24 @@ func (s *sim) book(ctx context.Context, rs *roleState, row *Row, hashes []uint64
 	st.PromptBlocks += len(hashes)
 	st.CachedBlocks += cached
 	st.PrefillTokens += int64(computed)
+	var win *WindowStats
+	if len(s.res.Windows) > 0 {
+		win = &s.res.Windows[s.window(now)]
+		win.PromptBlocks += len(hashes)
+		win.CachedBlocks += cached
+	}
 
 	start := max(now, w.busyUntil)
 	end := start + float64(computed)*s.a.PrefillMSPerToken + float64(fetchedIn)*s.a.FetchMSPerBlock
 	w.busyUntil = end
 	st.ttft = append(st.ttft, end-now)
+	ba.CachedBlocks, ba.TTFTMS = cached, end-now
+	s.res.Bookings = append(s.res.Bookings, ba)
+	s.lastTTFT = end - now
+	if win != nil && rs.name == s.res.Headline && (!s.disagg || row.Role != "") {
+		win.TTFTSumMS += end - now
+		win.TTFTCount++
+	}
 	if computed > 0 {
 		w.queuedTokens += computed
 		s.push(event{at: end, w: w, tokens: computed})
@@ -530,7 +715,7 @@ func (s *sim) book(ctx context.Context, rs *roleState, row *Row, hashes []uint64
 	blocks := len(hashes) + (row.OutputTokens+bs-1)/bs
 	w.activeReqs++
 	w.activeBlocks += blocks
-	s.push(event{at: done, w: w, done: true, blocks: blocks, hashes: hashes, ttl: ttl, evict: evict})
+	s.push(event{at: done, w: w, done: true, blocks: blocks, hashes: hashes, reading: w.cache.acquire(hashes), ttl: ttl, evict: evict})
 	return nil
 }
 
@@ -552,6 +737,7 @@ func finishTTFT(st *RoleStats) {
 	slices.Sort(st.ttft)
 	st.TTFTP50MS = st.ttft[(len(st.ttft)-1)*50/100]
 	st.TTFTP90MS = st.ttft[(len(st.ttft)-1)*90/100]
+	st.TTFTP99MS = st.ttft[(len(st.ttft)-1)*99/100]
 	st.ttft = nil
 }
 

@@ -301,3 +301,87 @@ func TestRecordedTraceReplaysItsActions(t *testing.T) {
 		t.Errorf("decode fetched used %d, cached %d; want 6 and 6 (the recorded copies, from p-a's cache)", d.FetchedUsed, d.CachedBlocks)
 	}
 }
+
+// Every retention ends once, read while retained or not: the two counts
+// add up to the retentions, under either evict semantics, with retentions
+// renewed before they end (a session's turns) and blocks evicted while
+// retained.
+func TestRetainedPartition(t *testing.T) {
+	o := tracesynth.Defaults()
+	o.Rows = 2000
+	rows, err := tracesynth.Generate(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tr bytes.Buffer
+	if err := tracesynth.Write(&tr, rows); err != nil {
+		t.Fatal(err)
+	}
+	doc := "worker_selection:\n  aggregated:\n    type: dynamo-default-cost-fn\n    hints:\n      - type: kv-retain\n        parameters: {ttl_seconds: 30}\n      - type: kv-evict\n"
+	for _, mode := range []EvictInUse{EvictKeep, EvictFree} {
+		a := DefaultAssumptions()
+		a.EvictInUse = mode
+		a.Topology.Default.CacheBlocks = 64
+		st := replay(t, doc, tr.String(), a).Roles["aggregated"]
+		if st.RetainedBlocks == 0 || st.RetainedReused == 0 || st.RetainedExpiredUnused == 0 {
+			t.Fatalf("%s: retained %d, read %d, unread %d; want all above 0", mode, st.RetainedBlocks, st.RetainedReused, st.RetainedExpiredUnused)
+		}
+		if st.RetainedReused+st.RetainedExpiredUnused != st.RetainedBlocks {
+			t.Errorf("%s: retained %d != read %d + unread %d", mode, st.RetainedBlocks, st.RetainedReused, st.RetainedExpiredUnused)
+		}
+	}
+}
+
+// A disaggregated router's end-to-end TTFT is, per request, its prefill
+// booking's TTFT, its decode booking's, and one output token; a router
+// without both roles has none.
+func TestEndToEndTTFT(t *testing.T) {
+	o := tracesynth.Defaults()
+	o.Rows = 1000
+	rows, err := tracesynth.Generate(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tr bytes.Buffer
+	if err := tracesynth.Write(&tr, rows); err != nil {
+		t.Fatal(err)
+	}
+	a := DefaultAssumptions()
+	res := replay(t, benchBase, tr.String(), a)
+	if res.EndToEnd == nil || res.EndToEnd.Requests != o.Rows {
+		t.Fatalf("end to end %+v; want %d requests", res.EndToEnd, o.Rows)
+	}
+	sum := map[string]float64{}
+	for _, b := range res.Bookings {
+		sum[b.RequestID] += b.TTFTMS
+	}
+	total := 0.0
+	for _, v := range sum {
+		total += v + a.DecodeMSPerToken
+	}
+	within(t, "end-to-end TTFT mean", res.EndToEnd.MeanMS, total/float64(len(sum)), 1e-6)
+	if res.EndToEnd.P50MS > res.EndToEnd.P90MS || res.EndToEnd.P90MS > res.EndToEnd.P99MS {
+		t.Errorf("percentiles out of order: %+v", res.EndToEnd)
+	}
+	if agg := replay(t, "worker_selection:\n  aggregated:\n    type: dynamo-default-cost-fn\n", tr.String(), a); agg.EndToEnd != nil {
+		t.Errorf("an aggregated router has an end-to-end TTFT: %+v", agg.EndToEnd)
+	}
+}
+
+// A change to the hints of a role no row is booked for cannot show: the
+// verdict says which role and that it got no booking.
+func TestCannotTellRoleWithoutBookings(t *testing.T) {
+	tr := `{"timestamp":0,"input_length":64,"output_length":4,"hash_ids":[1,2,3,4],"role":"decode"}
+{"timestamp":10,"input_length":64,"output_length":4,"hash_ids":[1,2,3,5],"role":"decode"}
+`
+	a := assumptions(2, 64)
+	r, err := Run(builtin.NewCatalog(), Config{Name: "base", Doc: []byte(benchBase)}, Config{Name: "head", Doc: []byte(benchHead)}, strings.NewReader(tr), a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Verdict.Word != VerdictCannotTell || !slices.ContainsFunc(r.Verdict.Reasons, func(s string) bool {
+		return strings.HasPrefix(s, "role prefill got 0 bookings from the trace, so its change to kv-fetch cannot act")
+	}) {
+		t.Errorf("verdict %+v; want cannot tell, naming role prefill", r.Verdict)
+	}
+}

@@ -1,6 +1,9 @@
 package preview
 
 import (
+	"encoding/xml"
+	"io"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -47,7 +50,10 @@ func outsideCode(s string) string {
 	return b.String()
 }
 
-// Request IDs come from the trace, that is from whoever sent the
+// reportHeadings are the headings the report writes.
+var reportHeadings = []string{"## kvhint preview", "### Role ", "### Assumptions", "### Trace", "### Sensitivity", "### End-to-end TTFT"}
+
+// Request IDs (and the trace's path) come from the trace, that is from whoever sent the
 // bookings: in the Markdown report they stay text inside their table
 // cell, never headings, mentions, HTML comments or new rows.
 func TestMarkdownEscapesTraceStrings(t *testing.T) {
@@ -62,6 +68,7 @@ func TestMarkdownEscapesTraceStrings(t *testing.T) {
 	}
 	r := &Report{Base: "base", Head: "head", Rows: 1, Assumptions: DefaultAssumptions(),
 		Roles: []RoleReport{{Role: "decode", Base: &RoleStats{}, Head: &RoleStats{}, Changed: len(attacks)}}}
+	r.Trace.Path = attacks[0]
 	for _, a := range attacks {
 		r.Roles[0].Examples = append(r.Roles[0].Examples, Change{RequestID: a, Base: []string{}, Head: []string{"kv.evict"}})
 	}
@@ -81,11 +88,43 @@ func TestMarkdownEscapesTraceStrings(t *testing.T) {
 		if strings.HasPrefix(l, "| `") || strings.HasPrefix(l, "| ``") {
 			rows++
 		}
-		if strings.HasPrefix(strings.TrimSpace(l), "#") && !strings.HasPrefix(l, "## kvhint preview") && !strings.HasPrefix(l, "### Role ") {
+		if strings.HasPrefix(strings.TrimSpace(l), "#") && !slices.ContainsFunc(reportHeadings, func(h string) bool { return strings.HasPrefix(l, h) }) {
 			t.Errorf("a heading the report did not write: %q", l)
 		}
 	}
 	if rows != len(attacks) {
 		t.Errorf("%d example rows, want %d:\n%s", rows, len(attacks), md)
+	}
+}
+
+// The plot is well-formed SVG with one bar per window and panel, and a
+// note when there is no interval.
+func TestWriteSVG(t *testing.T) {
+	r := &Report{Verdict: Verdict{Word: VerdictImproves}, Interval: &Interval{Windows: 3, WidthS: 60,
+		ByWindow: []WindowDelta{{0, 1.5, -2}, {1, -0.5, 1}, {2, 0, 0}}}}
+	var b strings.Builder
+	if err := r.WriteSVG(&b); err != nil {
+		t.Fatal(err)
+	}
+	dec := xml.NewDecoder(strings.NewReader(b.String()))
+	rects := 0
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("not well-formed: %v\n%s", err, b.String())
+		}
+		if se, ok := tok.(xml.StartElement); ok && se.Name.Local == "rect" {
+			rects++
+		}
+	}
+	if rects != 6 {
+		t.Errorf("%d bars, want 6", rects)
+	}
+	b.Reset()
+	if err := (&Report{}).WriteSVG(&b); err != nil || !strings.Contains(b.String(), "no window interval") {
+		t.Errorf("without an interval: %v\n%s", err, b.String())
 	}
 }

@@ -125,7 +125,9 @@ func (s *sim) twoTier(rs *roleState, hashes []uint64) *worker {
 // of them from the peer that holds the most.
 func (s *sim) costFn(rs *roleState, row *Row, hashes []uint64) (*worker, *hints.CommittedCopy, error) {
 	p := rs.params
-	bs := float64(s.blockSize(row))
+	// The cost is in engine blocks: a trace block counts as r of them.
+	bs := float64(s.engineBlockSize(row))
+	r := float64(s.ratio(row))
 	promptBlocks := float64(row.InputTokens) / bs
 	kvcr := rs.sel == builtin.TypeKVCR && p.SharedCacheMultiplier > 0
 	minQueued := math.MaxInt
@@ -165,13 +167,13 @@ func (s *sim) costFn(rs *roleState, row *Row, hashes []uint64) (*worker, *hints.
 			excess := float64(w.queuedTokens-minQueued) / bs
 			decay = 1 / (1 + p.OverlapScoreCreditDecay*excess/promptBlocks)
 		}
-		credit := p.OverlapScoreCredit * decay * float64(ov)
+		credit := p.OverlapScoreCredit * decay * float64(ov) * r
 		if kvcr {
 			if peer := peerOf(w); peer.w != nil && peer.n > ov {
-				credit += p.SharedCacheMultiplier * float64(peer.n-ov)
+				credit += p.SharedCacheMultiplier * float64(peer.n-ov) * r
 			}
 		}
-		decodeBlocks := float64(w.activeBlocks) + float64(len(hashes)-ov)
+		decodeBlocks := (float64(w.activeBlocks) + float64(len(hashes)-ov)) * r
 		active := p.DecodeActiveRequestWeight * float64(w.activeReqs)
 		if rs.name == "decode" {
 			logits[i] = math.Max(0, decodeBlocks-credit) + active

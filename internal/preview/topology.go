@@ -11,9 +11,15 @@ import (
 
 // Assumptions are the model's settings: every report prints them.
 type Assumptions struct {
-	// BlockSize is the tokens per hash id of the trace, and the block size
-	// bookings carry (a recorded row's own block_size overrides it).
+	// BlockSize is the tokens per hash id of the trace (a recorded row's
+	// own block_size overrides it).
 	BlockSize int `json:"block_size"`
+	// EngineBlockSize is the engine's KV block size in tokens, the block
+	// size bookings carry and the unit of block counts (min_blocks,
+	// max_blocks, cache_blocks); 0 is BlockSize. It divides BlockSize:
+	// the model keeps a trace block as a run of BlockSize/EngineBlockSize
+	// engine blocks, cached, fetched and evicted together.
+	EngineBlockSize int `json:"engine_block_size,omitempty"`
 	// Topology is the workers of each role.
 	Topology Topology `json:"topology"`
 	// PrefillMSPerToken is the time to compute one prompt token,
@@ -29,6 +35,35 @@ type Assumptions struct {
 	// RecordedChoices replays a recorded trace's worker and committed
 	// copy instead of the selection model's.
 	RecordedChoices bool `json:"recorded_choices"`
+	// EvictInUse is what kv.evict does to a block that another request
+	// active on the worker is reading: EvictKeep (a reference-counted
+	// prefix cache, as vLLM's and SGLang's) leaves it cached; EvictFree
+	// frees it all the same.
+	EvictInUse EvictInUse `json:"evict_in_use"`
+	// Windows is how many equal spans of time the trace is cut into for
+	// the interval of the headline deltas; 0 or 1 gives none.
+	Windows int `json:"windows"`
+	// Sensitivity replays the change again at half and twice the workers
+	// and the cache (the strip of signs).
+	Sensitivity bool `json:"sensitivity"`
+}
+
+// EvictInUse is the engine semantic of kv.evict on blocks in use.
+type EvictInUse string
+
+// The values of EvictInUse.
+const (
+	EvictKeep EvictInUse = "keep"
+	EvictFree EvictInUse = "free"
+)
+
+// ParseEvictInUse reads --evict-in-use.
+func ParseEvictInUse(s string) (EvictInUse, error) {
+	switch EvictInUse(s) {
+	case EvictKeep, EvictFree:
+		return EvictInUse(s), nil
+	}
+	return "", fmt.Errorf("%q; it must be keep (reference-counted: a block another active request reads stays) or free (kv.evict frees it all the same)", s)
 }
 
 // Defaults of the model's assumptions.
@@ -40,6 +75,8 @@ const (
 	DefaultFetchMSPerBlock   = 0.5
 	DefaultDecodeMSPerToken  = 20
 	DefaultSeed              = 1
+	DefaultEvictInUse        = EvictKeep
+	DefaultWindows           = 6
 )
 
 // Topology is the workers of each role: a default and per-role overrides,
@@ -58,7 +95,7 @@ type Topology struct {
 type RoleTopology struct {
 	// Workers is the number of workers, named "<role>-<i>".
 	Workers int `json:"workers,omitempty"`
-	// CacheBlocks is each worker's KV cache capacity in blocks.
+	// CacheBlocks is each worker's KV cache capacity in engine blocks.
 	CacheBlocks int `json:"cache_blocks,omitempty"`
 	// HintCapable is whether the workers advertise router_hint (default
 	// true).
@@ -137,11 +174,11 @@ func (t Topology) check() error {
 }
 
 // describe writes the topology for a report, roles sorted.
-func (t Topology) describe(roles []string) string {
+func (t Topology) describe(roles []string, blockSize int) string {
 	var parts []string
 	for _, r := range roles {
 		rt := t.For(r)
-		s := fmt.Sprintf("%s: %d workers x %d blocks", r, rt.Workers, rt.CacheBlocks)
+		s := fmt.Sprintf("%s: %d workers x %d blocks of %d tokens (%d tokens a worker)", r, rt.Workers, rt.CacheBlocks, blockSize, rt.CacheBlocks*blockSize)
 		if !rt.hintCapable() {
 			s += ", not hint-capable"
 		}

@@ -1,9 +1,12 @@
 // Package tracesynth writes seeded synthetic traces in Mooncake's JSONL
-// format, with session_id on chat turns, for kvhint preview's tests, demos
-// and benchmark: multi-turn chat sessions that share a few system prompts,
-// and long documents that several requests prefill and question. It is a
-// development tool (kvhint-dev synth-trace); it imports nothing of the
-// product.
+// format or as Dynamo session traces, with session_id on chat turns, for
+// kvhint preview's tests, demos and benchmark; it also gives a real
+// session-less Mooncake trace session ids (ChainSessions) and finds the
+// real traces for tests (MooncakeDir). The synthetic traces hold
+// multi-turn chat sessions that share a few system prompts, and long
+// documents that several requests prefill and question. It is a
+// development tool (kvhint-dev synth-trace and chain-sessions); it imports
+// nothing of the product.
 package tracesynth
 
 import (
@@ -138,14 +141,40 @@ func Generate(o Options) ([]Row, error) {
 	return out, nil
 }
 
-// Write writes rows as JSONL, keys in a fixed order.
-func Write(w io.Writer, rows []Row) error {
+// The formats Write can write.
+const (
+	// FormatMooncake gives every row its timestamp.
+	FormatMooncake = "mooncake"
+	// FormatDynamo is a Dynamo session trace: a session's first turn has
+	// its timestamp, each later turn a delay (ms) after the previous
+	// turn's arrival, and no timestamp.
+	FormatDynamo = "dynamo"
+)
+
+// Write writes rows as Mooncake JSONL, keys in a fixed order.
+func Write(w io.Writer, rows []Row) error { return WriteFormat(w, rows, FormatMooncake) }
+
+// WriteFormat writes rows as JSONL in format, keys in a fixed order.
+func WriteFormat(w io.Writer, rows []Row, format string) error {
+	if format != FormatMooncake && format != FormatDynamo {
+		return fmt.Errorf("trace format %q: it must be %s or %s", format, FormatMooncake, FormatDynamo)
+	}
 	bw := bufio.NewWriterSize(w, 64<<10)
 	buf := make([]byte, 0, 1024)
+	lastAt := map[string]int64{}
 	for _, r := range rows {
 		buf = buf[:0]
-		buf = append(buf, `{"timestamp":`...)
-		buf = strconv.AppendInt(buf, r.TimestampMS, 10)
+		prev, later := lastAt[r.Session]
+		if format == FormatDynamo && r.Session != "" && later {
+			buf = append(buf, `{"delay":`...)
+			buf = strconv.AppendInt(buf, r.TimestampMS-prev, 10)
+		} else {
+			buf = append(buf, `{"timestamp":`...)
+			buf = strconv.AppendInt(buf, r.TimestampMS, 10)
+		}
+		if r.Session != "" {
+			lastAt[r.Session] = r.TimestampMS
+		}
 		buf = append(buf, `,"input_length":`...)
 		buf = strconv.AppendInt(buf, int64(r.InputTokens), 10)
 		buf = append(buf, `,"output_length":`...)
