@@ -205,9 +205,15 @@ verify: manifests generate docs imports-check api-check lint linkcheck ## Fail i
 	@test -z "$$(git status --porcelain -- api config docs/reference $(CHART)/files test/dynamo/crd test/dynamo/v1beta1)" || { echo "untracked generated files:"; git status --porcelain -- api config docs/reference $(CHART)/files test/dynamo/crd test/dynamo/v1beta1; exit 1; }
 
 .PHONY: release
-release: ## Write the release bundle into dist/: install.yaml, crds.yaml, the packaged chart and SHA256SUMS (make release VERSION=x.y.z).
-	@test -n "$(VERSION)" || { echo "make release VERSION=x.y.z"; exit 1; }
+release: ## Build a release into dist/ from a clean checkout: kvhint archives, the OCI image layout and its SBOM, install.yaml, crds.yaml, the chart, SHA256SUMS (make release VERSION=vX.Y.Z).
+	@test -n "$(VERSION)" || { echo "make release VERSION=vX.Y.Z"; exit 1; }
+	rm -rf dist
 	cd tools/chart && go run ./cmd/kvhint-release -repo ../.. -version $(VERSION) -out ../../dist
+
+.PHONY: release-snapshot
+release-snapshot: ## The same release as a snapshot into dist/ (uncommitted changes allowed; VERSION optional, default v0.0.0-snapshot-COMMIT); publishes nothing.
+	rm -rf dist
+	cd tools/chart && go run ./cmd/kvhint-release -repo ../.. -snapshot $(if $(VERSION),-version $(VERSION)) -out ../../dist
 
 .PHONY: dev
 dev: build-dev ## Run the whole product locally (control plane, manager, sidecars, workers) until Ctrl-C.

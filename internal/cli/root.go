@@ -76,6 +76,7 @@ func NewRootCommand(cat *hints.Catalog) *cobra.Command {
 		newSidecarCommand(cat),
 		newCatalogCommand(cat),
 		newPreviewCommand(cat),
+		newVersionCommand(),
 	)
 	return root
 }

@@ -3,8 +3,6 @@ package chart
 import (
 	"bufio"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"net"
 	"os"
@@ -24,67 +22,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
-
-// TestReleaseBundle writes the bundle as `make release` does, checks its
-// sums and the chart inside, and measures the CRDs against the
-// last-applied limit.
-func TestReleaseBundle(t *testing.T) {
-	out := t.TempDir()
-	b, err := Release(repo, "1.2.3", out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sums, err := os.ReadFile(b.Sums)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := strings.Split(strings.TrimSpace(string(sums)), "\n")
-	if len(lines) != 3 {
-		t.Fatalf("SHA256SUMS has %d lines:\n%s", len(lines), sums)
-	}
-	for _, l := range lines {
-		sum, name, ok := strings.Cut(l, "  ")
-		data, err := os.ReadFile(filepath.Join(out, name))
-		if !ok || err != nil {
-			t.Fatalf("SHA256SUMS line %q: %v", l, err)
-		}
-		h := sha256.Sum256(data)
-		if hex.EncodeToString(h[:]) != sum {
-			t.Errorf("%s: sum does not match", name)
-		}
-	}
-	if filepath.Base(b.Chart) != "kv-hint-operator-1.2.3.tgz" {
-		t.Errorf("chart package %s", b.Chart)
-	}
-	c, err := Load(b.Chart)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c.Metadata.Version != "1.2.3" || c.Metadata.AppVersion != "v1.2.3" {
-		t.Errorf("packaged chart version %s, appVersion %s", c.Metadata.Version, c.Metadata.AppVersion)
-	}
-	objs, err := Render(c, nil, namespace)
-	if err != nil {
-		t.Fatal(err)
-	}
-	install := readObjs(t, b.Install)
-	for _, img := range []string{imageOf(t, objs), imageOf(t, install)} {
-		if img != "ghcr.io/kvrouter/kvhint:v1.2.3" {
-			t.Errorf("image %s, want ghcr.io/kvrouter/kvhint:v1.2.3", img)
-		}
-	}
-	for _, s := range b.SortedSizes() {
-		t.Log(s)
-	}
-	for name, n := range b.CRDJSONBytes {
-		if n >= LastAppliedLimit {
-			t.Errorf("CRD %s is %d bytes as JSON: a client-side apply would fail; say so in docs/install.md", name, n)
-		}
-	}
-	if _, err := Release(repo, "v1.2.3", t.TempDir()); err == nil || !strings.Contains(err.Error(), "x.y.z") {
-		t.Errorf("VERSION v1.2.3 accepted: %v", err)
-	}
-}
 
 func readObjs(t *testing.T, path string) []*unstructured.Unstructured {
 	t.Helper()
@@ -126,10 +63,7 @@ func TestReleaseBundleInstalls(t *testing.T) {
 	if assets == "" {
 		t.Skip("KUBEBUILDER_ASSETS is not set; run make test")
 	}
-	b, err := Release(repo, "1.2.3", t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := snapshot(t)
 	env := &envtest.Environment{}
 	cfg, err := env.Start()
 	if err != nil {
@@ -229,13 +163,7 @@ func TestReleaseBundleInstalls(t *testing.T) {
 		t.Fatal(err)
 	}
 	managerKubeconfig := writeKubeconfig(t, cfg.Host, cfg.CAData, tr.Status.Token, nil, nil)
-	bin := filepath.Join(t.TempDir(), "kvhint")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/kvhint")
-	build.Dir = repo
-	build.Env = append(os.Environ(), "GOWORK=off")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building kvhint: %v\n%s", err, out)
-	}
+	bin := hostKVHint(t, b) // the release's own kvhint
 	logPath := filepath.Join(t.TempDir(), "manager.log")
 	logf, err := os.Create(logPath)
 	if err != nil {

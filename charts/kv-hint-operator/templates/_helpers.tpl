@@ -6,6 +6,17 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
+{{/*
+kvhint.injection is "true" when the sidecar injection is rendered: it is
+enabled and the cluster serves MutatingAdmissionPolicy at
+admissionregistration.k8s.io/v1 (Kubernetes 1.36 and later). Helm asks
+the cluster on install and upgrade; `helm template` without a cluster
+needs --api-versions admissionregistration.k8s.io/v1/MutatingAdmissionPolicy.
+*/}}
+{{- define "kvhint.injection" -}}
+{{- if and .Values.injection.enable (.Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy") }}true{{ end -}}
+{{- end }}
+
 {{/* The manager's image: the tag defaults to the chart's appVersion. */}}
 {{- define "kvhint.image" -}}
 {{ .Values.manager.image.repository }}:{{ .Values.manager.image.tag | default .Chart.AppVersion }}
