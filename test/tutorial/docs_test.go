@@ -34,6 +34,7 @@ var skips = []struct {
 	{regexp.MustCompile(`^helm `), "Helm needs the chart from a release or a registry; the local control plane installs the same objects from config/default (tools/chart's tests check that the chart renders them)"},
 	{regexp.MustCompile(`^curl -fsSLO https://github.com/`), "downloads a release's file; the test writes install.yaml from config/default, as make release does"},
 	{regexp.MustCompile(`^docker build`), "no container engine here; the images' binaries are built with go build"},
+	{regexp.MustCompile(`ko build`), "no registry to push to; the images' binaries are built with go build"},
 	{regexp.MustCompile(`kubectl (-n \S+ )?logs `), "container logs are served by a kubelet, and none runs here"},
 	{regexp.MustCompile(`kubectl (-n \S+ )?top `), "no metrics-server"},
 	{regexp.MustCompile(`-k config/namespaced$`), "the alternative to config/default's cluster-wide manager; a cluster runs one of the two"},
