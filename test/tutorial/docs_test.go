@@ -35,7 +35,6 @@ var skips = []struct {
 	{regexp.MustCompile(`^curl -fsSLO https://github.com/`), "downloads a release's file; the test writes install.yaml from config/default, as make release does"},
 	{regexp.MustCompile(`^docker build`), "no container engine here; the images' binaries are built with go build"},
 	{regexp.MustCompile(`ko build`), "no registry to push to; the images' binaries are built with go build"},
-	{regexp.MustCompile(`kubectl (-n \S+ )?logs `), "container logs are served by a kubelet, and none runs here"},
 	{regexp.MustCompile(`kubectl (-n \S+ )?top `), "no metrics-server"},
 	{regexp.MustCompile(`-k config/namespaced$`), "the alternative to config/default's cluster-wide manager; a cluster runs one of the two"},
 }
@@ -155,9 +154,14 @@ func TestDocsAsWritten(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(work, "install.yaml"), bundle, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// kubectl logs is served by the kubelet: the test's keeps each
+	// container's output in a file, which a kubectl in front of the real
+	// one reads; every other kubectl command goes to the real one.
+	shim := t.TempDir()
+	writeKubectlShim(t, shim, filepath.Join(assets, "kubectl"), kl.dir)
 	sh := startShell(t, work, []string{
 		"KUBECONFIG=" + kubeconfig, "HOME=" + work,
-		"PATH=" + bin + ":" + assets + ":/usr/bin:/bin",
+		"PATH=" + shim + ":" + bin + ":" + assets + ":/usr/bin:/bin",
 	})
 	defer sh.close()
 
@@ -451,3 +455,52 @@ func startAsset(t *testing.T, assets, dir, name string, args ...string) func() {
 		logf.Close()
 	}
 }
+
+// writeKubectlShim writes dir/kubectl: `kubectl [-n NS] logs TARGET [-c
+// CONTAINER] [--previous]` read from the test kubelet's log files (TARGET
+// pod/NAME, NAME, or deploy/NAME for its first pod, as kubectl picks
+// one), as the kubelet serves them; anything else runs the real kubectl.
+// --previous answers as kubectl does for a container that never
+// restarted (the test's kubelet restarts none).
+func writeKubectlShim(t *testing.T, dir, real, logs string) {
+	t.Helper()
+	script := `#!/bin/bash
+real=` + shellQuote(real) + `
+logs=` + shellQuote(logs) + `
+case " $* " in *" logs "*) ;; *) exec "$real" "$@";; esac
+ns=default target= container= previous=
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -n|--namespace) ns=$2; shift 2;;
+    -c|--container) container=$2; shift 2;;
+    --previous|-p) previous=1; shift;;
+    logs) shift;;
+    -*) shift;;
+    *) target=$1; shift;;
+  esac
+done
+case "$target" in
+  deploy/*|deployment/*)
+    sel=$("$real" -n "$ns" get "$target" -o go-template='{{range $k, $v := .spec.selector.matchLabels}}{{$k}}={{$v}},{{end}}') || exit 1
+    pod=$("$real" -n "$ns" get pods -l "${sel%,}" -o name | head -1); pod=${pod#pod/};;
+  pod/*) pod=${target#pod/};;
+  *) pod=$target;;
+esac
+[ -n "$pod" ] || { echo "error: no pod for $target" >&2; exit 1; }
+if [ -z "$container" ]; then
+  container=$("$real" -n "$ns" get pod "$pod" -o jsonpath='{.spec.containers[0].name}') || exit 1
+fi
+if [ -n "$previous" ]; then
+  echo "Error from server (BadRequest): previous terminated container \"$container\" in pod \"$pod\" not found" >&2
+  exit 1
+fi
+f="$logs/${ns}_${pod}_${container}.log"
+[ -f "$f" ] || { echo "Error from server (BadRequest): container \"$container\" in pod \"$pod\" is not running" >&2; exit 1; }
+cat "$f"
+`
+	if err := os.WriteFile(filepath.Join(dir, "kubectl"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
