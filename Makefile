@@ -147,6 +147,25 @@ $(CRD_REF_DOCS):
 docs: $(CRD_REF_DOCS) ## Generate the API reference, docs/reference/api.md, from the Go types of api/ (crd-ref-docs, hack/crd-ref-docs/config.yaml).
 	@if [ -d api ]; then $(CRD_REF_DOCS) --source-path=./api --config=hack/crd-ref-docs/config.yaml --renderer=markdown --output-path=docs/reference/api.md --log-level=WARN; fi
 
+# The generated references of docs/reference/ beside api.md: the CLI
+# (cobra's doc generator), the conditions and reasons (the doc comments of
+# api/v1alpha1/conditions.go) and the metrics (the sidecar's and the
+# manager's registries). tools/docgen is a module of its own, so that
+# cobra's doc generator and its man-page dependency stay out of go.mod.
+DOCGEN = cd $(CURDIR)/tools/docgen && go run ./cmd/docgen
+.PHONY: reference
+reference: ## Regenerate docs/reference/cli/, conditions.md and metrics.md.
+	$(DOCGEN) cli -out $(CURDIR)/docs/reference/cli
+	$(DOCGEN) conditions -root $(CURDIR) -out $(CURDIR)/docs/reference/conditions.md
+	$(DOCGEN) metrics -out $(CURDIR)/docs/reference/metrics.md
+
+.PHONY: reference-check
+reference-check: ## Fail if docs/reference/cli/, conditions.md or metrics.md is stale (make reference).
+	@tmp="$$(mktemp -d)" && trap 'rm -rf "$$tmp"' EXIT && \
+	($(DOCGEN) cli -out "$$tmp/cli" && $(DOCGEN) conditions -root $(CURDIR) -out "$$tmp/conditions.md" && $(DOCGEN) metrics -out "$$tmp/metrics.md") && \
+	diff -r "$$tmp/cli" docs/reference/cli && diff "$$tmp/conditions.md" docs/reference/conditions.md && diff "$$tmp/metrics.md" docs/reference/metrics.md || \
+	{ echo "docs/reference is stale: run make reference"; exit 1; }
+
 .PHONY: apidiff
 apidiff: $(APIDIFF)
 $(APIDIFF):
@@ -195,7 +214,7 @@ linkcheck: ## Fail if a relative link or #anchor in a Markdown file of the tree 
 	go run ./hack/linkcheck
 
 .PHONY: verify
-verify: manifests generate docs imports-check api-check lint linkcheck ## Fail if generated files (CRDs, RBAC, deepcopy, the API reference) are stale, the public API broke, a Markdown link is broken, or the tree is not gofmt/vet/staticcheck/goimports clean.
+verify: manifests generate docs reference-check imports-check api-check lint linkcheck ## Fail if generated files (CRDs, RBAC, deepcopy, the API reference) are stale, the public API broke, a Markdown link is broken, or the tree is not gofmt/vet/staticcheck/goimports clean.
 	@test -z "$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files -co --exclude-standard '*.go'); exit 1; }
 	go vet ./...
 	@for m in $(dir $(EXAMPLES)); do (cd $$m && go vet ./...) || exit 1; done

@@ -173,3 +173,41 @@ func TestNamespacedInstallCannotTouchOtherNamespaces(t *testing.T) {
 		}
 	}
 }
+
+// TestKubectlFieldSelectorRouter lists a router's roles with the
+// selectable field spec.router, as the runbooks do: exactly that router's
+// roles, whatever else the namespace holds, and none for a router no role
+// names.
+func TestKubectlFieldSelectorRouter(t *testing.T) {
+	ns := newNamespace(t)
+	create(t,
+		newRole(ns, "llama-prefill", "llama", "prefill", "kvcr"),
+		newRole(ns, "llama-decode", "llama", "decode", "kvcr"),
+		newRole(ns, "chat-decode", "chat", "decode", "kvcr"),
+		newRole(ns, "llamas-decode", "llamas", "decode", "kvcr"),
+	)
+	for _, tc := range []struct {
+		selector string
+		want     string
+	}{
+		{"spec.router=llama", "llama-decode llama-prefill"},
+		{"spec.router=chat", "chat-decode"},
+		{"spec.router!=llama", "chat-decode llamas-decode"},
+		{"spec.router=embed", ""},
+	} {
+		out, err := kubectl(t, "get", "rr", "-n", ns, "--field-selector", tc.selector,
+			"-o", "jsonpath={range .items[*]}{.metadata.name} {end}")
+		if err != nil {
+			t.Fatalf("kubectl get rr --field-selector %s: %v: %s", tc.selector, err, out)
+		}
+		if got := strings.Join(strings.Fields(out), " "); got != tc.want {
+			t.Errorf("kubectl get rr --field-selector %s listed %q; want %q", tc.selector, got, tc.want)
+		}
+	}
+
+	// A field that is not selectable is refused by name.
+	out, err := kubectl(t, "get", "rr", "-n", ns, "--field-selector", "spec.role=decode")
+	if err == nil || !strings.Contains(out, "spec.role") {
+		t.Errorf("kubectl get rr --field-selector spec.role=decode: err %v, %q; want an error naming spec.role", err, out)
+	}
+}

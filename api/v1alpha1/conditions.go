@@ -78,18 +78,66 @@ const ReasonPolicyEjected ConditionReason = "PolicyEjected"
 // the CLI and the sidecar report for the same rule; a test
 // (internal/rolegraph/reasons_test.go) keeps the two lists equal.
 const (
-	ReasonInvalidConfig          ConditionReason = "InvalidConfig"
-	ReasonInvalidRole            ConditionReason = "InvalidRole"
-	ReasonInvalidRouterMode      ConditionReason = "InvalidRouterMode"
+	// ReasonInvalidConfig: the compiled policy file as a whole breaks a
+	// rule of the router's (no role at all, say). The message names the
+	// rule; fix the roles it names.
+	ReasonInvalidConfig ConditionReason = "InvalidConfig"
+
+	// ReasonInvalidRole: spec.role is not one the router knows
+	// (aggregated, prefill, decode, encode). The API server refuses it at
+	// apply; kvhint validate reports it offline.
+	ReasonInvalidRole ConditionReason = "InvalidRole"
+
+	// ReasonInvalidRouterMode: spec.routerMode is not one the router
+	// knows. The API server refuses it at apply; kvhint validate reports
+	// it offline.
+	ReasonInvalidRouterMode ConditionReason = "InvalidRouterMode"
+
+	// ReasonUnknownWorkerSelection: workerSelection.type is not linked
+	// into this build; the message lists those that are. Use a listed
+	// type, or build kvhint with the plugin.
 	ReasonUnknownWorkerSelection ConditionReason = "UnknownWorkerSelection"
-	ReasonInvalidParameters      ConditionReason = "InvalidParameters"
-	ReasonUnknownHintType        ConditionReason = "UnknownHintType"
-	ReasonInvalidHintName        ConditionReason = "InvalidHintName"
-	ReasonDuplicateHintName      ConditionReason = "DuplicateHintName"
-	ReasonTooManyHints           ConditionReason = "TooManyHints"
-	ReasonHintsRequireKVMode     ConditionReason = "HintsRequireKVMode"
-	ReasonKVCopySenderMissing    ConditionReason = "KVCopySenderMissing"
-	ReasonKVCopySenderDuplicate  ConditionReason = "KVCopySenderDuplicate"
+
+	// ReasonInvalidParameters: a parameter is unknown, of the wrong type
+	// or out of range; the message names the hint, its type, the key and
+	// the range. Fix the parameter.
+	ReasonInvalidParameters ConditionReason = "InvalidParameters"
+
+	// ReasonUnknownHintType: a hint type is not linked into this build;
+	// the message lists those that are. Use a listed type.
+	ReasonUnknownHintType ConditionReason = "UnknownHintType"
+
+	// ReasonInvalidHintName: a hint's name is not a valid name. The API
+	// server refuses it at apply; kvhint validate reports it offline.
+	ReasonInvalidHintName ConditionReason = "InvalidHintName"
+
+	// ReasonDuplicateHintName: two hints are known by the same name (an
+	// item is known by its name, else by its type), for example an inline
+	// kv-retain and an unnamed policyRef to a kv-retain HintPolicy; the
+	// message names both. Give one a name.
+	ReasonDuplicateHintName ConditionReason = "DuplicateHintName"
+
+	// ReasonTooManyHints: the role lists more than 32 hints. The API
+	// server refuses it at apply; kvhint validate reports it offline.
+	ReasonTooManyHints ConditionReason = "TooManyHints"
+
+	// ReasonHintsRequireKVMode: the role lists hints, but runs off the KV
+	// path: its routerMode, or for a restart-mode router the
+	// --router-mode or DYN_ROUTER_MODE its pod template starts it with
+	// (absent: round-robin), is not kv; the message names the flag, its
+	// value and the container. Start the router with --router-mode kv, or
+	// set hints: [].
+	ReasonHintsRequireKVMode ConditionReason = "HintsRequireKVMode"
+
+	// ReasonKVCopySenderMissing: the selection commits KV copies (kvcr)
+	// but no hint policy sends them. Add kv-fetch, or leave hints out for
+	// the selection's defaults.
+	ReasonKVCopySenderMissing ConditionReason = "KVCopySenderMissing"
+
+	// ReasonKVCopySenderDuplicate: two hint policies of the role send KV
+	// copies. Keep one.
+	ReasonKVCopySenderDuplicate ConditionReason = "KVCopySenderDuplicate"
+
 	// ReasonPolicyFormCannotCarry: the router's declared catalog says its
 	// build reads the released policy-file form (policyFileForm:
 	// RouterWideHint: one kv_hint_policy for the whole router), and the

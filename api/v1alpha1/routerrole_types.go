@@ -280,6 +280,9 @@ type RouterPods struct {
 // router into the ConfigMap "<router>-hints" and reports, in status, whether
 // the role is accepted and how many router pods run it.
 //
+// spec.router is a selectable field: `kubectl get rr --field-selector
+// spec.router=NAME` lists the roles of one router.
+//
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=rr,categories=kvhint
@@ -291,6 +294,7 @@ type RouterPods struct {
 // +kubebuilder:printcolumn:name="Programmed",type=string,JSONPath=`.status.routerPods.summary`,description="router pods that run the current config / all router pods"
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:selectablefield:JSONPath=`.spec.router`
 type RouterRole struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

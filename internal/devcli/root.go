@@ -39,6 +39,7 @@ func NewRootCommand(cat *hints.Catalog) *cobra.Command {
 		newDevCommand(),
 		newLoadgenCommand(),
 		newSimWorkerCommand(),
+		newRouterCommand(),
 		newSynthTraceCommand(),
 		newChainSessionsCommand(),
 	)

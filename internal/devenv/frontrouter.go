@@ -79,17 +79,47 @@ func startFrontRouter(name string, roles []frontRole, sidecar *Sidecar, path rou
 	if err != nil {
 		return nil, err
 	}
+	return serveFrontRouter(ln, name, sidecar.BookingURL, roles, path), nil
+}
+
+// StandInRole is one stage of the stand-in router's requests and the
+// workers it books for it.
+type StandInRole struct {
+	Name    string
+	Workers []*Worker
+}
+
+// ServeStandInRouter serves, on ln, the router `kvhint-dev router` runs in
+// a pod in front of the kvhint sidecar: the dev environment's front
+// router, booking at bookingBase (the sidecar's booking API base URL,
+// http://HOST:PORT or unix:///PATH) and carrying hints at path. Roles run
+// in the order given, prefill before decode; a router with no roles
+// answers every completion request 503 but runs, books nothing and
+// serves /healthz.
+func ServeStandInRouter(ln net.Listener, name, bookingBase string, roles []StandInRole, path router.InBandPath) *FrontRouter {
+	fr := make([]frontRole, 0, len(roles))
+	for _, r := range roles {
+		f := frontRole{name: r.Name, workers: r.Workers}
+		if r.Name == "prefill" {
+			f.copyRate = 0.5
+		}
+		fr = append(fr, f)
+	}
+	return serveFrontRouter(ln, name, bookingBase, fr, path)
+}
+
+func serveFrontRouter(ln net.Listener, name, bookingBase string, roles []frontRole, path router.InBandPath) *FrontRouter {
 	f := &FrontRouter{
 		Router:   name,
 		URL:      "http://" + ln.Addr().String(),
 		roles:    roles,
-		booking:  sidecar.BookingURL + "/v1/bookings",
+		booking:  strings.TrimSuffix(bookingBase, "/") + "/v1/bookings",
 		hintPath: path,
 		sidecar:  &http.Client{Timeout: 5 * time.Second},
 		workers:  &http.Client{Timeout: 30 * time.Second},
 		rng:      rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1)),
 	}
-	if sock, ok := strings.CutPrefix(sidecar.BookingURL, "unix://"); ok {
+	if sock, ok := strings.CutPrefix(bookingBase, "unix://"); ok {
 		// The booking API listens on a Unix socket: dial it for any host.
 		var d net.Dialer
 		f.sidecar.Transport = &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
@@ -100,9 +130,10 @@ func startFrontRouter(name string, roles []frontRole, sidecar *Sidecar, path rou
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/completions", f.serve)
 	mux.HandleFunc("POST /v1/chat/completions", f.serve)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
 	f.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second}
 	go f.srv.Serve(ln)
-	return f, nil
+	return f
 }
 
 // Totals returns a copy of the counts.
@@ -146,6 +177,10 @@ func (f *FrontRouter) serve(w http.ResponseWriter, r *http.Request) {
 	id := r.Header.Get("X-Request-Id")
 	if id == "" {
 		id = f.Router + "-req-" + strconv.FormatInt(f.nextID.Add(1), 10)
+	}
+	if len(f.roles) == 0 {
+		http.Error(w, "router "+f.Router+" has no workers to book", http.StatusServiceUnavailable)
+		return
 	}
 	ses := sessionOf(r)
 	var (
