@@ -88,6 +88,7 @@ func (r *RouterReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	}
 	if len(in.RouterRoles) == 0 {
 		r.waiting.Delete(req.NamespacedName)
+		r.refused.Delete(req.NamespacedName)
 		return ctrl.Result{}, r.deleteConfigMap(ctx, current)
 	}
 	rc, err := r.routerCatalog(ctx, req.Namespace, req.Name)
