@@ -131,7 +131,10 @@ func serveFrontRouter(ln net.Listener, name, bookingBase string, roles []frontRo
 	mux.HandleFunc("POST /v1/completions", f.serve)
 	mux.HandleFunc("POST /v1/chat/completions", f.serve)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
-	f.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second}
+	// Every phase is bounded: the worker call's 30 s inside the write
+	// timeout, idle keep-alives closed, headers capped.
+	f.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second,
+		WriteTimeout: 45 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
 	go f.srv.Serve(ln)
 	return f
 }
