@@ -114,7 +114,7 @@ Exit status: 0 no difference, 1 the change improves or worsens, 2 an error
 	fl.BoolVar(&f.a.Sensitivity, "sensitivity", true, "replay the change again at 1/2x and 2x workers and cache (four more pairs of replays)")
 	fl.IntVar(&f.a.Windows, "windows", preview.DefaultWindows, "time windows the trace is cut into for the interval of the headline deltas (0 or 1: none)")
 	fl.StringVar(&f.plot, "plot", "", "also write an SVG plot of the per-window deltas to this file")
-	fl.StringVar(&f.evictInUse, "evict-in-use", string(preview.DefaultEvictInUse), "what kv.evict does to a block another active request on the worker reads: keep (reference-counted, as vLLM and SGLang) or free")
+	fl.StringVar(&f.evictInUse, "evict-in-use", string(preview.DefaultEvictInUse), "what kv.evict does to a block another active request on the worker reads: keep (reference-counted, as vLLM and SGLang), free, or oracle (keep, and blocks a later row reads stay too: an upper bound, not an engine)")
 	return cmd
 }
 

@@ -11,9 +11,13 @@ import "container/heap"
 // neither replaced nor evicted until the last of its readers completes.
 type blockCache struct {
 	capacity int
-	// refcounted is set under EvictKeep.
+	// refcounted is set under EvictKeep and EvictOracle.
 	refcounted bool
-	blocks     map[uint64]*block
+	// readUntil, under EvictOracle, is the arrival (ms) of the last row
+	// of the trace that reads each block: kv.evict leaves a block read
+	// after now.
+	readUntil map[uint64]float64
+	blocks    map[uint64]*block
 	// head is the most recently used unretained block, tail the least.
 	head, tail *block
 	lru        int // blocks in the LRU list
@@ -182,13 +186,14 @@ func (c *blockCache) retain(hashes []uint64, now, ttl float64) int {
 	return n
 }
 
-// evict frees the blocks (kv.evict); it returns the hashes it freed. In
-// a refcounted cache a block another active request reads stays, and
-// counts in kept.
-func (c *blockCache) evict(hashes []uint64) (freed []uint64, kept int) {
+// evict frees the blocks (kv.evict) at now; it returns the hashes it
+// freed. In a refcounted cache a block another active request reads
+// stays, and counts in kept; so does, under EvictOracle, a block a row
+// arriving after now reads.
+func (c *blockCache) evict(hashes []uint64, now float64) (freed []uint64, kept int) {
 	for _, h := range hashes {
 		if b := c.blocks[h]; b != nil {
-			if b.refs > 0 {
+			if b.refs > 0 || c.readUntil != nil && c.readUntil[h] > now {
 				kept++
 				continue
 			}

@@ -271,6 +271,9 @@ type sim struct {
 	// hash ids and the ids it was given.
 	lastReq    map[string]string
 	lastHashes map[string][]uint64
+	// readUntil is, under EvictOracle, each trace block's last reading
+	// row's arrival (ms).
+	readUntil map[uint64]float64
 	// r is the engine blocks a trace block (hash id) holds: the trace's
 	// block size over the engine's.
 	r int
@@ -348,6 +351,14 @@ func Replay(cat *hints.Catalog, cfg Config, rows []Row, a Assumptions) (*Result,
 	// Mooncake rows go to prefill, then decode, then aggregated.
 	rank := map[string]int{"prefill": 0, "decode": 1, "aggregated": 2}
 	slices.SortStableFunc(s.order, func(x, y *roleState) int { return rank[x.name] - rank[y.name] })
+	if a.EvictInUse == EvictOracle {
+		s.readUntil = map[uint64]float64{}
+		for i := range rows {
+			for _, h := range rows[i].Hashes {
+				s.readUntil[h] = rows[i].At
+			}
+		}
+	}
 	if err := s.addWorkers(rows); err != nil {
 		return nil, fmt.Errorf("%s: %w", cfg.Name, err)
 	}
@@ -461,6 +472,7 @@ func (s *sim) addWorker(rs *roleState, name string, t RoleTopology) {
 	w := &worker{name: name, role: rs.name, idx: len(rs.workers), cache: newBlockCache(t.CacheBlocks/s.r, rs.stats),
 		capable: t.hintCapable(), freed: map[uint64]bool{}}
 	w.cache.refcounted = s.a.EvictInUse != EvictFree
+	w.cache.readUntil = s.readUntil
 	if t.sourceEndpoints() {
 		w.endpoint = "model://" + name
 		s.owners[w.endpoint] = w
@@ -486,7 +498,7 @@ func (s *sim) drain(now float64) {
 			w.cache.stats.RetainedBlocks += w.cache.retain(e.hashes, e.at, e.ttl)
 		}
 		if e.evict {
-			freed, kept := w.cache.evict(e.hashes)
+			freed, kept := w.cache.evict(e.hashes, e.at)
 			for _, h := range freed {
 				w.freed[h] = true
 			}

@@ -127,6 +127,35 @@ func TestPlantedEvict(t *testing.T) {
 	}
 }
 
+// Under --evict-in-use oracle, kv.evict leaves the blocks a later row
+// reads: session a's final turn shares its four blocks with session c's
+// later first turn, which misses them under keep and hits them under
+// oracle (4 of 9 prompt blocks).
+func TestEvictOracleKeepsBlocksReadLater(t *testing.T) {
+	tr := trace(t,
+		"0 64 0 a "+ids(10, 4),
+		"2000 80 0 c "+ids(10, 4)+" 30",
+	)
+	doc := "worker_selection:\n  aggregated:\n    type: dynamo-default-cost-fn\n    hints:\n      - type: kv-evict\n"
+	for _, c := range []struct {
+		mode                 EvictInUse
+		hit                  float64
+		evicted, again, kept int
+	}{
+		{EvictKeep, 0, 4 + 5, 4, 0},
+		{EvictOracle, 4.0 / 9, 5, 0, 4},
+	} {
+		a := assumptions(1, 8)
+		a.EvictInUse = c.mode
+		st := replay(t, doc, tr, a).Roles["aggregated"]
+		within(t, string(c.mode)+" hit ratio", st.HitRatio(), c.hit, 1e-9)
+		if st.EvictedBlocks != c.evicted || st.EvictedAskedAgain != c.again || st.EvictKeptInUse != c.kept {
+			t.Errorf("%s: evicted %d, asked again %d, kept %d; want %d, %d, %d", c.mode,
+				st.EvictedBlocks, st.EvictedAskedAgain, st.EvictKeptInUse, c.evicted, c.again, c.kept)
+		}
+	}
+}
+
 // Under kvcr on a disaggregated router, the decode worker lacks the blocks
 // the prefill worker just computed, so kvcr commits a copy of them from
 // it. The copy becomes a kv.fetch, and the decode worker hits every block,

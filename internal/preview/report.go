@@ -292,6 +292,8 @@ func (r *Report) AssumptionLines() []string {
 	switch a.EvictInUse {
 	case EvictFree:
 		out = append(out, "kv.evict frees every block it names, even one another active request on the worker is reading (--evict-in-use free)")
+	case EvictOracle:
+		out = append(out, "an upper bound on kv.evict: reference-counted, and kv.evict also leaves every block a later row of the trace reads, as if each session's final turn shared nothing with the rows after it (--evict-in-use oracle; not an engine)")
 	default:
 		out = append(out, "reference-counted prefix cache, as vLLM and SGLang: a block an active request reads is neither replaced nor freed by kv.evict until it completes (--evict-in-use keep)")
 	}

@@ -38,7 +38,10 @@ type Assumptions struct {
 	// EvictInUse is what kv.evict does to a block that another request
 	// active on the worker is reading: EvictKeep (a reference-counted
 	// prefix cache, as vLLM's and SGLang's) leaves it cached; EvictFree
-	// frees it all the same.
+	// frees it all the same; EvictOracle keeps it, and also every block a
+	// later row of the trace reads: an upper bound on kv.evict, what it
+	// gives when a session's final turn shares nothing with the rows
+	// after it.
 	EvictInUse EvictInUse `json:"evict_in_use"`
 	// Windows is how many equal spans of time the trace is cut into for
 	// the interval of the headline deltas; 0 or 1 gives none.
@@ -55,15 +58,17 @@ type EvictInUse string
 const (
 	EvictKeep EvictInUse = "keep"
 	EvictFree EvictInUse = "free"
+	// EvictOracle is EvictKeep that also knows the trace's future.
+	EvictOracle EvictInUse = "oracle"
 )
 
 // ParseEvictInUse reads --evict-in-use.
 func ParseEvictInUse(s string) (EvictInUse, error) {
 	switch EvictInUse(s) {
-	case EvictKeep, EvictFree:
+	case EvictKeep, EvictFree, EvictOracle:
 		return EvictInUse(s), nil
 	}
-	return "", fmt.Errorf("%q; it must be keep (reference-counted: a block another active request reads stays) or free (kv.evict frees it all the same)", s)
+	return "", fmt.Errorf("%q; it must be keep (reference-counted: a block another active request reads stays), free (kv.evict frees it all the same) or oracle (keep, and a block a later row reads stays too: an upper bound)", s)
 }
 
 // Defaults of the model's assumptions.
