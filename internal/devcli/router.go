@@ -1,12 +1,14 @@
 package devcli
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -40,7 +42,7 @@ completion requests 503: it books nothing.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			base, ok := strings.CutSuffix(hintsURL, "/v1/bookings")
 			if !ok {
-				return fmt.Errorf("--hints-url %q: want the booking API's URL, ending in /v1/bookings (http://127.0.0.1:8790/v1/bookings)", hintsURL)
+				return fmt.Errorf("--hints-url %q: want the booking API's URL, ending in /v1/bookings (http://127.0.0.1:8790/v1/bookings, unix:///run/kvhint/booking.sock/v1/bookings)", hintsURL)
 			}
 			path, err := core.ParseInBandPath(hintPath)
 			if err != nil {
@@ -59,12 +61,16 @@ completion requests 503: it books nothing.`,
 			f := devenv.ServeStandInRouter(ln, name, base, roles, path)
 			fmt.Fprintf(cmd.OutOrStdout(), "router %s: serving at %s, booking at %s, %d roles\n", name, f.URL, hintsURL, len(roles))
 			<-ctx.Done()
-			return f.Close()
+			// As a pod's router on SIGTERM: answer what is in flight,
+			// within the pod's grace period.
+			sctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			return f.Shutdown(sctx)
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&listen, "listen", ":8000", "address to serve completion requests on")
-	f.StringVar(&hintsURL, "hints-url", "http://127.0.0.1:8790/v1/bookings", "the kvhint sidecar's booking URL")
+	f.StringVar(&hintsURL, "hints-url", "http://127.0.0.1:8790/v1/bookings", "the kvhint sidecar's booking URL: http://HOST:PORT/v1/bookings, or unix:///SOCKET/v1/bookings over a Unix socket")
 	f.StringVar(&name, "router", "llama", "the router's name, in request IDs and errors")
 	f.StringVar(&hintPath, "hint-path", core.InBandKVHint.String(), "where the forwarded request carries the hint: kv_transfer_params.kv_hint, kv_hints or kv_transfer_params.router_hint")
 	f.StringArrayVar(&workers, "worker", nil, "a worker to book, ROLE/ID=URL[,router_hint] (role prefill or decode); repeat for each")

@@ -73,6 +73,11 @@ const maxFrontBody = 16 << 20
 // blockSize is the tokens per KV block of every booking.
 const blockSize = 16
 
+// requestBudget bounds one completion request from its first booking to
+// its last worker's answer, every hop included: a prefill and a decode hop
+// each bounded by the worker client's 30 s alone could take a minute.
+const requestBudget = 40 * time.Second
+
 // startFrontRouter serves a front router on a free loopback port.
 func startFrontRouter(name string, roles []frontRole, sidecar *Sidecar, path router.InBandPath) (*FrontRouter, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -131,10 +136,12 @@ func serveFrontRouter(ln net.Listener, name, bookingBase string, roles []frontRo
 	mux.HandleFunc("POST /v1/completions", f.serve)
 	mux.HandleFunc("POST /v1/chat/completions", f.serve)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
-	// Every phase is bounded: the worker call's 30 s inside the write
-	// timeout, idle keep-alives closed, headers capped.
+	// Every phase is bounded: a request's hops all run within
+	// requestBudget (serve), which ends before the write timeout does, so
+	// the client gets the router's error rather than a cut connection;
+	// idle keep-alives are closed and headers capped.
 	f.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second,
-		WriteTimeout: 45 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
+		WriteTimeout: requestBudget + 5*time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
 	go f.srv.Serve(ln)
 	return f
 }
@@ -148,6 +155,16 @@ func (f *FrontRouter) Totals() BookingTotals {
 
 // Close stops serving at once.
 func (f *FrontRouter) Close() error { return f.srv.Close() }
+
+// Shutdown stops taking requests and waits, until ctx ends, for those in
+// flight to be answered; then it closes what is left.
+func (f *FrontRouter) Shutdown(ctx context.Context) error {
+	err := f.srv.Shutdown(ctx)
+	if err != nil {
+		f.srv.Close()
+	}
+	return err
+}
 
 // frontRequest is what the front router reads of a completion request.
 type frontRequest struct {
@@ -186,6 +203,8 @@ func (f *FrontRouter) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ses := sessionOf(r)
+	ctx, cancel := context.WithTimeout(r.Context(), requestBudget)
+	defer cancel()
 	var (
 		answer []byte
 		worker string
@@ -204,7 +223,7 @@ func (f *FrontRouter) serve(w http.ResponseWriter, r *http.Request) {
 			hop, err = withTransferParams(body, params)
 		}
 		if err == nil {
-			worker, answer, err = f.hop(r.Context(), id, role, ses, req.tokens(), hop, r.URL.Path)
+			worker, answer, err = f.hop(ctx, id, role, ses, req.tokens(), hop, r.URL.Path)
 		}
 		if err != nil {
 			f.fail(err)
