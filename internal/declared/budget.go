@@ -163,9 +163,13 @@ func (c *schemaCount) walk(s *apiextensionsv1.JSONSchemaProps, depth int) {
 	for _, r := range s.XValidations {
 		c.rules++
 		c.ruleBytes += len(r.Rule) + len(r.MessageExpression)
-		for _, re := range ruleRegexes(r.Rule) {
-			c.patterns++
-			c.patternInsts += patternInsts(re)
+		// A messageExpression is compiled with its rule and kept in the
+		// same program set, constant regexes and all.
+		for _, expr := range []string{r.Rule, r.MessageExpression} {
+			for _, re := range ruleRegexes(expr) {
+				c.patterns++
+				c.patternInsts += patternInsts(re)
+			}
 		}
 	}
 	for k := range s.Properties {

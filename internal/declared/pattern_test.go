@@ -213,6 +213,43 @@ func manyRuleRegexes(tag string, types, rules, per int) []byte {
 	})
 }
 
+// manyMessageRegexes is manyRuleRegexes with the regexes in each rule's
+// messageExpression rather than in the rule.
+func manyMessageRegexes(tag string, types, rules, per int) []byte {
+	return hintTypes(types, func(b *strings.Builder, t int) {
+		fmt.Fprintf(b, "  - type: h%d\n    parameters:\n      type: object\n      properties:\n        s: {type: string, maxLength: 64, default: a}\n      x-kubernetes-validations:\n", t)
+		for r := range rules {
+			b.WriteString("        - rule: \"self.s != ''\"\n          messageExpression: \"")
+			for k := range per {
+				n := (t*rules+r)*per + k
+				fmt.Fprintf(b, "self.s.matches('^[a-z]{1,1000}%s%d$') ? 'm%d' : ", tag, n, n)
+			}
+			b.WriteString("'none'\"\n")
+		}
+	})
+}
+
+// TestMessageRegexesCounted: constant regexes in a rule's
+// messageExpression are compiled with the rule and counted as the rule's
+// own are: the same 336 regexes, moved there, are refused by the default
+// budget too.
+func TestMessageRegexesCounted(t *testing.T) {
+	data := manyMessageRegexes("m", 8, 14, 3)
+	u := Measure(mustParse(t, data))
+	if u.Patterns < 336 || u.PatternInsts < 336*2000 {
+		t.Errorf("counted %d patterns of %d instructions; want the 336 constant regexes of the message expressions, about 2,000 instructions each", u.Patterns, u.PatternInsts)
+	}
+	_, err := Load(data)
+	if err == nil || !strings.Contains(err.Error(), "--catalog-max-memory") {
+		t.Errorf("the default budget: %v; want a refusal by --catalog-max-memory", err)
+	}
+	cat, err := Budget{}.Load(data)
+	if err != nil {
+		t.Fatalf("without a budget the declaration loads (its message expressions compile): %v", err)
+	}
+	parseAll(t, cat)
+}
+
 // TestRuleRegexesCounted: constant regexes in CEL rules are counted as
 // patterns are. A declaration of 112 rules with 336 of them, within every
 // count of the default budget, was estimated at 3.3 MB and kept ten
