@@ -28,21 +28,27 @@ var (
 const stampPkg = "github.com/kvrouter/kv-hint-operator/internal/cli"
 
 // buildKVHint builds ./cmd/kvhint of repo for p into dir and returns the
+// binary's path.
+func buildKVHint(repo, dir string, p Platform, version, commit, date string) (string, error) {
+	return buildCommand(repo, dir, "kvhint", p, version, commit, date)
+}
+
+// buildCommand builds ./cmd/NAME of repo for p into dir and returns the
 // binary's path. The build is the image's (CGO_ENABLED=0, -trimpath, no
 // VCS stamping: the commit is stamped with -X) and so depends only on the
 // source, the Go version and these flags: two builds of one commit are
 // byte for byte the same.
-func buildKVHint(repo, dir string, p Platform, version, commit, date string) (string, error) {
-	bin := filepath.Join(dir, p.OS+"_"+p.Arch, "kvhint")
+func buildCommand(repo, dir, name string, p Platform, version, commit, date string) (string, error) {
+	bin := filepath.Join(dir, p.OS+"_"+p.Arch, name)
 	ldflags := strings.Join([]string{"-s", "-w", "-buildid=",
 		"-X", stampPkg + ".version=" + version,
 		"-X", stampPkg + ".commit=" + commit,
 		"-X", stampPkg + ".date=" + date}, " ")
-	cmd := exec.Command("go", "build", "-trimpath", "-buildvcs=false", "-ldflags", ldflags, "-o", bin, "./cmd/kvhint")
+	cmd := exec.Command("go", "build", "-trimpath", "-buildvcs=false", "-ldflags", ldflags, "-o", bin, "./cmd/"+name)
 	cmd.Dir = repo
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS="+p.OS, "GOARCH="+p.Arch, "GOFLAGS=-trimpath", "GOWORK=off")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./cmd/kvhint for %s: %w\n%s", p, err, out)
+		return "", fmt.Errorf("go build ./cmd/%s for %s: %w\n%s", name, p, err, out)
 	}
 	return bin, nil
 }

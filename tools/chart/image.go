@@ -31,20 +31,22 @@ const SBOMMediaType = "application/vnd.cyclonedx+json"
 // The OCI empty descriptor: the config of an artifact that has none.
 const emptyJSON = "{}"
 
-// imageSpec is what the image is made of.
+// imageSpec is what an image is made of.
 type imageSpec struct {
-	Binaries            map[Platform]string // the kvhint binary of each image platform
+	// Name is the binary's name: the image runs /NAME.
+	Name                string
+	Binaries            map[Platform]string // the binary of each image platform
 	Repository, Version string
 	Commit              string
 	Created             time.Time
 }
 
-// ociImage is the multi-arch image: each platform's image is the kvhint
-// binary as /kvhint on an empty base (kvhint is static and needs no
+// ociImage is a multi-arch image: each platform's image is the binary as
+// /NAME on an empty base (kvhint and kvhint-dev are static and need no
 // files), run as 65532:65532, the Dockerfile's distroless nonroot user.
 func ociImage(s imageSpec) (v1.ImageIndex, error) {
 	anns := map[string]string{
-		"org.opencontainers.image.title":    "kvhint",
+		"org.opencontainers.image.title":    s.Name,
 		"org.opencontainers.image.version":  s.Version,
 		"org.opencontainers.image.revision": s.Commit,
 		"org.opencontainers.image.created":  s.Created.UTC().Format(time.RFC3339),
@@ -56,7 +58,7 @@ func ociImage(s imageSpec) (v1.ImageIndex, error) {
 		if err != nil {
 			return nil, err
 		}
-		t, err := writeTar([]tarEntry{{Name: "kvhint", Mode: 0o755, Data: exe}}, s.Created)
+		t, err := writeTar([]tarEntry{{Name: s.Name, Mode: 0o755, Data: exe}}, s.Created)
 		if err != nil {
 			return nil, err
 		}
@@ -76,7 +78,7 @@ func ociImage(s imageSpec) (v1.ImageIndex, error) {
 		img, err = mutate.ConfigFile(img, &v1.ConfigFile{
 			Architecture: p.Arch, OS: p.OS, Created: created,
 			Config: v1.Config{
-				Entrypoint: []string{"/kvhint"}, User: "65532:65532", WorkingDir: "/",
+				Entrypoint: []string{"/" + s.Name}, User: "65532:65532", WorkingDir: "/",
 				Env:    []string{"PATH=/"},
 				Labels: anns,
 			},
@@ -86,7 +88,7 @@ func ociImage(s imageSpec) (v1.ImageIndex, error) {
 			return nil, err
 		}
 		img, err = mutate.Append(img, mutate.Addendum{Layer: layer, MediaType: types.OCILayer,
-			History: v1.History{Created: created, CreatedBy: "kvhint-release: COPY kvhint /kvhint", Comment: "kvhint " + s.Version}})
+			History: v1.History{Created: created, CreatedBy: "kvhint-release: COPY " + s.Name + " /" + s.Name, Comment: s.Name + " " + s.Version}})
 		if err != nil {
 			return nil, err
 		}
@@ -166,10 +168,11 @@ func sbom(bins []string, version, commit string, created time.Time) ([]byte, err
 	return buf.Bytes(), nil
 }
 
-// writeLayout writes idx as an OCI image layout in dir, tagged tag, with
-// the SBOM as an OCI 1.1 artifact whose subject is the index (what `oras
-// discover` or `cosign download sbom` find once the layout is pushed).
-func writeLayout(dir string, idx v1.ImageIndex, tag string, sbomJSON []byte) error {
+// writeLayout writes idx, the image of name, as an OCI image layout in
+// dir, tagged tag, with the SBOM as an OCI 1.1 artifact whose subject is
+// the index (what `oras discover` or `cosign download sbom` find once the
+// layout is pushed).
+func writeLayout(dir, name string, idx v1.ImageIndex, tag string, sbomJSON []byte) error {
 	p, err := layout.Write(dir, empty.Index)
 	if err != nil {
 		return err
@@ -200,7 +203,7 @@ func writeLayout(dir string, idx v1.ImageIndex, tag string, sbomJSON []byte) err
 	if err != nil {
 		return err
 	}
-	layer.Annotations = map[string]string{"org.opencontainers.image.title": "kvhint.cdx.json"}
+	layer.Annotations = map[string]string{"org.opencontainers.image.title": name + ".cdx.json"}
 	m := v1.Manifest{
 		SchemaVersion: 2, MediaType: types.OCIManifestSchema1, ArtifactType: SBOMMediaType,
 		Config: cfg, Layers: []v1.Descriptor{layer},

@@ -30,6 +30,14 @@ const DevImage = "ghcr.io/kvrouter/kvhint:dev"
 // ImageRepository is where the release's image is published.
 const ImageRepository = "ghcr.io/kvrouter/kvhint"
 
+// StandInDevImage is the stand-in router's image config/router names; a
+// release replaces it with the release's, pinned by digest, in router.yaml.
+// StandInRepository is where that image is published.
+const (
+	StandInDevImage   = "ghcr.io/kvrouter/kvhint-dev:dev"
+	StandInRepository = "ghcr.io/kvrouter/kvhint-dev"
+)
+
 // LastAppliedLimit is the most a kubectl.kubernetes.io/last-applied-configuration
 // annotation may hold: all of an object's annotations together are capped
 // at 256 KiB, and a client-side apply stores the whole object there.
@@ -61,7 +69,13 @@ type Bundle struct {
 	// image, the SBOM as the index's referrer) as a tar file.
 	ImageLayout, SBOM          string
 	Install, CRDs, Chart, Sums string
-	CRDJSONBytes               map[string]int
+	// StandInImage is the stand-in router's image (kvhint-dev) by tag and
+	// digest, StandInLayout its OCI image layout with its own SBOM as the
+	// referrer, and Router config/router with that image: a router
+	// Deployment that goes Ready before your own router is in place.
+	StandInImage, StandInDigest, StandInLayout string
+	Router                                     string
+	CRDJSONBytes                               map[string]int
 }
 
 // Files are the artifacts SHA256SUMS lists, in its order.
@@ -70,7 +84,7 @@ func (b *Bundle) Files() []string {
 	for _, p := range CLIPlatforms {
 		fs = append(fs, b.Archives[p])
 	}
-	fs = append(fs, b.ImageLayout, b.SBOM, b.Install, b.CRDs, b.Chart)
+	fs = append(fs, b.ImageLayout, b.SBOM, b.Install, b.CRDs, b.Chart, b.StandInLayout, b.Router)
 	sort.Slice(fs, func(i, j int) bool { return filepath.Base(fs[i]) < filepath.Base(fs[j]) })
 	return fs
 }
@@ -116,6 +130,9 @@ func gitInfo(repo string) (commit string, date time.Time, dirty bool, err error)
 //     the index's digest) and crds.yaml;
 //   - kv-hint-operator-X.Y.Z.tgz: the chart at that version and
 //     appVersion, its default image the same as install.yaml's;
+//   - kvhint-dev_VERSION_image.oci.tar: the stand-in router's image
+//     (kvhint-dev), with its SBOM as a referrer, and router.yaml:
+//     config/router with that image pinned by digest;
 //   - SHA256SUMS over all of them.
 //
 // Every file's bytes depend only on the commit, the Go toolchain and
@@ -156,45 +173,56 @@ func Release(o Options) (*Bundle, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(work)
-	// Two platforms at a time: a link and a compression each use about
-	// one core.
-	bins := map[Platform]string{}
+	// Two builds at a time: a link and a compression each use about one
+	// core. kvhint for every CLI platform, with its archive; the stand-in
+	// router's kvhint-dev for the image platforms.
+	bins, standIn := map[Platform]string{}, map[Platform]string{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	errs := make([]error, len(CLIPlatforms))
+	var errs []error
 	slots := make(chan struct{}, 2)
-	for i, p := range CLIPlatforms {
+	build := func(name string, p Platform, done func(bin string) error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			slots <- struct{}{}
 			defer func() { <-slots }()
-			bin, err := buildKVHint(o.Repo, filepath.Join(work, "bin"), p, version, commit, date)
-			if err != nil {
-				errs[i] = err
-				return
+			bin, err := buildCommand(o.Repo, filepath.Join(work, "bin"), name, p, version, commit, date)
+			if err == nil {
+				err = done(bin)
 			}
+			if err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		}()
+	}
+	for _, p := range CLIPlatforms {
+		build("kvhint", p, func(bin string) error {
 			archive, err := writeArchive(o.Repo, o.Out, bin, p, version, created)
-			if err != nil {
-				errs[i] = err
-				return
-			}
 			mu.Lock()
 			bins[p], b.Archives[p] = bin, archive
 			mu.Unlock()
-		}()
+			return err
+		})
+	}
+	for _, p := range ImagePlatforms {
+		build("kvhint-dev", p, func(bin string) error {
+			mu.Lock()
+			standIn[p] = bin
+			mu.Unlock()
+			return nil
+		})
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
 
-	// The image and its SBOM.
-	var imageBins []string
-	for _, p := range ImagePlatforms {
-		imageBins = append(imageBins, bins[p])
-	}
-	sb, err := sbom(imageBins, version, commit, created)
+	// The images, each with its SBOM.
+	var sb []byte
+	b.Image, b.Digest, b.ImageLayout, sb, err = imageLayout(work, o.Out, "kvhint", ImageRepository, bins, version, commit, created)
 	if err != nil {
 		return nil, err
 	}
@@ -202,26 +230,8 @@ func Release(o Options) (*Bundle, error) {
 	if err := os.WriteFile(b.SBOM, sb, 0o644); err != nil {
 		return nil, err
 	}
-	idx, err := ociImage(imageSpec{Binaries: bins, Repository: ImageRepository, Version: version, Commit: commit, Created: created})
+	b.StandInImage, b.StandInDigest, b.StandInLayout, _, err = imageLayout(work, o.Out, "kvhint-dev", StandInRepository, standIn, version, commit, created)
 	if err != nil {
-		return nil, err
-	}
-	d, err := idx.Digest()
-	if err != nil {
-		return nil, err
-	}
-	b.Digest = d.String()
-	b.Image = ImageRepository + ":" + version + "@" + b.Digest
-	layoutDir := filepath.Join(work, "oci")
-	if err := writeLayout(layoutDir, idx, version, sb); err != nil {
-		return nil, fmt.Errorf("writing the OCI layout: %w", err)
-	}
-	lt, err := tarDir(layoutDir, created)
-	if err != nil {
-		return nil, err
-	}
-	b.ImageLayout = filepath.Join(o.Out, "kvhint_"+version+"_image.oci.tar")
-	if err := os.WriteFile(b.ImageLayout, lt, 0o644); err != nil {
 		return nil, err
 	}
 
@@ -250,6 +260,20 @@ func Release(o Options) (*Bundle, error) {
 	}
 	b.CRDs = filepath.Join(o.Out, "crds.yaml")
 	if err := writeYAML(b.CRDs, "kv-hint-operator "+version+": the CRDs alone", crds); err != nil {
+		return nil, err
+	}
+
+	// The stand-in router's Deployment, its sidecar's RBAC and its
+	// NetworkPolicy.
+	router, err := Kustomize(filepath.Join(o.Repo, "config", "router"))
+	if err != nil {
+		return nil, fmt.Errorf("kustomize build config/router: %w", err)
+	}
+	if err := setStandInImage(router, b.StandInImage); err != nil {
+		return nil, err
+	}
+	b.Router = filepath.Join(o.Out, "router.yaml")
+	if err := writeYAML(b.Router, "kv-hint-operator "+version+": router llama, the stand-in router with the kvhint sidecar injected (kubectl apply --server-side -n NAMESPACE -f router.yaml)", router); err != nil {
 		return nil, err
 	}
 
@@ -316,6 +340,66 @@ func packageChart(dir, out, version, image string, mtime time.Time) (string, err
 		return "", err
 	}
 	return chartutil.Save(c, out)
+}
+
+// imageLayout builds the multi-arch image of the binary name (one per
+// image platform, in bins) and its SBOM, and writes them as an OCI image
+// layout tar NAME_VERSION_image.oci.tar into out. It returns the image
+// by tag and digest, the digest, the tar's path and the SBOM.
+func imageLayout(work, out, name, repository string, bins map[Platform]string, version, commit string, created time.Time) (image, digest, path string, sb []byte, err error) {
+	var imageBins []string
+	for _, p := range ImagePlatforms {
+		imageBins = append(imageBins, bins[p])
+	}
+	if sb, err = sbom(imageBins, version, commit, created); err != nil {
+		return
+	}
+	idx, err := ociImage(imageSpec{Name: name, Binaries: bins, Repository: repository, Version: version, Commit: commit, Created: created})
+	if err != nil {
+		return
+	}
+	d, err := idx.Digest()
+	if err != nil {
+		return
+	}
+	digest = d.String()
+	layoutDir := filepath.Join(work, "oci-"+name)
+	if err = writeLayout(layoutDir, name, idx, version, sb); err != nil {
+		err = fmt.Errorf("writing the OCI layout of %s: %w", name, err)
+		return
+	}
+	lt, err := tarDir(layoutDir, created)
+	if err != nil {
+		return
+	}
+	path = filepath.Join(out, name+"_"+version+"_image.oci.tar")
+	return repository + ":" + version + "@" + digest, digest, path, sb, os.WriteFile(path, lt, 0o644)
+}
+
+// setStandInImage names image for config/router's stand-in router
+// container, and fails if config/router no longer names the dev image
+// there.
+func setStandInImage(objs []*unstructured.Unstructured, image string) error {
+	found := 0
+	for _, o := range objs {
+		if o.GetKind() != "Deployment" {
+			continue
+		}
+		cs, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+		for _, c := range cs {
+			if m, ok := c.(map[string]any); ok && m["image"] == StandInDevImage {
+				m["image"] = image
+				found++
+			}
+		}
+		if err := unstructured.SetNestedSlice(o.Object, cs, "spec", "template", "spec", "containers"); err != nil {
+			return err
+		}
+	}
+	if found != 1 {
+		return fmt.Errorf("config/router names %s in %d containers, want 1 (the stand-in router)", StandInDevImage, found)
+	}
+	return nil
 }
 
 // setImage names image for the manager's and the injected sidecar's, and

@@ -90,6 +90,100 @@ func hostKVHint(t *testing.T, b *Bundle) string {
 	return bin
 }
 
+// readLayout unpacks the OCI layout tar at path and checks it: an index
+// tagged with the release's version, with an image of name for
+// linux/amd64 and linux/arm64 (/NAME, run as 65532:65532, one layer), and
+// an SBOM whose subject is that index. It returns the layout, the index's
+// and the SBOM's descriptors, and each platform's /NAME.
+func readLayout(t *testing.T, path, name string) (layout.Path, *v1.Descriptor, *v1.Descriptor, map[Platform][]byte) {
+	t.Helper()
+	layoutDir := t.TempDir()
+	lf, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for n, data := range untarReader(t, lf) {
+		if strings.HasSuffix(n, "/") {
+			continue
+		}
+		p := filepath.Join(layoutDir, filepath.FromSlash(n))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lf.Close()
+	lp, err := layout.FromPath(layoutDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	top, err := lp.ImageIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tm, err := top.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var indexDesc, sbomDesc *v1.Descriptor
+	for i, d := range tm.Manifests {
+		switch {
+		case d.Annotations["org.opencontainers.image.ref.name"] == snapshotVersion:
+			indexDesc = &tm.Manifests[i]
+		case d.ArtifactType == SBOMMediaType:
+			sbomDesc = &tm.Manifests[i]
+		}
+	}
+	if indexDesc == nil || sbomDesc == nil {
+		t.Fatalf("%s: index.json lacks the image tagged %s or the SBOM: %+v", path, snapshotVersion, tm.Manifests)
+	}
+	idx, err := top.ImageIndex(indexDesc.Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	im, err := idx.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var platforms []string
+	exes := map[Platform][]byte{}
+	for _, d := range im.Manifests {
+		platforms = append(platforms, d.Platform.OS+"/"+d.Platform.Architecture)
+		img, err := idx.Image(d.Digest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cf, err := img.ConfigFile()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cf.OS != d.Platform.OS || cf.Architecture != d.Platform.Architecture ||
+			!cmp.Equal(cf.Config.Entrypoint, []string{"/" + name}) || cf.Config.User != "65532:65532" {
+			t.Errorf("%s %s: config %+v", name, d.Platform, cf)
+		}
+		layers, err := img.Layers()
+		if err != nil || len(layers) != 1 {
+			t.Fatalf("%s %s: %d layers, %v", name, d.Platform, len(layers), err)
+		}
+		rc, err := layers[0].Uncompressed()
+		if err != nil {
+			t.Fatal(err)
+		}
+		files := untarReader(t, rc)
+		rc.Close()
+		if len(files[name]) == 0 {
+			t.Errorf("%s %s: no /%s in the layer: %v", name, d.Platform, name, keys(files))
+		}
+		exes[Platform{d.Platform.OS, d.Platform.Architecture}] = files[name]
+	}
+	if !cmp.Equal(platforms, []string{"linux/amd64", "linux/arm64"}) {
+		t.Errorf("%s image platforms %v", name, platforms)
+	}
+	return lp, indexDesc, sbomDesc, exes
+}
+
 func untgz(t *testing.T, path string) map[string][]byte {
 	t.Helper()
 	f, err := os.Open(path)
@@ -181,6 +275,7 @@ func TestReleaseArtifacts(t *testing.T) {
 		"kvhint_v0.1.0_image.oci.tar", "kvhint_v0.1.0_sbom.cdx.json",
 		"kvhint_v0.1.0_darwin_amd64.tar.gz", "kvhint_v0.1.0_darwin_arm64.tar.gz",
 		"kvhint_v0.1.0_linux_amd64.tar.gz", "kvhint_v0.1.0_linux_arm64.tar.gz",
+		"kvhint-dev_v0.1.0_image.oci.tar", "router.yaml",
 	}
 	for _, n := range want {
 		if !listed[n] {
@@ -205,92 +300,64 @@ func TestReleaseArtifacts(t *testing.T) {
 	t.Logf("kvhint version:\n%s", v)
 
 	// The image layout.
-	layoutDir := t.TempDir()
-	lf, err := os.Open(b.ImageLayout)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, data := range untarReader(t, lf) {
-		if strings.HasSuffix(name, "/") {
-			continue
-		}
-		p := filepath.Join(layoutDir, filepath.FromSlash(name))
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, data, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	lf.Close()
-	lp, err := layout.FromPath(layoutDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	top, err := lp.ImageIndex()
-	if err != nil {
-		t.Fatal(err)
-	}
-	tm, err := top.IndexManifest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var indexDesc, sbomDesc *v1.Descriptor
-	for i, d := range tm.Manifests {
-		switch {
-		case d.Annotations["org.opencontainers.image.ref.name"] == snapshotVersion:
-			indexDesc = &tm.Manifests[i]
-		case d.ArtifactType == SBOMMediaType:
-			sbomDesc = &tm.Manifests[i]
-		}
-	}
-	if indexDesc == nil || sbomDesc == nil {
-		t.Fatalf("index.json lacks the image tagged %s or the SBOM: %+v", snapshotVersion, tm.Manifests)
-	}
+	lp, indexDesc, sbomDesc, images := readLayout(t, b.ImageLayout, "kvhint")
 	if indexDesc.Digest.String() != b.Digest || !strings.HasSuffix(b.Image, "@"+b.Digest) {
 		t.Errorf("layout's index %s, release digest %s, image %s", indexDesc.Digest, b.Digest, b.Image)
 	}
-	idx, err := top.ImageIndex(indexDesc.Digest)
-	if err != nil {
-		t.Fatal(err)
-	}
-	im, err := idx.IndexManifest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var platforms []string
-	for _, d := range im.Manifests {
-		platforms = append(platforms, d.Platform.OS+"/"+d.Platform.Architecture)
-		img, err := idx.Image(d.Digest)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cf, err := img.ConfigFile()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if cf.OS != d.Platform.OS || cf.Architecture != d.Platform.Architecture ||
-			!cmp.Equal(cf.Config.Entrypoint, []string{"/kvhint"}) || cf.Config.User != "65532:65532" {
-			t.Errorf("%s: config %+v", d.Platform, cf)
-		}
-		layers, err := img.Layers()
-		if err != nil || len(layers) != 1 {
-			t.Fatalf("%s: %d layers, %v", d.Platform, len(layers), err)
-		}
-		rc, err := layers[0].Uncompressed()
-		if err != nil {
-			t.Fatal(err)
-		}
-		files := untarReader(t, rc)
-		rc.Close()
-		archive := untgz(t, b.Archives[Platform{d.Platform.OS, d.Platform.Architecture}])
-		name := strings.TrimSuffix(filepath.Base(b.Archives[Platform{d.Platform.OS, d.Platform.Architecture}]), ".tar.gz")
-		if !bytes.Equal(files["kvhint"], archive[name+"/kvhint"]) || len(files["kvhint"]) == 0 {
-			t.Errorf("%s: the image's /kvhint is not the archive's kvhint", d.Platform)
+	for p, exe := range images {
+		archive := untgz(t, b.Archives[p])
+		name := strings.TrimSuffix(filepath.Base(b.Archives[p]), ".tar.gz")
+		if !bytes.Equal(exe, archive[name+"/kvhint"]) {
+			t.Errorf("%s: the image's /kvhint is not the archive's kvhint", p)
 		}
 	}
-	if !cmp.Equal(platforms, []string{"linux/amd64", "linux/arm64"}) {
-		t.Errorf("image platforms %v", platforms)
+
+	// The stand-in router's image: kvhint-dev of this release, which
+	// router.yaml runs, pinned by the layout's digest.
+	_, standInDesc, standInSBOM, standIns := readLayout(t, b.StandInLayout, "kvhint-dev")
+	if standInDesc.Digest.String() != b.StandInDigest || b.StandInImage != StandInRepository+":"+snapshotVersion+"@"+b.StandInDigest {
+		t.Errorf("stand-in layout's index %s, release digest %s, image %s", standInDesc.Digest, b.StandInDigest, b.StandInImage)
+	}
+	if standInSBOM.Digest == sbomDesc.Digest {
+		t.Errorf("the stand-in image's SBOM is kvhint's")
+	}
+	if exe, ok := standIns[Platform{runtime.GOOS, runtime.GOARCH}]; ok {
+		dev := filepath.Join(t.TempDir(), "kvhint-dev")
+		if err := os.WriteFile(dev, exe, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		v, err := exec.Command(dev, "version").CombinedOutput()
+		if err != nil || !strings.Contains(string(v), "kvhint "+snapshotVersion+"\n") || !strings.Contains(string(v), "commit: "+b.Commit+"\n") {
+			t.Errorf("the stand-in image's kvhint-dev version: %v\n%s", err, v)
+		}
+		h, err := exec.Command(dev, "router", "--help").CombinedOutput()
+		if err != nil || !strings.Contains(string(h), "--hints-url") {
+			t.Errorf("the stand-in image's kvhint-dev router --help: %v\n%s", err, h)
+		}
+	}
+	routerObjs := readObjs(t, b.Router)
+	kinds := map[string]bool{}
+	for _, o := range routerObjs {
+		kinds[o.GetKind()] = true
+		if o.GetNamespace() != "" {
+			t.Errorf("router.yaml: %s has namespace %q; it is applied with -n", ident(o), o.GetNamespace())
+		}
+		if o.GetKind() != "Deployment" {
+			continue
+		}
+		cs, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+		var imgs []string
+		for _, c := range cs {
+			imgs = append(imgs, c.(map[string]any)["image"].(string))
+		}
+		if !cmp.Equal(imgs, []string{b.StandInImage}) {
+			t.Errorf("router.yaml's Deployment runs %q, want the stand-in image %s alone (the sidecar is injected)", imgs, b.StandInImage)
+		}
+	}
+	for _, k := range []string{"Deployment", "ServiceAccount", "Role", "RoleBinding", "NetworkPolicy"} {
+		if !kinds[k] {
+			t.Errorf("router.yaml has no %s", k)
+		}
 	}
 
 	// The SBOM: the referrer's blob is the release's file, a CycloneDX

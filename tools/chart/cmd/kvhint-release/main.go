@@ -1,6 +1,7 @@
 // Command kvhint-release builds a release of kv-hint-operator into a
 // folder: the kvhint archives, the multi-arch image as an OCI layout with
-// its SBOM, install.yaml, crds.yaml, the packaged chart and SHA256SUMS.
+// its SBOM, install.yaml, crds.yaml, the packaged chart, the stand-in
+// router's image and router.yaml, and SHA256SUMS.
 // `make release VERSION=vX.Y.Z` runs it; `make release-snapshot` runs it
 // with -snapshot (no version needed, uncommitted changes allowed).
 //
@@ -34,7 +35,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "kvhint-release:", err)
 		os.Exit(1)
 	}
-	fmt.Printf("kvhint %s, commit %s, date %s\nimage %s\n", b.Version, b.Commit, b.Date, b.Image)
+	fmt.Printf("kvhint %s, commit %s, date %s\nimage %s\nstand-in router image %s\n", b.Version, b.Commit, b.Date, b.Image, b.StandInImage)
 	for _, f := range append(b.Files(), b.Sums) {
 		st, err := os.Stat(f)
 		if err != nil {
