@@ -281,7 +281,8 @@ type RouterPods struct {
 // the role is accepted and how many router pods run it.
 //
 // spec.router is a selectable field: `kubectl get rr --field-selector
-// spec.router=NAME` lists the roles of one router.
+// spec.router=NAME` lists the roles of one router (Kubernetes 1.31 or
+// newer: selectable fields of custom resources are beta there, GA in 1.32).
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status

@@ -248,3 +248,30 @@ func TestPreviewMooncakeEngineBlocks(t *testing.T) {
 		t.Errorf("at 16-token engine blocks: exit %d; want no difference, the cache printed in engine blocks and tokens:\n%s", code, out)
 	}
 }
+
+// TestPreviewDocsHead: the head docs/preview.md's worked example has its
+// reader save is the file this package's tests run as that head.
+func TestPreviewDocsHead(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/preview.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(doc), "`session-decode-no-evict.yaml`:\n\n```yaml\n")
+	block, _, ok2 := strings.Cut(rest, "```\n")
+	if !ok || !ok2 {
+		t.Fatal("docs/preview.md has no yaml block after \"`session-decode-no-evict.yaml`:\"")
+	}
+	data, err := os.ReadFile(withoutEvict(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	for _, l := range strings.SplitAfter(string(data), "\n") {
+		if !strings.HasPrefix(l, "#") {
+			lines = append(lines, l)
+		}
+	}
+	if want := strings.Join(lines, ""); block != want {
+		t.Errorf("docs/preview.md's session-decode-no-evict.yaml:\n%s\nwant config/samples/session-decode.yaml without kv-evict:\n%s", block, want)
+	}
+}
