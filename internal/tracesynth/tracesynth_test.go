@@ -2,8 +2,6 @@ package tracesynth
 
 import (
 	"bytes"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -57,54 +55,6 @@ func TestSeededAndWellFormed(t *testing.T) {
 	}
 	if sessions == 0 || docs == 0 {
 		t.Errorf("%d chat turns and %d document requests; want both", sessions, docs)
-	}
-}
-
-// The conversation trace chains into sessions one row at a time: a turn
-// continues its session's latest row only, so the system prompt that
-// every row shares does not merge them.
-func TestChainSessionsMooncake(t *testing.T) {
-	dir, why := MooncakeDir()
-	if dir == "" {
-		t.Skip("real traces absent: " + why)
-	}
-	f, err := os.Open(filepath.Join(dir, "conversation_trace.jsonl"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var out bytes.Buffer
-	n, err := ChainSessions(f, &out, 512, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rows := strings.Count(out.String(), "\n")
-	if rows != 12031 || n < 5000 || n >= rows {
-		t.Fatalf("%d rows in %d sessions; want 12,031 rows in fewer sessions than rows", rows, n)
-	}
-	t.Logf("%d rows, %d sessions", rows, n)
-}
-
-func TestChainSessionsRule(t *testing.T) {
-	in := `{"timestamp":0,"input_length":1100,"hash_ids":[0,1,2]}
-{"timestamp":1,"input_length":1100,"hash_ids":[0,5,6]}
-{"timestamp":2,"input_length":2000,"hash_ids":[0,1,7,8]}
-{"timestamp":3,"input_length":2000,"hash_ids":[0,1,2,9]}
-`
-	var out bytes.Buffer
-	n, err := ChainSessions(strings.NewReader(in), &out, 512, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []string{`"c0"`, `"c1"`, `"c0"`, `"c2"`}
-	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	for i, l := range lines {
-		if !strings.HasSuffix(l, `"session_id":`+want[i]+"}") {
-			t.Errorf("line %d = %s; want session %s", i+1, l, want[i])
-		}
-	}
-	if n != 3 {
-		t.Errorf("%d sessions, want 3", n)
 	}
 }
 
