@@ -1,7 +1,9 @@
 package devcli
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"os"
 
 	"github.com/spf13/cobra"
@@ -32,19 +34,12 @@ timestamp.`,
 			if err != nil {
 				return err
 			}
-			w := cmd.OutOrStdout()
-			if out != "" && out != "-" {
-				f, err := os.Create(out)
-				if err != nil {
-					return err
+			return writeOutput(cmd, out, func(w io.Writer) error {
+				if err := tracesynth.WriteFormat(w, rows, format); err != nil {
+					return fmt.Errorf("writing the trace: %w", err)
 				}
-				defer f.Close()
-				w = f
-			}
-			if err := tracesynth.WriteFormat(w, rows, format); err != nil {
-				return fmt.Errorf("writing the trace: %w", err)
-			}
-			return nil
+				return nil
+			})
 		},
 	}
 	f := cmd.Flags()
@@ -89,18 +84,16 @@ only within a session. The rows keep their order and keys.`,
 				return err
 			}
 			defer r.Close()
-			w := cmd.OutOrStdout()
-			if out != "" && out != "-" {
-				f, err := os.Create(out)
-				if err != nil {
-					return err
+			var n int
+			err = writeOutput(cmd, out, func(w io.Writer) error {
+				var err error
+				if n, err = tracesynth.ChainSessions(r, w, blockSize, minBlocks); err != nil {
+					return fmt.Errorf("%s: %w", in, err)
 				}
-				defer f.Close()
-				w = f
-			}
-			n, err := tracesynth.ChainSessions(r, w, blockSize, minBlocks)
+				return nil
+			})
 			if err != nil {
-				return fmt.Errorf("%s: %w", in, err)
+				return err
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "%d sessions\n", n)
 			return nil
@@ -112,4 +105,30 @@ only within a session. The rows keep their order and keys.`,
 	f.IntVar(&blockSize, "block-size", blockSize, "tokens per hash id")
 	f.IntVar(&minBlocks, "min-blocks", minBlocks, "the fewest shared blocks that continue a session")
 	return cmd
+}
+
+// writeOutput runs write on standard output, or on the file out (not "-")
+// when set. A file is closed before it counts as written: an error of the
+// write or of the close (a full disk shows there) is returned and the
+// partial file removed, so no half-written trace is left to read.
+func writeOutput(cmd *cobra.Command, out string, write func(io.Writer) error) error {
+	if out == "" || out == "-" {
+		return write(cmd.OutOrStdout())
+	}
+	f, err := os.Create(out)
+	if err != nil {
+		return err
+	}
+	// Only a regular file is removed on failure: out may be a device or
+	// a pipe (-o /dev/stdout).
+	st, serr := f.Stat()
+	regular := serr == nil && st.Mode().IsRegular()
+	err = write(f)
+	if cerr := f.Close(); cerr != nil {
+		err = errors.Join(err, fmt.Errorf("closing %s: %w", out, cerr))
+	}
+	if err != nil && regular {
+		os.Remove(out)
+	}
+	return err
 }
