@@ -102,7 +102,7 @@ Exit status: 0 no difference, 1 the change improves or worsens, 2 an error
 	fl.StringVarP(&f.output, "output", "o", "md", "report format: md or json")
 	fl.IntVar(&f.a.BlockSize, "trace-block-size", preview.DefaultBlockSize, "tokens per hash id in the trace")
 	fl.IntVar(&f.a.EngineBlockSize, "engine-block-size", 0, "the engine's KV block size in tokens: the bookings' block size and the unit of min_blocks, max_blocks and --cache-blocks; it divides --trace-block-size (default: --trace-block-size)")
-	fl.IntVar(&f.cacheTokens, "cache-tokens", 0, "KV cache capacity of each worker, in tokens (instead of --cache-blocks)")
+	fl.IntVar(&f.cacheTokens, "cache-tokens", 0, "KV cache capacity of each worker, in tokens, rounded down to whole engine blocks (instead of --cache-blocks)")
 	fl.IntVar(&f.a.Topology.Default.Workers, "workers", preview.DefaultWorkers, "workers per role")
 	fl.IntVar(&f.a.Topology.Default.CacheBlocks, "cache-blocks", preview.DefaultCacheBlocks, "KV cache capacity of each worker, in engine blocks")
 	fl.StringVar(&f.topology, "topology", "", "YAML file of workers per role (default, roles: {workers, cache_blocks, hint_capable, source_endpoints}); overrides --workers and --cache-blocks where it sets them")
@@ -151,6 +151,9 @@ func runPreview(cat *hints.Catalog, f *previewFlags, stdin io.Reader, stdout, st
 		ebs := f.a.EngineBlockSize
 		if ebs == 0 {
 			ebs = f.a.BlockSize
+		}
+		if f.cacheTokens < ebs {
+			return fail("--cache-tokens is %d, less than one block of %d tokens: no worker could cache anything", f.cacheTokens, ebs)
 		}
 		f.a.Topology.Default.CacheBlocks = f.cacheTokens / ebs
 	}

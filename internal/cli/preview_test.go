@@ -50,6 +50,7 @@ func TestPreviewExitCodes(t *testing.T) {
 		{"no session", []string{"--base", none, "--head", retain, "--trace", sessionless}, 3, "0 of 2 rows carry a session id", "0 of 2 rows carry a session id, and kv-retain (role aggregated) acts only within a session"},
 		{"bad evict semantics", []string{"--base", none, "--head", none, "--evict-in-use", "sometimes"}, 2, "", `--evict-in-use is "sometimes"; it must be keep`},
 		{"engine block not dividing", []string{"--base", none, "--head", none, "--engine-block-size", "48"}, 2, "", "--engine-block-size is 48; it must divide --trace-block-size 512"},
+		{"cache under a block", []string{"--base", none, "--head", none, "--cache-tokens", "100"}, 2, "", "--cache-tokens is 100, less than one block of 512 tokens"},
 		{"cache twice", []string{"--base", none, "--head", none, "--cache-tokens", "4096", "--cache-blocks", "8"}, 2, "", "--cache-tokens and --cache-blocks"},
 		{"bad windows", []string{"--base", none, "--head", none, "--windows", "-1"}, 2, "", "--windows is -1"},
 		{"plot", []string{"--base", none, "--head", retain, "--trace", spaced, "--workers", "1", "--cache-blocks", "2", "--sensitivity=false", "--plot", filepath.Join(dir, "w.svg")}, 1, "**Verdict: improves.**", ""},
