@@ -162,9 +162,10 @@ reference: ## Regenerate docs/reference/cli/, conditions.md and metrics.md.
 .PHONY: reference-check
 reference-check: ## Fail if docs/reference/cli/, conditions.md or metrics.md is stale (make reference).
 	@tmp="$$(mktemp -d)" && trap 'rm -rf "$$tmp"' EXIT && \
-	($(DOCGEN) cli -out "$$tmp/cli" && $(DOCGEN) conditions -root $(CURDIR) -out "$$tmp/conditions.md" && $(DOCGEN) metrics -out "$$tmp/metrics.md") && \
-	diff -r "$$tmp/cli" docs/reference/cli && diff "$$tmp/conditions.md" docs/reference/conditions.md && diff "$$tmp/metrics.md" docs/reference/metrics.md || \
-	{ echo "docs/reference is stale: run make reference"; exit 1; }
+	{ ($(DOCGEN) cli -out "$$tmp/cli" && $(DOCGEN) conditions -root $(CURDIR) -out "$$tmp/conditions.md" && $(DOCGEN) metrics -out "$$tmp/metrics.md") || \
+	  { echo "docgen failed (above): docs/reference could not be generated to compare"; exit 1; }; } && \
+	{ diff -r "$$tmp/cli" docs/reference/cli && diff "$$tmp/conditions.md" docs/reference/conditions.md && diff "$$tmp/metrics.md" docs/reference/metrics.md || \
+	  { echo "docs/reference is stale: run make reference"; exit 1; }; }
 
 .PHONY: apidiff
 apidiff: $(APIDIFF)
