@@ -32,7 +32,7 @@ func TestPresetOverridesParametersCondition(t *testing.T) {
 	}
 	create(t, dep, rr)
 	waitConditionMessage(t, rr, v1alpha1.ConditionAccepted, metav1.ConditionTrue, v1alpha1.ReasonPresetOverridesParameters,
-		`--agentic of container "frontend" of Deployment agentic-frontend, Dynamo 1.7's preset`)
+		`--agentic of container "frontend" of Deployment agentic-frontend: a Dynamo 1.7 router preset`)
 
 	update(t, rr, func(rr *v1alpha1.RouterRole) {
 		rr.Annotations = map[string]string{v1alpha1.DynamoVersionAnnotation: "1.6"}

@@ -256,7 +256,7 @@ func TestManifestsDeclaredDynamoVersion(t *testing.T) {
 		notWant string
 	}{
 		{name: "1.7 declared", file: writeVariant(t, "", append(agentic, "    kind: PolicyCatalog\n", "    kind: PolicyCatalog\n    dynamoVersion: \"1.7\"\n")...), code: ExitOK,
-			want: `PresetOverridesParameters (warning): Deployment llama-frontend sets --agentic of container "frontend" of Deployment llama-frontend, Dynamo 1.7's preset (--agentic; Dynamo 1.7 from the declared catalog's dynamoVersion 1.7)`},
+			want: `PresetOverridesParameters (warning): --agentic of container "frontend" of Deployment llama-frontend: a Dynamo 1.7 router preset (Dynamo 1.7 from the declared catalog's dynamoVersion 1.7)`},
 		{name: "nothing declared: 1.6, no presets", file: writeVariant(t, "", agentic...), code: ExitOK, notWant: "PresetOverridesParameters"},
 		{name: "not a version", file: writeVariant(t, "", "    kind: PolicyCatalog\n", "    kind: PolicyCatalog\n    dynamoVersion: seven\n"), code: ExitInvalid,
 			want: `InvalidCatalog: ConfigMap llama-catalog declares the catalog of router llama, but it cannot be used: invalid policy catalog: line 3: dynamoVersion: "seven" is not a Dynamo version`},

@@ -175,9 +175,9 @@ func presetFindings(rr *v1alpha1.RouterRole, declared string, r *hintsconfig.Rol
 		out = append(out, Finding{
 			Severity: hintsconfig.SeverityWarning, Condition: v1alpha1.ConditionAccepted, Reason: v1alpha1.ReasonPresetOverridesParameters,
 			Field: "spec.workerSelection.parameters", Detail: r.Selection.Type,
-			Message: fmt.Sprintf("%s sets %s, Dynamo %s's preset (%s; Dynamo %s from %s), which takes precedence over the cost-function parameters: "+
+			Message: fmt.Sprintf("%s: a Dynamo %s router preset (Dynamo %s from %s), which takes precedence over the cost-function parameters: "+
 				"the router runs %s, not this role's values for them; remove the preset to run the role's parameters",
-				wl.where(), set, d.Version, p.Flag, d.Version, from, p.Overrides),
+				set, d.Version, d.Version, from, p.Overrides),
 		})
 	}
 	return out

@@ -75,14 +75,14 @@ func TestPresetOverridesParameters(t *testing.T) {
 		message   string
 	}{
 		{"--agentic on 1.7", corev1.Container{Image: "vllm-runtime:1.7.0", Args: []string{"--router-mode", "kv", "--agentic"}}, "dynamo-default-cost-fn",
-			v1alpha1.ReasonPresetOverridesParameters, "--agentic of container \"frontend\" of Deployment llama, Dynamo 1.7's preset"},
+			v1alpha1.ReasonPresetOverridesParameters, "PresetOverridesParameters: --agentic of container \"frontend\" of Deployment llama: a Dynamo 1.7 router preset"},
 		{"DYN_ROUTER_LOAD_AWARE on 1.7", corev1.Container{Image: "vllm-runtime:1.7.0", Env: []corev1.EnvVar{{Name: "DYN_ROUTER_MODE", Value: "kv"}, {Name: "DYN_ROUTER_LOAD_AWARE", Value: "true"}}},
 			"dynamo-default-cost-fn", v1alpha1.ReasonPresetOverridesParameters, "overlap_score_credit 0"},
 		{"DYN_ROUTER_AGENTIC=false", corev1.Container{Image: "vllm-runtime:1.7.0", Env: []corev1.EnvVar{{Name: "DYN_ROUTER_MODE", Value: "kv"}, {Name: "DYN_ROUTER_AGENTIC", Value: "false"}}},
 			"dynamo-default-cost-fn", v1alpha1.ReasonAccepted, ""},
 		{"--agentic on 1.6", corev1.Container{Image: "vllm-runtime:1.6.2", Args: []string{"--router-mode", "kv", "--agentic"}}, "dynamo-default-cost-fn", v1alpha1.ReasonAccepted, ""},
 		{"--agentic alone implies kv mode", corev1.Container{Image: "vllm-runtime:1.7.0", Args: []string{"--agentic"}}, "dynamo-default-cost-fn",
-			v1alpha1.ReasonPresetOverridesParameters, "--agentic of container \"frontend\" of Deployment llama, Dynamo 1.7's preset"},
+			v1alpha1.ReasonPresetOverridesParameters, "PresetOverridesParameters: --agentic of container \"frontend\" of Deployment llama: a Dynamo 1.7 router preset"},
 		{"another selection", corev1.Container{Image: "vllm-runtime:1.7.0", Args: []string{"--router-mode", "kv", "--agentic"}}, "dynamo-soft-affinity-load-guard", v1alpha1.ReasonAccepted, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
