@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+	"github.com/kvrouter/kv-hint-operator/internal/declared"
 )
 
 // ManagerMetricsNamespace prefixes the manager's own metrics (controller-
@@ -59,7 +60,7 @@ type statusCollector struct {
 	graphs *graphWatch
 	// catalogs is the manager's store of declared catalogs; nil when it
 	// has none. Every replica exports it: each keeps its own.
-	catalogs *catalogs
+	catalogs *declared.Store
 }
 
 // NewStatusCollector returns the collector of RouterRole status read
@@ -79,7 +80,7 @@ func RegisterMetrics(reg prometheus.Registerer, mgr manager.Manager) error {
 		c.graphs = g.(*graphWatch)
 	}
 	if cats, ok := catalogStores.Load(mgr); ok {
-		c.catalogs = cats.(*catalogs)
+		c.catalogs = cats.(*declared.Store)
 	}
 	return reg.Register(c)
 }
@@ -95,7 +96,7 @@ func (c *statusCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
 	if c.catalogs != nil {
-		n, bytes := c.catalogs.loadedCount()
+		n, bytes := c.catalogs.Loaded()
 		ch <- prometheus.MustNewConstMetric(catalogsDesc, prometheus.GaugeValue, float64(n))
 		ch <- prometheus.MustNewConstMetric(catalogBytesDesc, prometheus.GaugeValue, float64(bytes))
 	}

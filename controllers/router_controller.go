@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+	"github.com/kvrouter/kv-hint-operator/internal/declared"
 	"github.com/kvrouter/kv-hint-operator/internal/rolegraph"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
@@ -42,7 +43,7 @@ type RouterReconciler struct {
 
 	// catalogs resolves each router's catalog: a declared one (see
 	// CatalogForLabel) or Catalog. Nil: every router runs Catalog.
-	catalogs *catalogs
+	catalogs *declared.Store
 	// catalogCache holds the declared-catalog ConfigMaps, watched apart
 	// from the manager's cache.
 	catalogCache cache.Cache
@@ -50,7 +51,7 @@ type RouterReconciler struct {
 	// nil: never (see graphWatch).
 	graphs *graphWatch
 	// loaded tells of the declared-catalog ConfigMaps whose background
-	// load ended (catalogs.loadInBackground).
+	// load ended (declared.Store.LoadInBackground).
 	loaded <-chan event.TypedGenericEvent[*corev1.ConfigMap]
 	// waiting holds, by router, when the roles' status began to wait for
 	// the pods to report a new config (see awaitReports).
@@ -95,18 +96,18 @@ func (r *RouterReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if rc.pending {
+	if rc.Pending {
 		// Reconciled again when the load ends (catalogEvents); the
 		// requeue is only a safety net.
 		ctrl.LoggerFrom(ctx).V(1).Info("Waiting for the router's declared catalog to load")
 		return ctrl.Result{RequeueAfter: pendingRetry}, nil
 	}
-	if rc.problem != nil {
-		in.CatalogProblems = map[string]rolegraph.Finding{req.Name: *rc.problem}
+	if rc.Problem != nil {
+		in.CatalogProblems = map[string]rolegraph.Finding{req.Name: *rc.Problem}
 	}
-	in.PolicyFileForms = map[string]hintsconfig.Form{req.Name: rc.form}
-	in.DeclaredCatalogs = map[string]bool{req.Name: rc.source != ""}
-	in.DynamoVersions = map[string]string{req.Name: rc.version}
+	in.PolicyFileForms = map[string]hintsconfig.Form{req.Name: rc.Form}
+	in.DeclaredCatalogs = map[string]bool{req.Name: rc.Source != ""}
+	in.DynamoVersions = map[string]string{req.Name: rc.Version}
 	ro, err := r.observeRollout(ctx, req.Namespace, req.Name, &in)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -114,7 +115,7 @@ func (r *RouterReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 
 	in.Now = metav1.Now()
 	in.WriteRefusals = r.refusals(req.NamespacedName)
-	out := rolegraph.Compile(rc.cat, in)
+	out := rolegraph.Compile(rc.Catalog, in)
 	compiled := out.Router(req.Name)
 	if compiled == nil {
 		// Every RouterRole found through the router index names this
@@ -152,7 +153,7 @@ func (r *RouterReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 		// The status compiled before the rollout says what it did
 		// not know: that the write was refused, or that it no longer is.
 		in.WriteRefusals = r.refusals(req.NamespacedName)
-		out = rolegraph.Compile(rc.cat, in)
+		out = rolegraph.Compile(rc.Catalog, in)
 		compiled = out.Router(req.Name)
 	}
 	if refusal != nil {
@@ -189,11 +190,11 @@ func recheck(res ctrl.Result, workloads []*rolegraph.Workload, now time.Time) ct
 // routerCatalog returns the catalog the router's roles are compiled
 // against: its declared one, when a ConfigMap declares it, or the linked
 // one.
-func (r *RouterReconciler) routerCatalog(ctx context.Context, namespace, router string) (routerCatalog, error) {
+func (r *RouterReconciler) routerCatalog(ctx context.Context, namespace, router string) (declared.RouterCatalog, error) {
 	if r.catalogs == nil {
-		return routerCatalog{cat: r.Catalog}, nil
+		return declared.RouterCatalog{Catalog: r.Catalog}, nil
 	}
-	return r.catalogs.forRouter(ctx, namespace, router)
+	return r.catalogs.ForRouter(ctx, namespace, router)
 }
 
 // pendingRetry is when a router whose declared catalog was loading is

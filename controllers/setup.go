@@ -25,6 +25,7 @@ import (
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
 	"github.com/kvrouter/kv-hint-operator/internal/apiwatch"
+	"github.com/kvrouter/kv-hint-operator/internal/declared"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 )
 
@@ -176,10 +177,25 @@ func sidecarOwns(mf metav1.ManagedFieldsEntry, key string) bool {
 
 // Setup registers the field indexes and both reconcilers with mgr, whose
 // cache must have been built with CacheOptions(namespaces). It adds the
-// cache of declared-catalog ConfigMaps (CatalogCacheOptions) to mgr.
+// cache of declared-catalog ConfigMaps (declared.CacheOptions) to mgr.
 func Setup(ctx context.Context, mgr manager.Manager, cat *hints.Catalog, namespaces ...string) error {
 	return SetupWithOptions(ctx, mgr, cat, Options{Namespaces: namespaces, CatalogLimits: DefaultCatalogLimits()})
 }
+
+// CatalogForLabel and CatalogKey name a router's declared catalog (see
+// v1alpha1.CatalogForLabel).
+const (
+	CatalogForLabel = v1alpha1.CatalogForLabel
+	CatalogKey      = v1alpha1.CatalogKey
+)
+
+// CatalogLimits bound what the manager spends on declared catalogs
+// (declared.Limits).
+type CatalogLimits = declared.Limits
+
+// DefaultCatalogLimits are the manager's shipped limits of declared
+// catalogs (declared.DefaultLimits).
+func DefaultCatalogLimits() CatalogLimits { return declared.DefaultLimits() }
 
 // Options are the manager's settings of the reconcilers.
 type Options struct {
@@ -216,7 +232,7 @@ func SetupWithOptions(ctx context.Context, mgr manager.Manager, cat *hints.Catal
 	if err := setupIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
 		return fmt.Errorf("field indexes: %w", err)
 	}
-	opts := CatalogCacheOptions(catalogNS)
+	opts := declared.CacheOptions(catalogNS)
 	opts.Scheme, opts.Mapper = mgr.GetScheme(), mgr.GetRESTMapper()
 	catalogCache, err := cache.New(mgr.GetConfig(), opts)
 	if err != nil {
@@ -225,10 +241,9 @@ func SetupWithOptions(ctx context.Context, mgr manager.Manager, cat *hints.Catal
 	if err := mgr.Add(catalogCache); err != nil {
 		return fmt.Errorf("declared-catalog cache: %w", err)
 	}
-	cats := newCatalogs(catalogCache, cat, o.CatalogLimits)
-	cats.namespaces = catalogNS
+	cats := declared.NewStore(catalogCache, cat, o.CatalogLimits, catalogNS...)
 	catalogStores.Store(mgr, cats)
-	loaded := cats.loadInBackground(ctx)
+	loaded := cats.LoadInBackground(ctx)
 	rec := mgr.GetEventRecorder(EventSource)
 	graphs := &graphWatch{cfg: mgr.GetConfig(), namespaces: namespaces, interval: cmp.Or(o.GraphDiscoveryInterval, DefaultGraphDiscoveryInterval)}
 	graphWatches.Store(mgr, graphs)
