@@ -10,9 +10,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+	"github.com/kvrouter/kv-hint-operator/internal/apiwatch"
 	"github.com/kvrouter/kv-hint-operator/internal/dynamograph"
 	"github.com/kvrouter/kv-hint-operator/internal/rolegraph"
 )
@@ -78,22 +79,15 @@ func (g *graphWatch) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("DynamoGraphDeployment watch: %w", err)
 	}
-	tick := time.NewTicker(g.interval)
-	defer tick.Stop()
-	for {
-		served, err := graphsServed(dc)
-		if err != nil {
-			log.V(1).Info("Looking for the DynamoGraphDeployment CRD", "error", err.Error())
-		}
-		if served {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-tick.C:
-		}
-	}
+	gvr := dynamograph.GroupVersion.WithResource(dynamograph.Resource)
+	return apiwatch.WhenServed(ctx, dc, gvr, g.interval, func(err error) {
+		log.V(1).Info("Looking for the DynamoGraphDeployment CRD", "error", err.Error())
+	}, func(ctx context.Context) error { return g.watch(ctx, log) })
+}
+
+// watch starts the cache of router-labelled DGDs and its watch on the
+// router controller, and runs until ctx ends.
+func (g *graphWatch) watch(ctx context.Context, log logr.Logger) error {
 	c, err := g.newCache()
 	if err != nil {
 		return err
@@ -122,24 +116,6 @@ func (g *graphWatch) Start(ctx context.Context) error {
 	log.Info("Watching DynamoGraphDeployments: the CRD is served")
 	<-ctx.Done()
 	return nil
-}
-
-// graphsServed reports whether the API server serves the DGD's storage
-// version.
-func graphsServed(dc discovery.DiscoveryInterface) (bool, error) {
-	list, err := dc.ServerResourcesForGroupVersion(dynamograph.GroupVersion.String())
-	switch {
-	case apierrors.IsNotFound(err):
-		return false, nil
-	case err != nil:
-		return false, err
-	}
-	for _, r := range list.APIResources {
-		if r.Name == dynamograph.Resource {
-			return true, nil
-		}
-	}
-	return false, nil
 }
 
 // newCache is the cache of router-labelled DGDs: a REST mapper of its own,
