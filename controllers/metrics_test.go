@@ -9,13 +9,11 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
-	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
 	"github.com/kvrouter/kv-hint-operator/controllers"
+	"github.com/kvrouter/kv-hint-operator/internal/managermetrics"
 )
 
 // series gathers g and returns each series of the families named
@@ -51,17 +49,6 @@ func series(t *testing.T, g prometheus.Gatherer, ns string) []string {
 	return out
 }
 
-// fakeClient is a fake client over objs, for the collector's narrow unit
-// tests that need no API server.
-func fakeClient(t *testing.T, objs ...client.Object) client.Client {
-	t.Helper()
-	s, err := controllers.NewScheme()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return fake.NewClientBuilder().WithScheme(s).WithObjects(objs...).Build()
-}
-
 func closed() <-chan struct{} {
 	c := make(chan struct{})
 	close(c)
@@ -74,7 +61,7 @@ func closed() <-chan struct{} {
 func TestStatusMetrics(t *testing.T) {
 	ns := newNamespace(t)
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(controllers.NewStatusCollector(k8s, closed()))
+	reg.MustRegister(managermetrics.NewCollector(managermetrics.Sources{Reader: k8s, Elected: closed()}))
 
 	rr := newRole(ns, "decode", "metrics", "decode", "dynamo-default-cost-fn")
 	create(t, rr)
@@ -109,58 +96,4 @@ func TestStatusMetrics(t *testing.T) {
 		}
 		return nil
 	})
-}
-
-// TestStatusMetricsOnlyOnLeader: a replica that is not the leader exports
-// no status series, so that each alert fires once, not once per replica.
-func TestStatusMetricsOnlyOnLeader(t *testing.T) {
-	rr := &v1alpha1.RouterRole{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "decode"},
-		Spec: v1alpha1.RouterRoleSpec{Router: "llama", Role: "decode"}}
-	rr.Status.Conditions = []metav1.Condition{{Type: "Programmed", Status: metav1.ConditionTrue, Reason: "Programmed"}}
-	c := fakeClient(t, rr)
-	elected := make(chan struct{})
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(controllers.NewStatusCollector(c, elected))
-
-	if diff := cmp.Diff([]string{"kvhint_manager_routerroles{} 0"}, series(t, reg, "")); diff != "" {
-		t.Errorf("before election (-want +got):\n%s", diff)
-	}
-	close(elected)
-	want := []string{"kvhint_manager_routerrole_condition{role=decode,router=llama,routerrole=decode,type=Programmed} 1"}
-	if diff := cmp.Diff(want, series(t, reg, "team")); diff != "" {
-		t.Errorf("once elected (-want +got):\n%s", diff)
-	}
-}
-
-// TestRouterPodsMode: a router one of whose Deployments opted in to
-// restarts (the policy-volume annotation) counts its pods under mode
-// restart, where no sidecar runs; the others under mode sidecar.
-func TestRouterPodsMode(t *testing.T) {
-	var objs []v1alpha1.RouterRole
-	for _, router := range []string{"dynamo", "llama"} {
-		rr := v1alpha1.RouterRole{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: router + "-decode"},
-			Spec: v1alpha1.RouterRoleSpec{Router: router, Role: "decode"}}
-		rr.Status.RouterPods = &v1alpha1.RouterPods{Hash: router + "-hash", Total: 3, UpToDate: 2}
-		objs = append(objs, rr)
-	}
-	restart := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "dynamo-frontend",
-		Labels:      map[string]string{v1alpha1.RouterLabel: "dynamo"},
-		Annotations: map[string]string{v1alpha1.PolicyVolumeAnnotation: "policy"}}}
-	plain := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "llama-router",
-		Labels: map[string]string{v1alpha1.RouterLabel: "llama"}}}
-	c := fakeClient(t, &objs[0], &objs[1], restart, plain)
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(controllers.NewStatusCollector(c, closed()))
-
-	want := []string{
-		"kvhint_manager_router_config_info{hash=dynamo-hash,router=dynamo} 1",
-		"kvhint_manager_router_config_info{hash=llama-hash,router=llama} 1",
-		"kvhint_manager_router_pods{mode=restart,router=dynamo,state=total} 3",
-		"kvhint_manager_router_pods{mode=restart,router=dynamo,state=up_to_date} 2",
-		"kvhint_manager_router_pods{mode=sidecar,router=llama,state=total} 3",
-		"kvhint_manager_router_pods{mode=sidecar,router=llama,state=up_to_date} 2",
-	}
-	if diff := cmp.Diff(want, series(t, reg, "team")); diff != "" {
-		t.Errorf("(-want +got):\n%s", diff)
-	}
 }

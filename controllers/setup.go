@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,6 +27,7 @@ import (
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
 	"github.com/kvrouter/kv-hint-operator/internal/apiwatch"
 	"github.com/kvrouter/kv-hint-operator/internal/declared"
+	"github.com/kvrouter/kv-hint-operator/internal/managermetrics"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 )
 
@@ -212,6 +214,25 @@ type Options struct {
 	// DynamoGraphDeployment CRD until it is served; zero is
 	// DefaultGraphDiscoveryInterval.
 	GraphDiscoveryInterval time.Duration
+}
+
+// ManagerMetricsNamespace prefixes the manager's own metrics
+// (managermetrics.Namespace).
+const ManagerMetricsNamespace = managermetrics.Namespace
+
+// RegisterMetrics registers the manager's own metrics, read from mgr's
+// cache and stores, in reg (controller-runtime's metrics.Registry in the
+// manager, so that they are served with controller-runtime's on the same
+// endpoint).
+func RegisterMetrics(reg prometheus.Registerer, mgr manager.Manager) error {
+	s := managermetrics.Sources{Reader: mgr.GetCache(), Elected: mgr.Elected()}
+	if g, ok := graphWatches.Load(mgr); ok {
+		s.Graphs = g.(*graphWatch).reader
+	}
+	if cats, ok := catalogStores.Load(mgr); ok {
+		s.Catalogs = cats.(*declared.Store)
+	}
+	return reg.Register(managermetrics.NewCollector(s))
 }
 
 // graphWatches holds each manager's DynamoGraphDeployment watch, for its
