@@ -26,6 +26,7 @@ import (
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
 	"github.com/kvrouter/kv-hint-operator/internal/declared"
 	"github.com/kvrouter/kv-hint-operator/internal/rolegraph"
+	"github.com/kvrouter/kv-hint-operator/internal/workload"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
 )
@@ -48,8 +49,11 @@ type RouterReconciler struct {
 	// from the manager's cache.
 	catalogCache cache.Cache
 	// graphs watches DynamoGraphDeployments once their CRD is served;
-	// nil: never (see graphWatch).
-	graphs *graphWatch
+	// nil: never.
+	graphs *workload.GraphWatch
+	// rollout writes restart-mode routers' workloads (Deployments and
+	// DynamoGraphDeployments alike).
+	rollout *workload.Rollout
 	// loaded tells of the declared-catalog ConfigMaps whose background
 	// load ended (declared.Store.LoadInBackground).
 	loaded <-chan event.TypedGenericEvent[*corev1.ConfigMap]
@@ -80,7 +84,7 @@ type RouterReconciler struct {
 // Reconcile recompiles one router: it reads the router's RouterRoles, the
 // HintPolicies they reference, the ConfigMap, the router pods and
 // Deployments, compiles them, writes the ConfigMap if it changed, rolls the
-// opted-in Deployments to the config (rollOut) and writes the status of
+// opted-in workloads to the config (workload.Rollout) and writes the status of
 // every role whose status changed.
 func (r *RouterReconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl.Result, error) {
 	in, current, err := r.observe(ctx, req.Namespace, req.Name)
@@ -108,7 +112,7 @@ func (r *RouterReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	in.PolicyFileForms = map[string]hintsconfig.Form{req.Name: rc.Form}
 	in.DeclaredCatalogs = map[string]bool{req.Name: rc.Source != ""}
 	in.DynamoVersions = map[string]string{req.Name: rc.Version}
-	ro, err := r.observeRollout(ctx, req.Namespace, req.Name, &in)
+	ro, err := r.rollout.List(ctx, req.Namespace, req.Name, &in)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -144,7 +148,7 @@ func (r *RouterReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	rollErr := r.rollOut(ctx, &in, ro, compiled)
+	rollErr := r.rollout.Roll(ctx, &in, ro, compiled)
 	recompile, refusal := r.noteRollout(ctx, req.NamespacedName, rollErr)
 	if rollErr != nil && refusal == nil {
 		return ctrl.Result{}, rollErr
@@ -354,7 +358,9 @@ func (r *RouterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err != nil || r.graphs == nil {
 		return err
 	}
-	r.graphs.controller = c
+	r.graphs.Watch = func(gc cache.Cache, obj client.Object) error {
+		return c.Watch(source.Kind(gc, obj, progressEvents(graphChanged)))
+	}
 	return mgr.Add(r.graphs)
 }
 

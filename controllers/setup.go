@@ -28,6 +28,7 @@ import (
 	"github.com/kvrouter/kv-hint-operator/internal/apiwatch"
 	"github.com/kvrouter/kv-hint-operator/internal/declared"
 	"github.com/kvrouter/kv-hint-operator/internal/managermetrics"
+	"github.com/kvrouter/kv-hint-operator/internal/workload"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 )
 
@@ -227,13 +228,17 @@ const ManagerMetricsNamespace = managermetrics.Namespace
 func RegisterMetrics(reg prometheus.Registerer, mgr manager.Manager) error {
 	s := managermetrics.Sources{Reader: mgr.GetCache(), Elected: mgr.Elected()}
 	if g, ok := graphWatches.Load(mgr); ok {
-		s.Graphs = g.(*graphWatch).reader
+		s.Graphs = g.(*workload.GraphWatch).Reader
 	}
 	if cats, ok := catalogStores.Load(mgr); ok {
 		s.Catalogs = cats.(*declared.Store)
 	}
 	return reg.Register(managermetrics.NewCollector(s))
 }
+
+// DefaultGraphDiscoveryInterval is how often the manager looks for the
+// DynamoGraphDeployment CRD until it is served.
+const DefaultGraphDiscoveryInterval = 10 * time.Second
 
 // graphWatches holds each manager's DynamoGraphDeployment watch, for its
 // metrics (RegisterMetrics).
@@ -266,10 +271,14 @@ func SetupWithOptions(ctx context.Context, mgr manager.Manager, cat *hints.Catal
 	catalogStores.Store(mgr, cats)
 	loaded := cats.LoadInBackground(ctx)
 	rec := mgr.GetEventRecorder(EventSource)
-	graphs := &graphWatch{cfg: mgr.GetConfig(), namespaces: namespaces, interval: cmp.Or(o.GraphDiscoveryInterval, DefaultGraphDiscoveryInterval)}
+	graphs := &workload.GraphWatch{Config: mgr.GetConfig(), Namespaces: namespaces, Interval: cmp.Or(o.GraphDiscoveryInterval, DefaultGraphDiscoveryInterval)}
 	graphWatches.Store(mgr, graphs)
+	rollout := &workload.Rollout{Client: mgr.GetClient(), FieldOwner: FieldOwner, Writers: []workload.Writer{
+		&workload.Deployments{Client: mgr.GetClient(), Recorder: rec},
+		&workload.Graphs{Client: mgr.GetClient(), Recorder: rec, Watch: graphs},
+	}}
 	if err := (&RouterReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Catalog: cat, Recorder: rec,
-		catalogs: cats, catalogCache: catalogCache, graphs: graphs, loaded: loaded}).SetupWithManager(mgr); err != nil {
+		catalogs: cats, catalogCache: catalogCache, graphs: graphs, rollout: rollout, loaded: loaded}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("router controller: %w", err)
 	}
 	if err := (&HintPolicyReconciler{Client: mgr.GetClient(), Catalog: cat, Recorder: rec,
