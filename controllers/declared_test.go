@@ -24,8 +24,8 @@ const customRouterCatalog = "../internal/declared/testdata/custom-router.yaml"
 func catalogConfigMap(t *testing.T, ns, name, router, text string) *corev1.ConfigMap {
 	t.Helper()
 	return &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{controllers.CatalogForLabel: router}},
-		Data:       map[string]string{controllers.CatalogKey: text},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{v1alpha1.CatalogForLabel: router}},
+		Data:       map[string]string{v1alpha1.CatalogKey: text},
 	}
 }
 
@@ -122,7 +122,7 @@ func TestDeclaredCatalogLastGood(t *testing.T) {
 	waitCondition(t, rr, v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonReady)
 
 	update(t, decl, func(cm *corev1.ConfigMap) {
-		cm.Data[controllers.CatalogKey] = strings.Replace(good, "commitsKVCopies: params.shared_cache_multiplier > 0", "commitsKVCopies: params.shared > 0", 1)
+		cm.Data[v1alpha1.CatalogKey] = strings.Replace(good, "commitsKVCopies: params.shared_cache_multiplier > 0", "commitsKVCopies: params.shared > 0", 1)
 	})
 	c := waitCondition(t, rr, v1alpha1.ConditionAccepted, metav1.ConditionFalse, v1alpha1.ReasonInvalidCatalog)
 	for _, want := range []string{"spec.router (ConfigMap dynamo-catalog): ConfigMap dynamo-catalog declares the catalog of router dynamo, but it cannot be used",
@@ -144,7 +144,7 @@ func TestDeclaredCatalogLastGood(t *testing.T) {
 	}
 
 	// Fixed: what waited is written (prefill is gone), then declared twice.
-	update(t, decl, func(cm *corev1.ConfigMap) { cm.Data[controllers.CatalogKey] = good })
+	update(t, decl, func(cm *corev1.ConfigMap) { cm.Data[v1alpha1.CatalogKey] = good })
 	cm = waitConfigMap(t, ns, "dynamo", func(cm *corev1.ConfigMap) error {
 		if strings.Contains(cm.Data[v1alpha1.HintsConfigKey], "prefill:") {
 			return fmt.Errorf("hints.yaml still holds prefill")
@@ -216,7 +216,7 @@ func TestDeclaredCatalogBrokenAcrossRestart(t *testing.T) {
 
 	stopManager()
 	update(t, decl, func(cm *corev1.ConfigMap) {
-		cm.Data[controllers.CatalogKey] = "apiVersion: hints.kvrouter.io/v1alpha1\nkind: PolicyCatalog\n"
+		cm.Data[v1alpha1.CatalogKey] = "apiVersion: hints.kvrouter.io/v1alpha1\nkind: PolicyCatalog\n"
 	})
 	var err error
 	if stopManager, err = startManager(); err != nil {
@@ -230,7 +230,7 @@ func TestDeclaredCatalogBrokenAcrossRestart(t *testing.T) {
 		t.Errorf("the ConfigMap was written across the restart:\n%s\nbecame\n%s", before.Data[v1alpha1.HintsConfigKey], after.Data[v1alpha1.HintsConfigKey])
 	}
 
-	update(t, decl, func(cm *corev1.ConfigMap) { cm.Data[controllers.CatalogKey] = good })
+	update(t, decl, func(cm *corev1.ConfigMap) { cm.Data[v1alpha1.CatalogKey] = good })
 	waitCondition(t, rr, v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonReady)
 	if got := get(t, ns, before.Name, &corev1.ConfigMap{}); got.Annotations[v1alpha1.HashAnnotation] != before.Annotations[v1alpha1.HashAnnotation] {
 		t.Errorf("the hash changed: %s became %s", before.Annotations[v1alpha1.HashAnnotation], got.Annotations[v1alpha1.HashAnnotation])
@@ -303,7 +303,7 @@ func TestDeclaredCatalogEditsLeaveNoLoads(t *testing.T) {
 			if err := k8s.Get(ctx, client.ObjectKeyFromObject(cm), cm); err != nil {
 				return err
 			}
-			cm.Data[controllers.CatalogKey] = slowCatalog(t, v)
+			cm.Data[v1alpha1.CatalogKey] = slowCatalog(t, v)
 			return k8s.Update(ctx, cm)
 		})
 	}

@@ -221,7 +221,7 @@ func graphReady(u *unstructured.Unstructured) string {
 func catalogEvents(c *declared.Store) handler.TypedEventHandler[*corev1.ConfigMap, reconcile.Request] {
 	enqueue := func(q workqueue.TypedRateLimitingInterface[reconcile.Request], cms ...*corev1.ConfigMap) {
 		for _, cm := range cms {
-			if router := cm.Labels[CatalogForLabel]; router != "" {
+			if router := cm.Labels[v1alpha1.CatalogForLabel]; router != "" {
 				q.Add(routerRequest(cm.Namespace, router))
 			}
 		}

@@ -185,20 +185,9 @@ func Setup(ctx context.Context, mgr manager.Manager, cat *hints.Catalog, namespa
 	return SetupWithOptions(ctx, mgr, cat, Options{Namespaces: namespaces, CatalogLimits: DefaultCatalogLimits()})
 }
 
-// CatalogForLabel and CatalogKey name a router's declared catalog (see
-// v1alpha1.CatalogForLabel).
-const (
-	CatalogForLabel = v1alpha1.CatalogForLabel
-	CatalogKey      = v1alpha1.CatalogKey
-)
-
-// CatalogLimits bound what the manager spends on declared catalogs
-// (declared.Limits).
-type CatalogLimits = declared.Limits
-
 // DefaultCatalogLimits are the manager's shipped limits of declared
 // catalogs (declared.DefaultLimits).
-func DefaultCatalogLimits() CatalogLimits { return declared.DefaultLimits() }
+func DefaultCatalogLimits() declared.Limits { return declared.DefaultLimits() }
 
 // Options are the manager's settings of the reconcilers.
 type Options struct {
@@ -210,7 +199,7 @@ type Options struct {
 	// router elsewhere is compiled against the linked catalog.
 	CatalogNamespaces []string
 	// CatalogLimits bound what declared catalogs may cost.
-	CatalogLimits CatalogLimits
+	CatalogLimits declared.Limits
 	// GraphDiscoveryInterval is how often the manager looks for the
 	// DynamoGraphDeployment CRD until it is served; zero is
 	// DefaultGraphDiscoveryInterval.
