@@ -36,6 +36,10 @@ func fakeClient(t *testing.T, objs ...client.Object) client.Client {
 	return fake.NewClientBuilder().WithScheme(s).WithObjects(objs...).Build()
 }
 
+// routerPodsHeader is the exposition header of kvhint_manager_router_pods.
+const routerPodsHeader = "# HELP kvhint_manager_router_pods A router's pods as its RouterRoles' status counts them: state total (not being deleted) and up_to_date (running the compiled config's hash); mode sidecar (a kvhint sidecar in each pod reports the hash) or restart (a Deployment or DynamoGraphDeployment opted in to restarts by the manager).\n" +
+	"# TYPE kvhint_manager_router_pods gauge\n"
+
 func closed() <-chan struct{} {
 	c := make(chan struct{})
 	close(c)
@@ -101,9 +105,7 @@ func TestRouterPodsMode(t *testing.T) {
 # TYPE kvhint_manager_router_config_info gauge
 kvhint_manager_router_config_info{hash="dynamo-hash",namespace="team",router="dynamo"} 1
 kvhint_manager_router_config_info{hash="llama-hash",namespace="team",router="llama"} 1
-# HELP kvhint_manager_router_pods A router's pods as its RouterRoles' status counts them: state total (not being deleted) and up_to_date (running the compiled config's hash); mode sidecar (a kvhint sidecar in each pod reports the hash) or restart (a Deployment or DynamoGraphDeployment opted in to restarts by the manager).
-# TYPE kvhint_manager_router_pods gauge
-kvhint_manager_router_pods{mode="restart",namespace="team",router="dynamo",state="total"} 3
+` + routerPodsHeader + `kvhint_manager_router_pods{mode="restart",namespace="team",router="dynamo",state="total"} 3
 kvhint_manager_router_pods{mode="restart",namespace="team",router="dynamo",state="up_to_date"} 2
 kvhint_manager_router_pods{mode="sidecar",namespace="team",router="llama",state="total"} 3
 kvhint_manager_router_pods{mode="sidecar",namespace="team",router="llama",state="up_to_date"} 2
@@ -134,9 +136,7 @@ func TestRouterPodsModeGraph(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(NewCollector(Sources{Reader: c, Elected: closed(), Graphs: func() client.Reader { return c }}))
 	want := `
-# HELP kvhint_manager_router_pods A router's pods as its RouterRoles' status counts them: state total (not being deleted) and up_to_date (running the compiled config's hash); mode sidecar (a kvhint sidecar in each pod reports the hash) or restart (a Deployment or DynamoGraphDeployment opted in to restarts by the manager).
-# TYPE kvhint_manager_router_pods gauge
-kvhint_manager_router_pods{mode="restart",namespace="team",router="dynamo",state="total"} 2
+` + routerPodsHeader + `kvhint_manager_router_pods{mode="restart",namespace="team",router="dynamo",state="total"} 2
 kvhint_manager_router_pods{mode="restart",namespace="team",router="dynamo",state="up_to_date"} 2
 kvhint_manager_router_pods{mode="sidecar",namespace="team",router="llama",state="total"} 2
 kvhint_manager_router_pods{mode="sidecar",namespace="team",router="llama",state="up_to_date"} 2
