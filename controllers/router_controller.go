@@ -62,7 +62,7 @@ type RouterReconciler struct {
 	// the pods to report a new config (see awaitReports).
 	waiting sync.Map // types.NamespacedName -> time.Time
 	// refused holds, by router, its last refused write of a config to a
-	// workload (see writeRefused), until a rollout goes through.
+	// workload (see workload.Refused), until a rollout goes through.
 	refused sync.Map // types.NamespacedName -> rolegraph.WriteRefusal
 }
 

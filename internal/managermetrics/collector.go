@@ -134,7 +134,7 @@ func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	// A router is restart-mode when one of its Deployments or
 	// DynamoGraphDeployments opted in, as the reconciler decides
-	// (the router reconciler's observeRollout).
+	// (workload.Rollout.List).
 	var deps appsv1.DeploymentList
 	if err := c.Reader.List(ctx, &deps, client.HasLabels{v1alpha1.RouterLabel}); err != nil {
 		ch <- prometheus.NewInvalidMetric(podsDesc, err)

@@ -38,7 +38,7 @@ import (
 // v1alpha1.RolloutFieldManager; Dynamo's operator renders them into the
 // Deployment or PodClique it owns. The DGD's CRD is Dynamo's, and a
 // cluster may not have it: the manager looks for it in discovery until it
-// appears, and only then starts watching DGDs (graphWatch).
+// appears, and only then starts watching DGDs (GraphWatch).
 //
 // +kubebuilder:rbac:groups=nvidia.com,resources=dynamographdeployments,verbs=get;list;watch;patch
 
