@@ -1,20 +1,24 @@
-// Package controllers holds kvhint manager's reconcilers.
+// Package controllers holds kvhint manager's reconcilers and their wiring
+// only: the router and HintPolicy reconcilers, the mappers from watched
+// objects to the router they concern, the field indexes, Setup and the
+// RouterRole status writer. What they call on lives apart: the compile
+// step in internal/rolegraph, the store of declared catalogs in
+// internal/declared (Store), the writes to restart-mode Deployments and
+// DynamoGraphDeployments in internal/workload (Rollout), the wait for a
+// CRD in internal/apiwatch and the Prometheus collector in
+// internal/managermetrics. It imports those, the API types and
+// controller-runtime; only the manager's command and its tools import it.
 //
 // The router reconciler works per router, not per RouterRole: the compiled
 // ConfigMap "<router>-hints" is one object per (namespace, router) and
 // RoleConflict is decided among the roles of one router, so every event
-// (a RouterRole, a HintPolicy it references, the ConfigMap, a router Pod)
-// is mapped to the router key it concerns and the reconciler recompiles that
-// router as a whole, through the pure rolegraph.Compile. It keeps no state
-// between runs: the last accepted entry of each role is read back from the
-// ConfigMap, so a restart changes nothing.
-//
-// For a restart-mode router (a Deployment that opts in with
-// v1alpha1.RouterContainerAnnotation) it also writes each compiled config
-// as an immutable revision ConfigMap, adds the manager's three entries
-// (volume, mount, variable) on it to the Deployment's pod template, and
-// removes the revisions no ReplicaSet references (rollout.go);
-// Deployments and ReplicaSets are mapped to their router by label too.
+// (a RouterRole, a HintPolicy it references, the ConfigMap, a router Pod,
+// a workload) is mapped to its router and the reconciler recompiles that
+// router as a whole, through the pure rolegraph.Compile. The last accepted
+// entry of each role is read back from the ConfigMap, so a restart changes
+// nothing. Each reconcile computes, runs its side effects (the ConfigMap,
+// the rollout of a restart-mode router) and writes the roles' status once,
+// at its single exit.
 //
 // The HintPolicy reconciler writes HintPolicy status only: whether the
 // policy is valid on its own and which RouterRoles use it.

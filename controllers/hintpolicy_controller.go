@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+	"github.com/kvrouter/kv-hint-operator/internal/declared"
 	"github.com/kvrouter/kv-hint-operator/internal/rolegraph"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 )
@@ -36,7 +37,7 @@ type HintPolicyReconciler struct {
 	// catalogs and catalogCache: see RouterReconciler. A HintPolicy whose
 	// type the linked catalog does not hold is checked against the
 	// declarations of its namespace that declare the type.
-	catalogs     *catalogs
+	catalogs     *declared.Store
 	catalogCache cache.Cache
 }
 
@@ -90,7 +91,7 @@ func (r *HintPolicyReconciler) status(ctx context.Context, hp *v1alpha1.HintPoli
 		st, _ := rolegraph.HintPolicyStatus(r.Catalog, hp, usedBy, now)
 		return st, nil
 	}
-	decls, err := r.catalogs.forType(ctx, hp.Namespace, hp.Spec.Type)
+	decls, err := r.catalogs.ForType(ctx, hp.Namespace, hp.Spec.Type)
 	if err != nil {
 		return v1alpha1.HintPolicyStatus{}, err
 	}

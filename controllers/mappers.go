@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+	"github.com/kvrouter/kv-hint-operator/internal/declared"
 	"github.com/kvrouter/kv-hint-operator/internal/dynamograph"
 )
 
@@ -211,4 +212,36 @@ func graphReady(u *unstructured.Unstructured) string {
 		}
 	}
 	return ""
+}
+
+// catalogEvents maps a declared-catalog ConfigMap to the router it names:
+// on an update the old and the new router both, so that a label moved to
+// another router recompiles both; on a delete, what was loaded from it is
+// dropped too.
+func catalogEvents(c *declared.Store) handler.TypedEventHandler[*corev1.ConfigMap, reconcile.Request] {
+	enqueue := func(q workqueue.TypedRateLimitingInterface[reconcile.Request], cms ...*corev1.ConfigMap) {
+		for _, cm := range cms {
+			if router := cm.Labels[v1alpha1.CatalogForLabel]; router != "" {
+				q.Add(routerRequest(cm.Namespace, router))
+			}
+		}
+	}
+	return handler.TypedFuncs[*corev1.ConfigMap, reconcile.Request]{
+		CreateFunc: func(_ context.Context, e event.TypedCreateEvent[*corev1.ConfigMap], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			enqueue(q, e.Object)
+		},
+		UpdateFunc: func(_ context.Context, e event.TypedUpdateEvent[*corev1.ConfigMap], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			enqueue(q, e.ObjectOld, e.ObjectNew)
+		},
+		DeleteFunc: func(_ context.Context, e event.TypedDeleteEvent[*corev1.ConfigMap], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			if c != nil {
+				c.Forget(e.Object.UID)
+			}
+			enqueue(q, e.Object)
+		},
+		// A background load of the ConfigMap's text ended.
+		GenericFunc: func(_ context.Context, e event.TypedGenericEvent[*corev1.ConfigMap], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			enqueue(q, e.Object)
+		},
+	}
 }

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -24,7 +25,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+	"github.com/kvrouter/kv-hint-operator/internal/declared"
 	"github.com/kvrouter/kv-hint-operator/internal/rolegraph"
+	"github.com/kvrouter/kv-hint-operator/internal/workload"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
 )
@@ -41,22 +44,25 @@ type RouterReconciler struct {
 	Recorder events.EventRecorder
 
 	// catalogs resolves each router's catalog: a declared one (see
-	// CatalogForLabel) or Catalog. Nil: every router runs Catalog.
-	catalogs *catalogs
+	// v1alpha1.CatalogForLabel) or Catalog. Nil: every router runs Catalog.
+	catalogs *declared.Store
 	// catalogCache holds the declared-catalog ConfigMaps, watched apart
 	// from the manager's cache.
 	catalogCache cache.Cache
 	// graphs watches DynamoGraphDeployments once their CRD is served;
-	// nil: never (see graphWatch).
-	graphs *graphWatch
+	// nil: never.
+	graphs *workload.GraphWatch
+	// rollout writes restart-mode routers' workloads (Deployments and
+	// DynamoGraphDeployments alike).
+	rollout *workload.Rollout
 	// loaded tells of the declared-catalog ConfigMaps whose background
-	// load ended (catalogs.loadInBackground).
+	// load ended (declared.Store.LoadInBackground).
 	loaded <-chan event.TypedGenericEvent[*corev1.ConfigMap]
 	// waiting holds, by router, when the roles' status began to wait for
 	// the pods to report a new config (see awaitReports).
 	waiting sync.Map // types.NamespacedName -> time.Time
 	// refused holds, by router, its last refused write of a config to a
-	// workload (see writeRefused), until a rollout goes through.
+	// workload (see workload.Refused), until a rollout goes through.
 	refused sync.Map // types.NamespacedName -> rolegraph.WriteRefusal
 }
 
@@ -78,97 +84,129 @@ type RouterReconciler struct {
 
 // Reconcile recompiles one router: it reads the router's RouterRoles, the
 // HintPolicies they reference, the ConfigMap, the router pods and
-// Deployments, compiles them, writes the ConfigMap if it changed, rolls the
-// opted-in Deployments to the config (rollOut) and writes the status of
-// every role whose status changed.
+// workloads, compiles them, writes the ConfigMap if it changed, rolls the
+// opted-in workloads to the config (workload.Rollout), and then, at its
+// one exit, writes the status of every role whose status changed: once
+// per reconcile, or not at all while it waits for the router pods'
+// reports (awaitReports).
 func (r *RouterReconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl.Result, error) {
+	o, err := r.run(ctx, req)
+	if err != nil || o.out == nil {
+		return o.result, err
+	}
+	if o.wait > 0 {
+		ctrl.LoggerFrom(ctx).V(1).Info("Waiting for the router pods' reports before writing status",
+			"pods", o.compiled.Pods, "upToDate", o.compiled.PodsUpToDate, "for", o.wait)
+		return ctrl.Result{RequeueAfter: o.wait}, nil
+	}
+	res, err := retryStale(ctx, r.writeStatus(ctx, o.roles, o.out))
+	if err == nil && o.after > 0 && (res.RequeueAfter == 0 || res.RequeueAfter > o.after) {
+		res.RequeueAfter = o.after
+	}
+	return recheck(res, o.recheck, o.now), err
+}
+
+// outcome is what one reconcile of a router computed and did: the status
+// its one exit writes, and when the router is looked at again.
+type outcome struct {
+	// out is the compiled status of roles; nil: no status to write, and
+	// result is the reconcile's.
+	roles    []v1alpha1.RouterRole
+	out      *rolegraph.Output
+	compiled *rolegraph.Router
+	result   ctrl.Result
+	// after, when set, brings the router back at the latest that long
+	// after the status write, which no event would.
+	after time.Duration
+	// wait, when set, leaves the status unwritten for now (awaitReports).
+	wait time.Duration
+	// recheck are the workloads whose progress deadline brings the
+	// router back (Workload.RecheckAt), seen at now.
+	recheck []*rolegraph.Workload
+	now     time.Time
+}
+
+// run computes the router's compiled config and status and runs the side
+// effects (the ConfigMap, the rollout); Reconcile writes the status.
+func (r *RouterReconciler) run(ctx context.Context, req reconcile.Request) (outcome, error) {
 	in, current, err := r.observe(ctx, req.Namespace, req.Name)
 	if err != nil {
-		return ctrl.Result{}, err
+		return outcome{}, err
 	}
 	if len(in.RouterRoles) == 0 {
 		r.waiting.Delete(req.NamespacedName)
 		r.refused.Delete(req.NamespacedName)
-		return ctrl.Result{}, r.deleteConfigMap(ctx, current)
+		return outcome{}, r.deleteConfigMap(ctx, current)
 	}
 	rc, err := r.routerCatalog(ctx, req.Namespace, req.Name)
 	if err != nil {
-		return ctrl.Result{}, err
+		return outcome{}, err
 	}
-	if rc.pending {
+	if rc.Pending {
 		// Reconciled again when the load ends (catalogEvents); the
 		// requeue is only a safety net.
 		ctrl.LoggerFrom(ctx).V(1).Info("Waiting for the router's declared catalog to load")
-		return ctrl.Result{RequeueAfter: pendingRetry}, nil
+		return outcome{result: ctrl.Result{RequeueAfter: pendingRetry}}, nil
 	}
-	if rc.problem != nil {
-		in.CatalogProblems = map[string]rolegraph.Finding{req.Name: *rc.problem}
+	if rc.Problem != nil {
+		in.CatalogProblems = map[string]rolegraph.Finding{req.Name: *rc.Problem}
 	}
-	in.PolicyFileForms = map[string]hintsconfig.Form{req.Name: rc.form}
-	in.DeclaredCatalogs = map[string]bool{req.Name: rc.source != ""}
-	in.DynamoVersions = map[string]string{req.Name: rc.version}
-	ro, err := r.observeRollout(ctx, req.Namespace, req.Name, &in)
+	in.PolicyFileForms = map[string]hintsconfig.Form{req.Name: rc.Form}
+	in.DeclaredCatalogs = map[string]bool{req.Name: rc.Source != ""}
+	in.DynamoVersions = map[string]string{req.Name: rc.Version}
+	ro, err := r.rollout.List(ctx, req.Namespace, req.Name, &in)
 	if err != nil {
-		return ctrl.Result{}, err
+		return outcome{}, err
 	}
 
 	in.Now = metav1.Now()
 	in.WriteRefusals = r.refusals(req.NamespacedName)
-	out := rolegraph.Compile(rc.cat, in)
+	out := rolegraph.Compile(rc.Catalog, in)
 	compiled := out.Router(req.Name)
 	if compiled == nil {
 		// Every RouterRole found through the router index names this
 		// router, and the schema makes it a DNS label: unreachable unless
 		// the CRD's validation was bypassed.
-		return ctrl.Result{}, fmt.Errorf("router %q: no compiled config for its RouterRoles", req.Name)
+		return outcome{}, fmt.Errorf("router %q: no compiled config for its RouterRoles", req.Name)
 	}
+	o := outcome{roles: in.RouterRoles, out: out, compiled: compiled}
 	for _, note := range compiled.Notes {
 		ctrl.LoggerFrom(ctx).Info("Existing ConfigMap not used for last good entries", "configMap", v1alpha1.HintsConfigMapName(req.Name), "note", note)
 	}
 	if compiled.Conflict != "" {
 		ctrl.LoggerFrom(ctx).Info("Not writing hints config: a ConfigMap of that name is not ours", "configMap", v1alpha1.HintsConfigMapName(req.Name))
-		res, err := retryStale(ctx, r.writeStatus(ctx, in.RouterRoles, out))
-		if err == nil && res.RequeueAfter == 0 {
-			// The cache holds only ConfigMaps the manager wrote, so no
-			// event tells when the other one goes: look again later.
-			res.RequeueAfter = conflictRetry
-		}
-		return res, err
+		// The cache holds only ConfigMaps the manager wrote, so no
+		// event tells when the other one goes: look again later.
+		o.after = conflictRetry
+		return o, nil
 	}
 	if compiled.Held != "" {
 		ctrl.LoggerFrom(ctx).Info("Not writing hints config: the router's declared catalog cannot be used", "configMap", v1alpha1.HintsConfigMapName(req.Name), "problem", compiled.Held)
-		return retryStale(ctx, r.writeStatus(ctx, in.RouterRoles, out))
+		return o, nil
 	}
 	wrote, err := r.applyConfigMap(ctx, current, compiled)
 	if err != nil {
-		return ctrl.Result{}, err
+		return outcome{}, err
 	}
-	rollErr := r.rollOut(ctx, &in, ro, compiled)
+	rollErr := r.rollout.Roll(ctx, &in, ro, compiled)
 	recompile, refusal := r.noteRollout(ctx, req.NamespacedName, rollErr)
 	if rollErr != nil && refusal == nil {
-		return ctrl.Result{}, rollErr
+		return outcome{}, rollErr
 	}
 	if recompile {
 		// The status compiled before the rollout says what it did
 		// not know: that the write was refused, or that it no longer is.
 		in.WriteRefusals = r.refusals(req.NamespacedName)
-		out = rolegraph.Compile(rc.cat, in)
-		compiled = out.Router(req.Name)
+		o.out = rolegraph.Compile(rc.Catalog, in)
+		o.compiled = o.out.Router(req.Name)
 	}
 	if refusal != nil {
-		res, err := retryStale(ctx, r.writeStatus(ctx, in.RouterRoles, out))
-		if err == nil && (res.RequeueAfter == 0 || res.RequeueAfter > refusedRetry) {
-			res.RequeueAfter = refusedRetry
-		}
-		return res, err
+		o.after = refusedRetry
+		return o, nil
 	}
-	if wait := r.awaitReports(req.NamespacedName, wrote, compiled, in.Now.Time); wait > 0 {
-		ctrl.LoggerFrom(ctx).V(1).Info("Waiting for the router pods' reports before writing status",
-			"pods", compiled.Pods, "upToDate", compiled.PodsUpToDate, "for", wait)
-		return ctrl.Result{RequeueAfter: wait}, nil
-	}
-	res, err := retryStale(ctx, r.writeStatus(ctx, in.RouterRoles, out))
-	return recheck(res, compiled.Workloads, in.Now.Time), err
+	o.wait = r.awaitReports(req.NamespacedName, wrote, o.compiled, in.Now.Time)
+	o.recheck, o.now = o.compiled.Workloads, in.Now.Time
+	return o, nil
 }
 
 // recheck makes res come back when a workload's progress deadline ends
@@ -189,11 +227,11 @@ func recheck(res ctrl.Result, workloads []*rolegraph.Workload, now time.Time) ct
 // routerCatalog returns the catalog the router's roles are compiled
 // against: its declared one, when a ConfigMap declares it, or the linked
 // one.
-func (r *RouterReconciler) routerCatalog(ctx context.Context, namespace, router string) (routerCatalog, error) {
+func (r *RouterReconciler) routerCatalog(ctx context.Context, namespace, router string) (declared.RouterCatalog, error) {
 	if r.catalogs == nil {
-		return routerCatalog{cat: r.Catalog}, nil
+		return declared.RouterCatalog{Catalog: r.Catalog}, nil
 	}
-	return r.catalogs.forRouter(ctx, namespace, router)
+	return r.catalogs.ForRouter(ctx, namespace, router)
 }
 
 // pendingRetry is when a router whose declared catalog was loading is
@@ -353,7 +391,9 @@ func (r *RouterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err != nil || r.graphs == nil {
 		return err
 	}
-	r.graphs.controller = c
+	r.graphs.Watch = func(gc cache.Cache, obj client.Object) error {
+		return c.Watch(source.Kind(gc, obj, progressEvents(graphChanged)))
+	}
 	return mgr.Add(r.graphs)
 }
 
@@ -363,4 +403,37 @@ var dynamoVersionChanged = predicate.Funcs{
 	UpdateFunc: func(e event.UpdateEvent) bool {
 		return e.ObjectOld.GetAnnotations()[v1alpha1.DynamoVersionAnnotation] != e.ObjectNew.GetAnnotations()[v1alpha1.DynamoVersionAnnotation]
 	},
+}
+
+// refusedRetry is how often a refused write (workload.Refused) is tried again when nothing
+// of the router changes (an admission policy may be removed, which no
+// watch of the manager's sees).
+const refusedRetry = 15 * time.Second
+
+// refusals returns the router's last refused write, for the compile step.
+func (r *RouterReconciler) refusals(router types.NamespacedName) map[string]rolegraph.WriteRefusal {
+	v, ok := r.refused.Load(router)
+	if !ok {
+		return nil
+	}
+	return map[string]rolegraph.WriteRefusal{router.Name: v.(rolegraph.WriteRefusal)}
+}
+
+// noteRollout records how the router's rollout went: a refusal is kept
+// for the compile step and reported, anything else forgets the last one.
+// It returns whether the roles' status must be compiled again: a refusal
+// that is new, or one that is over.
+func (r *RouterReconciler) noteRollout(ctx context.Context, router types.NamespacedName, err error) (changed bool, refusal *workload.Refused) {
+	var wr *workload.Refused
+	if !errors.As(err, &wr) {
+		if err == nil {
+			_, had := r.refused.LoadAndDelete(router)
+			return had, nil
+		}
+		return false, nil
+	}
+	now := rolegraph.WriteRefusal{Hash: wr.Hash, Kind: wr.Workload.Kind, Name: wr.Workload.Name, Message: wr.Message}
+	old, had := r.refused.Swap(router, now)
+	ctrl.LoggerFrom(ctx).Info("Config not written: the write was refused", "workload", wr.Workload.Kind+"/"+wr.Workload.Name, "hash", wr.Hash, "why", wr.Message)
+	return !had || old.(rolegraph.WriteRefusal) != now, wr
 }

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -25,6 +26,9 @@ import (
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
 	"github.com/kvrouter/kv-hint-operator/internal/apiwatch"
+	"github.com/kvrouter/kv-hint-operator/internal/declared"
+	"github.com/kvrouter/kv-hint-operator/internal/managermetrics"
+	"github.com/kvrouter/kv-hint-operator/internal/workload"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 )
 
@@ -176,10 +180,14 @@ func sidecarOwns(mf metav1.ManagedFieldsEntry, key string) bool {
 
 // Setup registers the field indexes and both reconcilers with mgr, whose
 // cache must have been built with CacheOptions(namespaces). It adds the
-// cache of declared-catalog ConfigMaps (CatalogCacheOptions) to mgr.
+// cache of declared-catalog ConfigMaps (declared.CacheOptions) to mgr.
 func Setup(ctx context.Context, mgr manager.Manager, cat *hints.Catalog, namespaces ...string) error {
 	return SetupWithOptions(ctx, mgr, cat, Options{Namespaces: namespaces, CatalogLimits: DefaultCatalogLimits()})
 }
+
+// DefaultCatalogLimits are the manager's shipped limits of declared
+// catalogs (declared.DefaultLimits).
+func DefaultCatalogLimits() declared.Limits { return declared.DefaultLimits() }
 
 // Options are the manager's settings of the reconcilers.
 type Options struct {
@@ -191,12 +199,35 @@ type Options struct {
 	// router elsewhere is compiled against the linked catalog.
 	CatalogNamespaces []string
 	// CatalogLimits bound what declared catalogs may cost.
-	CatalogLimits CatalogLimits
+	CatalogLimits declared.Limits
 	// GraphDiscoveryInterval is how often the manager looks for the
 	// DynamoGraphDeployment CRD until it is served; zero is
 	// DefaultGraphDiscoveryInterval.
 	GraphDiscoveryInterval time.Duration
 }
+
+// ManagerMetricsNamespace prefixes the manager's own metrics
+// (managermetrics.Namespace).
+const ManagerMetricsNamespace = managermetrics.Namespace
+
+// RegisterMetrics registers the manager's own metrics, read from mgr's
+// cache and stores, in reg (controller-runtime's metrics.Registry in the
+// manager, so that they are served with controller-runtime's on the same
+// endpoint).
+func RegisterMetrics(reg prometheus.Registerer, mgr manager.Manager) error {
+	s := managermetrics.Sources{Reader: mgr.GetCache(), Elected: mgr.Elected()}
+	if g, ok := graphWatches.Load(mgr); ok {
+		s.Graphs = g.(*workload.GraphWatch).Reader
+	}
+	if cats, ok := catalogStores.Load(mgr); ok {
+		s.Catalogs = cats.(*declared.Store)
+	}
+	return reg.Register(managermetrics.NewCollector(s))
+}
+
+// DefaultGraphDiscoveryInterval is how often the manager looks for the
+// DynamoGraphDeployment CRD until it is served.
+const DefaultGraphDiscoveryInterval = 10 * time.Second
 
 // graphWatches holds each manager's DynamoGraphDeployment watch, for its
 // metrics (RegisterMetrics).
@@ -216,7 +247,7 @@ func SetupWithOptions(ctx context.Context, mgr manager.Manager, cat *hints.Catal
 	if err := setupIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
 		return fmt.Errorf("field indexes: %w", err)
 	}
-	opts := CatalogCacheOptions(catalogNS)
+	opts := declared.CacheOptions(catalogNS)
 	opts.Scheme, opts.Mapper = mgr.GetScheme(), mgr.GetRESTMapper()
 	catalogCache, err := cache.New(mgr.GetConfig(), opts)
 	if err != nil {
@@ -225,15 +256,18 @@ func SetupWithOptions(ctx context.Context, mgr manager.Manager, cat *hints.Catal
 	if err := mgr.Add(catalogCache); err != nil {
 		return fmt.Errorf("declared-catalog cache: %w", err)
 	}
-	cats := newCatalogs(catalogCache, cat, o.CatalogLimits)
-	cats.namespaces = catalogNS
+	cats := declared.NewStore(catalogCache, cat, o.CatalogLimits, catalogNS...)
 	catalogStores.Store(mgr, cats)
-	loaded := cats.loadInBackground(ctx)
+	loaded := cats.LoadInBackground(ctx)
 	rec := mgr.GetEventRecorder(EventSource)
-	graphs := &graphWatch{cfg: mgr.GetConfig(), namespaces: namespaces, interval: cmp.Or(o.GraphDiscoveryInterval, DefaultGraphDiscoveryInterval)}
+	graphs := &workload.GraphWatch{Config: mgr.GetConfig(), Namespaces: namespaces, Interval: cmp.Or(o.GraphDiscoveryInterval, DefaultGraphDiscoveryInterval)}
 	graphWatches.Store(mgr, graphs)
+	rollout := &workload.Rollout{Client: mgr.GetClient(), FieldOwner: FieldOwner, Writers: []workload.Writer{
+		&workload.Deployments{Client: mgr.GetClient(), Recorder: rec},
+		&workload.Graphs{Client: mgr.GetClient(), Recorder: rec, Watch: graphs},
+	}}
 	if err := (&RouterReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Catalog: cat, Recorder: rec,
-		catalogs: cats, catalogCache: catalogCache, graphs: graphs, loaded: loaded}).SetupWithManager(mgr); err != nil {
+		catalogs: cats, catalogCache: catalogCache, graphs: graphs, rollout: rollout, loaded: loaded}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("router controller: %w", err)
 	}
 	if err := (&HintPolicyReconciler{Client: mgr.GetClient(), Catalog: cat, Recorder: rec,

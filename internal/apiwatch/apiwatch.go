@@ -1,7 +1,12 @@
 // Package apiwatch makes client-go list-and-watch calls wait out an API
 // server outage: the sidecar's informers and the manager's cache use it, so
 // that both see the API server again within seconds of its return instead
-// of after client-go's backoff.
+// of after client-go's backoff. It also waits for a resource to be served
+// (WhenServed), for the watches of CRDs another product installs, which
+// may come after the manager starts.
+//
+// It imports client-go and apimachinery only (the sidecar imports it and
+// links no controller-runtime), nothing of the operator.
 package apiwatch
 
 import (

@@ -24,7 +24,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
 	"github.com/kvrouter/kv-hint-operator/controllers"
+	"github.com/kvrouter/kv-hint-operator/internal/declared"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 )
 
@@ -41,12 +43,12 @@ type managerOptions struct {
 	leaderElectionNamespace string
 	workers                 int
 	catalogNamespaces       []string
-	catalogLimits           controllers.CatalogLimits
+	catalogLimits           declared.Limits
 	zap                     zap.Options
 }
 
 func newManagerCommand(cat *hints.Catalog) *cobra.Command {
-	o := managerOptions{catalogLimits: controllers.DefaultCatalogLimits()}
+	o := managerOptions{catalogLimits: declared.DefaultLimits()}
 	cmd := &cobra.Command{
 		Use:   "manager",
 		Short: "Run the operator: compile RouterRoles and HintPolicies into each router's hints ConfigMap",
@@ -92,7 +94,7 @@ HTTP: for a manager on your own machine only. Logs are JSON (see the
 	f.StringVar(&o.leaderElectionID, "leader-election-id", "kvhint-manager.hints.kvrouter.io", "name of the leader election Lease")
 	f.StringVar(&o.leaderElectionNamespace, "leader-election-namespace", "", "namespace of the Lease; default: the manager's own namespace")
 	f.IntVar(&o.workers, "workers", 4, "routers (and HintPolicies) reconciled at once")
-	f.StringSliceVar(&o.catalogNamespaces, "catalog-namespace", nil, "read declared catalogs (ConfigMaps labelled "+controllers.CatalogForLabel+") only in this namespace (repeatable or comma-separated; within --namespace); routers elsewhere are checked against the linked catalog. Default: every namespace the manager watches")
+	f.StringSliceVar(&o.catalogNamespaces, "catalog-namespace", nil, "read declared catalogs (ConfigMaps labelled "+v1alpha1.CatalogForLabel+") only in this namespace (repeatable or comma-separated; within --namespace); routers elsewhere are checked against the linked catalog. Default: every namespace the manager watches")
 	addBudgetFlags(f, &o.catalogLimits.Budget)
 	f.Var(&quantityFlag{n: &o.catalogLimits.NamespaceBytes}, "catalog-max-memory-per-namespace", "the most memory the distinct declared catalogs of one namespace are estimated to keep together (a quantity); 0: no limit")
 	f.Var(&quantityFlag{n: &o.catalogLimits.TotalBytes}, "catalog-max-memory-total", "the most memory all declared catalogs are estimated to keep together (a quantity); 0: no limit")

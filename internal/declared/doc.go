@@ -18,9 +18,19 @@
 // hints (BuildHints returns ErrDeclaredOnly): the sidecar runs the catalog
 // its binary links, never a declared one.
 //
+// Store is the manager's store of loaded declarations: one load per
+// distinct text, shared by every ConfigMap that holds it, run in the
+// background one at a time, within Limits (a Budget per declaration, the
+// estimated memory per namespace and in all, a reserve for small
+// namespaces), with each router's last good declaration kept for when a
+// newer one cannot be used. The manager's controllers ask it for a
+// router's catalog (ForRouter) and hear from it when a load ends.
+//
 // The package is internal: a declaration is read by the manager and by
 // kvhint validate, not by plugin builds, and what it holds is the
 // product's file format, not a contract for plugins. It imports pkg/hints,
-// pkg/hintsconfig (for the policy-file form a declaration names) and the
-// apiextensions and CEL libraries, nothing of the operator.
+// pkg/hintsconfig (for the policy-file form a declaration names), the API
+// types, internal/dynamograph, the apiextensions and CEL libraries and,
+// for Store, controller-runtime's client and cache and internal/rolegraph
+// (which words a declaration's findings); never controllers.
 package declared

@@ -17,8 +17,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
-	"github.com/kvrouter/kv-hint-operator/controllers"
 	"github.com/kvrouter/kv-hint-operator/internal/dynamograph"
+	"github.com/kvrouter/kv-hint-operator/internal/workload"
 	"github.com/kvrouter/kv-hint-operator/test/dynamo"
 )
 
@@ -122,7 +122,7 @@ func TestManagerWritesOnlyTheGraphEntries(t *testing.T) {
 	const revision = "llama-hints-0123456789abcdef"
 	apply := func(name, component, rev, container string) func() error {
 		return func() error {
-			u, err := controllers.GraphEntries(ns, name, component, rev, container)
+			u, err := workload.GraphEntries(ns, name, component, rev, container)
 			if err != nil {
 				return err
 			}

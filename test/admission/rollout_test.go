@@ -17,7 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
-	"github.com/kvrouter/kv-hint-operator/controllers"
+	"github.com/kvrouter/kv-hint-operator/internal/workload"
 )
 
 // routerDeployment is a router Deployment with its router container
@@ -51,12 +51,12 @@ func routerDeployment(name string, optIn bool) *appsv1.Deployment {
 	return d
 }
 
-// pointVolume is the manager's own write (controllers.PolicyEntries):
+// pointVolume is the manager's own write (workload.PolicyEntries):
 // server-side apply of its three entries (volume, mount, variable) in
 // container, as its rollout field manager.
 func pointVolume(c kubernetes.Interface, ns, deployment, container, configMap string) error {
 	ac := appsv1ac.Deployment(deployment, ns).WithSpec(appsv1ac.DeploymentSpec().
-		WithTemplate(controllers.PolicyEntries(configMap, container)))
+		WithTemplate(workload.PolicyEntries(configMap, container)))
 	_, err := c.AppsV1().Deployments(ns).Apply(context.Background(), ac, metav1.ApplyOptions{FieldManager: v1alpha1.RolloutFieldManager, Force: true})
 	return err
 }

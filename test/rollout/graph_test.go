@@ -19,7 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
-	"github.com/kvrouter/kv-hint-operator/controllers"
+	"github.com/kvrouter/kv-hint-operator/internal/workload"
 	"github.com/kvrouter/kv-hint-operator/test/dynamo"
 	"github.com/kvrouter/kv-hint-operator/test/dynamo/v1beta1"
 )
@@ -526,7 +526,7 @@ func TestGraphRefusedWriteIsReported(t *testing.T) {
 	// A policy takes effect a moment after it is created: a dry run of
 	// another revision is refused once it has.
 	eventually(t, "the freeze policy in effect", func(ctx context.Context) error {
-		probe, err := controllers.GraphEntries(ns, g.Name, dynamo.FrontendComponent, v1alpha1.RevisionConfigMapName("llama", "ffffffffffffffff"), "main")
+		probe, err := workload.GraphEntries(ns, g.Name, dynamo.FrontendComponent, v1alpha1.RevisionConfigMapName("llama", "ffffffffffffffff"), "main")
 		if err != nil {
 			return err
 		}

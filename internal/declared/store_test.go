@@ -1,4 +1,4 @@
-package controllers
+package declared
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
-	"github.com/kvrouter/kv-hint-operator/internal/declared"
+	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
 )
 
@@ -23,41 +23,41 @@ import (
 func catalogCM(ns, name, router, text string) *corev1.ConfigMap {
 	return &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(ns + "/" + name),
-			Labels: map[string]string{CatalogForLabel: router}},
-		Data: map[string]string{CatalogKey: text},
+			Labels: map[string]string{v1alpha1.CatalogForLabel: router}},
+		Data: map[string]string{v1alpha1.CatalogKey: text},
 	}
 }
 
 func readDecl(t *testing.T) string {
 	t.Helper()
-	b, err := os.ReadFile("../internal/declared/testdata/custom-router.yaml")
+	b, err := os.ReadFile("testdata/custom-router.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
 	return string(b)
 }
 
-// TestCatalogsShareByContent: ConfigMaps holding the same text, in one
+// TestStoreShareByContent: ConfigMaps holding the same text, in one
 // namespace or two, cost one load; it is released when the last of them
 // is gone.
-func TestCatalogsShareByContent(t *testing.T) {
+func TestStoreShareByContent(t *testing.T) {
 	text := readDecl(t)
 	objs := []client.Object{catalogCM("a", "c1", "r1", text), catalogCM("a", "c2", "r2", text), catalogCM("b", "c1", "r1", text)}
-	c := newCatalogs(fake.NewClientBuilder().WithObjects(objs...).Build(), builtin.NewCatalog(), DefaultCatalogLimits())
+	c := NewStore(fake.NewClientBuilder().WithObjects(objs...).Build(), builtin.NewCatalog(), DefaultLimits())
 	ctx := context.Background()
-	var first *routerCatalog
+	var first *RouterCatalog
 	for _, k := range []types.NamespacedName{{Namespace: "a", Name: "r1"}, {Namespace: "a", Name: "r2"}, {Namespace: "b", Name: "r1"}} {
-		rc, err := c.forRouter(ctx, k.Namespace, k.Name)
-		if err != nil || rc.problem != nil {
-			t.Fatalf("%s: %v %v", k, err, rc.problem)
+		rc, err := c.ForRouter(ctx, k.Namespace, k.Name)
+		if err != nil || rc.Problem != nil {
+			t.Fatalf("%s: %v %v", k, err, rc.Problem)
 		}
 		if first == nil {
 			first = &rc
-		} else if rc.cat != first.cat {
+		} else if rc.Catalog != first.Catalog {
 			t.Errorf("%s: a catalog of its own; want the one loaded for the same text", k)
 		}
 	}
-	if n, bytes := c.loadedCount(); n != 1 || bytes <= 0 {
+	if n, bytes := c.Loaded(); n != 1 || bytes <= 0 {
 		t.Errorf("loaded %d declarations (%d bytes), want 1", n, bytes)
 	}
 	// Deleted: each delete event forgets its ConfigMap and its router is
@@ -66,48 +66,48 @@ func TestCatalogsShareByContent(t *testing.T) {
 		if err := c.reader.(client.Client).Delete(ctx, o); err != nil {
 			t.Fatal(err)
 		}
-		c.forget(o.GetUID())
-		if _, err := c.forRouter(ctx, o.GetNamespace(), o.GetLabels()[CatalogForLabel]); err != nil {
+		c.Forget(o.GetUID())
+		if _, err := c.ForRouter(ctx, o.GetNamespace(), o.GetLabels()[v1alpha1.CatalogForLabel]); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if n, bytes := c.loadedCount(); n != 0 || bytes != 0 {
+	if n, bytes := c.Loaded(); n != 0 || bytes != 0 {
 		t.Errorf("after every ConfigMap is gone: %d declarations (%d bytes) kept, want 0", n, bytes)
 	}
 }
 
-// TestCatalogsNamespaceBudget: distinct declarations of one namespace
+// TestStoreNamespaceBudget: distinct declarations of one namespace
 // past its budget are refused, naming the budget, while another
 // namespace still loads; an update releases what the old text cost.
-func TestCatalogsNamespaceBudget(t *testing.T) {
+func TestStoreNamespaceBudget(t *testing.T) {
 	text := readDecl(t)
 	other := text + "\n# another text\n"
 	objs := []client.Object{catalogCM("a", "c1", "r1", text), catalogCM("a", "c2", "r2", other), catalogCM("b", "c1", "r1", other)}
-	limits := DefaultCatalogLimits()
-	c := newCatalogs(fake.NewClientBuilder().WithObjects(objs...).Build(), builtin.NewCatalog(), limits)
+	limits := DefaultLimits()
+	c := NewStore(fake.NewClientBuilder().WithObjects(objs...).Build(), builtin.NewCatalog(), limits)
 	ctx := context.Background()
-	if rc, err := c.forRouter(ctx, "a", "r1"); err != nil || rc.problem != nil {
-		t.Fatalf("a/r1: %v %v", err, rc.problem)
+	if rc, err := c.ForRouter(ctx, "a", "r1"); err != nil || rc.Problem != nil {
+		t.Fatalf("a/r1: %v %v", err, rc.Problem)
 	}
-	_, one := c.loadedCount()
+	_, one := c.Loaded()
 	c.limits.NamespaceBytes = one + one/2
-	rc, err := c.forRouter(ctx, "a", "r2")
-	if err != nil || rc.problem == nil || !strings.Contains(rc.problem.Message, "over the budget of") ||
-		!strings.Contains(rc.problem.Message, "per namespace (manager flag --catalog-max-memory-per-namespace)") {
-		t.Fatalf("a/r2 over the namespace budget: %v %+v", err, rc.problem)
+	rc, err := c.ForRouter(ctx, "a", "r2")
+	if err != nil || rc.Problem == nil || !strings.Contains(rc.Problem.Message, "over the budget of") ||
+		!strings.Contains(rc.Problem.Message, "per namespace (manager flag --catalog-max-memory-per-namespace)") {
+		t.Fatalf("a/r2 over the namespace budget: %v %+v", err, rc.Problem)
 	}
-	if rc, err := c.forRouter(ctx, "b", "r1"); err != nil || rc.problem != nil {
-		t.Fatalf("b/r1, another namespace: %v %v", err, rc.problem)
+	if rc, err := c.ForRouter(ctx, "b", "r1"); err != nil || rc.Problem != nil {
+		t.Fatalf("b/r1, another namespace: %v %v", err, rc.Problem)
 	}
 	c.limits.TotalBytes = one
 	if err := c.reader.(client.Client).Delete(ctx, objs[2]); err != nil {
 		t.Fatal(err)
 	}
-	c.forget("b/c1")
-	if _, err := c.forRouter(ctx, "b", "r1"); err != nil {
+	c.Forget("b/c1")
+	if _, err := c.ForRouter(ctx, "b", "r1"); err != nil {
 		t.Fatal(err)
 	}
-	if n, _ := c.loadedCount(); n != 1 {
+	if n, _ := c.Loaded(); n != 1 {
 		t.Fatalf("after b/c1 is gone: %d declarations, want 1", n)
 	}
 	// Once a/c1 is gone, a/r2's text fits again: a refusal for what
@@ -115,32 +115,32 @@ func TestCatalogsNamespaceBudget(t *testing.T) {
 	if err := c.reader.(client.Client).Delete(ctx, objs[0]); err != nil {
 		t.Fatal(err)
 	}
-	c.forget("a/c1")
-	if _, err := c.forRouter(ctx, "a", "r1"); err != nil {
+	c.Forget("a/c1")
+	if _, err := c.ForRouter(ctx, "a", "r1"); err != nil {
 		t.Fatal(err)
 	}
-	if rc, err := c.forRouter(ctx, "a", "r2"); err != nil || rc.problem != nil {
-		t.Fatalf("a/r2 after a/c1 is gone: %v %v", err, rc.problem)
+	if rc, err := c.ForRouter(ctx, "a", "r2"); err != nil || rc.Problem != nil {
+		t.Fatalf("a/r2 after a/c1 is gone: %v %v", err, rc.Problem)
 	}
 }
 
-// TestCatalogsLoadOutsideLock: while a load holds the one load slot, a
+// TestStoreLoadOutsideLock: while a load holds the one load slot, a
 // router with no declaration and a router whose declaration is loaded
 // are resolved at once, and one that needs a load waits (here: until its
 // context ends) without holding the others up.
-func TestCatalogsLoadOutsideLock(t *testing.T) {
+func TestStoreLoadOutsideLock(t *testing.T) {
 	text := readDecl(t)
 	objs := []client.Object{catalogCM("a", "c1", "r1", text), catalogCM("a", "c2", "r2", text+"\n# other\n")}
-	c := newCatalogs(fake.NewClientBuilder().WithObjects(objs...).Build(), builtin.NewCatalog(), DefaultCatalogLimits())
+	c := NewStore(fake.NewClientBuilder().WithObjects(objs...).Build(), builtin.NewCatalog(), DefaultLimits())
 	ctx := context.Background()
-	if _, err := c.forRouter(ctx, "a", "r1"); err != nil {
+	if _, err := c.ForRouter(ctx, "a", "r1"); err != nil {
 		t.Fatal(err)
 	}
 	c.sem <- struct{}{} // a load under way
 	defer func() { <-c.sem }()
 	done := make(chan error, 3)
-	go func() { _, err := c.forRouter(ctx, "b", "plain"); done <- err }()
-	go func() { _, err := c.forRouter(ctx, "a", "r1"); done <- err }()
+	go func() { _, err := c.ForRouter(ctx, "b", "plain"); done <- err }()
+	go func() { _, err := c.ForRouter(ctx, "a", "r1"); done <- err }()
 	for range 2 {
 		if err := <-done; err != nil {
 			t.Fatal(err)
@@ -148,24 +148,24 @@ func TestCatalogsLoadOutsideLock(t *testing.T) {
 	}
 	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	defer cancel()
-	if _, err := c.forRouter(short, "a", "r2"); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := c.ForRouter(short, "a", "r2"); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("a router that needs a load while another runs: %v, want it to wait for the slot", err)
 	}
 }
 
-// TestCatalogsLoadInBackground: in the manager's mode a router whose
+// TestStoreLoadInBackground: in the manager's mode a router whose
 // declaration is not loaded yet gets pending at once, even while another
 // load holds the slot, instead of holding its reconcile; the ConfigMap is
 // sent on the loaded channel when the load ends, and the next read finds
 // it. A load refused for what the others keep is told to the next read
 // once, and loaded again after that.
-func TestCatalogsLoadInBackground(t *testing.T) {
+func TestStoreLoadInBackground(t *testing.T) {
 	text := readDecl(t)
 	objs := []client.Object{catalogCM("a", "c1", "r1", text), catalogCM("a", "c2", "r2", text+"\n# other\n")}
-	c := newCatalogs(fake.NewClientBuilder().WithObjects(objs...).Build(), builtin.NewCatalog(), DefaultCatalogLimits())
+	c := NewStore(fake.NewClientBuilder().WithObjects(objs...).Build(), builtin.NewCatalog(), DefaultLimits())
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	loaded := c.loadInBackground(ctx)
+	loaded := c.LoadInBackground(ctx)
 	next := func(want string) {
 		t.Helper()
 		select {
@@ -180,40 +180,40 @@ func TestCatalogsLoadInBackground(t *testing.T) {
 
 	c.sem <- struct{}{} // another load under way
 	start := time.Now()
-	rc, err := c.forRouter(ctx, "a", "r1")
-	if err != nil || !rc.pending {
+	rc, err := c.ForRouter(ctx, "a", "r1")
+	if err != nil || !rc.Pending {
 		t.Fatalf("a/r1 while the slot is taken: %+v %v, want pending", rc, err)
 	}
 	if took := time.Since(start); took > time.Second {
 		t.Errorf("a/r1 took %v to say pending", took)
 	}
-	if rc, err := c.forRouter(ctx, "a", "r1"); err != nil || !rc.pending {
+	if rc, err := c.ForRouter(ctx, "a", "r1"); err != nil || !rc.Pending {
 		t.Fatalf("a/r1 asked again: %+v %v, want pending", rc, err)
 	}
 	<-c.sem
 	next("c1")
-	if rc, err := c.forRouter(ctx, "a", "r1"); err != nil || rc.pending || rc.problem != nil || rc.cat == nil {
+	if rc, err := c.ForRouter(ctx, "a", "r1"); err != nil || rc.Pending || rc.Problem != nil || rc.Catalog == nil {
 		t.Fatalf("a/r1 once loaded: %+v %v", rc, err)
 	}
 
 	// r2's text does not fit beside r1's.
-	_, one := c.loadedCount()
+	_, one := c.Loaded()
 	c.limits.NamespaceBytes = one + one/2
-	if rc, err := c.forRouter(ctx, "a", "r2"); err != nil || !rc.pending {
+	if rc, err := c.ForRouter(ctx, "a", "r2"); err != nil || !rc.Pending {
 		t.Fatalf("a/r2: %+v %v, want pending", rc, err)
 	}
 	next("c2")
-	rc, err = c.forRouter(ctx, "a", "r2")
-	if err != nil || rc.pending || rc.problem == nil || !strings.Contains(rc.problem.Message, "--catalog-max-memory-per-namespace") {
+	rc, err = c.ForRouter(ctx, "a", "r2")
+	if err != nil || rc.Pending || rc.Problem == nil || !strings.Contains(rc.Problem.Message, "--catalog-max-memory-per-namespace") {
 		t.Fatalf("a/r2 after its load was refused: %+v %v, want the namespace budget's refusal", rc, err)
 	}
-	if rc, err := c.forRouter(ctx, "a", "r2"); err != nil || !rc.pending {
+	if rc, err := c.ForRouter(ctx, "a", "r2"); err != nil || !rc.Pending {
 		t.Fatalf("a/r2 read again: %+v %v, want a new load", rc, err)
 	}
 	next("c2")
 }
 
-// TestCatalogsEditedDuringLoad: a ConfigMap edited twelve times while
+// TestStoreEditedDuringLoad: a ConfigMap edited twelve times while
 // its loads wait for the load slot, and twelve times more while they
 // wait or run, leaves one load, the last text's;
 // the loads of the texts it no longer holds are cancelled and their
@@ -221,14 +221,14 @@ func TestCatalogsLoadInBackground(t *testing.T) {
 // each edit left the old load held by nothing, kept and counted for
 // good: near the budget, every new declaration was refused until a
 // restart.
-func TestCatalogsEditedDuringLoad(t *testing.T) {
+func TestStoreEditedDuringLoad(t *testing.T) {
 	text := readDecl(t)
 	cm := catalogCM("a", "c1", "r1", text)
 	cl := fake.NewClientBuilder().WithObjects(cm).Build()
-	c := newCatalogs(cl, builtin.NewCatalog(), DefaultCatalogLimits())
+	c := NewStore(cl, builtin.NewCatalog(), DefaultLimits())
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	loaded := c.loadInBackground(ctx)
+	loaded := c.LoadInBackground(ctx)
 
 	edit := func(v int) {
 		t.Helper()
@@ -236,11 +236,11 @@ func TestCatalogsEditedDuringLoad(t *testing.T) {
 		if err := cl.Get(ctx, client.ObjectKeyFromObject(cm), &cur); err != nil {
 			t.Fatal(err)
 		}
-		cur.Data[CatalogKey] = fmt.Sprintf("%s\n# version %d\n", text, v)
+		cur.Data[v1alpha1.CatalogKey] = fmt.Sprintf("%s\n# version %d\n", text, v)
 		if err := cl.Update(ctx, &cur); err != nil {
 			t.Fatal(err)
 		}
-		if rc, err := c.forRouter(ctx, "a", "r1"); err != nil || !rc.pending {
+		if rc, err := c.ForRouter(ctx, "a", "r1"); err != nil || !rc.Pending {
 			t.Fatalf("version %d: %+v %v, want pending", v, rc, err)
 		}
 	}
@@ -248,7 +248,7 @@ func TestCatalogsEditedDuringLoad(t *testing.T) {
 	for v := range 12 {
 		edit(v)
 	}
-	if n, bytes := c.loadedCount(); n != 1 || bytes != 0 {
+	if n, bytes := c.Loaded(); n != 1 || bytes != 0 {
 		t.Errorf("while the last version waits: %d declarations (%d bytes) kept or reserved, want 1 waiting (0 bytes)", n, bytes)
 	}
 	<-c.sem
@@ -262,10 +262,10 @@ func TestCatalogsEditedDuringLoad(t *testing.T) {
 		case <-loaded:
 		default:
 		}
-		if rc, err := c.forRouter(ctx, "a", "r1"); err != nil || rc.pending {
+		if rc, err := c.ForRouter(ctx, "a", "r1"); err != nil || rc.Pending {
 			return fmt.Errorf("not loaded: %+v %v", rc, err)
 		}
-		if n, _ := c.loadedCount(); n != 1 || len(c.sem) != 0 {
+		if n, _ := c.Loaded(); n != 1 || len(c.sem) != 0 {
 			return fmt.Errorf("%d declarations kept, want 1", n)
 		}
 		return nil
@@ -277,11 +277,11 @@ func TestCatalogsEditedDuringLoad(t *testing.T) {
 	if err := cl.Delete(ctx, cm); err != nil {
 		t.Fatal(err)
 	}
-	c.forget(cm.UID)
-	if _, err := c.forRouter(ctx, "a", "r1"); err != nil {
+	c.Forget(cm.UID)
+	if _, err := c.ForRouter(ctx, "a", "r1"); err != nil {
 		t.Fatal(err)
 	}
-	if n, bytes := c.loadedCount(); n != 0 || bytes != 0 {
+	if n, bytes := c.Loaded(); n != 0 || bytes != 0 {
 		t.Errorf("after the ConfigMap is gone: %d declarations (%d bytes) kept, want 0", n, bytes)
 	}
 }
@@ -299,7 +299,7 @@ func within(d time.Duration, f func() error) error {
 	}
 }
 
-// TestCatalogsReserve: namespaces that fill their own budget cannot take
+// TestStoreReserve: namespaces that fill their own budget cannot take
 // the manager's whole budget: what they keep above each namespace's
 // floor stops at the total less the reserve, and a small declaration
 // (config/catalogs/dynamo.yaml) in a namespace of its own still loads.
@@ -307,8 +307,8 @@ func within(d time.Duration, f func() error) error {
 // fifth's dynamo.yaml was refused. Limits are set in units of what the
 // Dynamo declaration is estimated to keep: the floor one, the reserve
 // six (six namespaces' floors), four per namespace, twelve in all.
-func TestCatalogsReserve(t *testing.T) {
-	b, err := os.ReadFile("../config/catalogs/dynamo.yaml")
+func TestStoreReserve(t *testing.T) {
+	b, err := os.ReadFile("../../config/catalogs/dynamo.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -322,24 +322,24 @@ func TestCatalogsReserve(t *testing.T) {
 	for ns := range 2 {
 		objs = append(objs, catalogCM(fmt.Sprint("small", ns), "c0", "r0", dynamo))
 	}
-	c := newCatalogs(fake.NewClientBuilder().WithObjects(objs...).Build(), builtin.NewCatalog(), DefaultCatalogLimits())
+	c := NewStore(fake.NewClientBuilder().WithObjects(objs...).Build(), builtin.NewCatalog(), DefaultLimits())
 	ctx := context.Background()
-	if rc, err := c.forRouter(ctx, "small0", "r0"); err != nil || rc.problem != nil {
-		t.Fatalf("small0/r0: %v %v", err, rc.problem)
+	if rc, err := c.ForRouter(ctx, "small0", "r0"); err != nil || rc.Problem != nil {
+		t.Fatalf("small0/r0: %v %v", err, rc.Problem)
 	}
-	_, one := c.loadedCount()
-	c.forget("small0/c0")
-	c.limits = CatalogLimits{Budget: c.limits.Budget, NamespaceBytes: 4 * one, TotalBytes: 12 * one, FloorBytes: one, ReserveBytes: 6 * one}
+	_, one := c.Loaded()
+	c.Forget("small0/c0")
+	c.limits = Limits{Budget: c.limits.Budget, NamespaceBytes: 4 * one, TotalBytes: 12 * one, FloorBytes: one, ReserveBytes: 6 * one}
 
 	got := map[string]string{}
 	for ns := range 4 {
 		for r := range 4 {
-			rc, err := c.forRouter(ctx, fmt.Sprint("tenant", ns), fmt.Sprint("r", r))
+			rc, err := c.ForRouter(ctx, fmt.Sprint("tenant", ns), fmt.Sprint("r", r))
 			if err != nil {
 				t.Fatal(err)
 			}
-			if rc.problem != nil {
-				got[fmt.Sprintf("tenant%d/r%d", ns, r)] = rc.problem.Message
+			if rc.Problem != nil {
+				got[fmt.Sprintf("tenant%d/r%d", ns, r)] = rc.Problem.Message
 			}
 		}
 	}
@@ -355,27 +355,27 @@ func TestCatalogsReserve(t *testing.T) {
 		t.Errorf("refused beyond the reserve: %v", got)
 	}
 	for ns := range 2 {
-		if rc, err := c.forRouter(ctx, fmt.Sprint("small", ns), "r0"); err != nil || rc.problem != nil {
-			t.Errorf("small%d/r0, the Dynamo declaration after four namespaces filled theirs: %v %v", ns, err, rc.problem)
+		if rc, err := c.ForRouter(ctx, fmt.Sprint("small", ns), "r0"); err != nil || rc.Problem != nil {
+			t.Errorf("small%d/r0, the Dynamo declaration after four namespaces filled theirs: %v %v", ns, err, rc.Problem)
 		}
 	}
-	if _, total := c.loadedCount(); total > c.limits.TotalBytes {
+	if _, total := c.Loaded(); total > c.limits.TotalBytes {
 		t.Errorf("%d kept, over the total of %d", total, c.limits.TotalBytes)
 	}
-	t.Logf("config/catalogs/dynamo.yaml is estimated to keep %s; the default floor of a namespace is %s", declared.Bytes(one), declared.Bytes(DefaultCatalogLimits().FloorBytes))
+	t.Logf("config/catalogs/dynamo.yaml is estimated to keep %s; the default floor of a namespace is %s", Bytes(one), Bytes(DefaultLimits().FloorBytes))
 }
 
-// TestCatalogsLastGoodCounted: a router's last good declaration, kept
+// TestStoreLastGoodCounted: a router's last good declaration, kept
 // while its ConfigMap holds one that cannot be used, counts against the
 // namespace until it is replaced or the ConfigMap is gone, and does not
 // count against the declaration that replaces it. Before, it was kept
 // and counted as nothing: a tenant that broke each router's declaration
 // after it loaded kept any number of them past the budget.
-func TestCatalogsLastGoodCounted(t *testing.T) {
+func TestStoreLastGoodCounted(t *testing.T) {
 	text := readDecl(t)
 	cm := catalogCM("a", "c1", "r1", text)
 	cl := fake.NewClientBuilder().WithObjects(cm, catalogCM("a", "c2", "r2", text+"\n# r2\n")).Build()
-	c := newCatalogs(cl, builtin.NewCatalog(), DefaultCatalogLimits())
+	c := NewStore(cl, builtin.NewCatalog(), DefaultLimits())
 	ctx := context.Background()
 	set := func(data string) {
 		t.Helper()
@@ -383,43 +383,43 @@ func TestCatalogsLastGoodCounted(t *testing.T) {
 		if err := cl.Get(ctx, client.ObjectKeyFromObject(cm), &cur); err != nil {
 			t.Fatal(err)
 		}
-		cur.Data[CatalogKey] = data
+		cur.Data[v1alpha1.CatalogKey] = data
 		if err := cl.Update(ctx, &cur); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if rc, err := c.forRouter(ctx, "a", "r1"); err != nil || rc.problem != nil {
-		t.Fatalf("a/r1: %v %v", err, rc.problem)
+	if rc, err := c.ForRouter(ctx, "a", "r1"); err != nil || rc.Problem != nil {
+		t.Fatalf("a/r1: %v %v", err, rc.Problem)
 	}
-	_, one := c.loadedCount()
+	_, one := c.Loaded()
 	c.limits.NamespaceBytes = one + one/2
 
 	set("apiVersion: hints.kvrouter.io/v1alpha1\nkind: PolicyCatalog\n")
-	if rc, err := c.forRouter(ctx, "a", "r1"); err != nil || rc.problem == nil || rc.cat == c.linked {
+	if rc, err := c.ForRouter(ctx, "a", "r1"); err != nil || rc.Problem == nil || rc.Catalog == c.linked {
 		t.Fatalf("a/r1 broken: %+v %v, want its problem and its last good catalog", rc, err)
 	}
-	if _, kept := c.loadedCount(); kept != one {
+	if _, kept := c.Loaded(); kept != one {
 		t.Errorf("while a/r1's last good declaration is kept: %d bytes counted, want %d", kept, one)
 	}
-	if rc, err := c.forRouter(ctx, "a", "r2"); err != nil || rc.problem == nil || !strings.Contains(rc.problem.Message, "--catalog-max-memory-per-namespace") {
+	if rc, err := c.ForRouter(ctx, "a", "r2"); err != nil || rc.Problem == nil || !strings.Contains(rc.Problem.Message, "--catalog-max-memory-per-namespace") {
 		t.Errorf("a/r2 beside a/r1's last good declaration: %+v %v, want the namespace budget's refusal", rc, err)
 	}
 
 	set(text + "\n# fixed\n")
-	if rc, err := c.forRouter(ctx, "a", "r1"); err != nil || rc.problem != nil {
-		t.Fatalf("a/r1 fixed: %v %v; the declaration it replaces must not count against it", err, rc.problem)
+	if rc, err := c.ForRouter(ctx, "a", "r1"); err != nil || rc.Problem != nil {
+		t.Fatalf("a/r1 fixed: %v %v; the declaration it replaces must not count against it", err, rc.Problem)
 	}
-	if _, kept := c.loadedCount(); kept != one {
+	if _, kept := c.Loaded(); kept != one {
 		t.Errorf("once a/r1's declaration is replaced: %d bytes counted, want %d", kept, one)
 	}
 	if err := cl.Delete(ctx, cm); err != nil {
 		t.Fatal(err)
 	}
-	c.forget(cm.UID)
-	if rc, err := c.forRouter(ctx, "a", "r1"); err != nil || rc.problem != nil || rc.cat != c.linked {
+	c.Forget(cm.UID)
+	if rc, err := c.ForRouter(ctx, "a", "r1"); err != nil || rc.Problem != nil || rc.Catalog != c.linked {
 		t.Fatalf("a/r1 with no declaration: %+v %v", rc, err)
 	}
-	if n, kept := c.loadedCount(); n != 0 || kept != 0 {
+	if n, kept := c.Loaded(); n != 0 || kept != 0 {
 		t.Errorf("after a/r1's ConfigMap is gone: %d declarations (%d bytes) counted, want 0", n, kept)
 	}
 }

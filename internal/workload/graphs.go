@@ -1,4 +1,4 @@
-package controllers
+package workload
 
 import (
 	"cmp"
@@ -10,9 +10,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
@@ -20,14 +20,14 @@ import (
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+	"github.com/kvrouter/kv-hint-operator/internal/apiwatch"
 	"github.com/kvrouter/kv-hint-operator/internal/dynamograph"
 	"github.com/kvrouter/kv-hint-operator/internal/rolegraph"
 )
@@ -38,27 +38,26 @@ import (
 // v1alpha1.RolloutFieldManager; Dynamo's operator renders them into the
 // Deployment or PodClique it owns. The DGD's CRD is Dynamo's, and a
 // cluster may not have it: the manager looks for it in discovery until it
-// appears, and only then starts watching DGDs (graphWatch).
+// appears, and only then starts watching DGDs (GraphWatch).
 //
 // +kubebuilder:rbac:groups=nvidia.com,resources=dynamographdeployments,verbs=get;list;watch;patch
 
-// DefaultGraphDiscoveryInterval is how often the manager looks for the
-// DGD CRD until it is served.
-const DefaultGraphDiscoveryInterval = 10 * time.Second
-
-// graphWatch starts watching DGDs once the API server serves them.
-type graphWatch struct {
-	cfg        *rest.Config
-	namespaces []string
-	interval   time.Duration
-	controller controller.Controller
+// GraphWatch starts watching DGDs once the API server serves them.
+type GraphWatch struct {
+	Config     *rest.Config
+	Namespaces []string
+	// Interval is how often it looks for the CRD until it is served.
+	Interval time.Duration
+	// Watch starts the watch of the DGDs in c (obj is a DGD) once the
+	// cache synced: the router controller's.
+	Watch func(c cache.Cache, obj client.Object) error
 	// cache reads the router-labelled DGDs once the watch began (the
 	// cache of newCache); nil before.
 	cache atomic.Pointer[client.Reader]
 }
 
-// reader returns the DGD cache, or nil while the CRD is not served.
-func (g *graphWatch) reader() client.Reader {
+// Reader returns the DGD cache, or nil while the CRD is not served.
+func (g *GraphWatch) Reader() client.Reader {
 	if g == nil {
 		return nil
 	}
@@ -72,28 +71,21 @@ func (g *graphWatch) reader() client.Reader {
 // starts a cache of router-labelled DGDs and a watch of it on the router
 // controller. A cluster without Dynamo never gets past the wait, and
 // nothing else changes.
-func (g *graphWatch) Start(ctx context.Context) error {
+func (g *GraphWatch) Start(ctx context.Context) error {
 	log := ctrl.LoggerFrom(ctx).WithValues("kind", dynamograph.Kind, "apiVersion", dynamograph.GroupVersion.String())
-	dc, err := discovery.NewDiscoveryClientForConfig(g.cfg)
+	dc, err := discovery.NewDiscoveryClientForConfig(g.Config)
 	if err != nil {
 		return fmt.Errorf("DynamoGraphDeployment watch: %w", err)
 	}
-	tick := time.NewTicker(g.interval)
-	defer tick.Stop()
-	for {
-		served, err := graphsServed(dc)
-		if err != nil {
-			log.V(1).Info("Looking for the DynamoGraphDeployment CRD", "error", err.Error())
-		}
-		if served {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-tick.C:
-		}
-	}
+	gvr := dynamograph.GroupVersion.WithResource(dynamograph.Resource)
+	return apiwatch.WhenServed(ctx, dc, gvr, g.Interval, func(err error) {
+		log.V(1).Info("Looking for the DynamoGraphDeployment CRD", "error", err.Error())
+	}, func(ctx context.Context) error { return g.watch(ctx, log) })
+}
+
+// watch starts the cache of router-labelled DGDs and its watch on the
+// router controller, and runs until ctx ends.
+func (g *GraphWatch) watch(ctx context.Context, log logr.Logger) error {
 	c, err := g.newCache()
 	if err != nil {
 		return err
@@ -116,7 +108,7 @@ func (g *graphWatch) Start(ctx context.Context) error {
 	}
 	var rd client.Reader = c
 	g.cache.Store(&rd)
-	if err := g.controller.Watch(source.Kind[client.Object](c, u, progressEvents(graphChanged))); err != nil {
+	if err := g.Watch(c, u); err != nil {
 		return fmt.Errorf("watching DynamoGraphDeployments: %w", err)
 	}
 	log.Info("Watching DynamoGraphDeployments: the CRD is served")
@@ -124,33 +116,15 @@ func (g *graphWatch) Start(ctx context.Context) error {
 	return nil
 }
 
-// graphsServed reports whether the API server serves the DGD's storage
-// version.
-func graphsServed(dc discovery.DiscoveryInterface) (bool, error) {
-	list, err := dc.ServerResourcesForGroupVersion(dynamograph.GroupVersion.String())
-	switch {
-	case apierrors.IsNotFound(err):
-		return false, nil
-	case err != nil:
-		return false, err
-	}
-	for _, r := range list.APIResources {
-		if r.Name == dynamograph.Resource {
-			return true, nil
-		}
-	}
-	return false, nil
-}
-
 // newCache is the cache of router-labelled DGDs: a REST mapper of its own,
 // built now that the CRD is served, and of each DGD's managedFields only
 // the manager's own entries' times (see rolegraph.ReadGraph).
-func (g *graphWatch) newCache() (cache.Cache, error) {
-	hc, err := rest.HTTPClientFor(g.cfg)
+func (g *GraphWatch) newCache() (cache.Cache, error) {
+	hc, err := rest.HTTPClientFor(g.Config)
 	if err != nil {
 		return nil, fmt.Errorf("DynamoGraphDeployment cache: %w", err)
 	}
-	mapper, err := apiutil.NewDynamicRESTMapper(g.cfg, hc)
+	mapper, err := apiutil.NewDynamicRESTMapper(g.Config, hc)
 	if err != nil {
 		return nil, fmt.Errorf("DynamoGraphDeployment cache: %w", err)
 	}
@@ -167,13 +141,13 @@ func (g *graphWatch) newCache() (cache.Cache, error) {
 			u: {Label: labels.NewSelector().Add(*hasRouter), Transform: trimGraph},
 		},
 	}
-	if len(g.namespaces) > 0 {
+	if len(g.Namespaces) > 0 {
 		opts.DefaultNamespaces = map[string]cache.Config{}
-		for _, ns := range g.namespaces {
+		for _, ns := range g.Namespaces {
 			opts.DefaultNamespaces[ns] = cache.Config{}
 		}
 	}
-	return cache.New(g.cfg, opts)
+	return cache.New(g.Config, opts)
 }
 
 // trimGraph keeps of a DGD's managedFields the manager's own entries,
@@ -201,10 +175,30 @@ func graphList() *unstructured.UnstructuredList {
 	return list
 }
 
-// listGraphs returns the router's DGDs from the cache, sorted by name;
-// none while the CRD is not served.
-func (r *RouterReconciler) listGraphs(ctx context.Context, namespace, router string) ([]dynamograph.Graph, error) {
-	rd := r.graphs.reader()
+// Graphs writes opted-in DGDs (v1alpha1.GraphOptedIn).
+type Graphs struct {
+	Client   client.Client
+	Recorder events.EventRecorder
+	// Watch reads the DGDs once their CRD is served; nil: never.
+	Watch *GraphWatch
+}
+
+func (r *Graphs) Kind() string { return dynamograph.Kind }
+
+// List reads the router's DGDs from the cache into in.Graphs, sorted by
+// name; none while the CRD is not served.
+func (r *Graphs) List(ctx context.Context, namespace, router string, in *rolegraph.Input) error {
+	graphs, err := r.list(ctx, namespace, router)
+	in.Graphs = graphs
+	return err
+}
+
+func (r *Graphs) OptedIn(in *rolegraph.Input) bool {
+	return slices.ContainsFunc(in.Graphs, func(g dynamograph.Graph) bool { return v1alpha1.GraphOptedIn(g.Annotations) })
+}
+
+func (r *Graphs) list(ctx context.Context, namespace, router string) ([]dynamograph.Graph, error) {
+	rd := r.Watch.Reader()
 	if rd == nil {
 		return nil, nil
 	}
@@ -227,8 +221,8 @@ func (r *RouterReconciler) listGraphs(ctx context.Context, namespace, router str
 	return out, nil
 }
 
-// pointGraph writes the manager's three entries to the router component
-// of a DGD (see pointVolume for a Deployment), by server-side apply as
+// Point writes the manager's three entries to the router component
+// of a DGD (see Deployments.Point), by server-side apply as
 // v1alpha1.RolloutFieldManager, forced: the component is named by its
 // key in spec.components, and its podTemplate's containers, volumes, env
 // and mounts merge by their keys.
@@ -239,7 +233,7 @@ func (r *RouterReconciler) listGraphs(ctx context.Context, namespace, router str
 // that declared a list of the pod template atomic would have the
 // manager's apply replace the whole list (the router container, say),
 // and that is refused here instead of written.
-func (r *RouterReconciler) pointGraph(ctx context.Context, rev *corev1.ConfigMap, w *rolegraph.Workload) error {
+func (r *Graphs) Point(ctx context.Context, rev *corev1.ConfigMap, w *rolegraph.Workload, _ *rolegraph.Input) error {
 	// The DGD as the API server has it now, not as the cache last saw
 	// it: the dry run's result is compared with it, and the apply is
 	// made on its resourceVersion, so that a change by anyone else in
@@ -270,7 +264,7 @@ func (r *RouterReconciler) pointGraph(ctx context.Context, rev *corev1.ConfigMap
 		if r.Recorder != nil {
 			r.Recorder.Eventf(graphRef(current), nil, corev1.EventTypeWarning, "PolicyConfigNotWritten", "Roll", "%s", msg)
 		}
-		return &writeRefused{workload: w, hash: revisionHash(rev), message: msg}
+		return &Refused{Workload: w, Hash: revisionHash(rev), Message: msg}
 	}
 	dry := patch.DeepCopy()
 	if err := r.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(dry), client.FieldOwner(v1alpha1.RolloutFieldManager), client.ForceOwnership, client.DryRunAll); err != nil {

@@ -3,10 +3,16 @@ package controllers_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
 )
@@ -131,4 +137,152 @@ func TestForgedAppliedHashIgnored(t *testing.T) {
 	reportHash(t, forged, "0123456789abcdef")
 	reportHash(t, forged, hash)
 	waitConditionMessage(t, rr, v1alpha1.ConditionProgrammed, metav1.ConditionTrue, v1alpha1.ReasonProgrammed, "2/2 router pods run "+hash)
+}
+
+// TestStatusWaitsForPodReports: a new role on a router whose pod reports
+// the config at once (as its sidecar does, within milliseconds) gets one
+// status write, Programmed True, not Pending first and True a moment
+// later; a router whose pod never reports still gets Pending.
+func TestStatusWaitsForPodReports(t *testing.T) {
+	requireAPIServer(t)
+	ns := newNamespace(t)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	wc, err := client.NewWithWatch(restCfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The sidecar's part: report each config the moment it is written.
+	pod := routerPod(t, ns, "prompt", "prompt-router-0", "")
+	cms, err := wc.Watch(ctx, &corev1.ConfigMapList{}, client.InNamespace(ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cms.Stop()
+	reportLag := make(chan time.Duration, 1)
+	go func() {
+		for ev := range cms.ResultChan() {
+			cm, ok := ev.Object.(*corev1.ConfigMap)
+			if !ok || ev.Type == watch.Deleted || cm.Name != v1alpha1.HintsConfigMapName("prompt") {
+				continue
+			}
+			seen := time.Now()
+			p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: pod.Name}}
+			patch := client.RawPatch("application/merge-patch+json",
+				[]byte(`{"metadata":{"annotations":{"`+v1alpha1.AppliedHashAnnotation+`":"`+cm.Annotations[v1alpha1.HashAnnotation]+`"}}}`))
+			if err := k8s.Patch(ctx, p, patch, client.FieldOwner(v1alpha1.SidecarFieldManager)); err != nil {
+				t.Errorf("reporting the hash: %v", err)
+			}
+			select {
+			case reportLag <- time.Since(seen):
+			default:
+			}
+		}
+	}()
+
+	// Every status the role is seen with, in order.
+	roles, err := wc.Watch(ctx, &v1alpha1.RouterRoleList{}, client.InNamespace(ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer roles.Stop()
+	rr := newRole(ns, "decode", "prompt", "decode", "dynamo-default-cost-fn")
+	create(t, rr)
+	var programmed []string
+	for done := false; !done; {
+		select {
+		case ev := <-roles.ResultChan():
+			got, ok := ev.Object.(*v1alpha1.RouterRole)
+			if !ok {
+				continue
+			}
+			c := meta.FindStatusCondition(got.Status.Conditions, string(v1alpha1.ConditionProgrammed))
+			if c == nil {
+				continue
+			}
+			programmed = append(programmed, string(c.Status)+"/"+c.Reason)
+			done = c.Status == metav1.ConditionTrue
+		case <-ctx.Done():
+			t.Fatalf("the role was not Programmed; its Programmed conditions so far: %v", programmed)
+		}
+	}
+	lag := <-reportLag
+	if lag > 250*time.Millisecond {
+		// The pod's report came too late to tell the two behaviours apart
+		// (a machine this loaded would see Pending first either way).
+		t.Skipf("the stand-in sidecar took %s to report; Programmed went %v", lag, programmed)
+	}
+	if len(programmed) != 1 {
+		t.Errorf("Programmed went %v; want one status write, True (the pod reported within %s)", programmed, lag)
+	}
+
+	// A pod that never reports: Pending, within the wait.
+	routerPod(t, ns, "silent", "silent-router-0", "")
+	silent := newRole(ns, "decode", "silent", "decode", "dynamo-default-cost-fn")
+	silent.Name = "silent-decode"
+	create(t, silent)
+	waitConditionMessage(t, silent, v1alpha1.ConditionProgrammed, metav1.ConditionFalse, v1alpha1.ReasonPending, "0/1")
+}
+
+// TestPolicyEjectedNamesThePolicy: a router pod's sidecar that reports a
+// hint policy ejected (hints.kvrouter.io/ejected-policies) makes the
+// RouterRole's PolicyEjected True, naming the policy, on how many pods and
+// why; Ready stays True. The same annotation written by another field
+// manager is ignored, and the condition goes once the sidecar clears it.
+func TestPolicyEjectedNamesThePolicy(t *testing.T) {
+	ns := newNamespace(t)
+	rr := newRole(ns, "decode", "eject", "decode", "dynamo-default-cost-fn")
+	rr.Spec.Hints = []v1alpha1.HintItem{named("audit", "kv-retain", map[string]any{"ttl_seconds": 600}), inline("kv-evict", nil)}
+	create(t, rr)
+	hash := waitConfigMap(t, ns, "eject", anyConfigMap).Annotations[v1alpha1.HashAnnotation]
+	pods := []*corev1.Pod{routerPod(t, ns, "eject", "eject-router-0", hash), routerPod(t, ns, "eject", "eject-router-1", hash)}
+	waitCondition(t, rr, v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonReady)
+
+	// Forged: not the sidecar's field manager. A later honest report on
+	// the other pod shows the manager has seen the forgery by then.
+	reportEjected(t, pods[1], "decode/audit=busy", "kubectl-annotate")
+	reportEjected(t, pods[0], "decode/audit=overrun", v1alpha1.SidecarFieldManager)
+	c := waitConditionMessage(t, rr, v1alpha1.ConditionPolicyEjected, metav1.ConditionTrue, v1alpha1.ReasonPolicyEjected,
+		"hint policy audit is ejected on 1/2 router pods (overrun)")
+	t.Logf("PolicyEjected: %s", c.Message)
+	if r := meta.FindStatusCondition(rr.Status.Conditions, string(v1alpha1.ConditionReady)); r == nil || r.Status != metav1.ConditionTrue {
+		t.Errorf("Ready %+v while a policy is ejected; want True (the spec runs on every pod)", r)
+	}
+	v := readGitops(t, ns, rr.Name, "RouterRole")
+	if v.kstatus != status.CurrentStatus || v.argo != "Healthy" || !strings.Contains(v.argoMessage, "PolicyEjected: hint policy audit is ejected") {
+		t.Errorf("GitOps view while a policy is ejected: %v; want kstatus Current, Argo CD Healthy naming the policy", v)
+	}
+
+	reportEjected(t, pods[1], "decode/audit=abandoned", v1alpha1.SidecarFieldManager)
+	waitConditionMessage(t, rr, v1alpha1.ConditionPolicyEjected, metav1.ConditionTrue, v1alpha1.ReasonPolicyEjected,
+		"hint policy audit is ejected on 2/2 router pods (abandoned, overrun)")
+
+	for _, p := range pods {
+		reportEjected(t, p, "", v1alpha1.SidecarFieldManager)
+	}
+	eventually(t, "PolicyEjected gone", func(ctx context.Context) error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(rr), rr); err != nil {
+			return err
+		}
+		if c := meta.FindStatusCondition(rr.Status.Conditions, string(v1alpha1.ConditionPolicyEjected)); c != nil {
+			return fmt.Errorf("PolicyEjected still there: %s", c.Message)
+		}
+		return nil
+	})
+}
+
+// reportEjected writes (or, for "", removes) the ejected-policies
+// annotation as fieldManager.
+func reportEjected(t *testing.T, pod *corev1.Pod, value, fieldManager string) {
+	t.Helper()
+	var body string
+	if value == "" {
+		body = fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, v1alpha1.EjectedPoliciesAnnotation)
+	} else {
+		body = fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, v1alpha1.EjectedPoliciesAnnotation, value)
+	}
+	if err := k8s.Patch(context.Background(), pod, client.RawPatch("application/merge-patch+json", []byte(body)), client.FieldOwner(fieldManager)); err != nil {
+		t.Fatalf("annotating pod %s: %v", pod.Name, err)
+	}
 }

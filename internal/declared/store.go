@@ -1,4 +1,4 @@
-package controllers
+package declared
 
 import (
 	"context"
@@ -11,37 +11,26 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/selection"
+	labelselection "k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
-	"github.com/kvrouter/kv-hint-operator/internal/declared"
 	"github.com/kvrouter/kv-hint-operator/internal/rolegraph"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
 )
 
-// CatalogForLabel and CatalogKey name a router's declared catalog (see
-// v1alpha1.CatalogForLabel).
-const (
-	CatalogForLabel = v1alpha1.CatalogForLabel
-	CatalogKey      = v1alpha1.CatalogKey
-)
-
-// CatalogCacheOptions returns the settings of the cache that holds the
+// CacheOptions returns the settings of the cache that holds the
 // declared-catalog ConfigMaps, apart from the manager's cache, which holds
 // only the ConfigMaps the manager writes: a label selector cannot say
-// "either". namespaces, when not empty, limits it as CacheOptions does.
-func CatalogCacheOptions(namespaces []string) cache.Options {
-	hasCatalog, err := labels.NewRequirement(CatalogForLabel, selection.Exists, nil)
+// "either". namespaces, when not empty, limits it to those namespaces.
+func CacheOptions(namespaces []string) cache.Options {
+	hasCatalog, err := labels.NewRequirement(v1alpha1.CatalogForLabel, labelselection.Exists, nil)
 	if err != nil {
-		panic(fmt.Sprintf("controllers: catalog label requirement: %v", err))
+		panic(fmt.Sprintf("declared: catalog label requirement: %v", err))
 	}
 	opts := cache.Options{
 		DefaultTransform: cache.TransformStripManagedFields(),
@@ -58,14 +47,14 @@ func CatalogCacheOptions(namespaces []string) cache.Options {
 	return opts
 }
 
-// CatalogLimits bound what the manager spends on declared catalogs: each
+// Limits bound what the manager spends on declared catalogs: each
 // declaration within Budget (refused by counting, before it is compiled),
 // and the memory the loaded ones are estimated to keep, per namespace and
 // in all, so that no namespace, and no number of them, can grow the
 // manager past its memory limit.
-type CatalogLimits struct {
+type Limits struct {
 	// Budget bounds one declaration.
-	Budget declared.Budget
+	Budget Budget
 	// NamespaceBytes bounds the estimated memory of the distinct
 	// declarations the ConfigMaps of one namespace hold; 0: no limit.
 	NamespaceBytes int64
@@ -81,7 +70,7 @@ type CatalogLimits struct {
 	ReserveBytes int64
 }
 
-// DefaultCatalogLimits keep the manager's shipped limit (256Mi) well
+// DefaultLimits keep the manager's shipped limit (256Mi) well
 // clear: at most 32 MiB of loaded declarations in all (estimated at about
 // 1.2 times the heap they keep), 8 MiB of it (one declaration at its
 // budget) for any one namespace, of which no more than 24 MiB above the
@@ -89,29 +78,29 @@ type CatalogLimits struct {
 // first 512 KiB, twice what config/catalogs/dynamo.yaml is estimated to
 // keep (241 KiB).
 // One load runs at a time.
-func DefaultCatalogLimits() CatalogLimits {
-	return CatalogLimits{Budget: declared.DefaultBudget(), NamespaceBytes: 8 << 20, TotalBytes: 32 << 20,
+func DefaultLimits() Limits {
+	return Limits{Budget: DefaultBudget(), NamespaceBytes: 8 << 20, TotalBytes: 32 << 20,
 		FloorBytes: 512 << 10, ReserveBytes: 8 << 20}
 }
 
-// catalogs resolves the catalog each router is checked against. A
+// Store resolves the catalog each router is checked against. A
 // declaration is loaded once per content (its schemas checked and its CEL
 // compiled then, not at every reconcile), shared by every ConfigMap that
 // holds the same text and dropped when none does; loads run one at a
 // time and outside the mutex, so that a router with no declaration, or
 // one already loaded, never waits behind a load. It keeps the last good
 // declaration of each router for when a newer one cannot be used.
-type catalogs struct {
+type Store struct {
 	reader client.Reader
 	linked *hints.Catalog
-	limits CatalogLimits
+	limits Limits
 	// namespaces, when not empty, are the only ones whose declarations
 	// are read (the catalog cache holds no others).
 	namespaces []string
 	// sem holds the one load that may run.
 	sem chan struct{}
-	// async, when set, makes forRouter start a load it needs in the
-	// background and return at once (routerCatalog.pending), so that no
+	// async, when set, makes ForRouter start a load it needs in the
+	// background and return at once (RouterCatalog.Pending), so that no
 	// router's reconcile holds one of the controller's workers while it
 	// waits for the load slot or loads: a tenant's loads, queued in
 	// front of another namespace's router, held all four and that router
@@ -155,7 +144,7 @@ type lastGoodCatalog struct {
 // ends; cat and err are set before.
 type loadEntry struct {
 	done chan struct{}
-	cat  *declared.Catalog
+	cat  *Catalog
 	err  error
 	// retained is the estimate of what cat keeps (0 for an error).
 	retained int64
@@ -171,53 +160,58 @@ type loadEntry struct {
 
 type uidRef struct{ hash string }
 
-func newCatalogs(reader client.Reader, linked *hints.Catalog, limits CatalogLimits) *catalogs {
-	return &catalogs{
-		reader:   reader,
-		linked:   linked,
-		limits:   limits,
-		sem:      make(chan struct{}, 1),
-		byHash:   map[string]*loadEntry{},
-		byUID:    map[types.UID]uidRef{},
-		lastGood: map[types.NamespacedName]lastGoodCatalog{},
-		refused:  map[types.UID]error{},
+// NewStore returns a store that reads declared-catalog ConfigMaps with
+// reader (a cache built with CacheOptions), resolves routers that declare
+// none to linked and keeps within limits. namespaces, when not empty, are
+// the only ones whose declarations are read.
+func NewStore(reader client.Reader, linked *hints.Catalog, limits Limits, namespaces ...string) *Store {
+	return &Store{
+		namespaces: namespaces,
+		reader:     reader,
+		linked:     linked,
+		limits:     limits,
+		sem:        make(chan struct{}, 1),
+		byHash:     map[string]*loadEntry{},
+		byUID:      map[types.UID]uidRef{},
+		lastGood:   map[types.NamespacedName]lastGoodCatalog{},
+		refused:    map[types.UID]error{},
 	}
 }
 
-// loadInBackground makes forRouter load in the background, within base,
+// LoadInBackground makes ForRouter load in the background, within base,
 // and returns the channel of the ConfigMaps whose load ended.
-func (c *catalogs) loadInBackground(base context.Context) <-chan event.TypedGenericEvent[*corev1.ConfigMap] {
+func (c *Store) LoadInBackground(base context.Context) <-chan event.TypedGenericEvent[*corev1.ConfigMap] {
 	c.async, c.base = true, base
 	c.loaded = make(chan event.TypedGenericEvent[*corev1.ConfigMap], loadedEvents)
 	return c.loaded
 }
 
-// routerCatalog is the catalog a router's roles are compiled against.
-type routerCatalog struct {
-	cat *hints.Catalog
-	// form is the policy-file form the router's build reads: its
+// RouterCatalog is the catalog a router's roles are compiled against.
+type RouterCatalog struct {
+	Catalog *hints.Catalog
+	// Form is the policy-file form the router's build reads: its
 	// declaration's, or empty when none says, and the router's target
 	// decides (rolegraph.RouterForm).
-	form hintsconfig.Form
-	// version is the Dynamo version its declaration states, empty when
+	Form hintsconfig.Form
+	// Version is the Dynamo version its declaration states, empty when
 	// none does (rolegraph.DialectOf).
-	version string
-	// source names the declaration for logs, empty for the linked catalog.
-	source string
-	// problem, when set, says why the router's declaration cannot be used;
-	// cat is then the last good declaration, or the linked catalog.
-	problem *rolegraph.Finding
-	// pending is set, and nothing else, while the router's declaration
+	Version string
+	// Source names the declaration for logs, empty for the linked catalog.
+	Source string
+	// Problem, when set, says why the router's declaration cannot be used;
+	// Catalog is then the last good declaration, or the linked catalog.
+	Problem *rolegraph.Finding
+	// Pending is set, and nothing else, while the router's declaration
 	// loads in the background: the router is reconciled again when the
 	// load ends.
-	pending bool
+	Pending bool
 }
 
-// forRouter returns the catalog of one router.
-func (c *catalogs) forRouter(ctx context.Context, namespace, router string) (routerCatalog, error) {
-	cms, err := c.declarations(ctx, namespace, client.MatchingLabels{CatalogForLabel: router})
+// ForRouter returns the catalog of one router.
+func (c *Store) ForRouter(ctx context.Context, namespace, router string) (RouterCatalog, error) {
+	cms, err := c.declarations(ctx, namespace, client.MatchingLabels{v1alpha1.CatalogForLabel: router})
 	if err != nil {
-		return routerCatalog{}, err
+		return RouterCatalog{}, err
 	}
 	key := types.NamespacedName{Namespace: namespace, Name: router}
 	if len(cms) == 0 {
@@ -225,7 +219,7 @@ func (c *catalogs) forRouter(ctx context.Context, namespace, router string) (rou
 		delete(c.lastGood, key)
 		c.dropLocked(lastGoodUID(key))
 		c.mu.Unlock()
-		return routerCatalog{cat: c.linked}, nil
+		return RouterCatalog{Catalog: c.linked}, nil
 	}
 	pending := false
 	decl, problem := rolegraph.RouterCatalog(router, cms, func(cm *corev1.ConfigMap) (rolegraph.Declaration, error) {
@@ -239,29 +233,29 @@ func (c *catalogs) forRouter(ctx context.Context, namespace, router string) (rou
 		return rolegraph.Declaration{Catalog: d.Catalog, Form: d.Form, DynamoVersion: d.DynamoVersion}, nil
 	})
 	if err := ctx.Err(); err != nil {
-		return routerCatalog{}, err
+		return RouterCatalog{}, err
 	}
 	if pending {
-		return routerCatalog{pending: true}, nil
+		return RouterCatalog{Pending: true}, nil
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if problem != nil {
-		rc := routerCatalog{cat: c.linked, problem: problem}
+		rc := RouterCatalog{Catalog: c.linked, Problem: problem}
 		if good, ok := c.lastGood[key]; ok {
-			rc.cat, rc.form, rc.version = good.cat, good.form, good.version
+			rc.Catalog, rc.Form, rc.Version = good.cat, good.form, good.version
 		}
 		return rc, nil
 	}
 	c.lastGood[key] = lastGoodCatalog{cat: decl.Catalog, form: decl.Form, version: decl.DynamoVersion}
 	// The last good declaration is kept while a newer one cannot be
 	// used, so it counts while it is kept.
-	c.referLocked(lastGoodUID(key), namespace, textHash(cms[0].Data[CatalogKey]))
-	return routerCatalog{cat: decl.Catalog, form: decl.Form, version: decl.DynamoVersion, source: cms[0].Name}, nil
+	c.referLocked(lastGoodUID(key), namespace, textHash(cms[0].Data[v1alpha1.CatalogKey]))
+	return RouterCatalog{Catalog: decl.Catalog, Form: decl.Form, Version: decl.DynamoVersion, Source: cms[0].Name}, nil
 }
 
 // declarations lists the declared-catalog ConfigMaps that match.
-func (c *catalogs) declarations(ctx context.Context, namespace string, match client.MatchingLabels) ([]corev1.ConfigMap, error) {
+func (c *Store) declarations(ctx context.Context, namespace string, match client.MatchingLabels) ([]corev1.ConfigMap, error) {
 	if len(c.namespaces) > 0 && !slices.Contains(c.namespaces, namespace) {
 		// Declarations are not read here: the linked catalog applies.
 		return nil, nil
@@ -279,11 +273,11 @@ func (c *catalogs) declarations(ctx context.Context, namespace string, match cli
 // ended is left to run in the background (started if need be) and
 // errLoadPending returned; the ConfigMap is sent on c.loaded when it ends.
 // Callers do not hold c.mu.
-func (c *catalogs) load(ctx context.Context, cm *corev1.ConfigMap, wait bool) (*declared.Catalog, error) {
-	text, ok := cm.Data[CatalogKey]
+func (c *Store) load(ctx context.Context, cm *corev1.ConfigMap, wait bool) (*Catalog, error) {
+	text, ok := cm.Data[v1alpha1.CatalogKey]
 	if !ok {
 		// LoadConfigMap words the missing key; nothing to keep.
-		return declared.LoadConfigMap(cm)
+		return LoadConfigMap(cm)
 	}
 	hash := textHash(text)
 
@@ -317,7 +311,7 @@ func (c *catalogs) load(ctx context.Context, cm *corev1.ConfigMap, wait bool) (*
 			e.waiters[cm.UID] = cm
 			c.mu.Unlock()
 			if !ok {
-				go c.run(lctx, e, hash, text, cm.Namespace, cm.Labels[CatalogForLabel])
+				go c.run(lctx, e, hash, text, cm.Namespace, cm.Labels[v1alpha1.CatalogForLabel])
 			}
 			return nil, errLoadPending
 		}
@@ -343,14 +337,14 @@ func (c *catalogs) load(ctx context.Context, cm *corev1.ConfigMap, wait bool) (*
 		}
 		return e.cat, e.err
 	}
-	return c.run(lctx, e, hash, text, cm.Namespace, cm.Labels[CatalogForLabel])
+	return c.run(lctx, e, hash, text, cm.Namespace, cm.Labels[v1alpha1.CatalogForLabel])
 }
 
 // run loads a new entry's text when the one load slot is free, within
 // ctx (the entry's own, which releaseLocked cancels), ends the entry and
 // tells its waiters. An entry released meanwhile is not loaded, or, when
 // its load had begun, not kept.
-func (c *catalogs) run(ctx context.Context, e *loadEntry, hash, text, namespace, router string) (*declared.Catalog, error) {
+func (c *Store) run(ctx context.Context, e *loadEntry, hash, text, namespace, router string) (*Catalog, error) {
 	defer e.cancel()
 	select {
 	case c.sem <- struct{}{}:
@@ -362,7 +356,7 @@ func (c *catalogs) run(ctx context.Context, e *loadEntry, hash, text, namespace,
 		return c.cancelled(ctx, e, hash)
 	}
 	var retained int64
-	budget := c.limits.Budget.WithAdmission(func(u declared.Usage) error {
+	budget := c.limits.Budget.WithAdmission(func(u Usage) error {
 		retained = u.RetainedBytes
 		return c.admit(namespace, router, u.RetainedBytes)
 	})
@@ -411,7 +405,7 @@ func (c *catalogs) run(ctx context.Context, e *loadEntry, hash, text, namespace,
 
 // cancelled ends an entry whose load did not run: its context ended,
 // because its caller gave up or nothing holds it any more.
-func (c *catalogs) cancelled(ctx context.Context, e *loadEntry, hash string) (*declared.Catalog, error) {
+func (c *Store) cancelled(ctx context.Context, e *loadEntry, hash string) (*Catalog, error) {
 	c.mu.Lock()
 	if c.byHash[hash] == e {
 		delete(c.byHash, hash)
@@ -446,7 +440,7 @@ func (e *admissionError) Error() string { return e.msg }
 
 // admit checks that a new declaration of namespace fits the namespace's
 // and the manager's budgets, before it is compiled.
-func (c *catalogs) admit(namespace, router string, retained int64) error {
+func (c *Store) admit(namespace, router string, retained int64) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	// The router's last good declaration, when nothing else holds it,
@@ -466,7 +460,7 @@ func (c *catalogs) admit(namespace, router string, retained int64) error {
 
 // checkSharedLocked checks that what namespaces keep above their floor
 // stays out of the reserve with a new declaration of namespace.
-func (c *catalogs) checkSharedLocked(namespace, except string, retained int64) error {
+func (c *Store) checkSharedLocked(namespace, except string, retained int64) error {
 	lim := c.limits
 	if lim.ReserveBytes <= 0 || lim.TotalBytes <= 0 {
 		return nil
@@ -493,36 +487,36 @@ func (c *catalogs) checkSharedLocked(namespace, except string, retained int64) e
 	if room := max(0, lim.TotalBytes-lim.ReserveBytes); shared > room {
 		return &admissionError{msg: fmt.Sprintf(
 			"namespaces would keep about %s of declared catalogs above their first %s each with this one (%s), over the %s the manager shares: its budget of %s less the %s it keeps for the first %s of every namespace (manager flags --catalog-max-memory-total, --catalog-memory-reserve, --catalog-memory-floor-per-namespace)",
-			declared.Bytes(shared), declared.Bytes(lim.FloorBytes), declared.Bytes(retained), declared.Bytes(room),
-			declared.Bytes(lim.TotalBytes), declared.Bytes(lim.ReserveBytes), declared.Bytes(lim.FloorBytes))}
+			Bytes(shared), Bytes(lim.FloorBytes), Bytes(retained), Bytes(room),
+			Bytes(lim.TotalBytes), Bytes(lim.ReserveBytes), Bytes(lim.FloorBytes))}
 	}
 	return nil
 }
 
 // admitShared checks that a declaration already loaded for another
 // namespace fits namespace's budget.
-func (c *catalogs) admitShared(namespace, hash string, retained int64) error {
+func (c *Store) admitShared(namespace, hash string, retained int64) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ns, _ := c.usedLocked(namespace, hash)
 	if lim := c.limits.NamespaceBytes; lim > 0 && ns+retained > lim {
 		return &admissionError{msg: fmt.Sprintf(
 			"the declared catalogs of namespace %s would keep about %s with this one (%s), over the budget of %s per namespace (manager flag --catalog-max-memory-per-namespace)",
-			namespace, declared.Bytes(ns+retained), declared.Bytes(retained), declared.Bytes(lim))}
+			namespace, Bytes(ns+retained), Bytes(retained), Bytes(lim))}
 	}
 	return nil
 }
 
-func (c *catalogs) checkLocked(namespace string, ns, total, retained int64) error {
+func (c *Store) checkLocked(namespace string, ns, total, retained int64) error {
 	if lim := c.limits.NamespaceBytes; lim > 0 && ns+retained > lim {
 		return &admissionError{msg: fmt.Sprintf(
 			"the declared catalogs of namespace %s would keep about %s with this one (%s), over the budget of %s per namespace (manager flag --catalog-max-memory-per-namespace)",
-			namespace, declared.Bytes(ns+retained), declared.Bytes(retained), declared.Bytes(lim))}
+			namespace, Bytes(ns+retained), Bytes(retained), Bytes(lim))}
 	}
 	if lim := c.limits.TotalBytes; lim > 0 && total+retained > lim {
 		return &admissionError{msg: fmt.Sprintf(
 			"the manager's declared catalogs would keep about %s with this one (%s), over its budget of %s in all (manager flag --catalog-max-memory-total)",
-			declared.Bytes(total+retained), declared.Bytes(retained), declared.Bytes(lim))}
+			Bytes(total+retained), Bytes(retained), Bytes(lim))}
 	}
 	return nil
 }
@@ -530,7 +524,7 @@ func (c *catalogs) checkLocked(namespace string, ns, total, retained int64) erro
 // usedLocked sums the estimates of the loaded declarations, those held
 // by a ConfigMap of namespace and all, leaving out except. Loads under
 // way count at what their admission reserved.
-func (c *catalogs) usedLocked(namespace, except string) (ns, total int64) {
+func (c *Store) usedLocked(namespace, except string) (ns, total int64) {
 	for h, e := range c.byHash {
 		if h == except {
 			continue
@@ -548,13 +542,13 @@ func (c *catalogs) usedLocked(namespace, except string) (ns, total int64) {
 
 // refer records that a ConfigMap holds the declaration hash, releasing
 // what it held before when that differs. Callers hold c.mu.
-func (c *catalogs) refer(cm *corev1.ConfigMap, hash string) {
+func (c *Store) refer(cm *corev1.ConfigMap, hash string) {
 	c.referLocked(cm.UID, cm.Namespace, hash)
 }
 
 // referLocked records that uid, of namespace, holds the declaration
 // hash, releasing what it held before when that differs.
-func (c *catalogs) referLocked(uid types.UID, namespace, hash string) {
+func (c *Store) referLocked(uid types.UID, namespace, hash string) {
 	if old, ok := c.byUID[uid]; ok && old.hash != hash {
 		c.releaseLocked(uid, old.hash)
 	}
@@ -578,7 +572,7 @@ func textHash(text string) string {
 
 // releaseLocked drops a ConfigMap's reference to a declaration, and the
 // declaration when nothing holds it any more.
-func (c *catalogs) releaseLocked(uid types.UID, hash string) {
+func (c *Store) releaseLocked(uid types.UID, hash string) {
 	e, ok := c.byHash[hash]
 	if !ok {
 		return
@@ -593,9 +587,9 @@ func (c *catalogs) releaseLocked(uid types.UID, hash string) {
 	}
 }
 
-// forget drops a ConfigMap that is gone, and what was loaded from it when
+// Forget drops a ConfigMap that is gone, and what was loaded from it when
 // no other ConfigMap holds the same text.
-func (c *catalogs) forget(uid types.UID) {
+func (c *Store) Forget(uid types.UID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.dropLocked(uid)
@@ -603,26 +597,26 @@ func (c *catalogs) forget(uid types.UID) {
 }
 
 // dropLocked drops what uid holds.
-func (c *catalogs) dropLocked(uid types.UID) {
+func (c *Store) dropLocked(uid types.UID) {
 	if ref, ok := c.byUID[uid]; ok {
 		c.releaseLocked(uid, ref.hash)
 		delete(c.byUID, uid)
 	}
 }
 
-// loadedCount returns how many distinct declarations are kept, and their
+// Loaded returns how many distinct declarations are kept, and their
 // estimated memory, for tests and metrics.
-func (c *catalogs) loadedCount() (int, int64) {
+func (c *Store) Loaded() (int, int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	_, total := c.usedLocked("", "")
 	return len(c.byHash), total
 }
 
-// forType returns the usable declarations of a namespace that declare a
+// ForType returns the usable declarations of a namespace that declare a
 // hint policy type, by router name, for a HintPolicy whose type the linked
 // catalog does not hold.
-func (c *catalogs) forType(ctx context.Context, namespace, hintType string) (map[string]*hints.Catalog, error) {
+func (c *Store) ForType(ctx context.Context, namespace, hintType string) (map[string]*hints.Catalog, error) {
 	cms, err := c.declarations(ctx, namespace, nil)
 	if err != nil {
 		return nil, err
@@ -634,40 +628,8 @@ func (c *catalogs) forType(ctx context.Context, namespace, hintType string) (map
 			continue
 		}
 		if _, ok := cat.Catalog.Hint(hintType); ok {
-			out[cms[i].Labels[CatalogForLabel]] = cat.Catalog
+			out[cms[i].Labels[v1alpha1.CatalogForLabel]] = cat.Catalog
 		}
 	}
 	return out, nil
-}
-
-// catalogEvents maps a declared-catalog ConfigMap to the router it names:
-// on an update the old and the new router both, so that a label moved to
-// another router recompiles both; on a delete, what was loaded from it is
-// dropped too.
-func catalogEvents(c *catalogs) handler.TypedEventHandler[*corev1.ConfigMap, reconcile.Request] {
-	enqueue := func(q workqueue.TypedRateLimitingInterface[reconcile.Request], cms ...*corev1.ConfigMap) {
-		for _, cm := range cms {
-			if router := cm.Labels[CatalogForLabel]; router != "" {
-				q.Add(routerRequest(cm.Namespace, router))
-			}
-		}
-	}
-	return handler.TypedFuncs[*corev1.ConfigMap, reconcile.Request]{
-		CreateFunc: func(_ context.Context, e event.TypedCreateEvent[*corev1.ConfigMap], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			enqueue(q, e.Object)
-		},
-		UpdateFunc: func(_ context.Context, e event.TypedUpdateEvent[*corev1.ConfigMap], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			enqueue(q, e.ObjectOld, e.ObjectNew)
-		},
-		DeleteFunc: func(_ context.Context, e event.TypedDeleteEvent[*corev1.ConfigMap], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			if c != nil {
-				c.forget(e.Object.UID)
-			}
-			enqueue(q, e.Object)
-		},
-		// A background load of the ConfigMap's text ended.
-		GenericFunc: func(_ context.Context, e event.TypedGenericEvent[*corev1.ConfigMap], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			enqueue(q, e.Object)
-		},
-	}
 }

@@ -1,0 +1,99 @@
+package controllers_test
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+	"github.com/kvrouter/kv-hint-operator/controllers"
+	"github.com/kvrouter/kv-hint-operator/internal/managermetrics"
+)
+
+// series gathers g and returns each series of the families named
+// kvhint_manager_* whose namespace label is ns (or that have no namespace
+// label, when ns is empty), as "name{label=value,...} value".
+func series(t *testing.T, g prometheus.Gatherer, ns string) []string {
+	t.Helper()
+	families, err := g.Gather()
+	if err != nil {
+		t.Fatalf("gathering: %v", err)
+	}
+	var out []string
+	for _, f := range families {
+		if !strings.HasPrefix(f.GetName(), controllers.ManagerMetricsNamespace+"_") {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			var labels []string
+			inNS := ns == ""
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "namespace" {
+					inNS = l.GetValue() == ns
+					continue
+				}
+				labels = append(labels, l.GetName()+"="+l.GetValue())
+			}
+			if inNS {
+				out = append(out, fmt.Sprintf("%s{%s} %g", f.GetName(), strings.Join(labels, ","), m.GetGauge().GetValue()))
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func closed() <-chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}
+
+// TestStatusMetrics: the manager exports what its RouterRoles' status
+// says, read from the API at scrape time: one series per condition, the
+// router's pod counts, and nothing of a role once it is gone.
+func TestStatusMetrics(t *testing.T) {
+	ns := newNamespace(t)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(managermetrics.NewCollector(managermetrics.Sources{Reader: k8s, Elected: closed()}))
+
+	rr := newRole(ns, "decode", "metrics", "decode", "dynamo-default-cost-fn")
+	create(t, rr)
+	cm := waitConfigMap(t, ns, "metrics", anyConfigMap)
+	hash := cm.Annotations[v1alpha1.HashAnnotation]
+	routerPod(t, ns, "metrics", "metrics-router-0", hash)
+	routerPod(t, ns, "metrics", "metrics-router-1", "")
+	waitConditionMessage(t, rr, v1alpha1.ConditionProgrammed, metav1.ConditionFalse, v1alpha1.ReasonPending, "1/2 router pods run "+hash)
+
+	role := "role=decode,router=metrics,routerrole=decode"
+	want := []string{
+		"kvhint_manager_router_config_info{hash=" + hash + ",router=metrics} 1",
+		"kvhint_manager_router_pods{mode=sidecar,router=metrics,state=total} 2",
+		"kvhint_manager_router_pods{mode=sidecar,router=metrics,state=up_to_date} 1",
+		"kvhint_manager_routerrole_condition{" + role + ",type=Accepted} 1",
+		"kvhint_manager_routerrole_condition{" + role + ",type=Programmed} 0",
+		"kvhint_manager_routerrole_condition{" + role + ",type=Ready} 0",
+		"kvhint_manager_routerrole_condition{" + role + ",type=Reconciling} 1",
+		"kvhint_manager_routerrole_condition{" + role + ",type=ResolvedRefs} 1",
+	}
+	if diff := cmp.Diff(want, series(t, reg, ns)); diff != "" {
+		t.Errorf("series of namespace %s (-want +got):\n%s", ns, diff)
+	}
+
+	// The role goes: so do its series, with no stale value left behind.
+	if err := k8s.Delete(context.Background(), rr); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "no series for the deleted role", func(context.Context) error {
+		if got := series(t, reg, ns); len(got) != 0 {
+			return fmt.Errorf("still exported: %v", got)
+		}
+		return nil
+	})
+}
