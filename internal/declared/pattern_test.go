@@ -190,41 +190,41 @@ func TestEstimateCalibrated(t *testing.T) {
 // API server's CEL compiles a constant regex into the rule's program,
 // and the program is kept with the catalog.
 func manyRuleRegexes(tag string, types, rules, per int) []byte {
-	return hintTypes(types, func(b *strings.Builder, t int) {
-		fmt.Fprintf(b, "  - type: h%d\n    parameters:\n      type: object\n      properties:\n        s: {type: string, maxLength: 64, default: a}\n      x-kubernetes-validations:\n", t)
-		for r := range rules {
-			b.WriteString("        - rule: \"")
-			for k := range per {
-				n := (t*rules+r)*per + k
-				if k > 0 {
-					b.WriteString(" || ")
-				}
-				switch k % 3 {
-				case 0:
-					fmt.Fprintf(b, "self.s.matches('^[a-z]{1,1000}%s%d$')", tag, n)
-				case 1:
-					fmt.Fprintf(b, "self.s.find('[a-z]{1,1000}%s%d') != ''", tag, n)
-				default:
-					fmt.Fprintf(b, "size(self.s.findAll('[a-z]{1,1000}%s%d')) > 0", tag, n)
-				}
-			}
-			b.WriteString(" || true\"\n")
+	return regexRules(tag, types, rules, per, func(b *strings.Builder, k, n int) {
+		if k > 0 {
+			b.WriteString(" || ")
 		}
-	})
+		switch k % 3 {
+		case 0:
+			fmt.Fprintf(b, "self.s.matches('^[a-z]{1,1000}%s%d$')", tag, n)
+		case 1:
+			fmt.Fprintf(b, "self.s.find('[a-z]{1,1000}%s%d') != ''", tag, n)
+		default:
+			fmt.Fprintf(b, "size(self.s.findAll('[a-z]{1,1000}%s%d')) > 0", tag, n)
+		}
+	}, "        - rule: \"", " || true\"\n")
 }
 
 // manyMessageRegexes is manyRuleRegexes with the regexes in each rule's
 // messageExpression rather than in the rule.
 func manyMessageRegexes(tag string, types, rules, per int) []byte {
+	return regexRules(tag, types, rules, per, func(b *strings.Builder, _, n int) {
+		fmt.Fprintf(b, "self.s.matches('^[a-z]{1,1000}%s%d$') ? 'm%d' : ", tag, n, n)
+	}, "        - rule: \"self.s != ''\"\n          messageExpression: \"", "'none'\"\n")
+}
+
+// regexRules writes types hint types of rules CEL validations each: open,
+// then per regexes by term (k, the regex's index in its rule; n, its
+// number in the declaration), then close.
+func regexRules(tag string, types, rules, per int, term func(b *strings.Builder, k, n int), open, close string) []byte {
 	return hintTypes(types, func(b *strings.Builder, t int) {
 		fmt.Fprintf(b, "  - type: h%d\n    parameters:\n      type: object\n      properties:\n        s: {type: string, maxLength: 64, default: a}\n      x-kubernetes-validations:\n", t)
 		for r := range rules {
-			b.WriteString("        - rule: \"self.s != ''\"\n          messageExpression: \"")
+			b.WriteString(open)
 			for k := range per {
-				n := (t*rules+r)*per + k
-				fmt.Fprintf(b, "self.s.matches('^[a-z]{1,1000}%s%d$') ? 'm%d' : ", tag, n, n)
+				term(b, k, (t*rules+r)*per+k)
 			}
-			b.WriteString("'none'\"\n")
+			b.WriteString(close)
 		}
 	})
 }
