@@ -203,7 +203,7 @@ func (cp *ControlPlane) startProcess(dir, name string, args ...string) error {
 	select {
 	case err := <-done:
 		logf.Close()
-		return fmt.Errorf("%s exited at start (%v):\n%s", name, err, tail(logPath))
+		return fmt.Errorf("%s exited at start (%v):\n%s", name, err, Tail(logPath))
 	case <-time.After(2 * time.Second):
 	}
 	cp.stops = append(cp.stops, func() {
@@ -219,8 +219,9 @@ func (cp *ControlPlane) startProcess(dir, name string, args ...string) error {
 	return nil
 }
 
-// tail returns the last 20 lines of a file.
-func tail(path string) string {
+// Tail returns the last 20 lines of a file, for a message about the
+// process that wrote it.
+func Tail(path string) string {
 	f, err := os.Open(path)
 	if err != nil {
 		return err.Error()

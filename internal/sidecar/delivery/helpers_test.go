@@ -5,7 +5,6 @@ import (
 	"runtime"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/sidecartest"
 
@@ -50,12 +49,6 @@ func staticJSON(n int, tag string) string {
 
 func message(id string, actions ...string) string {
 	return `{"protocol_version":"0.1","message_id":"` + id + `","actions":[` + strings.Join(actions, ",") + `]}`
-}
-
-// eventually is sidecartest.Eventually.
-func eventually(t testing.TB, timeout time.Duration, cond func() error) {
-	t.Helper()
-	sidecartest.Eventually(t, timeout, cond)
 }
 
 // testLogger is sidecartest.Logger.

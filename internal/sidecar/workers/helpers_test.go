@@ -25,12 +25,6 @@ func (d *fakeDelivery) Forget(string)               {}
 func (q *fakeQueue) Enqueue([]byte, time.Time) bool { return !q.closed }
 func (q *fakeQueue) Close()                         { q.closed = true }
 
-// eventually is sidecartest.Eventually.
-func eventually(t testing.TB, timeout time.Duration, cond func() error) {
-	t.Helper()
-	sidecartest.Eventually(t, timeout, cond)
-}
-
 // testLogger is sidecartest.Logger.
 func testLogger(t testing.TB) logr.Logger { return sidecartest.Logger(t) }
 

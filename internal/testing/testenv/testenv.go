@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -334,14 +335,15 @@ func setLogger() {
 // the timeout. The poll starts at 10 ms and slows to 100 ms.
 func Eventually(t testing.TB, timeout time.Duration, what string, check func(ctx context.Context) error) {
 	t.Helper()
-	if err := poll(timeout, check); err != nil {
+	if err := Poll(timeout, check); err != nil {
 		t.Fatalf("%s: not within %s: %v", what, timeout, err)
 	}
 }
 
-// poll is Eventually's loop: nil once check returns nil, else check's last
-// error after timeout.
-func poll(timeout time.Duration, check func(ctx context.Context) error) error {
+// Poll is Eventually's loop, for a test that goes on when the check does
+// not hold: nil once check returns nil, else check's last error after
+// timeout.
+func Poll(timeout time.Duration, check func(ctx context.Context) error) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	interval := 10 * time.Millisecond
@@ -359,4 +361,16 @@ func poll(timeout time.Duration, check func(ctx context.Context) error) error {
 			interval *= 2
 		}
 	}
+}
+
+// Kubectl runs the assets' kubectl (hack/envtest-assets.sh builds it
+// beside kube-apiserver) as the cluster admin, and returns its output;
+// an error fails t with that output.
+func (e *Env) Kubectl(t testing.TB, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(filepath.Join(e.Assets, "kubectl"), append([]string{"--kubeconfig", e.Kubeconfig}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
 }

@@ -16,7 +16,7 @@ import (
 
 func TestPoll(t *testing.T) {
 	calls := 0
-	err := poll(time.Second, func(ctx context.Context) error {
+	err := Poll(time.Second, func(ctx context.Context) error {
 		if _, ok := ctx.Deadline(); !ok {
 			t.Error("check's context has no deadline")
 		}
@@ -26,16 +26,16 @@ func TestPoll(t *testing.T) {
 		return nil
 	})
 	if err != nil || calls != 3 {
-		t.Fatalf("poll: %v after %d calls; want nil after 3", err, calls)
+		t.Fatalf("Poll: %v after %d calls; want nil after 3", err, calls)
 	}
 
 	start := time.Now()
-	err = poll(150*time.Millisecond, func(context.Context) error { return errors.New("never") })
+	err = Poll(150*time.Millisecond, func(context.Context) error { return errors.New("never") })
 	if err == nil || err.Error() != "never" {
-		t.Fatalf("poll of a check that never holds: %v; want its last error", err)
+		t.Fatalf("Poll of a check that never holds: %v; want its last error", err)
 	}
 	if took := time.Since(start); took < 150*time.Millisecond || took > 2*time.Second {
-		t.Fatalf("poll gave up after %s; want about 150ms", took)
+		t.Fatalf("Poll gave up after %s; want about 150ms", took)
 	}
 }
 
