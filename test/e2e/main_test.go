@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/kvrouter/kv-hint-operator/internal/devenv"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 )
 
 const namespace = "e2e"
@@ -31,13 +32,16 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
-	if assets == "" {
+	assets, skip, err := testenv.Assets()
+	switch {
+	case err != nil:
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	case skip != "":
 		// go test ./... without make: the unit tests still run.
-		skipWhy = "KUBEBUILDER_ASSETS is not set; run make test"
+		skipWhy = skip
 		return m.Run()
 	}
-	var err error
 	if repo, err = filepath.Abs("../.."); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

@@ -47,6 +47,7 @@ import (
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
 	"github.com/kvrouter/kv-hint-operator/internal/devenv"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 )
 
 const (
@@ -64,10 +65,7 @@ func TestManagerScale(t *testing.T) {
 	if os.Getenv("KVHINT_SCALE") != "1" {
 		t.Skip("a measurement, not a CI check: set KVHINT_SCALE=1 to run it")
 	}
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
-	if assets == "" {
-		t.Skip("KUBEBUILDER_ASSETS is not set; use KUBEBUILDER_ASSETS=$(hack/envtest-assets.sh)")
-	}
+	testenv.RequireAssets(t)
 	nRoles := envInt(t, "KVHINT_SCALE_ROLES", 1000)
 	nRouters := envInt(t, "KVHINT_SCALE_ROUTERS", 250)
 	if nRouters < 1 || nRoles < nRouters {
@@ -97,11 +95,7 @@ func TestManagerScale(t *testing.T) {
 		bin = buildKvhint(t, dir)
 	}
 
-	cp, err := devenv.StartControlPlane(assets, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cp.Stop() })
+	cp := testenv.Start(t, testenv.Options{Name: "scale", ProductCRDs: true})
 
 	// The test's own client is not rate limited on the client side: it
 	// stands in for kubectl plus 100 sidecars, which each have their own
