@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvrouter/kv-hint-operator/internal/devenv"
+	"github.com/kvrouter/kv-hint-operator/internal/dev/devenv"
 	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 )
 

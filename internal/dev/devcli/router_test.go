@@ -10,7 +10,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/kvrouter/kv-hint-operator/internal/devenv"
+	"github.com/kvrouter/kv-hint-operator/internal/dev/devenv"
 	core "github.com/kvrouter/kv-hint-operator/pkg/router"
 )
 

@@ -13,7 +13,7 @@ import (
 
 	"github.com/kvrouter/kv-hint-operator/internal/cli"
 	"github.com/kvrouter/kv-hint-operator/internal/dev/controlplane"
-	"github.com/kvrouter/kv-hint-operator/internal/devenv"
+	"github.com/kvrouter/kv-hint-operator/internal/dev/devenv"
 	core "github.com/kvrouter/kv-hint-operator/pkg/router"
 )
 
