@@ -5,11 +5,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -72,22 +70,11 @@ func retain(ttl int) v1alpha1.HintItem {
 // when gen > 0, and returns it.
 func waitProgrammed(t *testing.T, rr *v1alpha1.RouterRole, st metav1.ConditionStatus, reason v1alpha1.ConditionReason, text string, gen int64) metav1.Condition {
 	t.Helper()
-	var got metav1.Condition
-	testenv.Eventually(t, timeout, fmt.Sprintf("RouterRole %s Programmed=%s %s %q", rr.Name, st, reason, text), func(ctx context.Context) error {
-		if err := k8s.Get(ctx, client.ObjectKeyFromObject(rr), rr); err != nil {
-			return err
-		}
-		c := meta.FindStatusCondition(rr.Status.Conditions, string(v1alpha1.ConditionProgrammed))
-		switch {
-		case c == nil:
-			return fmt.Errorf("no Programmed yet")
-		case c.Status != st || c.Reason != string(reason) || !strings.Contains(c.Message, text) || (gen > 0 && c.ObservedGeneration != gen):
-			return fmt.Errorf("Programmed=%s %s (generation %d): %s", c.Status, c.Reason, c.ObservedGeneration, c.Message)
-		}
-		got = *c
-		return nil
-	})
-	return got
+	want := testenv.Want{Status: st, Reason: string(reason), MessageContains: text, Generation: gen}
+	if gen <= 0 {
+		want.Generation = testenv.AnyGeneration
+	}
+	return testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionProgrammed), want)
 }
 
 // hashOf returns the hash the role's router pods are counted against.

@@ -239,9 +239,9 @@ func Tail(path string) string {
 }
 
 // HowToGet says how to get the binaries Start needs.
-const HowToGet = "run `make test`, or KUBEBUILDER_ASSETS=$(hack/envtest-assets.sh) go test ./PKG/ " +
-	"(the script, also `make envtest`, builds kube-apiserver, etcd, kube-controller-manager, kwok and kubectl " +
-	"once from Go modules into ~/.cache/kv-hint-operator and prints the folder; docs/development.md)"
+const HowToGet = "run `make test`, or go test with KUBEBUILDER_ASSETS=$(hack/envtest-assets.sh): " +
+	"the script (also `make envtest`) builds kube-apiserver, etcd, kube-controller-manager, kwok and kubectl " +
+	"once from Go modules into ~/.cache/kv-hint-operator and prints their folder (docs/development.md)"
 
 // Check reports whether dir holds kube-apiserver and etcd, and if not,
 // what is missing and how to get it.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -43,12 +44,34 @@ func Create(t testing.TB, c client.Client, objs ...client.Object) {
 	}
 }
 
+// Want is the condition WaitCondition waits for.
+type Want struct {
+	Status metav1.ConditionStatus
+	// Reason is the reason wanted; empty: any.
+	Reason string
+	// MessageContains is a text the message must contain.
+	MessageContains string
+	// Generation is the observedGeneration wanted: 0, the object's
+	// current generation; AnyGeneration, any (a RouterRole's Programmed
+	// reports the generation that runs, which may be an older one).
+	Generation int64
+}
+
+// AnyGeneration is Want.Generation for a condition of any generation.
+const AnyGeneration = -1
+
 // WaitCondition waits until obj (re-read into obj) has the condition typ
-// with status, observed at obj's current generation, and returns it.
-func WaitCondition(t testing.TB, c client.Client, timeout time.Duration, obj client.Object, typ string, status metav1.ConditionStatus) metav1.Condition {
+// as want says, and returns it.
+func WaitCondition(t testing.TB, c client.Client, timeout time.Duration, obj client.Object, typ string, want Want) metav1.Condition {
 	t.Helper()
 	var got metav1.Condition
-	what := fmt.Sprintf("%T %s/%s %s=%s", obj, obj.GetNamespace(), obj.GetName(), typ, status)
+	what := fmt.Sprintf("%T %s/%s %s=%s", obj, obj.GetNamespace(), obj.GetName(), typ, want.Status)
+	if want.Reason != "" {
+		what += " reason " + want.Reason
+	}
+	if want.MessageContains != "" {
+		what += fmt.Sprintf(" message with %q", want.MessageContains)
+	}
 	Eventually(t, timeout, what, func(ctx context.Context) error {
 		if err := c.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
 			return err
@@ -57,13 +80,26 @@ func WaitCondition(t testing.TB, c client.Client, timeout time.Duration, obj cli
 		if err != nil {
 			return err
 		}
-		if cond.Status != status || cond.ObservedGeneration != obj.GetGeneration() {
-			return fmt.Errorf("%s=%s %s at generation %d of %d: %s", typ, cond.Status, cond.Reason, cond.ObservedGeneration, obj.GetGeneration(), cond.Message)
+		if err := want.check(cond, obj.GetGeneration()); err != nil {
+			return err
 		}
 		got = *cond
 		return nil
 	})
 	return got
+}
+
+// check says how cond differs from w, for an object at generation gen.
+func (w Want) check(cond *metav1.Condition, gen int64) error {
+	switch {
+	case cond.Status != w.Status || (w.Reason != "" && cond.Reason != w.Reason) || !strings.Contains(cond.Message, w.MessageContains):
+		return fmt.Errorf("%s=%s reason %s: %s", cond.Type, cond.Status, cond.Reason, cond.Message)
+	case w.Generation == 0 && cond.ObservedGeneration != gen:
+		return fmt.Errorf("%s is for generation %d, the object is at %d", cond.Type, cond.ObservedGeneration, gen)
+	case w.Generation > 0 && cond.ObservedGeneration != w.Generation:
+		return fmt.Errorf("%s is for generation %d, want %d", cond.Type, cond.ObservedGeneration, w.Generation)
+	}
+	return nil
 }
 
 // Condition returns obj's status.conditions entry of type typ, whatever

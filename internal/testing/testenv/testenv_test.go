@@ -112,3 +112,28 @@ func TestRepoRoot(t *testing.T) {
 		t.Fatalf("module root %s: %v", root, err)
 	}
 }
+
+func TestWantCheck(t *testing.T) {
+	cond := &metav1.Condition{Type: "Programmed", Status: metav1.ConditionTrue, Reason: "Programmed", Message: "3/3 router pods run it", ObservedGeneration: 2}
+	for _, tc := range []struct {
+		name string
+		want Want
+		gen  int64
+		ok   bool
+	}{
+		{"status at the current generation", Want{Status: metav1.ConditionTrue}, 2, true},
+		{"an older generation", Want{Status: metav1.ConditionTrue}, 3, false},
+		{"any generation", Want{Status: metav1.ConditionTrue, Generation: AnyGeneration}, 3, true},
+		{"a named generation", Want{Status: metav1.ConditionTrue, Generation: 2}, 3, true},
+		{"another named generation", Want{Status: metav1.ConditionTrue, Generation: 1}, 2, false},
+		{"other status", Want{Status: metav1.ConditionFalse}, 2, false},
+		{"reason", Want{Status: metav1.ConditionTrue, Reason: "Programmed"}, 2, true},
+		{"other reason", Want{Status: metav1.ConditionTrue, Reason: "Pending"}, 2, false},
+		{"message", Want{Status: metav1.ConditionTrue, MessageContains: "3/3"}, 2, true},
+		{"other message", Want{Status: metav1.ConditionTrue, MessageContains: "2/3"}, 2, false},
+	} {
+		if err := tc.want.check(cond, tc.gen); (err == nil) != tc.ok {
+			t.Errorf("%s: %v, want ok=%v", tc.name, err, tc.ok)
+		}
+	}
+}
