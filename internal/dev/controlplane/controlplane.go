@@ -20,6 +20,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -53,6 +54,8 @@ type Options struct {
 	ProductCRDs bool
 	// CRDPaths are more CRD files or folders to install at start.
 	CRDPaths []string
+	// CRDs are more CRDs to install at start.
+	CRDs []*apiextensionsv1.CustomResourceDefinition
 	// AdmitAsClusters admits pods as a cluster's API server does: with
 	// the ServiceAccount admission plugin, which envtest turns off and
 	// every cluster runs. The plugin refuses a pod whose ServiceAccount
@@ -93,14 +96,17 @@ func Start(o Options) (cp *ControlPlane, err error) {
 	env := &envtest.Environment{
 		BinaryAssetsDirectory:    o.Assets,
 		CRDDirectoryPaths:        o.CRDPaths,
+		CRDs:                     o.CRDs,
 		ErrorIfCRDPathMissing:    true,
 		ControlPlaneStartTimeout: time.Minute,
 		ControlPlaneStopTimeout:  30 * time.Second,
 	}
 	if o.ProductCRDs {
-		if env.CRDs, err = crd.CRDs(); err != nil {
+		product, err := crd.CRDs()
+		if err != nil {
 			return nil, fmt.Errorf("reading the embedded CRDs: %w", err)
 		}
+		env.CRDs = append(product, o.CRDs...)
 	}
 	if o.AdmitAsClusters {
 		env.ControlPlane.GetAPIServer().Configure().

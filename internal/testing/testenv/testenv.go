@@ -34,6 +34,7 @@ import (
 	"testing"
 	"time"
 
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -61,6 +62,8 @@ type Options struct {
 	// later (as a cluster where Dynamo comes after kvhint does) calls
 	// Env.InstallDynamoCRD.
 	DynamoCRD bool
+	// CRDs are more CRDs to install at start (another operator's, say).
+	CRDs []*apiextensionsv1.CustomResourceDefinition
 	// AdmitAsClusters turns the ServiceAccount admission plugin on, as
 	// every cluster runs it (controlplane.Options.AdmitAsClusters).
 	AdmitAsClusters bool
@@ -247,6 +250,7 @@ func start(o Options, assets string) (_ *Env, stop func(), err error) {
 		Assets:                assets,
 		Dir:                   dir,
 		ProductCRDs:           o.ProductCRDs,
+		CRDs:                  o.CRDs,
 		AdmitAsClusters:       o.AdmitAsClusters,
 		KubeControllerManager: o.KubeControllerManager,
 		Kwok:                  o.Kwok,
