@@ -8,7 +8,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -53,14 +52,13 @@ func run(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 
-	bin := filepath.Join(dir, "kvhint")
-	kvhint, devBin = bin, filepath.Join(dir, "kvhint-dev")
-	build := exec.Command("go", "build", "-o", dir+"/", "./cmd/kvhint", "./cmd/kvhint-dev")
-	build.Dir = repo
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "building kvhint and kvhint-dev: %v\n%s", err, out)
+	bins, err := testenv.Build(dir, "kvhint", "kvhint-dev")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
 	}
+	bin := bins[0]
+	kvhint, devBin = bins[0], bins[1]
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	// The suite books straight at the sidecars and reads, at each worker,

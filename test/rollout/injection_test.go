@@ -425,13 +425,11 @@ func boundKubeconfig(t *testing.T, pod *corev1.Pod) string {
 // buildKvhint builds the product binary into a temp folder.
 func buildKvhint(t *testing.T) string {
 	t.Helper()
-	dir := t.TempDir()
-	cmd := exec.Command("go", "build", "-o", dir+"/", "./cmd/kvhint")
-	cmd.Dir = filepath.Join("..", "..")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("building kvhint: %v\n%s", err, out)
+	bins, err := testenv.Build(t.TempDir(), "kvhint")
+	if err != nil {
+		t.Fatal(err)
 	}
-	return filepath.Join(dir, "kvhint")
+	return bins[0]
 }
 
 // TestInjectionKeepsThePodsOwn: an opted-in pod as a real router's is

@@ -21,8 +21,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -201,17 +199,11 @@ func TestManagerScale(t *testing.T) {
 // of the code in this tree.
 func buildKvhint(t *testing.T, dir string) string {
 	t.Helper()
-	repo, err := filepath.Abs("../..")
+	bins, err := testenv.Build(dir, "kvhint")
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(dir, "kvhint")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/kvhint")
-	build.Dir = repo
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building kvhint: %v\n%s", err, out)
-	}
-	return bin
+	return bins[0]
 }
 
 // startManager runs `kvhint manager` as a child process, as devenv does,

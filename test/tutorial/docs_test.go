@@ -81,10 +81,8 @@ func TestDocsAsWritten(t *testing.T) {
 
 	// The images' binaries.
 	bin := t.TempDir()
-	build := exec.Command("go", "build", "-o", bin+"/", "./cmd/kvhint", "./cmd/kvhint-dev")
-	build.Dir = repo
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	if _, err := testenv.Build(bin, "kvhint", "kvhint-dev"); err != nil {
+		t.Fatal(err)
 	}
 
 	// The control plane, with nothing of ours installed (the docs install

@@ -137,3 +137,10 @@ func TestWantCheck(t *testing.T) {
 		}
 	}
 }
+
+func TestBuildNamesWhatFailed(t *testing.T) {
+	_, err := Build(t.TempDir(), "no-such-command")
+	if err == nil || !strings.Contains(err.Error(), "building no-such-command") {
+		t.Fatalf("building a command the module lacks: %v; want an error naming it", err)
+	}
+}
