@@ -8,7 +8,7 @@ package main
 import (
 	"os"
 
-	"github.com/kvrouter/kv-hint-operator/internal/devcli"
+	"github.com/kvrouter/kv-hint-operator/internal/dev/devcli"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
 )
 

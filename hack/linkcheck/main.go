@@ -11,7 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/kvrouter/kv-hint-operator/internal/mdlinks"
+	"github.com/kvrouter/kv-hint-operator/internal/dev/mdlinks"
 )
 
 func main() {

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvrouter/kv-hint-operator/internal/tracesynth"
+	"github.com/kvrouter/kv-hint-operator/internal/dev/tracesynth"
 )
 
 // mooncakeTrace returns the path of a real Mooncake trace, read in place;

@@ -1,7 +1,7 @@
 // Package cli holds the product's subcommands: manager, sidecar, validate,
 // compile and preview. Main is the entry point every kvhint build shares, the
 // standard one and custom ones with more plugins. The development
-// subcommands (dev, loadgen, sim-worker) are in internal/devcli, so that
+// subcommands (dev, loadgen, sim-worker) are in internal/dev/devcli, so that
 // kvhint links neither envtest nor the simulators.
 package cli
 

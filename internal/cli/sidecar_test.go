@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvrouter/kv-hint-operator/internal/proctest"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/proctest"
 )
 
 // TestSidecarAndSimWorkerProcesses runs the real binaries: `kvhint sidecar`

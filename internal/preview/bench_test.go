@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/kvrouter/kv-hint-operator/internal/tracesynth"
+	"github.com/kvrouter/kv-hint-operator/internal/dev/tracesynth"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
 )
 

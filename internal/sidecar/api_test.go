@@ -14,6 +14,7 @@ import (
 
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/booking"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/workers"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 	"github.com/kvrouter/kv-hint-operator/pkg/router"
 
 	"github.com/google/go-cmp/cmp"
@@ -216,7 +217,7 @@ func TestMetricsEndpoint(t *testing.T) {
 	if _, err := w.WaitForHints(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, func() error {
+	testenv.Eventually(t, 5*time.Second, "the metrics answered", func(context.Context) error {
 		resp, err := http.Get("http://" + s.OpsAddr() + "/metrics")
 		if err != nil {
 			return err

@@ -16,8 +16,9 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/kvrouter/kv-hint-operator/internal/dev/simworker"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/workers"
-	"github.com/kvrouter/kv-hint-operator/internal/simworker"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
 )
 
@@ -62,7 +63,7 @@ func BenchmarkBookHTTP(b *testing.B) {
 	if err := s.Workers.Set(workers.SourceAPI, workers.WorkerSpec{ID: "decode-worker-0", Capabilities: []string{router.CapabilityRouterHint}, HintEndpoint: w.HintEndpoint()}); err != nil {
 		b.Fatal(err)
 	}
-	eventually(b, 5*time.Second, func() error {
+	testenv.Eventually(b, 5*time.Second, "the sidecar ready", func(context.Context) error {
 		if !s.Dispatcher.Ready() {
 			return router.ErrNotReady
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/booking"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/workers"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 )
 
 // dispatchConfig and rulesConfig have one role per dispatch rule; a
@@ -323,7 +324,7 @@ func TestWorkerDown(t *testing.T) {
 	if _, err := alive.WaitForHints(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, func() error {
+	testenv.Eventually(t, 5*time.Second, "five transport errors counted", func(context.Context) error {
 		if n := counter(t, s.Metrics, "delivery_errors", "transport"); n != 5 {
 			return fmt.Errorf("delivery_errors_total{reason=transport} = %v, want 5", n)
 		}

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
+	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 	"github.com/kvrouter/kv-hint-operator/pkg/router"
 	"github.com/kvrouter/kv-hint-operator/pkg/wellknown"
 )
@@ -20,8 +21,9 @@ import (
 // hints.kvrouter.io/ejected-policies, and leaves it when the policy is
 // re-admitted on probation.
 func TestPodReportsEjectedPolicies(t *testing.T) {
-	kc := testKube(t)
-	ns := testNamespace(t, kc)
+	env := testenv.Get(t)
+	kc := env.Kube
+	ns := testenv.NewNamespace(t, env.Client, "sidecar")
 	ctx := context.Background()
 	pods := kc.CoreV1().Pods(ns)
 	if _, err := pods.Create(ctx, testPod("router-0", map[string]string{wellknown.RouterLabel: "llama"}, nil), metav1.CreateOptions{}); err != nil {
@@ -69,7 +71,7 @@ worker_selection:
 		v, ok := p.Annotations[wellknown.EjectedPoliciesAnnotation]
 		return v, ok
 	}
-	eventually(t, 10*time.Second, func() error {
+	testenv.Eventually(t, 10*time.Second, "decode-0 registered and a config applied", func(context.Context) error {
 		if _, ok := s.Workers.Get("decode-0"); !ok || !s.Dispatcher.Ready() {
 			return fmt.Errorf("not ready: worker registered %v, config %v", ok, s.Dispatcher.Ready())
 		}
@@ -80,14 +82,14 @@ worker_selection:
 			t.Fatalf("booking: %d %s", resp.status, resp.body)
 		}
 	}
-	eventually(t, 10*time.Second, func() error {
+	testenv.Eventually(t, 10*time.Second, "the ejected policy on the pod", func(context.Context) error {
 		if v, _ := annotation(); v != "decode/audit=overrun" {
 			return fmt.Errorf("%s = %q, want decode/audit=overrun", wellknown.EjectedPoliciesAnnotation, v)
 		}
 		return nil
 	})
 	// Re-admitted on probation after 2 s: nothing is ejected any more.
-	eventually(t, 10*time.Second, func() error {
+	testenv.Eventually(t, 10*time.Second, "the ejected policies annotation removed", func(context.Context) error {
 		if v, ok := annotation(); ok {
 			return fmt.Errorf("%s still %q", wellknown.EjectedPoliciesAnnotation, v)
 		}

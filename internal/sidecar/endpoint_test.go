@@ -18,7 +18,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
-	"github.com/kvrouter/kv-hint-operator/internal/simworker"
+	"github.com/kvrouter/kv-hint-operator/internal/dev/simworker"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 	"github.com/kvrouter/kv-hint-operator/pkg/wellknown"
 )
 
@@ -80,8 +81,9 @@ func (s *syncBuffer) String() string {
 // admin port). The pods' IP is 127.0.0.2, so that every post of the test
 // stays on loopback. Before the fix the canary received both pods' hints.
 func TestWorkerPodsCannotRedirectHints(t *testing.T) {
-	kc := testKube(t)
-	ns := testNamespace(t, kc)
+	env := testenv.Get(t)
+	kc := env.Kube
+	ns := testenv.NewNamespace(t, env.Client, "sidecar")
 	ctx := context.Background()
 	pods := kc.CoreV1().Pods(ns)
 
@@ -131,8 +133,8 @@ func TestWorkerPodsCannotRedirectHints(t *testing.T) {
 		o.WorkerSelector = labels.SelectorFromSet(labels.Set{"app": "ssrf"})
 		o.Log = funcr.New(func(prefix, args string) { logs.WriteString(prefix + " " + args + "\n") }, funcr.Options{})
 	})
-	eventually(t, 10*time.Second, func() error { return s.pods.Synced() })
-	eventually(t, 10*time.Second, func() error {
+	testenv.Eventually(t, 10*time.Second, "the pod informer synced", func(context.Context) error { return s.pods.Synced() })
+	testenv.Eventually(t, 10*time.Second, "the honest worker registered", func(context.Context) error {
 		if _, ok := s.Workers.Get("honest"); !ok {
 			return fmt.Errorf("the honest worker is not registered")
 		}

@@ -12,12 +12,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvrouter/kv-hint-operator/internal/sidecar/sidecartest"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/sidecartest"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/kvrouter/kv-hint-operator/internal/simworker"
+	"github.com/kvrouter/kv-hint-operator/internal/dev/simworker"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
 	"github.com/kvrouter/kv-hint-operator/pkg/router"
@@ -216,7 +217,7 @@ func startSidecarWithConfig(t *testing.T, cat *hints.Catalog, config string, twe
 	path := filepath.Join(t.TempDir(), "hints.yaml")
 	writeFile(t, path, config)
 	s := startSidecar(t, cat, path, tweak)
-	eventually(t, 5*time.Second, func() error {
+	testenv.Eventually(t, 5*time.Second, "the sidecar ready", func(context.Context) error {
 		if !s.Dispatcher.Ready() {
 			return errors.New("sidecar not ready")
 		}
@@ -287,12 +288,6 @@ func bookingJSON(reqID, role, worker string, extra string) string {
 		s += "," + extra
 	}
 	return s + "}"
-}
-
-// eventually is sidecartest.Eventually.
-func eventually(t testing.TB, timeout time.Duration, cond func() error) {
-	t.Helper()
-	sidecartest.Eventually(t, timeout, cond)
 }
 
 // testLogger is sidecartest.Logger.

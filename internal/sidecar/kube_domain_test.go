@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
+	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 	"github.com/kvrouter/kv-hint-operator/pkg/wellknown"
 )
 
@@ -25,8 +26,9 @@ import (
 // source in its zone only, however the source's zone was published; a pod
 // whose policy breaks Dynamo's rules is not registered, and is counted.
 func TestKubernetesTopologyDomains(t *testing.T) {
-	kc := testKube(t)
-	ns := testNamespace(t, kc)
+	env := testenv.Get(t)
+	kc := env.Kube
+	ns := testenv.NewNamespace(t, env.Client, "sidecar")
 	ctx := context.Background()
 	pods := kc.CoreV1().Pods(ns)
 	const config = "worker_selection:\n  decode:\n    type: kvcr\n    hints:\n      - type: kv-fetch\n      - type: kv-retain\n        parameters: {ttl_seconds: 600}\n"
@@ -80,7 +82,7 @@ func TestKubernetesTopologyDomains(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = s.Shutdown(context.Background()) })
 	waitHash(t, s.Dispatcher, compiledHashOf(config))
-	eventually(t, 10*time.Second, func() error {
+	testenv.Eventually(t, 10*time.Second, "the domain's workers registered", func(context.Context) error {
 		for _, id := range []string{"decode-a", "src-a", "src-b"} {
 			if _, ok := s.Workers.Get(id); !ok {
 				return fmt.Errorf("%s not registered yet", id)

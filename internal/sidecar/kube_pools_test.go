@@ -16,6 +16,7 @@ import (
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
 	"github.com/kvrouter/kv-hint-operator/internal/rolegraph"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/booking"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 	"github.com/kvrouter/kv-hint-operator/pkg/wellknown"
 )
 
@@ -26,8 +27,9 @@ import (
 // booking names only its copy's source pod and gets the endpoint the pod
 // advertises, and a pod with a bad worker type is refused and counted.
 func TestKubernetesRolePools(t *testing.T) {
-	kc := testKube(t)
-	ns := testNamespace(t, kc)
+	env := testenv.Get(t)
+	kc := env.Kube
+	ns := testenv.NewNamespace(t, env.Client, "sidecar")
 	ctx := context.Background()
 	pods := kc.CoreV1().Pods(ns)
 
@@ -105,7 +107,7 @@ func TestKubernetesRolePools(t *testing.T) {
 		}
 		return nil
 	}
-	eventually(t, 10*time.Second, pools)
+	testenv.Eventually(t, 10*time.Second, "the pools", func(context.Context) error { return pools() })
 	if n := gathered(t, s.Metrics, "kvhint_router_workers_refused_total", map[string]string{"source": "pods"}); n < 1 {
 		t.Errorf("the banana pod was not counted as refused")
 	}
@@ -163,7 +165,7 @@ func TestKubernetesRolePools(t *testing.T) {
 	if _, err := pods.Update(ctx, p, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, func() error {
+	testenv.Eventually(t, 10*time.Second, "prefill-0 in pool decode", func(context.Context) error {
 		wk, ok := s.Workers.Get("prefill-0")
 		if !ok || !cmp.Equal(wk.InPools, []string{"decode"}) {
 			return fmt.Errorf("prefill-0 pools %v", wk.InPools)
@@ -183,7 +185,7 @@ func TestKubernetesRolePools(t *testing.T) {
 	if _, err := pods.Update(ctx, p, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, func() error {
+	testenv.Eventually(t, 10*time.Second, "prefill-0 unregistered", func(context.Context) error {
 		if _, ok := s.Workers.Get("prefill-0"); ok {
 			return fmt.Errorf("prefill-0 still registered")
 		}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,64 +12,17 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/kubernetes"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/podreport"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 	"github.com/kvrouter/kv-hint-operator/pkg/wellknown"
 )
 
-// A real kube-apiserver and etcd, shared by the tests of this file; each
+// A real kube-apiserver and etcd, started by the first test that needs
+// it (testenv.Get) and shared by the tests of the Kubernetes source; each
 // test works in its own namespace.
-var (
-	envOnce sync.Once
-	envKube kubernetes.Interface
-	envErr  error
-	envStop func()
-)
-
 func TestMain(m *testing.M) {
-	code := m.Run()
-	if envStop != nil {
-		envStop()
-	}
-	os.Exit(code)
-}
-
-// kubeClient starts the control plane on first use. It skips the test when
-// KUBEBUILDER_ASSETS is unset (make test and CI set it; `make envtest`
-// builds the binaries).
-func testKube(t *testing.T) kubernetes.Interface {
-	t.Helper()
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		t.Skip("KUBEBUILDER_ASSETS is not set: run `make test`, or KUBEBUILDER_ASSETS=$(hack/envtest-assets.sh) go test")
-	}
-	envOnce.Do(func() {
-		env := &envtest.Environment{}
-		cfg, err := env.Start()
-		if err != nil {
-			envErr = err
-			return
-		}
-		envStop = func() { _ = env.Stop() }
-		envKube, envErr = kubernetes.NewForConfig(cfg)
-	})
-	if envErr != nil {
-		t.Fatalf("starting kube-apiserver and etcd: %v", envErr)
-	}
-	return envKube
-}
-
-func testNamespace(t *testing.T, kc kubernetes.Interface) string {
-	t.Helper()
-	ns, err := kc.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "sidecar-"}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = kc.CoreV1().Namespaces().Delete(context.Background(), ns.Name, metav1.DeleteOptions{})
-	})
-	return ns.Name
+	os.Exit(testenv.Run(m, testenv.Options{Name: "sidecar", Lazy: true}))
 }
 
 func testPod(name string, lbls, annotations map[string]string) *corev1.Pod {
@@ -85,8 +37,9 @@ func testPod(name string, lbls, annotations map[string]string) *corev1.Pod {
 // annotated pods, the applied hash written on its own Pod after every
 // config it applies, and an invalid ConfigMap update kept out.
 func TestKubernetesSidecar(t *testing.T) {
-	kc := testKube(t)
-	ns := testNamespace(t, kc)
+	env := testenv.Get(t)
+	kc := env.Kube
+	ns := testenv.NewNamespace(t, env.Client, "sidecar")
 	ctx := context.Background()
 	pods := kc.CoreV1().Pods(ns)
 
@@ -146,7 +99,7 @@ func TestKubernetesSidecar(t *testing.T) {
 	}
 	waitApplied := func(want string) {
 		t.Helper()
-		eventually(t, 10*time.Second, func() error {
+		testenv.Eventually(t, 10*time.Second, "the applied hash on the sidecar's pod", func(context.Context) error {
 			if got := appliedHash(); got != want {
 				return fmt.Errorf("pod annotation %s = %q, want %q", wellknown.AppliedHashAnnotation, got, want)
 			}
@@ -154,7 +107,7 @@ func TestKubernetesSidecar(t *testing.T) {
 		})
 	}
 	waitApplied(compiledHashOf(v1))
-	eventually(t, 10*time.Second, func() error {
+	testenv.Eventually(t, 10*time.Second, "the sidecar ready", func(context.Context) error {
 		resp, err := http.Get("http://" + s.OpsAddr() + "/readyz")
 		if err != nil {
 			return err
@@ -167,7 +120,7 @@ func TestKubernetesSidecar(t *testing.T) {
 	})
 
 	// Workers: the selected pods, with their annotations.
-	eventually(t, 10*time.Second, func() error {
+	testenv.Eventually(t, 10*time.Second, "the selected pods registered as workers", func(context.Context) error {
 		var ids []string
 		for _, wk := range s.Workers.List() {
 			ids = append(ids, fmt.Sprintf("%s capable=%v", wk.ID, wk.Capable))
@@ -206,7 +159,7 @@ func TestKubernetesSidecar(t *testing.T) {
 	if _, err := kc.CoreV1().ConfigMaps(ns).Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, func() error {
+	testenv.Eventually(t, 10*time.Second, "the invalid ConfigMap update refused", func(context.Context) error {
 		if n := counter(t, s.Metrics, "reloads", "failure"); n < 1 {
 			return fmt.Errorf("the invalid update was not seen yet")
 		}
@@ -220,7 +173,7 @@ func TestKubernetesSidecar(t *testing.T) {
 	if err := pods.Delete(ctx, "decode-1", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, func() error {
+	testenv.Eventually(t, 10*time.Second, "decode-1 unregistered", func(context.Context) error {
 		if _, ok := s.Workers.Get("decode-1"); ok {
 			return fmt.Errorf("decode-1 still registered")
 		}
@@ -231,8 +184,9 @@ func TestKubernetesSidecar(t *testing.T) {
 // TestPodReporterLatestWins reports hashes faster than they can be written
 // and while the pod does not exist yet: the retries end with the latest.
 func TestPodReporterLatestWins(t *testing.T) {
-	kc := testKube(t)
-	ns := testNamespace(t, kc)
+	env := testenv.Get(t)
+	kc := env.Kube
+	ns := testenv.NewNamespace(t, env.Client, "sidecar")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	r := podreport.New(kc, ns, "late-pod")
@@ -245,7 +199,7 @@ func TestPodReporterLatestWins(t *testing.T) {
 	if _, err := kc.CoreV1().Pods(ns).Create(ctx, testPod("late-pod", nil, nil), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 15*time.Second, func() error {
+	testenv.Eventually(t, 15*time.Second, "the applied hash on the late pod", func(context.Context) error {
 		p, err := kc.CoreV1().Pods(ns).Get(ctx, "late-pod", metav1.GetOptions{})
 		if err != nil {
 			return err

@@ -3,6 +3,7 @@ package sidecar
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/booking"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 	"github.com/kvrouter/kv-hint-operator/pkg/router"
 )
 
@@ -216,7 +218,7 @@ func TestServersHaveLimits(t *testing.T) {
 	g0 := runtime.NumGoroutine()
 	start := time.Now()
 	conns := stallBookings(t, s.BookingAddr(), attackers, 100)
-	eventually(t, 5*time.Second, func() error {
+	testenv.Eventually(t, 5*time.Second, "the booking connections over the cap refused", func(context.Context) error {
 		if n := refused("booking"); n < attackers-capBooking {
 			return fmt.Errorf("%v connections refused, want at least %d", n, attackers-capBooking)
 		}
@@ -255,13 +257,13 @@ func TestServersHaveLimits(t *testing.T) {
 		}
 		idle = append(idle, c)
 	}
-	eventually(t, 5*time.Second, func() error {
+	testenv.Eventually(t, 5*time.Second, "the ops connections over the cap refused", func(context.Context) error {
 		if n := refused("ops"); n < 50-capOps {
 			return fmt.Errorf("%v ops connections refused, want at least %d", n, 50-capOps)
 		}
 		return nil
 	})
-	eventually(t, 3*time.Second, func() error {
+	testenv.Eventually(t, 3*time.Second, "the metrics answered after idle connections", func(context.Context) error {
 		code, err := httpGet(t, "http://"+s.OpsAddr()+"/metrics")
 		if err != nil || code != 200 {
 			return fmt.Errorf("/metrics after idle connections: %d %v", code, err)

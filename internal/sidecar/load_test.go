@@ -11,8 +11,8 @@ import (
 
 	"github.com/go-logr/logr"
 
-	"github.com/kvrouter/kv-hint-operator/internal/loadgen"
-	"github.com/kvrouter/kv-hint-operator/internal/simworker"
+	"github.com/kvrouter/kv-hint-operator/internal/dev/loadgen"
+	"github.com/kvrouter/kv-hint-operator/internal/dev/simworker"
 )
 
 // TestLoadLongCopies is a load run, not a CI check: it runs only with

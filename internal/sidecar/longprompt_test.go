@@ -18,6 +18,7 @@ import (
 
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/booking"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/workers"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 	"github.com/kvrouter/kv-hint-operator/pkg/router"
 	"github.com/kvrouter/kv-hint-operator/pkg/wellknown"
@@ -339,7 +340,7 @@ func TestWorkerTypeValidated(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "workers.yaml")
 	writeFile(t, path, "workers:\n- {id: w1, worker_type: banana}\n- {id: w2, worker_type: decode}\n")
 	f := startSidecarWithConfig(t, testCatalog(t), longConfig, func(o *Options) { o.WorkersFile = path })
-	eventually(t, 5*time.Second, func() error {
+	testenv.Eventually(t, 5*time.Second, "the file's worker of no known type refused", func(context.Context) error {
 		if n := gathered(t, f.Metrics, "kvhint_router_workers_refused_total", map[string]string{"source": "file"}); n != 1 {
 			return fmt.Errorf("refused file registrations = %v, want 1", n)
 		}
@@ -444,7 +445,7 @@ worker_selection:
 			t.Fatal(err)
 		}
 	}
-	eventually(t, 5*time.Second, func() error {
+	testenv.Eventually(t, 5*time.Second, "d0 in pool decode", func(context.Context) error {
 		if wk, _ := s.Workers.Get("d0"); !cmp.Equal(wk.InPools, []string{"decode"}) {
 			return fmt.Errorf("d0 pools %v", wk.InPools)
 		}

@@ -21,6 +21,7 @@ import (
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/booking"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/configsource"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/workers"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
 	"github.com/kvrouter/kv-hint-operator/pkg/router"
 	"github.com/kvrouter/kv-hint-operator/pkg/wellknown"
@@ -116,7 +117,7 @@ func (k *kubeletDir) swapData(data map[string]string) {
 
 func waitHash(t *testing.T, d *router.Dispatcher, want string) {
 	t.Helper()
-	eventually(t, 5*time.Second, func() error {
+	testenv.Eventually(t, 5*time.Second, "the config hash applied", func(context.Context) error {
 		if got := d.ConfigHash(); got != want {
 			return fmt.Errorf("config hash %q, want %q", got, want)
 		}
@@ -145,7 +146,7 @@ func TestDirSourceKubeletSwap(t *testing.T) {
 
 	// An invalid version is refused: v2 stays in force, and the metrics say so.
 	k.swap(invalidConfig)
-	eventually(t, 5*time.Second, func() error {
+	testenv.Eventually(t, 5*time.Second, "one failed reload", func(context.Context) error {
 		if n := counter(t, m, "reloads", "failure"); n != 1 {
 			return fmt.Errorf("failed reloads %v, want 1", n)
 		}
@@ -218,7 +219,7 @@ func TestDirSourceRolesRefusedWhole(t *testing.T) {
 	waitHash(t, d, compiled.Hash(good))
 	// A load puts the pools in force in two steps (compiledLoader): the
 	// transition's, then the config's.
-	eventually(t, 5*time.Second, func() error {
+	testenv.Eventually(t, 5*time.Second, "decode's pool update", func(context.Context) error {
 		if n, p := lastPool(); n != 2 || p != "map[decode:component=decode]" {
 			return fmt.Errorf("%d pool updates, last %s; want 2, decode's", n, p)
 		}
@@ -241,7 +242,7 @@ func TestDirSourceRolesRefusedWhole(t *testing.T) {
 			delete(data, wellknown.RolesKey)
 		}
 		k.swapData(data)
-		eventually(t, 5*time.Second, func() error {
+		testenv.Eventually(t, 5*time.Second, "the bad config's failed reload", func(context.Context) error {
 			if n := counter(t, m, "reloads", "failure"); n != float64(i+1) {
 				return fmt.Errorf("%s: failed reloads %v, want %d", bad.name, n, i+1)
 			}
@@ -265,7 +266,7 @@ func TestDirSourceRolesRefusedWhole(t *testing.T) {
 	next := compiledData(roleConfig("v3"), pooled("decode-v3"))
 	k.swapData(next)
 	waitHash(t, d, compiled.Hash(next))
-	eventually(t, 5*time.Second, func() error {
+	testenv.Eventually(t, 5*time.Second, "decode-v3's pool update", func(context.Context) error {
 		if n, p := lastPool(); n != 4 || p != "map[decode:component=decode-v3]" {
 			return fmt.Errorf("%d pool updates, last %s; want 4, decode-v3's", n, p)
 		}
@@ -326,7 +327,7 @@ func TestReadiness(t *testing.T) {
 	}
 
 	writeFile(t, path, invalidConfig)
-	eventually(t, 5*time.Second, func() error {
+	testenv.Eventually(t, 5*time.Second, "the invalid file refused", func(context.Context) error {
 		if n := counter(t, s.Metrics, "reloads", "failure"); n < 1 {
 			return errors.New("the invalid file was not read yet")
 		}
@@ -337,7 +338,7 @@ func TestReadiness(t *testing.T) {
 	}
 
 	writeFile(t, path, roleConfig("good"))
-	eventually(t, 5*time.Second, func() error {
+	testenv.Eventually(t, 5*time.Second, "readyz 200", func(context.Context) error {
 		if code, body := readyz(); code != http.StatusOK {
 			return fmt.Errorf("readyz %d %s", code, body)
 		}
@@ -346,7 +347,7 @@ func TestReadiness(t *testing.T) {
 
 	before := counter(t, s.Metrics, "reloads", "failure")
 	writeFile(t, path, "worker_selection: [not, a, mapping]\n")
-	eventually(t, 5*time.Second, func() error {
+	testenv.Eventually(t, 5*time.Second, "the broken file refused", func(context.Context) error {
 		if n := counter(t, s.Metrics, "reloads", "failure"); n <= before {
 			return errors.New("the broken file was not read yet")
 		}
@@ -438,7 +439,7 @@ func TestDirSourceRouterModes(t *testing.T) {
 	registerWorker(t, s, w)
 
 	// Hints under round-robin: refused, and nothing is in force.
-	eventually(t, 5*time.Second, func() error {
+	testenv.Eventually(t, 5*time.Second, "one failed reload", func(context.Context) error {
 		if n := counter(t, s.Metrics, "reloads", "failure"); n != 1 {
 			return fmt.Errorf("failed reloads %v, want 1", n)
 		}

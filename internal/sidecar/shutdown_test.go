@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 	"github.com/kvrouter/kv-hint-operator/pkg/router"
 )
 
@@ -35,7 +36,7 @@ func TestShutdownDrainsHintsFirst(t *testing.T) {
 	if err := s.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, func() error {
+	testenv.Eventually(t, 5*time.Second, "the sidecar ready", func(context.Context) error {
 		if !s.Dispatcher.Ready() {
 			return fmt.Errorf("not ready")
 		}
@@ -50,7 +51,7 @@ func TestShutdownDrainsHintsFirst(t *testing.T) {
 	}
 	stalled := stallBookings(t, s.BookingAddr(), 10, 100)
 	// The stalled bookings are in their handlers before shutdown begins.
-	eventually(t, 5*time.Second, func() error {
+	testenv.Eventually(t, 5*time.Second, "the booking connections open", func(context.Context) error {
 		if n := gathered(t, s.Metrics, router.MetricsNamespace+"_open_connections", map[string]string{"listener": "booking"}); n < 10 {
 			return fmt.Errorf("%v booking connections open", n)
 		}

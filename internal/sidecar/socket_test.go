@@ -14,7 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvrouter/kv-hint-operator/internal/sidecar/sidecartest"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/sidecartest"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -167,7 +168,7 @@ func TestSocketBooksAsTCP(t *testing.T) {
 
 	// The connection cap: a third connection is answered 503 and closed.
 	uc.CloseIdleConnections()
-	eventually(t, 5*time.Second, func() error {
+	testenv.Eventually(t, 5*time.Second, "the socket's booking connection open", func(context.Context) error {
 		if n := gathered(t, unix.Metrics, router.MetricsNamespace+"_open_connections", map[string]string{"listener": "booking"}); n != 0 {
 			return fmt.Errorf("%v booking connections open", n)
 		}
@@ -182,7 +183,7 @@ func TestSocketBooksAsTCP(t *testing.T) {
 		defer c.Close()
 		conns = append(conns, c)
 	}
-	eventually(t, 5*time.Second, func() error {
+	testenv.Eventually(t, 5*time.Second, "the socket's booking connection closed", func(context.Context) error {
 		if n := gathered(t, unix.Metrics, router.MetricsNamespace+"_open_connections", map[string]string{"listener": "booking"}); n < 2 {
 			return fmt.Errorf("%v booking connections open", n)
 		}

@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -29,11 +28,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
-	"github.com/kvrouter/kv-hint-operator/internal/devenv"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/podreport"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 )
 
 var (
@@ -41,69 +39,26 @@ var (
 	admin      kubernetes.Interface
 	kubeconfig string
 	repo       string
-	skipWhy    string
+	suite      *testenv.Env
 )
 
-func TestMain(m *testing.M) { os.Exit(run(m)) }
-
-func run(m *testing.M) int {
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		skipWhy = "KUBEBUILDER_ASSETS is not set; run make test"
-		return m.Run()
-	}
-	var err error
-	if repo, err = filepath.Abs("../.."); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	env := &envtest.Environment{}
-	// Pods are admitted as on a cluster: the ServiceAccount plugin on. Each
-	// test creates the ServiceAccounts its pods use.
-	devenv.AdmitAsClusters(env)
-	if restCfg, err = env.Start(); err != nil {
-		fmt.Fprintln(os.Stderr, "admission: starting kube-apiserver and etcd:", err)
-		return 1
-	}
-	defer func() { _ = env.Stop() }()
-	dir, err := os.MkdirTemp("", "kvhint-admission-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	kubeconfig = filepath.Join(dir, "kubeconfig")
-	if err := os.WriteFile(kubeconfig, env.KubeConfig, 0o600); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	if admin, err = kubernetes.NewForConfig(restCfg); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	return m.Run()
+func TestMain(m *testing.M) {
+	os.Exit(testenv.Run(m, testenv.Options{
+		Name: "admission",
+		// Pods are admitted as on a cluster: the ServiceAccount plugin on.
+		// Each test creates the ServiceAccounts its pods use.
+		AdmitAsClusters: true,
+		Setup: func(env *testenv.Env) (func(), error) {
+			suite = env
+			restCfg, admin, kubeconfig, repo = env.Config, env.Kube, env.Kubeconfig, env.Repo
+			return nil, nil
+		},
+	}))
 }
 
 func requireEnv(t *testing.T) {
 	t.Helper()
-	if restCfg == nil {
-		t.Skip(skipWhy)
-	}
-}
-
-// kubectl runs the real kubectl from KUBEBUILDER_ASSETS as the admin.
-func kubectl(t *testing.T, args ...string) string {
-	t.Helper()
-	bin := filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), "kubectl")
-	if _, err := os.Stat(bin); err != nil {
-		if bin, err = exec.LookPath("kubectl"); err != nil {
-			t.Fatal("no kubectl in KUBEBUILDER_ASSETS nor on PATH")
-		}
-	}
-	out, err := exec.Command(bin, append([]string{"--kubeconfig", kubeconfig}, args...)...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return string(out)
+	testenv.Get(t)
 }
 
 // createFile creates every object of a YAML file in namespace ns.
@@ -207,7 +162,7 @@ func TestSidecarWritesOnlyItsOwnReport(t *testing.T) {
 		t.Fatal(err)
 	}
 	createFile(t, ns, filepath.Join(repo, "config/router/rbac.yaml"))
-	kubectl(t, "apply", "-k", filepath.Join(repo, "config/admission"))
+	suite.Kubectl(t, "apply", "-k", filepath.Join(repo, "config/admission"))
 
 	routerLabels := map[string]string{v1alpha1.RouterLabel: "llama"}
 	var own, other, worker *corev1.Pod

@@ -14,12 +14,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
 	"github.com/kvrouter/kv-hint-operator/internal/dynamograph"
 	"github.com/kvrouter/kv-hint-operator/internal/workload"
-	"github.com/kvrouter/kv-hint-operator/test/dynamo"
 )
 
 // graphManifest is a DGD of router llama with a frontend (container main
@@ -61,7 +59,7 @@ func graphManifest(name string, optIn bool) *unstructured.Unstructured {
 func TestManagerWritesOnlyTheGraphEntries(t *testing.T) {
 	requireEnv(t)
 	ctx := context.Background()
-	if _, err := envtest.InstallCRDs(restCfg, envtest.CRDInstallOptions{Paths: []string{dynamo.CRDPath(repo)}, ErrorIfPathMissing: true}); err != nil {
+	if err := suite.InstallDynamoCRD(); err != nil {
 		t.Fatal(err)
 	}
 	for _, ns := range []string{"kvhint-system", "graphs"} {
@@ -70,9 +68,9 @@ func TestManagerWritesOnlyTheGraphEntries(t *testing.T) {
 		}
 	}
 	for _, f := range []string{"service_account.yaml", "role.yaml", "role_binding.yaml"} {
-		kubectl(t, "apply", "-f", repo+"/config/rbac/"+f)
+		suite.Kubectl(t, "apply", "-f", repo+"/config/rbac/"+f)
 	}
-	kubectl(t, "apply", "-k", repo+"/config/admission")
+	suite.Kubectl(t, "apply", "-k", repo+"/config/admission")
 
 	managerPod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "kvhint-manager-graphs"},

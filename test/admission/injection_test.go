@@ -31,9 +31,9 @@ func installInjection(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, f := range []string{"service_account.yaml", "role.yaml", "role_binding.yaml"} {
-		kubectl(t, "apply", "-f", filepath.Join(repo, "config/rbac", f))
+		suite.Kubectl(t, "apply", "-f", filepath.Join(repo, "config/rbac", f))
 	}
-	kubectl(t, "apply", "--server-side", "--force-conflicts", "-k", filepath.Join(repo, "config/injection"))
+	suite.Kubectl(t, "apply", "--server-side", "--force-conflicts", "-k", filepath.Join(repo, "config/injection"))
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		_, err := admin.CoreV1().ConfigMaps("kvhint-system").Update(ctx, params(map[string]string{"image": ""}), metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
@@ -161,7 +161,7 @@ func TestManagerCannotWriteInjectionParams(t *testing.T) {
 		if err := admin.CoreV1().ConfigMaps("kvhint-system").Delete(ctx, paramsName, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		defer kubectl(t, "apply", "--server-side", "--force-conflicts", "-k", filepath.Join(repo, "config/injection"))
+		defer suite.Kubectl(t, "apply", "--server-side", "--force-conflicts", "-k", filepath.Join(repo, "config/injection"))
 		_, err := cms.Create(ctx, evil, metav1.CreateOptions{})
 		requireVerdict(t, "kvhint-sidecar-injection-params", err, false, "kvhint manager may not")
 	})

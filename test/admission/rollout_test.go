@@ -97,9 +97,9 @@ func TestManagerWritesOnlyThePolicyVolume(t *testing.T) {
 		}
 	}
 	for _, f := range []string{"service_account.yaml", "role.yaml", "role_binding.yaml"} {
-		kubectl(t, "apply", "-f", filepath.Join(repo, "config/rbac", f))
+		suite.Kubectl(t, "apply", "-f", filepath.Join(repo, "config/rbac", f))
 	}
-	kubectl(t, "apply", "-k", filepath.Join(repo, "config/admission"))
+	suite.Kubectl(t, "apply", "-k", filepath.Join(repo, "config/admission"))
 
 	managerPod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "kvhint-manager-0"},

@@ -2,6 +2,7 @@ package dynamo_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -12,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 	"github.com/kvrouter/kv-hint-operator/test/dynamo"
 	"github.com/kvrouter/kv-hint-operator/test/dynamo/v1beta1"
 )
@@ -19,7 +21,7 @@ import (
 // TestCRDRefuses holds the API server to the CRD's rules from Dynamo's
 // schema: graphs that break them are refused with Dynamo's message.
 func TestCRDRefuses(t *testing.T) {
-	ns := newNamespace(t)
+	ns := testenv.NewNamespace(t, testenv.Get(t).Client, "dynamo")
 	for _, tc := range []struct {
 		name   string
 		change func(*v1beta1.DynamoGraphDeployment)
@@ -59,7 +61,7 @@ func TestCRDRefuses(t *testing.T) {
 // removing or renaming a component is refused, as Dynamo's webhook refuses
 // it; podTemplate.metadata is kept.
 func TestCRDComponentChanges(t *testing.T) {
-	ns := newNamespace(t)
+	ns := testenv.NewNamespace(t, testenv.Get(t).Client, "dynamo")
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name   string
@@ -118,7 +120,7 @@ func TestCRDComponentChanges(t *testing.T) {
 // server-side apply by one field manager adds entries beside another's,
 // and a forced re-apply of the owner's manifest (Flux's way) leaves them.
 func TestCRDMergesPodTemplateListsByKey(t *testing.T) {
-	ns := newNamespace(t)
+	ns := testenv.NewNamespace(t, testenv.Get(t).Client, "dynamo")
 	ctx := context.Background()
 	manifest := func() *unstructured.Unstructured {
 		g := dynamo.FrontendGraph(ns, "merge", 2)
@@ -202,10 +204,13 @@ func TestCRDMergesPodTemplateListsByKey(t *testing.T) {
 
 	// The stand-in renders the merged template.
 	dep := waitDeployment(t, ns, "merge-frontend")
-	eventually(t, "the volume rendered", func(ctx context.Context) (bool, error) {
+	testenv.Eventually(t, timeout, "the volume rendered", func(ctx context.Context) error {
 		if err := k8s.Get(ctx, client.ObjectKeyFromObject(dep), dep); err != nil {
-			return false, err
+			return err
 		}
-		return len(dep.Spec.Template.Spec.Volumes) == 1, nil
+		if n := len(dep.Spec.Template.Spec.Volumes); n != 1 {
+			return fmt.Errorf("%d volumes", n)
+		}
+		return nil
 	})
 }

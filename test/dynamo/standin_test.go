@@ -2,6 +2,7 @@ package dynamo_test
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"testing"
 
@@ -15,6 +16,7 @@ import (
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 	"github.com/kvrouter/kv-hint-operator/test/dynamo"
 	"github.com/kvrouter/kv-hint-operator/test/dynamo/v1beta1"
 )
@@ -38,8 +40,8 @@ func createGraph(t *testing.T, ns string) (*v1beta1.DynamoGraphDeployment, *apps
 func waitDeployment(t *testing.T, ns, name string) *appsv1.Deployment {
 	t.Helper()
 	dep := &appsv1.Deployment{}
-	eventually(t, "Deployment "+name, func(ctx context.Context) (bool, error) {
-		return k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, dep) == nil, nil
+	testenv.Eventually(t, timeout, "Deployment "+name, func(ctx context.Context) error {
+		return k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, dep)
 	})
 	return dep
 }
@@ -49,7 +51,7 @@ func waitDeployment(t *testing.T, ns, name string) *appsv1.Deployment {
 // component's (the component's value winning), Dynamo's frontend command,
 // replicas, strategy, owner and the last-applied annotations.
 func TestStandInRendersFrontend(t *testing.T) {
-	ns := newNamespace(t)
+	ns := testenv.NewNamespace(t, testenv.Get(t).Client, "dynamo")
 	dgd, dep := createGraph(t, ns)
 
 	if dep.Name != "llama-frontend" {
@@ -136,7 +138,7 @@ func TestStandInRendersFrontend(t *testing.T) {
 // by hand; the stand-in writes its own spec back, as Dynamo's operator
 // does, and stamps the new generation.
 func TestStandInRevertsHandEdit(t *testing.T) {
-	ns := newNamespace(t)
+	ns := testenv.NewNamespace(t, testenv.Get(t).Client, "dynamo")
 	_, dep := createGraph(t, ns)
 	ctx := context.Background()
 
@@ -154,11 +156,14 @@ func TestStandInRevertsHandEdit(t *testing.T) {
 		t.Fatal(err)
 	}
 	edited := dep.Generation
-	eventually(t, "the hand edit reverted", func(ctx context.Context) (bool, error) {
+	testenv.Eventually(t, timeout, "the hand edit reverted", func(ctx context.Context) error {
 		if err := k8s.Get(ctx, client.ObjectKeyFromObject(dep), dep); err != nil {
-			return false, err
+			return err
 		}
-		return dep.Generation > edited, nil
+		if dep.Generation <= edited {
+			return fmt.Errorf("generation %d, the edit's %d", dep.Generation, edited)
+		}
+		return nil
 	})
 	if got := container(t, &dep.Spec.Template.Spec, "main").Image; got != dynamo.FrontendImage {
 		t.Errorf("image %q after the revert, want %q", got, dynamo.FrontendImage)
@@ -175,7 +180,7 @@ func TestStandInRevertsHandEdit(t *testing.T) {
 // the graph (a volume, a mount and an env entry, what the manager adds);
 // the Deployment gets them.
 func TestStandInRendersTemplateChange(t *testing.T) {
-	ns := newNamespace(t)
+	ns := testenv.NewNamespace(t, testenv.Get(t).Client, "dynamo")
 	dgd, dep := createGraph(t, ns)
 	ctx := context.Background()
 
@@ -196,11 +201,14 @@ func TestStandInRendersTemplateChange(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the template change rendered", func(ctx context.Context) (bool, error) {
+	testenv.Eventually(t, timeout, "the template change rendered", func(ctx context.Context) error {
 		if err := k8s.Get(ctx, client.ObjectKeyFromObject(dep), dep); err != nil {
-			return false, err
+			return err
 		}
-		return len(dep.Spec.Template.Spec.Volumes) == 1, nil
+		if n := len(dep.Spec.Template.Spec.Volumes); n != 1 {
+			return fmt.Errorf("%d volumes", n)
+		}
+		return nil
 	})
 	if got := dep.Spec.Template.Spec.Volumes[0]; got.Name != "llama-hints-abc" || got.ConfigMap == nil || got.ConfigMap.Name != "llama-hints-abc" {
 		t.Errorf("volume %+v, want ConfigMap llama-hints-abc", got)
@@ -224,7 +232,7 @@ func TestStandInRendersTemplateChange(t *testing.T) {
 // observed generation and the replica counts. A progress deadline passed
 // makes the graph failed.
 func TestStandInCopiesStatus(t *testing.T) {
-	ns := newNamespace(t)
+	ns := testenv.NewNamespace(t, testenv.Get(t).Client, "dynamo")
 	dgd, dep := createGraph(t, ns)
 	worker := waitDeployment(t, ns, workerName(dgd))
 
@@ -311,11 +319,14 @@ func setStatus(t *testing.T, dep *appsv1.Deployment, n, updated, ready int32) {
 // waitGraph waits until the graph satisfies cond, leaving it in dgd.
 func waitGraph(t *testing.T, dgd *v1beta1.DynamoGraphDeployment, what string, cond func(*v1beta1.DynamoGraphDeployment) bool) {
 	t.Helper()
-	eventually(t, "graph "+dgd.Name+": "+what, func(ctx context.Context) (bool, error) {
+	testenv.Eventually(t, timeout, "graph "+dgd.Name+": "+what, func(ctx context.Context) error {
 		if err := k8s.Get(ctx, client.ObjectKeyFromObject(dgd), dgd); err != nil {
-			return false, err
+			return err
 		}
-		return cond(dgd), nil
+		if !cond(dgd) {
+			return fmt.Errorf("status %+v", dgd.Status)
+		}
+		return nil
 	})
 }
 
@@ -342,7 +353,7 @@ func workerName(dgd *v1beta1.DynamoGraphDeployment) string {
 // until the new Deployment is ready, and then the old objects go. The
 // frontend's Deployment keeps its name throughout.
 func TestStandInRollsWorkers(t *testing.T) {
-	ns := newNamespace(t)
+	ns := testenv.NewNamespace(t, testenv.Get(t).Client, "dynamo")
 	dgd, fe := createGraph(t, ns)
 	oldName := workerName(dgd)
 	setStatus(t, waitDeployment(t, ns, oldName), 1, 1, 1)
@@ -378,10 +389,13 @@ func TestStandInRollsWorkers(t *testing.T) {
 	}
 
 	setStatus(t, next, 1, 1, 1)
-	eventually(t, "the old worker's objects deleted", func(ctx context.Context) (bool, error) {
+	testenv.Eventually(t, timeout, "the old worker's objects deleted", func(ctx context.Context) error {
 		errDep := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: oldName}, &appsv1.Deployment{})
 		errDCD := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: oldName}, &v1beta1.DynamoComponentDeployment{})
-		return apierrors.IsNotFound(errDep) && apierrors.IsNotFound(errDCD), nil
+		if !apierrors.IsNotFound(errDep) || !apierrors.IsNotFound(errDCD) {
+			return fmt.Errorf("Deployment: %v; DynamoComponentDeployment: %v", errDep, errDCD)
+		}
+		return nil
 	})
 	waitGraph(t, dgd, "Ready True again", func(g *v1beta1.DynamoGraphDeployment) bool {
 		c := meta.FindStatusCondition(g.Status.Conditions, v1beta1.ConditionReady)

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -13,7 +12,7 @@ import (
 // reached, in-band, exactly the workers that advertise router_hint.
 func TestDevCommand(t *testing.T) {
 	requireEnv(t)
-	cmd := exec.Command(devBin, "dev", "--duration", "20s", "--interval", "4s", "--assets", os.Getenv("KUBEBUILDER_ASSETS"))
+	cmd := exec.Command(devBin, "dev", "--duration", "20s", "--interval", "4s", "--assets", env.CP.Assets)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("kvhint-dev dev: %v\n%s", err, out)
@@ -61,7 +60,7 @@ func TestDevCommand(t *testing.T) {
 // sidecars on Unix sockets and books over them, with the same verdict.
 func TestDevCommandBookingSocket(t *testing.T) {
 	requireEnv(t)
-	cmd := exec.Command(devBin, "dev", "--booking-socket", "--duration", "20s", "--interval", "4s", "--assets", os.Getenv("KUBEBUILDER_ASSETS"))
+	cmd := exec.Command(devBin, "dev", "--booking-socket", "--duration", "20s", "--interval", "4s", "--assets", env.CP.Assets)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("kvhint-dev dev --booking-socket: %v\n%s", err, out)

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 )
 
 const (
@@ -42,7 +43,7 @@ func retain(id string, ttl int) string {
 func waitReceived(t *testing.T, id string, want []string) {
 	t.Helper()
 	w := worker(t, id)
-	eventually(t, 10*time.Second, "hints at "+id, func() error {
+	testenv.Eventually(t, 10*time.Second, "hints at "+id, func(context.Context) error {
 		got := received(t, w)
 		if diff := cmp.Diff(want, got); diff != "" {
 			return fmt.Errorf("(-want +got):\n%s", diff)
@@ -198,7 +199,7 @@ spec:
 		if err := env.StartManager(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 30*time.Second, "chat runs ttl 900", func() error {
+		testenv.Eventually(t, 30*time.Second, "chat runs ttl 900", func(context.Context) error {
 			got := book(t, chat, sessionBooking("e2e-ttl", "decode", "chat-1", "s9", 1, false))
 			if strings.TrimSpace(got.Body) != retain("e2e-ttl", 900) {
 				return fmt.Errorf("answer %s", got.Body)

@@ -22,18 +22,19 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
-	"github.com/kvrouter/kv-hint-operator/internal/devenv"
+	"github.com/kvrouter/kv-hint-operator/internal/dev/devenv"
+	"github.com/kvrouter/kv-hint-operator/internal/dev/simworker"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/booking"
-	"github.com/kvrouter/kv-hint-operator/internal/simworker"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 )
 
 // kubectl runs the real kubectl (the one hack/envtest-assets.sh builds
 // beside kube-apiserver) against the test control plane; stdin may be "".
 func kubectl(t *testing.T, stdin string, args ...string) string {
 	t.Helper()
-	bin := filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), "kubectl")
+	bin := filepath.Join(env.CP.Assets, "kubectl")
 	if _, err := os.Stat(bin); err != nil {
-		t.Fatalf("no kubectl in KUBEBUILDER_ASSETS: %v", err)
+		t.Fatalf("no kubectl beside kube-apiserver: %v", err)
 	}
 	cmd := exec.Command(bin, append([]string{"--namespace", namespace}, args...)...)
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+env.CP.Kubeconfig)
@@ -45,22 +46,6 @@ func kubectl(t *testing.T, stdin string, args ...string) string {
 		t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 	return string(out)
-}
-
-// eventually polls f every 20 ms until it returns nil, failing after d.
-func eventually(t *testing.T, d time.Duration, what string, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s: %v", what, d, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 func routerRole(t *testing.T, name string) *v1alpha1.RouterRole {
@@ -88,7 +73,7 @@ func condition(name string, typ v1alpha1.ConditionType) (*metav1.Condition, *v1a
 func waitCondition(t *testing.T, name string, typ v1alpha1.ConditionType, status metav1.ConditionStatus, reason string) *metav1.Condition {
 	t.Helper()
 	var got *metav1.Condition
-	eventually(t, 30*time.Second, fmt.Sprintf("%s %s=%s (%s)", name, typ, status, reason), func() error {
+	testenv.Eventually(t, 30*time.Second, fmt.Sprintf("%s %s=%s (%s)", name, typ, status, reason), func(context.Context) error {
 		c, rr, err := condition(name, typ)
 		if err != nil {
 			return err

@@ -8,12 +8,12 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/kvrouter/kv-hint-operator/internal/devenv"
+	"github.com/kvrouter/kv-hint-operator/internal/dev/devenv"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 )
 
 const namespace = "e2e"
@@ -31,13 +31,16 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
-	if assets == "" {
+	assets, skip, err := testenv.Assets()
+	switch {
+	case err != nil:
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	case skip != "":
 		// go test ./... without make: the unit tests still run.
-		skipWhy = "KUBEBUILDER_ASSETS is not set; run make test"
+		skipWhy = skip
 		return m.Run()
 	}
-	var err error
 	if repo, err = filepath.Abs("../.."); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -49,14 +52,13 @@ func run(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 
-	bin := filepath.Join(dir, "kvhint")
-	kvhint, devBin = bin, filepath.Join(dir, "kvhint-dev")
-	build := exec.Command("go", "build", "-o", dir+"/", "./cmd/kvhint", "./cmd/kvhint-dev")
-	build.Dir = repo
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "building kvhint and kvhint-dev: %v\n%s", err, out)
+	bins, err := testenv.Build(dir, "kvhint", "kvhint-dev")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
 	}
+	bin := bins[0]
+	kvhint, devBin = bins[0], bins[1]
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	// The suite books straight at the sidecars and reads, at each worker,

@@ -8,6 +8,7 @@ package fault
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"math"
 	"net"
@@ -20,7 +21,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvrouter/kv-hint-operator/internal/simworker"
+	"github.com/kvrouter/kv-hint-operator/internal/dev/simworker"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 )
 
 // Defaults the tests below hold the sidecar to; docs/operations.md, "Limits
@@ -126,7 +128,7 @@ func TestWorkersOverTheAPICapped(t *testing.T) {
 		ids[i] = fmt.Sprint("w", i)
 	}
 	codes := bookAll(t, s, ids)
-	eventually(t, 20*time.Second, "hints delivered", func() error {
+	testenv.Eventually(t, 20*time.Second, "hints delivered", func(context.Context) error {
 		m := scrape(t, s.ops)
 		if q := m["kvhint_router_delivery_queued_hints"]; q != 0 {
 			return fmt.Errorf("%v hints queued", q)
@@ -185,7 +187,7 @@ func TestManyHintedWorkersUnderFileLimit(t *testing.T) {
 	}
 	s := startSidecar(t, sidecarOpts{config: hintsConfig(0), workers: ws.String(), nofile: 1024})
 	pid := s.proc.PID()
-	eventually(t, 10*time.Second, "workers loaded", func() error {
+	testenv.Eventually(t, 10*time.Second, "workers loaded", func(context.Context) error {
 		if got := scrape(t, s.ops)["kvhint_router_workers"]; got != n {
 			return fmt.Errorf("%v workers", got)
 		}
@@ -424,7 +426,7 @@ worker_selection:
 			writeFile(t, s.configPath, named(tag))
 		}
 		want := fmt.Sprintf("evict-%d", tag)
-		eventually(t, 10*time.Second, "reload "+want, func() error {
+		testenv.Eventually(t, 10*time.Second, "reload "+want, func(context.Context) error {
 			if code, _, err := r.book(bookingBody(fmt.Sprint("b", tag), "decode", "d0", 0)); err != nil || code != 200 {
 				return fmt.Errorf("booking: %d %v", code, err)
 			}
@@ -466,7 +468,7 @@ func TestBookingListenerSurvivesDescriptorExhaustion(t *testing.T) {
 		conns = append(conns, c)
 	}
 	// Every descriptor taken: the kernel keeps the rest in the backlog.
-	eventually(t, 10*time.Second, "descriptors exhausted", func() error {
+	testenv.Eventually(t, 10*time.Second, "descriptors exhausted", func(context.Context) error {
 		if f := measure(t, pid, ""); f.FDs < 1020 {
 			return fmt.Errorf("%d descriptors", f.FDs)
 		}
@@ -480,7 +482,7 @@ func TestBookingListenerSurvivesDescriptorExhaustion(t *testing.T) {
 	r.c.Timeout = 5 * time.Second
 	var code int
 	var err error
-	eventually(t, 15*time.Second, "a booking after the clients left", func() error {
+	testenv.Eventually(t, 15*time.Second, "a booking after the clients left", func(context.Context) error {
 		code, _, err = r.book(bookingBody("after", "decode", "d0", 0))
 		if err != nil || code != http.StatusOK {
 			return fmt.Errorf("%d %v", code, err)

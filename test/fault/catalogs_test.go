@@ -17,7 +17,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
-	"github.com/kvrouter/kv-hint-operator/internal/devenv"
+	"github.com/kvrouter/kv-hint-operator/internal/dev/devenv"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 )
 
 // managerMemoryLimit is config/manager's limits.memory; the manager must
@@ -144,19 +145,6 @@ func goodRouterCompiled(t *testing.T, c client.Client, namespace, router string)
 	return took
 }
 
-// within polls f every 20 ms until it returns nil, and returns its last
-// error after d.
-func within(d time.Duration, f func() error) error {
-	deadline := time.Now().Add(d)
-	for {
-		err := f()
-		if err == nil || time.Now().After(deadline) {
-			return err
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // TestTenantCatalogsBoundManagerMemory: the attack on the real
 // manager, cluster-wide, against a real kube-apiserver. In one tenant
 // namespace, eleven routers each declare a catalog: one of 128 types x 125
@@ -179,20 +167,8 @@ func within(d time.Duration, f func() error) error {
 // KVHINT_FAULT_MANAGER_FLAGS adds flags to the manager: with the budget's
 // limits at 0 (no limit) this test fails, as the figures say.
 func TestTenantCatalogsBoundManagerMemory(t *testing.T) {
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
-	if assets == "" {
-		t.Skip("KUBEBUILDER_ASSETS is not set; run make test")
-	}
-	dir := t.TempDir()
-	cp, err := devenv.StartControlPlane(assets, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cp.Stop() })
-	c, err := client.New(cp.Config, client.Options{Scheme: devenv.Scheme()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cp := testenv.Start(t, testenv.Options{Name: "fault", ProductCRDs: true})
+	dir, c := cp.Dir, cp.Client
 	ctx := context.Background()
 	const tenant, atBudget, other = "tenant", "tenant-b", "other"
 	for _, ns := range []string{tenant, atBudget, other} {
@@ -295,7 +271,7 @@ func TestTenantCatalogsBoundManagerMemory(t *testing.T) {
 		t.Helper()
 		examples := map[string]string{}
 		accepted := 0
-		err := within(60*time.Second, func() error {
+		err := testenv.Poll(60*time.Second, func(context.Context) error {
 			accepted = 0
 			for _, d := range decls {
 				var rr v1alpha1.RouterRole

@@ -24,7 +24,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
-	"github.com/kvrouter/kv-hint-operator/internal/devenv"
+	"github.com/kvrouter/kv-hint-operator/internal/dev/devenv"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 )
 
 const namespace = "fault"
@@ -42,10 +43,7 @@ var (
 
 func testEnv(t *testing.T) *devenv.Env {
 	t.Helper()
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
-	if assets == "" {
-		t.Skip("KUBEBUILDER_ASSETS is not set; run make test")
-	}
+	assets := testenv.RequireAssets(t)
 	envOnce.Do(func() {
 		dir := filepath.Join(tmpDir, "env")
 		if envErr = os.MkdirAll(dir, 0o755); envErr != nil {
@@ -83,7 +81,7 @@ func stopEnv() {
 func rolesReady(t *testing.T, d time.Duration) map[string]metav1.Time {
 	t.Helper()
 	out := map[string]metav1.Time{}
-	eventually(t, d, "every RouterRole Ready", func() error {
+	testenv.Eventually(t, d, "every RouterRole Ready", func(context.Context) error {
 		var rrs v1alpha1.RouterRoleList
 		if err := env.Client.List(context.Background(), &rrs, client.InNamespace(namespace)); err != nil {
 			return err
@@ -123,7 +121,7 @@ func waitProgrammed(t *testing.T, ttl int, d time.Duration) (hash string, compil
 		running = time.Since(start)
 		t.Logf("ttl_seconds %d: compiled after %v, running after %v", ttl, compiled.Round(time.Millisecond), running.Round(time.Millisecond))
 	}()
-	eventually(t, d, fmt.Sprintf("ttl_seconds %d programmed on chat", ttl), func() error {
+	testenv.Eventually(t, d, fmt.Sprintf("ttl_seconds %d programmed on chat", ttl), func(context.Context) error {
 		var cm corev1.ConfigMap
 		if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: namespace, Name: v1alpha1.HintsConfigMapName("chat")}, &cm); err != nil {
 			return err
@@ -207,7 +205,7 @@ func TestAPIServerOutage(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "kube-apiserver stopped", func() error {
+	testenv.Eventually(t, 10*time.Second, "kube-apiserver stopped", func(context.Context) error {
 		if err := syscall.Kill(pid, 0); err == nil {
 			// A zombie of envtest's until it reaps it counts as gone.
 			if st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); !strings.Contains(string(st), ") Z ") {
@@ -277,7 +275,7 @@ func TestAPIServerOutage(t *testing.T) {
 	}
 	up := time.Now()
 	kc := kubernetes.NewForConfigOrDie(env.CP.Config)
-	eventually(t, 60*time.Second, "kube-apiserver ready", func() error {
+	testenv.Eventually(t, 60*time.Second, "kube-apiserver ready", func(context.Context) error {
 		_, err := kc.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(context.Background())
 		return err
 	})
@@ -367,7 +365,7 @@ func TestLeaderHandover(t *testing.T) {
 		metricsURLs = append(metricsURLs, "http://127.0.0.1:"+strconv.Itoa(mp))
 	}
 	leader, follower := -1, -1
-	eventually(t, 60*time.Second, "a leader", func() error {
+	testenv.Eventually(t, 60*time.Second, "a leader", func(context.Context) error {
 		for i := range managers {
 			if isLeader(t, metricsURLs[i]) {
 				leader, follower = i, 1-i
@@ -399,7 +397,7 @@ func TestLeaderHandover(t *testing.T) {
 	managers[leader].Kill()
 	killed := time.Now()
 	setRetainTTL(t, 1200)
-	eventually(t, 30*time.Second, "the follower takes the lease", func() error {
+	testenv.Eventually(t, 30*time.Second, "the follower takes the lease", func(context.Context) error {
 		if !isLeader(t, metricsURLs[follower]) {
 			return errors.New("not yet")
 		}

@@ -17,24 +17,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvrouter/kv-hint-operator/internal/devenv"
+	"github.com/kvrouter/kv-hint-operator/internal/dev/devenv"
 )
-
-// eventually polls f every 20 ms until it returns nil, failing after d.
-func eventually(t testing.TB, d time.Duration, what string, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s: %v", what, d, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
 
 // sidecar is a standalone kvhint sidecar process.
 type sidecar struct {

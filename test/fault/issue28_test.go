@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 )
 
 // TestMemoryLimitUnitMistake: the real binary given KVHINT_MEMORY_LIMIT=256
@@ -53,14 +55,14 @@ func TestWorkerIDCollision(t *testing.T) {
 	}
 	workers := filepath.Join(s.dir, "workers.yaml")
 	writeFile(t, workers, "workers:\n"+workerLine("filew", w.HintEndpoint())+workerLine("apiw", w.HintEndpoint()))
-	eventually(t, 10*time.Second, "the file takes apiw", func() error {
+	testenv.Eventually(t, 10*time.Second, "the file takes apiw", func(context.Context) error {
 		if src := listed(t, s)["apiw"]; src != "file" {
 			return fmt.Errorf("apiw's source is %q, want file", src)
 		}
 		return nil
 	})
 	writeFile(t, workers, "workers:\n"+workerLine("filew", w.HintEndpoint())+workerLine("apiw", w.HintEndpoint())+workerLine("later", w.HintEndpoint()))
-	eventually(t, 10*time.Second, "a later reload", func() error {
+	testenv.Eventually(t, 10*time.Second, "a later reload", func(context.Context) error {
 		if src := listed(t, s)["later"]; src != "file" {
 			return fmt.Errorf("later's source is %q, want file: the reload did not apply", src)
 		}
@@ -95,7 +97,7 @@ func TestSlowSendersDoNotStarveLongBookings(t *testing.T) {
 			t.Fatalf("slow sender %d: %v", i, err)
 		}
 	}
-	eventually(t, 10*time.Second, "the six bodies charged", func() error {
+	testenv.Eventually(t, 10*time.Second, "the six bodies charged", func(context.Context) error {
 		if v := scrape(t, s.ops)["kvhint_router_booking_memory_bytes"]; v < 6*128<<10 {
 			return fmt.Errorf("booking_memory_bytes %v, want the six slow bodies' charge", v)
 		}

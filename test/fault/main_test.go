@@ -15,9 +15,9 @@ package fault
 import (
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
+
+	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 )
 
 var (
@@ -37,18 +37,12 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(tmpDir)
-	repo, err := filepath.Abs("../..")
+	bins, err := testenv.Build(tmpDir, "kvhint", "kvhint-dev")
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
+		fmt.Fprintln(os.Stderr, "fault:", err)
 		return 1
 	}
-	kvhint, devBin = filepath.Join(tmpDir, "kvhint"), filepath.Join(tmpDir, "kvhint-dev")
-	build := exec.Command("go", "build", "-o", tmpDir+"/", "./cmd/kvhint", "./cmd/kvhint-dev")
-	build.Dir = repo
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "building kvhint: %v\n%s", err, out)
-		return 1
-	}
+	kvhint, devBin = bins[0], bins[1]
 	defer stopEnv()
 	return m.Run()
 }

@@ -15,7 +15,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
-	"github.com/kvrouter/kv-hint-operator/internal/devenv"
+	"github.com/kvrouter/kv-hint-operator/internal/dev/devenv"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 )
 
 // regexCatalog is the pattern catalog: types hint types of props
@@ -46,20 +47,8 @@ func regexCatalog(tag string, types, props int) string {
 // refused for the budget (InvalidCatalog naming --catalog-max-memory),
 // and the manager must stay under half of its 256Mi limit throughout.
 func TestRegexCatalogManagerRSS(t *testing.T) {
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
-	if assets == "" {
-		t.Skip("KUBEBUILDER_ASSETS is not set; run make test")
-	}
-	dir := t.TempDir()
-	cp, err := devenv.StartControlPlane(assets, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cp.Stop() })
-	c, err := client.New(cp.Config, client.Options{Scheme: devenv.Scheme()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cp := testenv.Start(t, testenv.Options{Name: "fault", ProductCRDs: true})
+	dir, c := cp.Dir, cp.Client
 	ctx := context.Background()
 	const ns = "tenant"
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
@@ -124,7 +113,7 @@ func TestRegexCatalogManagerRSS(t *testing.T) {
 		}
 		objs = append(objs, cm, rr)
 		var msg string
-		err := within(60*time.Second, func() error {
+		err := testenv.Poll(60*time.Second, func(context.Context) error {
 			if err := c.Get(ctx, client.ObjectKeyFromObject(rr), rr); err != nil {
 				return err
 			}

@@ -11,7 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvrouter/kv-hint-operator/internal/simworker"
+	"github.com/kvrouter/kv-hint-operator/internal/dev/simworker"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
 )
 
@@ -143,7 +144,7 @@ func TestTricklingClientsUnderFileLimit(t *testing.T) {
 	scrapeTook := time.Since(scrapeStart)
 	writeFile(t, s.configPath, hintsConfig(1))
 	newHash := hintsconfig.ContentHash([]byte(hintsConfig(1)))
-	eventually(t, 5*time.Second, "config reload during the attack", func() error {
+	testenv.Eventually(t, 5*time.Second, "config reload during the attack", func(context.Context) error {
 		if v := scrape(t, s.ops)[`kvhint_router_config_info{hash="`+newHash+`"}`]; v != 1 {
 			return fmt.Errorf("config %s not in force", newHash)
 		}
@@ -183,7 +184,7 @@ func TestTricklingClientsUnderFileLimit(t *testing.T) {
 	}
 
 	// After: the trickling connections are cut at the read timeout.
-	eventually(t, 6*time.Second, "connections back after the attack", func() error {
+	testenv.Eventually(t, 6*time.Second, "connections back after the attack", func(context.Context) error {
 		f := measure(t, pid, s.ops)
 		if open := scrape(t, s.ops)[`kvhint_router_open_connections{listener="booking"}`]; open > 8 || f.FDs > base.FDs+16 {
 			return fmt.Errorf("%v booking connections open, %s", open, f)
@@ -272,7 +273,7 @@ func TestStalledWorkersAndLargeHints(t *testing.T) {
 
 	// Once every queue has emptied (TTL 1 s, posts 200 ms), the books balance.
 	var m map[string]float64
-	eventually(t, 10*time.Second, "queues empty", func() error {
+	testenv.Eventually(t, 10*time.Second, "queues empty", func(context.Context) error {
 		m = scrape(t, s.ops)
 		if q := m["kvhint_router_delivery_queued_hints"]; q != 0 {
 			return fmt.Errorf("%v hints queued", q)
@@ -330,7 +331,7 @@ func TestReloadRevert(t *testing.T) {
 	step := func(doc string, ok, failures float64) {
 		t.Helper()
 		writeFile(t, s.configPath, doc)
-		eventually(t, 5*time.Second, "reload", func() error {
+		testenv.Eventually(t, 5*time.Second, "reload", func(context.Context) error {
 			m := scrape(t, s.ops)
 			if m["kvhint_router_config_last_reload_successful"] != ok || m[`kvhint_router_config_reloads_total{result="failure"}`] != failures {
 				return fmt.Errorf("last_reload_successful %v, failures %v; want %v, %v",
@@ -376,7 +377,7 @@ func TestSIGTERMDrainsHintsFirst(t *testing.T) {
 		defer c.Close()
 		c.Write([]byte("POST /v1/bookings HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"))
 	}
-	eventually(t, 5*time.Second, "stalled clients in", func() error {
+	testenv.Eventually(t, 5*time.Second, "stalled clients in", func(context.Context) error {
 		if n := scrape(t, s.ops)[`kvhint_router_open_connections{listener="booking"}`]; n < 20 {
 			return fmt.Errorf("%v open", n)
 		}

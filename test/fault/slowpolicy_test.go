@@ -2,6 +2,7 @@ package fault
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"os/exec"
@@ -10,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 )
 
 // The slow-policy faults of issue 21: a custom policy that sleeps 5 ms,
@@ -174,7 +177,7 @@ func TestSlowPolicyEjected(t *testing.T) {
 		float64(ejected.quantile(0.99))/float64(max(floor.quantile(0.99), 1)))
 
 	// Probation after 2 s: one overrun ejects it again, for 4 s.
-	eventually(t, 10*time.Second, "the policy on probation", func() error {
+	testenv.Eventually(t, 10*time.Second, "the policy on probation", func(context.Context) error {
 		if n := series(scrape(t, s.ops), "kvhint_router_policy_probation", slowLabels...); n != 1 {
 			return fmt.Errorf("policy_probation %v", n)
 		}

@@ -9,8 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvrouter/kv-hint-operator/internal/loadgen"
-	"github.com/kvrouter/kv-hint-operator/internal/simworker"
+	"github.com/kvrouter/kv-hint-operator/internal/dev/loadgen"
+	"github.com/kvrouter/kv-hint-operator/internal/dev/simworker"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 )
 
 // TestSoak runs the sidecar binary for KVHINT_SOAK_DURATION (default 10m)
@@ -107,7 +108,7 @@ func TestSoak(t *testing.T) {
 	last := measure(t, pid, s.ops)
 	// The queues empty within the hint TTL and the last post timeouts.
 	var m map[string]float64
-	eventually(t, 10*time.Second, "queues empty", func() error {
+	testenv.Eventually(t, 10*time.Second, "queues empty", func(context.Context) error {
 		m = scrape(t, s.ops)
 		if q := m["kvhint_router_delivery_queued_hints"]; q != 0 {
 			return fmt.Errorf("%v hints queued", q)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/kvrouter/kv-hint-operator/internal/compiled"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 )
 
 // The admin surface, the hint endpoints and the config's pools, attacked
@@ -173,7 +174,7 @@ func TestEndpointsOffTheRouterPod(t *testing.T) {
 	}
 	// The workers file is held to the same rules, and named entry by entry.
 	writeFile(t, filepath.Join(strict.dir, "workers.yaml"), "workers:\n"+workerLine("f0", "http://10.0.0.5:9/v1/hints")+workerLine("f1", "http://localhost:15000/quitquitquit")+workerLine("f2", "http://[64:ff9b::a9fe:a9fe]/"))
-	eventually(t, 10*time.Second, "the bad workers file named", func() error {
+	testenv.Eventually(t, 10*time.Second, "the bad workers file named", func(context.Context) error {
 		log := strict.proc.Tail(16384)
 		for _, want := range []string{"workers[1]: worker f1", "workers[2]: worker f2"} {
 			if !strings.Contains(log, want) {
@@ -255,14 +256,14 @@ func TestWorkersFileBadEntryNotReady(t *testing.T) {
 	t.Logf("/readyz with a bad workers file: %d %s", a.code, strings.TrimSpace(a.body))
 
 	writeFile(t, filepath.Join(s.dir, "workers.yaml"), "workers:\n"+workerLine("d0", w.HintEndpoint()))
-	eventually(t, 10*time.Second, "ready once a good file loads", func() error {
+	testenv.Eventually(t, 10*time.Second, "ready once a good file loads", func(context.Context) error {
 		if a := do(t, http.MethodGet, s.ops+"/readyz", ""); a.code != http.StatusOK {
 			return fmt.Errorf("/readyz %d %s", a.code, a.body)
 		}
 		return nil
 	})
 	writeFile(t, filepath.Join(s.dir, "workers.yaml"), bad)
-	eventually(t, 10*time.Second, "the second bad file refused", func() error {
+	testenv.Eventually(t, 10*time.Second, "the second bad file refused", func(context.Context) error {
 		if !strings.Contains(s.proc.Tail(16384), "keeping the workers it gave before") {
 			return fmt.Errorf("not logged yet")
 		}
@@ -349,7 +350,7 @@ func TestConfigAndPoolsOneUnit(t *testing.T) {
 	// A policy file the sidecar refuses, with a roles.yaml that moves the
 	// pool to b: neither applies.
 	k.swap(t, map[string]string{compiled.PolicyKey: strings.Replace(hintsConfig(0), "kv-evict", "no-such-policy", 1), compiled.RolesKey: roles("{matchLabels: {pool: b}}")})
-	eventually(t, 10*time.Second, "the refused policy file counted", func() error {
+	testenv.Eventually(t, 10*time.Second, "the refused policy file counted", func(context.Context) error {
 		if f := failures(); f <= before {
 			return fmt.Errorf("kvhint_router_config_reloads_total{result=failure} %v", f)
 		}
@@ -360,7 +361,7 @@ func TestConfigAndPoolsOneUnit(t *testing.T) {
 	// A selector that does not parse: a failed reload, counted.
 	before = failures()
 	k.swap(t, map[string]string{compiled.PolicyKey: hintsConfig(1), compiled.RolesKey: roles("{matchExpressions: [{key: pool, operator: Bogus, values: [b]}]}")})
-	eventually(t, 10*time.Second, "the bad selector counted", func() error {
+	testenv.Eventually(t, 10*time.Second, "the bad selector counted", func(context.Context) error {
 		if f := failures(); f <= before {
 			return fmt.Errorf("kvhint_router_config_reloads_total{result=failure} %v", f)
 		}

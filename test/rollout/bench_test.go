@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 	"github.com/kvrouter/kv-hint-operator/test/dynamo"
 	"github.com/kvrouter/kv-hint-operator/test/dynamo/v1beta1"
 )
@@ -28,9 +29,7 @@ import (
 // controller's and kwok's, not the manager's. hack/bench-rollout.sh runs
 // it.
 func BenchmarkRollout(b *testing.B) {
-	if restCfg == nil {
-		b.Skip(skipWhy)
-	}
+	testenv.Get(b)
 	for _, n := range []int32{3, 30} {
 		b.Run(fmt.Sprintf("replicas=%d", n), func(b *testing.B) {
 			_, rr, _ := benchRouter(b, n)
@@ -91,7 +90,7 @@ func benchRouter(b *testing.B, n int32) (string, *v1alpha1.RouterRole, *appsv1.D
 	b.Helper()
 	var dep *appsv1.Deployment
 	ns, rr := benchStart(b, func(ns string) client.Object {
-		dep = routerDeployment(ns, n)
+		dep = testenv.RouterDeployment(ns, "llama", n)
 		return dep
 	})
 	benchWait(b, "the first rollout done", func(ctx context.Context) (bool, error) {
@@ -113,7 +112,7 @@ func benchStart(b *testing.B, workload func(ns string) client.Object) (string, *
 	if err := k8s.Create(context.Background(), nsObj); err != nil {
 		b.Fatal(err)
 	}
-	rr := decodeRole(nsObj.Name, 60)
+	rr := testenv.RouterRole(nsObj.Name, "decode", "llama", v1alpha1.RoleDecode, retain(60))
 	for _, o := range []client.Object{rr, workload(nsObj.Name)} {
 		if err := k8s.Create(context.Background(), o); err != nil {
 			b.Fatal(err)
@@ -184,9 +183,7 @@ func findCondition(rr *v1alpha1.RouterRole, t v1alpha1.ConditionType) *metav1.Co
 // generation observed, Ready, the frontend's replicas all updated and
 // ready). hack/bench-rollout.sh runs it.
 func BenchmarkGraphRollout(b *testing.B) {
-	if restCfg == nil {
-		b.Skip(skipWhy)
-	}
+	testenv.Get(b)
 	for _, n := range []int32{3, 30} {
 		b.Run(fmt.Sprintf("replicas=%d", n), func(b *testing.B) {
 			rr, _ := benchGraph(b, n)

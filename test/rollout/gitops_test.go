@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 )
 
 // writeManifest writes objects as a YAML manifest, as a Git repository
@@ -40,14 +41,14 @@ func writeManifest(t *testing.T, objs ...client.Object) string {
 // alone: the Deployment's generation does not move and no pod is
 // replaced.
 func TestForcedReapplyKeepsTheEntries(t *testing.T) {
-	ns := newNamespace(t)
-	rr := decodeRole(ns, 60)
-	create(t, rr)
-	dep := routerDeployment(ns, 3)
+	ns := newCatalogNamespace(t)
+	rr := testenv.RouterRole(ns, "decode", "llama", v1alpha1.RoleDecode, retain(60))
+	testenv.Create(t, k8s, rr)
+	dep := testenv.RouterDeployment(ns, "llama", 3)
 	dep.TypeMeta = metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"}
 	manifest := writeManifest(t, dep)
 	flux := func() {
-		kubectl(t, "apply", "--server-side", "--force-conflicts", "--field-manager=kustomize-controller", "-f", manifest)
+		testenv.Get(t).Kubectl(t, "apply", "--server-side", "--force-conflicts", "--field-manager=kustomize-controller", "-f", manifest)
 	}
 	flux()
 	waitProgrammed(t, rr, metav1.ConditionTrue, v1alpha1.ReasonProgrammed, "3/3 router pods run ", rr.Generation)

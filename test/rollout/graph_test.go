@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 	"github.com/kvrouter/kv-hint-operator/internal/workload"
 	"github.com/kvrouter/kv-hint-operator/test/dynamo"
 	"github.com/kvrouter/kv-hint-operator/test/dynamo/v1beta1"
@@ -121,9 +122,9 @@ func requireNotWritten(t *testing.T, g *v1beta1.DynamoGraphDeployment, gen int64
 // one config, and waits until every Frontend pod runs it.
 func programmedGraph(t *testing.T, ns string, n int32) (*v1alpha1.RouterRole, *v1beta1.DynamoGraphDeployment, string) {
 	t.Helper()
-	rr := decodeRole(ns, 60)
+	rr := testenv.RouterRole(ns, "decode", "llama", v1alpha1.RoleDecode, retain(60))
 	g := routerGraph(ns, n)
-	create(t, rr, g)
+	testenv.Create(t, k8s, rr, g)
 	waitProgrammed(t, rr, metav1.ConditionTrue, v1alpha1.ReasonProgrammed, fmt.Sprintf("%d/%d router pods run ", n, n), rr.Generation)
 	rev := v1alpha1.RevisionConfigMapName("llama", hashOf(t, rr))
 	requirePodsOn(t, ns, int(n), rev)
@@ -136,7 +137,7 @@ func programmedGraph(t *testing.T, ns string, n int32) (*v1alpha1.RouterRole, *v
 // pod onto the new revision, Programmed 3/3 only once Dynamo's status
 // says the rollout is over. The revision is owned by the DGD.
 func TestGraphValidChangeRollsTheFrontend(t *testing.T) {
-	ns := newNamespace(t)
+	ns := newCatalogNamespace(t)
 	rr, g, first := programmedGraph(t, ns, 3)
 	requireGraphEntries(t, g, dynamo.FrontendComponent, "main", first)
 	before := livePods(t, ns)
@@ -189,7 +190,7 @@ func TestGraphValidChangeRollsTheFrontend(t *testing.T) {
 // TestGraphInvalidChangeWritesNothing: an invalid change of the role
 // leaves the DGD's generation where it was: no rollout.
 func TestGraphInvalidChangeWritesNothing(t *testing.T) {
-	ns := newNamespace(t)
+	ns := newCatalogNamespace(t)
 	rr, g, first := programmedGraph(t, ns, 3)
 	gen := getGraph(t, g).Generation
 	before := livePods(t, ns)
@@ -217,7 +218,7 @@ func TestGraphInvalidChangeWritesNothing(t *testing.T) {
 // TestGraphChangeMidRolloutConverges: a second change while the first
 // rolls points the DGD at the newest config, and every pod ends on it.
 func TestGraphChangeMidRolloutConverges(t *testing.T) {
-	ns := newNamespace(t)
+	ns := newCatalogNamespace(t)
 	rr, g, _ := programmedGraph(t, ns, 3)
 	setTTL(t, rr, retain(120))
 	waitProgrammed(t, rr, metav1.ConditionFalse, v1alpha1.ReasonPending, "", 0)
@@ -233,11 +234,11 @@ func TestGraphChangeMidRolloutConverges(t *testing.T) {
 // manager's entries live on the DGD, so they come back with the rest, and
 // neither the DGD's generation nor the config moves.
 func TestGraphWriteSurvivesDynamo(t *testing.T) {
-	ns := newNamespace(t)
+	ns := newCatalogNamespace(t)
 	rr, g, rev := programmedGraph(t, ns, 2)
 	gen := getGraph(t, g).Generation
 	key := client.ObjectKey{Namespace: ns, Name: "llama-frontend"}
-	eventually(t, "a hand edit of the rendered Deployment", func(ctx context.Context) error {
+	testenv.Eventually(t, timeout, "a hand edit of the rendered Deployment", func(ctx context.Context) error {
 		dep := &appsv1.Deployment{}
 		if err := k8s.Get(ctx, key, dep); err != nil {
 			return err
@@ -248,7 +249,7 @@ func TestGraphWriteSurvivesDynamo(t *testing.T) {
 		}
 		return k8s.Update(ctx, dep)
 	})
-	eventually(t, "Dynamo's operator restoring the Deployment", func(ctx context.Context) error {
+	testenv.Eventually(t, timeout, "Dynamo's operator restoring the Deployment", func(ctx context.Context) error {
 		dep := &appsv1.Deployment{}
 		if err := k8s.Get(ctx, key, dep); err != nil {
 			return err
@@ -260,7 +261,7 @@ func TestGraphWriteSurvivesDynamo(t *testing.T) {
 	})
 	// The hand edit rolled the pods off the file and the restore rolls
 	// them back: wait for the Deployment to settle, then for Programmed.
-	eventually(t, "the restored Deployment rolled out", func(ctx context.Context) error {
+	testenv.Eventually(t, timeout, "the restored Deployment rolled out", func(ctx context.Context) error {
 		dep := &appsv1.Deployment{}
 		if err := k8s.Get(ctx, key, dep); err != nil {
 			return err
@@ -306,11 +307,11 @@ func TestGraphRefusals(t *testing.T) {
 		}, v1alpha1.ReasonRouterWouldNotStart, "needs DYN_EPP_MAX_NUM_BATCHED_TOKENS"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ns := newNamespace(t)
-			rr := decodeRole(ns, 60)
+			ns := newCatalogNamespace(t)
+			rr := testenv.RouterRole(ns, "decode", "llama", v1alpha1.RoleDecode, retain(60))
 			g := routerGraph(ns, 1)
 			tc.edit(g)
-			create(t, rr, g)
+			testenv.Create(t, k8s, rr, g)
 			waitProgrammed(t, rr, metav1.ConditionFalse, tc.reason, tc.text, rr.Generation)
 			if res := kstatusOf(t, rr); res.Status != status.FailedStatus {
 				t.Errorf("kstatus reads %s (%s), want Failed", res.Status, res.Message)
@@ -324,12 +325,12 @@ func TestGraphRefusals(t *testing.T) {
 // component; with DYN_EPP_MAX_NUM_BATCHED_TOKENS set it rolls like a
 // Frontend.
 func TestGraphEPP(t *testing.T) {
-	ns := newNamespace(t)
-	rr := decodeRole(ns, 60)
+	ns := newCatalogNamespace(t)
+	rr := testenv.RouterRole(ns, "decode", "llama", v1alpha1.RoleDecode, retain(60))
 	g := routerGraph(ns, 2)
 	g.Spec.Components[0].ComponentName, g.Spec.Components[0].ComponentType = "epp", v1beta1.ComponentTypeEPP
 	g.Spec.Env = []corev1.EnvVar{{Name: "DYN_EPP_MAX_NUM_BATCHED_TOKENS", Value: "8192"}}
-	create(t, rr, g)
+	testenv.Create(t, k8s, rr, g)
 	waitProgrammed(t, rr, metav1.ConditionTrue, v1alpha1.ReasonProgrammed, "2/2 router pods run ", rr.Generation)
 	rev := v1alpha1.RevisionConfigMapName("llama", hashOf(t, rr))
 	requirePodsOn(t, ns, 2, rev)
@@ -341,13 +342,13 @@ func TestGraphEPP(t *testing.T) {
 // manager, after the manager's write: the entries stay, the DGD's
 // generation does not move, no pod is replaced.
 func TestGraphForcedReapplyKeepsTheEntries(t *testing.T) {
-	ns := newNamespace(t)
-	rr := decodeRole(ns, 60)
-	create(t, rr)
+	ns := newCatalogNamespace(t)
+	rr := testenv.RouterRole(ns, "decode", "llama", v1alpha1.RoleDecode, retain(60))
+	testenv.Create(t, k8s, rr)
 	g := routerGraph(ns, 3)
 	manifest := writeManifest(t, g)
 	flux := func() {
-		kubectl(t, "apply", "--server-side", "--force-conflicts", "--field-manager=kustomize-controller", "-f", manifest)
+		testenv.Get(t).Kubectl(t, "apply", "--server-side", "--force-conflicts", "--field-manager=kustomize-controller", "-f", manifest)
 	}
 	flux()
 	waitProgrammed(t, rr, metav1.ConditionTrue, v1alpha1.ReasonProgrammed, "3/3 router pods run ", rr.Generation)
@@ -418,9 +419,9 @@ func TestGraphSampleRolls(t *testing.T) {
 // of it, and a later apply of the owner's manifest that changes the
 // frontend is not held by the manager's leftovers.
 func TestGraphRouterComponentMoves(t *testing.T) {
-	ns := newNamespace(t)
-	rr := decodeRole(ns, 60)
-	create(t, rr)
+	ns := newCatalogNamespace(t)
+	rr := testenv.RouterRole(ns, "decode", "llama", v1alpha1.RoleDecode, retain(60))
+	testenv.Create(t, k8s, rr)
 	g := routerGraph(ns, 2)
 	g.TypeMeta = metav1.TypeMeta{APIVersion: v1beta1.GroupVersion.String(), Kind: "DynamoGraphDeployment"}
 	worker := component(t, g, dynamo.WorkerComponent)
@@ -429,7 +430,7 @@ func TestGraphRouterComponentMoves(t *testing.T) {
 		Name: "router", Image: dynamo.FrontendImage, Env: []corev1.EnvVar{{Name: "DYN_ROUTER_MODE", Value: "kv"}},
 	})
 	owner := func(g *v1beta1.DynamoGraphDeployment) {
-		kubectl(t, "apply", "--server-side", "--field-manager=owner", "-f", writeManifest(t, g))
+		testenv.Get(t).Kubectl(t, "apply", "--server-side", "--field-manager=owner", "-f", writeManifest(t, g))
 	}
 	owner(g)
 	waitProgrammed(t, rr, metav1.ConditionTrue, v1alpha1.ReasonProgrammed, "2/2 router pods run ", rr.Generation)
@@ -483,7 +484,7 @@ func TestGraphRouterComponentMoves(t *testing.T) {
 // pods against the config the DGD references, not the refused one. Once
 // the policy is gone the write is made.
 func TestGraphRefusedWriteIsReported(t *testing.T) {
-	ns := newNamespace(t)
+	ns := newCatalogNamespace(t)
 	ctx := context.Background()
 	rr, g, first := programmedGraph(t, ns, 2)
 	firstHash := hashOf(t, rr)
@@ -512,7 +513,7 @@ func TestGraphRefusedWriteIsReported(t *testing.T) {
 			PolicyName: policy.Name, ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
 		},
 	}
-	create(t, policy, binding)
+	testenv.Create(t, k8s, policy, binding)
 	removed := false
 	remove := func() {
 		if removed {
@@ -525,7 +526,7 @@ func TestGraphRefusedWriteIsReported(t *testing.T) {
 	t.Cleanup(remove)
 	// A policy takes effect a moment after it is created: a dry run of
 	// another revision is refused once it has.
-	eventually(t, "the freeze policy in effect", func(ctx context.Context) error {
+	testenv.Eventually(t, timeout, "the freeze policy in effect", func(ctx context.Context) error {
 		probe, err := workload.GraphEntries(ns, g.Name, dynamo.FrontendComponent, v1alpha1.RevisionConfigMapName("llama", "ffffffffffffffff"), "main")
 		if err != nil {
 			return err
@@ -550,7 +551,7 @@ func TestGraphRefusedWriteIsReported(t *testing.T) {
 		t.Errorf("Stalled is %+v; want True", stalled)
 	}
 	requireGraphEntries(t, g, dynamo.FrontendComponent, "main", first)
-	eventually(t, "the PolicyConfigNotWritten event on the DGD", func(ctx context.Context) error {
+	testenv.Eventually(t, timeout, "the PolicyConfigNotWritten event on the DGD", func(ctx context.Context) error {
 		var evs eventsv1.EventList
 		if err := k8s.List(ctx, &evs, client.InNamespace(ns)); err != nil {
 			return err

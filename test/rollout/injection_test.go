@@ -25,6 +25,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+	"github.com/kvrouter/kv-hint-operator/internal/dev/controlplane"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 )
 
 // injectLabel is the injection opt-in (config/injection).
@@ -42,21 +44,21 @@ func installInjection(t *testing.T) {
 	if err := k8s.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kvhint-system"}}); err != nil && !strings.Contains(err.Error(), "already exists") {
 		t.Fatal(err)
 	}
-	kubectl(t, "apply", "--server-side", "-k", filepath.Join("..", "..", "config", "admission"))
+	testenv.Get(t).Kubectl(t, "apply", "--server-side", "-k", filepath.Join("..", "..", "config", "admission"))
 	// A second test installs it again over the image the first patched
 	// in: the install takes the field back, as an upgrade would.
-	kubectl(t, "apply", "--server-side", "--force-conflicts", "-k", filepath.Join("..", "..", "config", "injection"))
-	kubectl(t, "-n", "kvhint-system", "patch", "configmap", "kvhint-sidecar-injection", "--type=merge",
+	testenv.Get(t).Kubectl(t, "apply", "--server-side", "--force-conflicts", "-k", filepath.Join("..", "..", "config", "injection"))
+	testenv.Get(t).Kubectl(t, "-n", "kvhint-system", "patch", "configmap", "kvhint-sidecar-injection", "--type=merge",
 		"-p", `{"data":{"image":"`+sidecarImage+`"}}`)
 
-	ns := newNamespace(t)
+	ns := newCatalogNamespace(t)
 	probe := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "probe", Labels: map[string]string{v1alpha1.RouterLabel: "llama", injectLabel: "true"}},
 		// The ServiceAccount admission plugin, which envtest's API server
 		// runs without, would set it; the sidecar's projected token needs it.
 		Spec: corev1.PodSpec{ServiceAccountName: "default", Containers: []corev1.Container{{Name: "router", Image: "router:1"}}},
 	}
-	eventually(t, "the injection policy to act", func(ctx context.Context) error {
+	testenv.Eventually(t, timeout, "the injection policy to act", func(ctx context.Context) error {
 		p := probe.DeepCopy()
 		if err := k8s.Create(ctx, p, client.DryRunAll); err != nil {
 			return err
@@ -112,7 +114,7 @@ func readYAML(t *testing.T, path string, into any) {
 // injection's parameters name.
 func manualSidecar(t *testing.T, ns string) (corev1.Container, corev1.Volume) {
 	t.Helper()
-	out := kubectl(t, "kustomize", filepath.Join("..", "..", "config", "router-manual"))
+	out := testenv.Get(t).Kubectl(t, "kustomize", filepath.Join("..", "..", "config", "router-manual"))
 	var dep *appsv1.Deployment
 	for _, doc := range strings.Split(out, "\n---\n") {
 		d := &appsv1.Deployment{}
@@ -156,7 +158,7 @@ func routerPods(t *testing.T, ns, app string) []corev1.Pod {
 func waitReadyPods(t *testing.T, ns, app string, n int) []corev1.Pod {
 	t.Helper()
 	var pods []corev1.Pod
-	eventually(t, fmt.Sprintf("%d Ready pods of %s", n, app), func(context.Context) error {
+	testenv.Eventually(t, timeout, fmt.Sprintf("%d Ready pods of %s", n, app), func(context.Context) error {
 		pods = routerPods(t, ns, app)
 		if len(pods) != n {
 			return fmt.Errorf("%d live pods", len(pods))
@@ -197,15 +199,15 @@ func TestInjectedSidecar(t *testing.T) {
 	requireEnv(t)
 	installInjection(t)
 	ctx := context.Background()
-	ns := newNamespace(t)
+	ns := newCatalogNamespace(t)
 	// config/router's RBAC: the sidecar's ServiceAccount, Role and binding.
-	kubectl(t, "apply", "--server-side", "-n", ns, "-f", filepath.Join("..", "..", "config", "router", "rbac.yaml"))
+	testenv.Get(t).Kubectl(t, "apply", "--server-side", "-n", ns, "-f", filepath.Join("..", "..", "config", "router", "rbac.yaml"))
 	wantSidecar, wantVolume := manualSidecar(t, ns)
 
-	rr := decodeRole(ns, 60)
+	rr := testenv.RouterRole(ns, "decode", "llama", v1alpha1.RoleDecode, retain(60))
 	injected := injectedRouter(t, ns, "llama-router", 1, true)
 	plain := injectedRouter(t, ns, "llama-plain", 1, false)
-	create(t, rr, injected, plain)
+	testenv.Create(t, k8s, rr, injected, plain)
 
 	pods := waitReadyPods(t, ns, "llama-router", 1)
 	pod := pods[0]
@@ -275,7 +277,7 @@ func TestInjectedSidecar(t *testing.T) {
 			t.Fatal(err)
 		}
 		var fresh corev1.Pod
-		eventually(t, "a new pod", func(context.Context) error {
+		testenv.Eventually(t, timeout, "a new pod", func(context.Context) error {
 			for _, p := range routerPods(t, ns, "llama-router") {
 				if p.UID != old.UID {
 					fresh = p
@@ -320,7 +322,7 @@ func TestInjectedSidecar(t *testing.T) {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 		if t.Failed() {
-			t.Logf("sidecar log:\n%s", tail(logf.Name()))
+			t.Logf("sidecar log:\n%s", controlplane.Tail(logf.Name()))
 		}
 	}()
 
@@ -334,7 +336,7 @@ func TestInjectedSidecar(t *testing.T) {
 		}
 	}
 	url := "http://" + net.JoinHostPort(podIP, strconv.Itoa(port)) + probe.Path
-	eventually(t, "the sidecar's readiness probe "+url, func(ctx context.Context) error {
+	testenv.Eventually(t, timeout, "the sidecar's readiness probe "+url, func(ctx context.Context) error {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -423,13 +425,11 @@ func boundKubeconfig(t *testing.T, pod *corev1.Pod) string {
 // buildKvhint builds the product binary into a temp folder.
 func buildKvhint(t *testing.T) string {
 	t.Helper()
-	dir := t.TempDir()
-	cmd := exec.Command("go", "build", "-o", dir+"/", "./cmd/kvhint")
-	cmd.Dir = filepath.Join("..", "..")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("building kvhint: %v\n%s", err, out)
+	bins, err := testenv.Build(t.TempDir(), "kvhint")
+	if err != nil {
+		t.Fatal(err)
 	}
-	return filepath.Join(dir, "kvhint")
+	return bins[0]
 }
 
 // TestInjectionKeepsThePodsOwn: an opted-in pod as a real router's is
@@ -446,8 +446,8 @@ func TestInjectionKeepsThePodsOwn(t *testing.T) {
 	requireEnv(t)
 	installInjection(t)
 	ctx := context.Background()
-	ns := newNamespace(t)
-	kubectl(t, "apply", "--server-side", "-n", ns, "-f", filepath.Join("..", "..", "config", "router", "rbac.yaml"))
+	ns := newCatalogNamespace(t)
+	testenv.Get(t).Kubectl(t, "apply", "--server-side", "-n", ns, "-f", filepath.Join("..", "..", "config", "router", "rbac.yaml"))
 	wantSidecar, wantVolume := manualSidecar(t, ns)
 
 	dep := injectedRouter(t, ns, "own-router", 1, true)
@@ -518,7 +518,7 @@ func TestInjectionKeepsThePodsOwn(t *testing.T) {
 	check(t, dry)
 
 	// The same through a ReplicaSet, as a router's pods are made.
-	create(t, dep)
+	testenv.Create(t, k8s, dep)
 	pod := waitReadyPods(t, ns, "own-router", 1)[0]
 	check(t, &pod)
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
 	"github.com/kvrouter/kv-hint-operator/internal/compiled"
 	"github.com/kvrouter/kv-hint-operator/internal/dynamopolicy"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
 	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
 )
@@ -34,9 +35,9 @@ import (
 // Deployment and the config's revision ConfigMap name.
 func programmed3(t *testing.T, ns string) (*v1alpha1.RouterRole, *appsv1.Deployment, string) {
 	t.Helper()
-	rr := decodeRole(ns, 60)
-	dep := routerDeployment(ns, 3)
-	create(t, rr, dep)
+	rr := testenv.RouterRole(ns, "decode", "llama", v1alpha1.RoleDecode, retain(60))
+	dep := testenv.RouterDeployment(ns, "llama", 3)
+	testenv.Create(t, k8s, rr, dep)
 	waitProgrammed(t, rr, metav1.ConditionTrue, v1alpha1.ReasonProgrammed, "3/3 router pods run ", rr.Generation)
 	rev := v1alpha1.RevisionConfigMapName("llama", hashOf(t, rr))
 	requirePodsOn(t, ns, 3, rev)
@@ -48,7 +49,7 @@ func programmed3(t *testing.T, ns string) (*v1alpha1.RouterRole, *appsv1.Deploym
 // Programmed reads 3/3 with the new hash. The previous revision stays:
 // the old ReplicaSet still names it.
 func TestValidChangeRollsEveryPod(t *testing.T) {
-	ns := newNamespace(t)
+	ns := newCatalogNamespace(t)
 	rr, dep, first := programmed3(t, ns)
 	before := livePods(t, ns)
 
@@ -108,7 +109,7 @@ func requireOnlyVolumeWritten(t *testing.T, dep *appsv1.Deployment) {
 // compiled config stays what it was, and nothing of the Deployment
 // changes: the same pods keep the last good file.
 func TestInvalidChangeRollsNothing(t *testing.T) {
-	ns := newNamespace(t)
+	ns := newCatalogNamespace(t)
 	rr, dep, rev := programmed3(t, ns)
 	before := livePods(t, ns)
 	if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(dep), dep); err != nil {
@@ -117,7 +118,7 @@ func TestInvalidChangeRollsNothing(t *testing.T) {
 	depGen := dep.Generation
 
 	gen := setTTL(t, rr, retain(0))
-	eventually(t, "Accepted=False for the invalid generation", func(ctx context.Context) error {
+	testenv.Eventually(t, timeout, "Accepted=False for the invalid generation", func(ctx context.Context) error {
 		if err := k8s.Get(ctx, client.ObjectKeyFromObject(rr), rr); err != nil {
 			return err
 		}
@@ -155,11 +156,11 @@ func TestInvalidChangeRollsNothing(t *testing.T) {
 // TestChangeDuringRollout: a second change while the first rolls ends
 // with every pod on the newest config.
 func TestChangeDuringRollout(t *testing.T) {
-	ns := newNamespace(t)
+	ns := newCatalogNamespace(t)
 	rr, dep, _ := programmed3(t, ns)
 
 	gen := setTTL(t, rr, retain(120))
-	eventually(t, "the Deployment rolling the second config", func(ctx context.Context) error {
+	testenv.Eventually(t, timeout, "the Deployment rolling the second config", func(ctx context.Context) error {
 		if err := k8s.Get(ctx, client.ObjectKeyFromObject(dep), dep); err != nil {
 			return err
 		}
@@ -177,7 +178,7 @@ func TestChangeDuringRollout(t *testing.T) {
 	c := waitProgrammed(t, rr, metav1.ConditionTrue, v1alpha1.ReasonProgrammed, "3/3 router pods run ", gen)
 	t.Logf("Programmed when the third config was applied: %s %s; at the end: %s", midway.Status, midway.Message, c.Message)
 	newest := v1alpha1.RevisionConfigMapName("llama", hashOf(t, rr))
-	eventually(t, "every pod on the newest config and the rollout done", func(ctx context.Context) error {
+	testenv.Eventually(t, timeout, "every pod on the newest config and the rollout done", func(ctx context.Context) error {
 		if err := k8s.Get(ctx, client.ObjectKeyFromObject(dep), dep); err != nil {
 			return err
 		}
@@ -198,7 +199,7 @@ func TestChangeDuringRollout(t *testing.T) {
 // manager then takes the reference for drift and sets it back to the
 // compiled config, with an event on the Deployment.
 func TestRolloutUndoFindsItsConfigMap(t *testing.T) {
-	ns := newNamespace(t)
+	ns := newCatalogNamespace(t)
 	rr, dep, first := programmed3(t, ns)
 	gen := setTTL(t, rr, retain(120))
 	waitProgrammed(t, rr, metav1.ConditionTrue, v1alpha1.ReasonProgrammed, "3/3 router pods run ", gen)
@@ -217,13 +218,13 @@ func TestRolloutUndoFindsItsConfigMap(t *testing.T) {
 		t.Fatalf("no ReplicaSet mounts %s: %v", first, previous)
 	}
 
-	out := kubectl(t, "-n", ns, "rollout", "undo", "deployment/"+dep.Name)
+	out := testenv.Get(t).Kubectl(t, "-n", ns, "rollout", "undo", "deployment/"+dep.Name)
 	t.Logf("kubectl rollout undo: %s", strings.TrimSpace(out))
 	// Whatever the undo's template names, the ConfigMap is there.
 	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: first}, &corev1.ConfigMap{}); err != nil {
 		t.Fatalf("ConfigMap %s, which the undone-to revision mounts, is gone: %v", first, err)
 	}
-	eventually(t, "the drift event on the Deployment", func(ctx context.Context) error {
+	testenv.Eventually(t, timeout, "the drift event on the Deployment", func(ctx context.Context) error {
 		var evs eventsv1.EventList
 		if err := k8s.List(ctx, &evs, client.InNamespace(ns)); err != nil {
 			return err
@@ -236,7 +237,7 @@ func TestRolloutUndoFindsItsConfigMap(t *testing.T) {
 		return fmt.Errorf("no PolicyConfigChanged event saying %s replaced by %s among %d events", first, second, len(evs.Items))
 	})
 	waitProgrammed(t, rr, metav1.ConditionTrue, v1alpha1.ReasonProgrammed, "3/3 router pods run ", gen)
-	eventually(t, "the rollout back on the compiled config done", func(ctx context.Context) error {
+	testenv.Eventually(t, timeout, "the rollout back on the compiled config done", func(ctx context.Context) error {
 		if err := k8s.Get(ctx, client.ObjectKeyFromObject(dep), dep); err != nil {
 			return err
 		}
@@ -265,12 +266,12 @@ func contains(list []string, s string) bool {
 // role's Programmed carries the Deployment's message under RolloutFailed,
 // and kstatus reads the role as Failed.
 func TestStuckRolloutIsFailed(t *testing.T) {
-	ns := newNamespace(t)
-	rr := decodeRole(ns, 60)
-	dep := routerDeployment(ns, 3)
+	ns := newCatalogNamespace(t)
+	rr := testenv.RouterRole(ns, "decode", "llama", v1alpha1.RoleDecode, retain(60))
+	dep := testenv.RouterDeployment(ns, "llama", 3)
 	dep.Spec.Template.Spec.NodeName = "nowhere"
 	dep.Spec.ProgressDeadlineSeconds = ptrTo(int32(5))
-	create(t, rr, dep)
+	testenv.Create(t, k8s, rr, dep)
 	c := waitProgrammed(t, rr, metav1.ConditionFalse, v1alpha1.ReasonRolloutFailed, "has timed out progressing", 0)
 	// The pods of both templates are Pending: none runs the config.
 	if !strings.Contains(c.Message, "0/") || !strings.Contains(c.Message, " router pods run ") {
@@ -286,14 +287,14 @@ func TestStuckRolloutIsFailed(t *testing.T) {
 // router-container annotation is a sidecar router's: the manager compiles
 // and reports, and never writes the Deployment.
 func TestNotOptedInIsNeverWritten(t *testing.T) {
-	ns := newNamespace(t)
-	rr := decodeRole(ns, 60)
-	dep := routerDeployment(ns, 2)
+	ns := newCatalogNamespace(t)
+	rr := testenv.RouterRole(ns, "decode", "llama", v1alpha1.RoleDecode, retain(60))
+	dep := testenv.RouterDeployment(ns, "llama", 2)
 	delete(dep.Annotations, v1alpha1.RouterContainerAnnotation)
-	create(t, rr, dep)
+	testenv.Create(t, k8s, rr, dep)
 	// Sidecar mode: the pods run no sidecar that reports a hash.
 	waitProgrammed(t, rr, metav1.ConditionFalse, v1alpha1.ReasonPending, "0/2 router pods run", rr.Generation)
-	eventually(t, "the Deployment's pods running", func(ctx context.Context) error {
+	testenv.Eventually(t, timeout, "the Deployment's pods running", func(ctx context.Context) error {
 		if err := k8s.Get(ctx, client.ObjectKeyFromObject(dep), dep); err != nil {
 			return err
 		}
@@ -332,10 +333,10 @@ func TestNotOptedInIsNeverWritten(t *testing.T) {
 // before the Deployment came (a sidecar router then, under kv): that last
 // good entry does not run either, since the router's mode refuses it.
 func TestRoundRobinTemplateRefusesHints(t *testing.T) {
-	ns := newNamespace(t)
-	rr := decodeRole(ns, 60)
-	create(t, rr)
-	eventually(t, "Accepted=True before the Deployment", func(ctx context.Context) error {
+	ns := newCatalogNamespace(t)
+	rr := testenv.RouterRole(ns, "decode", "llama", v1alpha1.RoleDecode, retain(60))
+	testenv.Create(t, k8s, rr)
+	testenv.Eventually(t, timeout, "Accepted=True before the Deployment", func(ctx context.Context) error {
 		if err := k8s.Get(ctx, client.ObjectKeyFromObject(rr), rr); err != nil {
 			return err
 		}
@@ -344,9 +345,9 @@ func TestRoundRobinTemplateRefusesHints(t *testing.T) {
 		}
 		return nil
 	})
-	dep := routerDeployment(ns, 1, "--router-mode", "round-robin")
-	create(t, dep)
-	eventually(t, "Accepted=False HintsRequireKVMode", func(ctx context.Context) error {
+	dep := testenv.RouterDeployment(ns, "llama", 1, "--router-mode", "round-robin")
+	testenv.Create(t, k8s, dep)
+	testenv.Eventually(t, timeout, "Accepted=False HintsRequireKVMode", func(ctx context.Context) error {
 		if err := k8s.Get(ctx, client.ObjectKeyFromObject(rr), rr); err != nil {
 			return err
 		}
@@ -373,18 +374,18 @@ func TestRoundRobinTemplateRefusesHints(t *testing.T) {
 // removed; with a revision history of one, the third change removes the
 // first revision.
 func TestRevisionsCollected(t *testing.T) {
-	ns := newNamespace(t)
-	rr := decodeRole(ns, 60)
-	dep := routerDeployment(ns, 1)
+	ns := newCatalogNamespace(t)
+	rr := testenv.RouterRole(ns, "decode", "llama", v1alpha1.RoleDecode, retain(60))
+	dep := testenv.RouterDeployment(ns, "llama", 1)
 	dep.Spec.RevisionHistoryLimit = ptrTo(int32(1))
-	create(t, rr, dep)
+	testenv.Create(t, k8s, rr, dep)
 	waitProgrammed(t, rr, metav1.ConditionTrue, v1alpha1.ReasonProgrammed, "1/1 router pods run ", rr.Generation)
 	first := v1alpha1.RevisionConfigMapName("llama", hashOf(t, rr))
 	for _, ttl := range []int{120, 180} {
 		gen := setTTL(t, rr, retain(ttl))
 		waitProgrammed(t, rr, metav1.ConditionTrue, v1alpha1.ReasonProgrammed, "1/1 router pods run ", gen)
 	}
-	eventually(t, "the first revision collected", func(ctx context.Context) error {
+	testenv.Eventually(t, timeout, "the first revision collected", func(ctx context.Context) error {
 		err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: first}, &corev1.ConfigMap{})
 		if apierrors.IsNotFound(err) {
 			return nil
@@ -484,17 +485,17 @@ func applySample(t *testing.T, ns, file string, edit func(u *unstructured.Unstru
 // RouterRoles': with the last RouterRole gone the pods' next start still
 // finds its file; the garbage collector removes it with the Deployment.
 func TestRevisionsOutliveRoles(t *testing.T) {
-	ns := newNamespace(t)
-	rr := decodeRole(ns, 60)
-	dep := routerDeployment(ns, 1)
-	create(t, rr, dep)
+	ns := newCatalogNamespace(t)
+	rr := testenv.RouterRole(ns, "decode", "llama", v1alpha1.RoleDecode, retain(60))
+	dep := testenv.RouterDeployment(ns, "llama", 1)
+	testenv.Create(t, k8s, rr, dep)
 	waitProgrammed(t, rr, metav1.ConditionTrue, v1alpha1.ReasonProgrammed, "1/1 router pods run ", rr.Generation)
 	rev := v1alpha1.RevisionConfigMapName("llama", hashOf(t, rr))
 
 	if err := k8s.Delete(context.Background(), rr); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the manager removing llama-hints with its last RouterRole", func(ctx context.Context) error {
+	testenv.Eventually(t, timeout, "the manager removing llama-hints with its last RouterRole", func(ctx context.Context) error {
 		err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: v1alpha1.HintsConfigMapName("llama")}, &corev1.ConfigMap{})
 		if apierrors.IsNotFound(err) {
 			return nil
@@ -515,7 +516,7 @@ func TestRevisionsOutliveRoles(t *testing.T) {
 	if err := k8s.Delete(context.Background(), dep, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the garbage collector removing the revision with the Deployment", func(ctx context.Context) error {
+	testenv.Eventually(t, timeout, "the garbage collector removing the revision with the Deployment", func(ctx context.Context) error {
 		err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: rev}, &corev1.ConfigMap{})
 		if apierrors.IsNotFound(err) {
 			return nil
@@ -532,7 +533,7 @@ func TestRevisionsOutliveRoles(t *testing.T) {
 // kv_hint_policy).
 func TestStockFrontend(t *testing.T) {
 	ns := newBareNamespace(t)
-	retaining := decodeRole(ns, 60)
+	retaining := testenv.RouterRole(ns, "decode", "llama", v1alpha1.RoleDecode, retain(60))
 	plain := &v1alpha1.RouterRole{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "prefill"},
 		Spec: v1alpha1.RouterRoleSpec{
@@ -541,9 +542,9 @@ func TestStockFrontend(t *testing.T) {
 			Hints:           []v1alpha1.HintItem{},
 		},
 	}
-	create(t, retaining, plain, routerDeployment(ns, 2))
+	testenv.Create(t, k8s, retaining, plain, testenv.RouterDeployment(ns, "llama", 2))
 	waitProgrammed(t, plain, metav1.ConditionTrue, v1alpha1.ReasonProgrammed, "2/2 router pods run ", plain.Generation)
-	eventually(t, "decode refused with UnknownHintType", func(ctx context.Context) error {
+	testenv.Eventually(t, timeout, "decode refused with UnknownHintType", func(ctx context.Context) error {
 		if err := k8s.Get(ctx, client.ObjectKeyFromObject(retaining), retaining); err != nil {
 			return err
 		}

@@ -21,8 +21,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -46,7 +44,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
-	"github.com/kvrouter/kv-hint-operator/internal/devenv"
+	"github.com/kvrouter/kv-hint-operator/internal/dev/devenv"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 )
 
 const (
@@ -64,10 +63,7 @@ func TestManagerScale(t *testing.T) {
 	if os.Getenv("KVHINT_SCALE") != "1" {
 		t.Skip("a measurement, not a CI check: set KVHINT_SCALE=1 to run it")
 	}
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
-	if assets == "" {
-		t.Skip("KUBEBUILDER_ASSETS is not set; use KUBEBUILDER_ASSETS=$(hack/envtest-assets.sh)")
-	}
+	testenv.RequireAssets(t)
 	nRoles := envInt(t, "KVHINT_SCALE_ROLES", 1000)
 	nRouters := envInt(t, "KVHINT_SCALE_ROUTERS", 250)
 	if nRouters < 1 || nRoles < nRouters {
@@ -97,11 +93,7 @@ func TestManagerScale(t *testing.T) {
 		bin = buildKvhint(t, dir)
 	}
 
-	cp, err := devenv.StartControlPlane(assets, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cp.Stop() })
+	cp := testenv.Start(t, testenv.Options{Name: "scale", ProductCRDs: true})
 
 	// The test's own client is not rate limited on the client side: it
 	// stands in for kubectl plus 100 sidecars, which each have their own
@@ -207,17 +199,11 @@ func TestManagerScale(t *testing.T) {
 // of the code in this tree.
 func buildKvhint(t *testing.T, dir string) string {
 	t.Helper()
-	repo, err := filepath.Abs("../..")
+	bins, err := testenv.Build(dir, "kvhint")
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(dir, "kvhint")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/kvhint")
-	build.Dir = repo
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building kvhint: %v\n%s", err, out)
-	}
-	return bin
+	return bins[0]
 }
 
 // startManager runs `kvhint manager` as a child process, as devenv does,

@@ -14,14 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
-
-	"github.com/kvrouter/kv-hint-operator/internal/devenv"
+	"github.com/kvrouter/kv-hint-operator/internal/dev/controlplane"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 )
 
 // skips are the commands of the docs this test does not run, each with
@@ -81,10 +75,7 @@ func TestDocsAsWritten(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a control plane and builds kvhint; not with -short")
 	}
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
-	if assets == "" {
-		t.Skip("KUBEBUILDER_ASSETS is not set; run make test")
-	}
+	testenv.RequireAssets(t)
 	repo, err := filepath.Abs(repoRoot)
 	if err != nil {
 		t.Fatal(err)
@@ -94,44 +85,16 @@ func TestDocsAsWritten(t *testing.T) {
 
 	// The images' binaries.
 	bin := t.TempDir()
-	build := exec.Command("go", "build", "-o", bin+"/", "./cmd/kvhint", "./cmd/kvhint-dev")
-	build.Dir = repo
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	if _, err := testenv.Build(bin, "kvhint", "kvhint-dev"); err != nil {
+		t.Fatal(err)
 	}
 
-	// The control plane, with nothing of ours installed: the docs install it.
-	ctrllog.SetLogger(logr.Discard())
-	env := &envtest.Environment{BinaryAssetsDirectory: assets}
-	devenv.AdmitAsClusters(env)
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = env.Stop() }()
-	work := t.TempDir()
-	kubeconfig := filepath.Join(work, "kubeconfig")
-	if err := os.WriteFile(kubeconfig, env.KubeConfig, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	stopKCM := startAsset(t, assets, work, "kube-controller-manager", "--kubeconfig="+kubeconfig,
-		"--controllers=deployment,replicaset,garbagecollector,serviceaccount", "--leader-elect=false", "--secure-port=0")
-	defer stopKCM()
-	stopKwok := startAsset(t, assets, work, "kwok", "--kubeconfig="+kubeconfig,
-		"--config="+filepath.Join(assets, "kwok-stages.yaml"),
-		"--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
-		"--node-port=0", "--cidr=10.0.0.1/16", "--node-ip=10.0.0.1")
-	defer stopKwok()
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	const node = "kwok-node-0"
-	if _, err := cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{
-		Name: node, Annotations: map[string]string{"kwok.x-k8s.io/node": "fake"},
-	}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	// The control plane, with nothing of ours installed (the docs install
+	// it), kube-controller-manager's Deployment and ReplicaSet controllers
+	// and kwok's fake node.
+	env := testenv.Start(t, testenv.Options{Name: "tutorial", AdmitAsClusters: true, KubeControllerManager: true, Kwok: true})
+	cfg, assets, kubeconfig, work := env.Config, env.Assets, env.Kubeconfig, env.Dir
+	const node = controlplane.FakeNode
 	kl := newKubelet(t, cfg, node, map[string]string{
 		"ghcr.io/kvrouter/kvhint":     filepath.Join(bin, "kvhint"),
 		"ghcr.io/kvrouter/kvhint-dev": filepath.Join(bin, "kvhint-dev"),
@@ -448,32 +411,6 @@ func indent(s string) string {
 		return ""
 	}
 	return "    " + strings.ReplaceAll(s, "\n", "\n    ")
-}
-
-// startAsset runs one of the assets' binaries, its output in dir.
-func startAsset(t *testing.T, assets, dir, name string, args ...string) func() {
-	t.Helper()
-	logf, err := os.Create(filepath.Join(dir, name+".log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(filepath.Join(assets, name), args...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting %s: %v", name, err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	return func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-		logf.Close()
-	}
 }
 
 // writeKubectlShim writes dir/kubectl: `kubectl [-n NS] logs TARGET [-c

@@ -18,9 +18,9 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 
+	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 	"github.com/kvrouter/kv-hint-operator/tools/observability"
 )
 
@@ -29,16 +29,6 @@ import (
 const operatorAPI = "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 
 var operatorCRDs = []string{"prometheusrules", "servicemonitors", "podmonitors"}
-
-// assets is KUBEBUILDER_ASSETS, or the test skips: make test sets it.
-func assets(t *testing.T) string {
-	t.Helper()
-	a := os.Getenv("KUBEBUILDER_ASSETS")
-	if a == "" {
-		t.Skip("KUBEBUILDER_ASSETS is not set; run make test, or KUBEBUILDER_ASSETS=$(hack/envtest-assets.sh) go test ./ in tools/observability")
-	}
-	return a
-}
 
 // operatorCRDObjects generates the Operator's CRDs from its API types.
 func operatorCRDObjects(t *testing.T) []*apiextensionsv1.CustomResourceDefinition {
@@ -105,7 +95,7 @@ func decodeAll(t *testing.T, data []byte) []*unstructured.Unstructured {
 // TestDefaultLeavesPrometheusOut: config/default, which must apply on a
 // cluster without the Prometheus Operator, holds no monitoring objects.
 func TestDefaultLeavesPrometheusOut(t *testing.T) {
-	kubectl := filepath.Join(assets(t), "kubectl")
+	kubectl := filepath.Join(testenv.RequireAssets(t), "kubectl")
 	for _, o := range kustomize(t, kubectl, "config/default") {
 		if strings.HasPrefix(o.GetAPIVersion(), "monitoring.coreos.com/") {
 			t.Errorf("config/default holds %s %s", o.GetKind(), o.GetName())
@@ -120,18 +110,10 @@ func TestDefaultLeavesPrometheusOut(t *testing.T) {
 // the CRDs, none pruned. A PrometheusRule the CRD's schema refuses is
 // refused.
 func TestApplyToAPIServer(t *testing.T) {
-	dir := assets(t)
-	env := &envtest.Environment{CRDs: operatorCRDObjects(t), BinaryAssetsDirectory: dir}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatalf("starting kube-apiserver and etcd: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Errorf("stopping the control plane: %v", err)
-		}
-	})
-	c, err := client.New(cfg, client.Options{})
+	testenv.RequireAssets(t)
+	env := testenv.Start(t, testenv.Options{Name: "observability", CRDs: operatorCRDObjects(t)})
+	dir := env.Assets
+	c, err := client.New(env.Config, client.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/workers"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 	"github.com/kvrouter/kv-hint-operator/pkg/router"
 )
 
@@ -77,7 +78,7 @@ func TestDeliveryByteBudget(t *testing.T) {
 	if err := reg.Delete(workers.SourceAPI, "w0"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, func() error {
+	testenv.Eventually(t, 5*time.Second, "w0's series removed", func(context.Context) error {
 		if v := gathered(t, m.reg, router.MetricsNamespace+"_worker_hints_dropped_total", map[string]string{"worker": "w0", "reason": "memory_budget"}); v != 0 {
 			return fmt.Errorf("w0 still has a series: %v", v)
 		}

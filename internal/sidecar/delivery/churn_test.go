@@ -10,7 +10,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/kvrouter/kv-hint-operator/internal/simworker"
+	"github.com/kvrouter/kv-hint-operator/internal/dev/simworker"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 )
 
 // TestWorkerChurnReleasesClients: 300 workers added, sent a hint and
@@ -28,7 +29,7 @@ func TestWorkerChurnReleasesClients(t *testing.T) {
 	base := runtime.NumGoroutine()
 	const n = 300
 	churn(t, del, w, n, func(int) string { return ep })
-	eventually(t, 5*time.Second, func() error {
+	testenv.Eventually(t, 5*time.Second, "the removed workers' goroutines gone", func(context.Context) error {
 		if extra := runtime.NumGoroutine() - base; extra > 10 {
 			return fmt.Errorf("%d workers added and removed left %d goroutines, want at most 10", n, extra)
 		}
@@ -57,7 +58,7 @@ func TestWorkerChurnOverEndpointsBounded(t *testing.T) {
 	base := runtime.NumGoroutine()
 	const n = 200
 	churn(t, del, w, n, func(i int) string { return fmt.Sprintf("%s/%d", ep, i) })
-	eventually(t, 5*time.Second, func() error {
+	testenv.Eventually(t, 5*time.Second, "the removed workers' goroutines gone", func(context.Context) error {
 		if extra := runtime.NumGoroutine() - base; extra > 4+4+10 {
 			return fmt.Errorf("%d workers at endpoints of their own added and removed left %d goroutines, want at most 18", n, extra)
 		}

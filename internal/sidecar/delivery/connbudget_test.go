@@ -7,7 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvrouter/kv-hint-operator/internal/simworker"
+	"github.com/kvrouter/kv-hint-operator/internal/dev/simworker"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -33,7 +34,7 @@ func TestConnBudget(t *testing.T) {
 		for i, q := range qs {
 			q.Enqueue([]byte(message(fmt.Sprintf("m%d-%d", r, i), staticJSON(1, "x"))), time.Now())
 			sent := float64(r*len(qs) + i + 1)
-			eventually(t, 5*time.Second, func() error {
+			testenv.Eventually(t, 5*time.Second, "every hint sent or refused", func(context.Context) error {
 				peak = max(peak, del.conns.open.Load())
 				if v := testutil.ToFloat64(m.hintsSent) + testutil.ToFloat64(m.errConnLimit); v != sent {
 					return fmt.Errorf("%v hints sent or refused, want %v", v, sent)
@@ -89,7 +90,7 @@ func TestConnBudgetSweepsIdle(t *testing.T) {
 	for i := range 2 {
 		del.NewQueue(fmt.Sprint("slow", i), slow.HintEndpoint()).Enqueue(msg(fmt.Sprint("s", i)), time.Now())
 	}
-	eventually(t, 2*time.Second, func() error {
+	testenv.Eventually(t, 2*time.Second, "four connections open", func(context.Context) error {
 		if n := del.conns.open.Load(); n != 4 {
 			return fmt.Errorf("%d connections open, want 4", n)
 		}

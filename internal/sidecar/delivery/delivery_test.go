@@ -10,6 +10,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 )
 
 // TestDeliveryKeepAlive: many hints to one worker share one connection.
@@ -39,7 +41,7 @@ func TestDeliveryFailures(t *testing.T) {
 	msg := []byte(message("m", staticJSON(1, "x")))
 
 	q.Enqueue(msg, time.Now().Add(-2*time.Second))
-	eventually(t, 5*time.Second, func() error {
+	testenv.Eventually(t, 5*time.Second, "one stale drop", func(context.Context) error {
 		if v := testutil.ToFloat64(m.drops[dropReasonStale]); v != 1 {
 			return fmt.Errorf("stale drops %v, want 1", v)
 		}
@@ -48,7 +50,7 @@ func TestDeliveryFailures(t *testing.T) {
 
 	w.SetBehaviour(http.StatusServiceUnavailable, 0)
 	q.Enqueue(msg, time.Now())
-	eventually(t, 5*time.Second, func() error {
+	testenv.Eventually(t, 5*time.Second, "one status error", func(context.Context) error {
 		if v := testutil.ToFloat64(m.errStatus); v != 1 {
 			return fmt.Errorf("status errors %v, want 1", v)
 		}
@@ -57,7 +59,7 @@ func TestDeliveryFailures(t *testing.T) {
 
 	w.SetBehaviour(http.StatusNoContent, time.Second)
 	q.Enqueue(msg, time.Now())
-	eventually(t, 5*time.Second, func() error {
+	testenv.Eventually(t, 5*time.Second, "one timeout", func(context.Context) error {
 		if v := testutil.ToFloat64(m.errTimeout); v != 1 {
 			return fmt.Errorf("timeouts %v, want 1", v)
 		}

@@ -5,15 +5,14 @@ import (
 	"runtime"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/kvrouter/kv-hint-operator/internal/sidecar/sidecartest"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/sidecartest"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/kvrouter/kv-hint-operator/internal/dev/simworker"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/workers"
-	"github.com/kvrouter/kv-hint-operator/internal/simworker"
 	"github.com/kvrouter/kv-hint-operator/pkg/router"
 )
 
@@ -50,12 +49,6 @@ func staticJSON(n int, tag string) string {
 
 func message(id string, actions ...string) string {
 	return `{"protocol_version":"0.1","message_id":"` + id + `","actions":[` + strings.Join(actions, ",") + `]}`
-}
-
-// eventually is sidecartest.Eventually.
-func eventually(t testing.TB, timeout time.Duration, cond func() error) {
-	t.Helper()
-	sidecartest.Eventually(t, timeout, cond)
 }
 
 // testLogger is sidecartest.Logger.

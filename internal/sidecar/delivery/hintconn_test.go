@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/endpoint"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 )
 
 // hintConnPair dials a listener through dialHint and returns both ends.
@@ -57,7 +58,7 @@ func TestHintConnIdleCheck(t *testing.T) {
 	// waitUnfit waits for the worker's close or bytes to reach the socket.
 	waitUnfit := func(c *hintConn) {
 		t.Helper()
-		eventually(t, 5*time.Second, func() error {
+		testenv.Eventually(t, 5*time.Second, "the worker's close seen", func(context.Context) error {
 			if !c.peerClosed() {
 				return errors.New("the worker's close or data has not arrived")
 			}

@@ -19,7 +19,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/kvrouter/kv-hint-operator/internal/simworker"
+	"github.com/kvrouter/kv-hint-operator/internal/dev/simworker"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 )
 
 // Tests of the poster: the fasthttp HostClient each queue posts through,
@@ -66,7 +67,7 @@ func sendOneByOne(t *testing.T, w *simworker.Worker, q *Queue, n int, pause time
 
 func waitSent(t *testing.T, m *Metrics, n int) {
 	t.Helper()
-	eventually(t, 5*time.Second, func() error {
+	testenv.Eventually(t, 5*time.Second, "every hint sent", func(context.Context) error {
 		if v := testutil.ToFloat64(m.hintsSent); v != float64(n) {
 			return fmt.Errorf("hints_sent_total %v, want %d", v, n)
 		}
@@ -173,7 +174,7 @@ func TestPosterRawAnswers(t *testing.T) {
 			q := del.NewQueue("w", rw.ep)
 			for i := range 2 {
 				q.Enqueue([]byte(message("m", staticJSON(1, "x"))), time.Now())
-				eventually(t, 5*time.Second, func() error {
+				testenv.Eventually(t, 5*time.Second, "every hint posted", func(context.Context) error {
 					if n := testutil.ToFloat64(m.hintsSent) + testutil.ToFloat64(m.errStatus) + testutil.ToFloat64(m.errTransport) + testutil.ToFloat64(m.errTimeout); n != float64(i+1) {
 						return fmt.Errorf("%v of %d hints posted", n, i+1)
 					}
@@ -236,7 +237,7 @@ func TestPosterAnswers(t *testing.T) {
 		for range n {
 			before := testutil.ToFloat64(m.hintsSent)
 			q.Enqueue([]byte(message("m", staticJSON(1, "x"))), time.Now())
-			eventually(t, 5*time.Second, func() error {
+			testenv.Eventually(t, 5*time.Second, "the hint sent", func(context.Context) error {
 				if testutil.ToFloat64(m.hintsSent) != before+1 {
 					return fmt.Errorf("hint not sent")
 				}
@@ -316,7 +317,7 @@ func TestPosterEndpoints(t *testing.T) {
 	}
 	q := del.NewQueue("d", "http://127.0.0.1:1/v1/hints")
 	q.Enqueue([]byte("{}"), time.Now()) // nothing listens on port 1
-	eventually(t, 5*time.Second, func() error {
+	testenv.Eventually(t, 5*time.Second, "four transport errors", func(context.Context) error {
 		if v := testutil.ToFloat64(m.errTransport); v != 4 {
 			return fmt.Errorf("transport errors %v, want 4", v)
 		}
@@ -351,7 +352,7 @@ func TestPosterNoResend(t *testing.T) {
 	t.Cleanup(func() { del.Close(context.Background()) })
 	q := del.NewQueue("w", rw.ep)
 	q.Enqueue([]byte(message("m", staticJSON(1, "x"))), time.Now())
-	eventually(t, 5*time.Second, func() error {
+	testenv.Eventually(t, 5*time.Second, "one transport error", func(context.Context) error {
 		if v := testutil.ToFloat64(m.errTransport); v != 1 {
 			return fmt.Errorf("transport errors %v, want 1", v)
 		}
@@ -440,7 +441,7 @@ func TestPosterTLSUntrusted(t *testing.T) {
 	t.Cleanup(func() { del.Close(context.Background()) })
 	q := del.NewQueue("w", srv.URL+simworker.HintPath)
 	q.Enqueue([]byte("{}"), time.Now())
-	eventually(t, 5*time.Second, func() error {
+	testenv.Eventually(t, 5*time.Second, "one transport error", func(context.Context) error {
 		if v := testutil.ToFloat64(m.errTransport); v != 1 {
 			return fmt.Errorf("transport errors %v, want 1", v)
 		}

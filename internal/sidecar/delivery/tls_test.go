@@ -12,6 +12,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 )
 
 // silentServer accepts TCP connections and never says a word: a worker
@@ -101,7 +103,7 @@ func TestTLSHandshakeStall(t *testing.T) {
 	for i := range posts {
 		q.Enqueue([]byte(message(fmt.Sprint(i), staticJSON(1, "x"))), time.Now())
 	}
-	eventually(t, 10*time.Second, func() error {
+	testenv.Eventually(t, 10*time.Second, "every stalled post timed out", func(context.Context) error {
 		if v := testutil.ToFloat64(m.errTimeout); v != posts {
 			return fmt.Errorf("timeouts %v, want %d", v, posts)
 		}
@@ -114,7 +116,7 @@ func TestTLSHandshakeStall(t *testing.T) {
 	}
 	// Every stalled handshake is given up within the post timeout (and a
 	// little), so nothing stays open afterwards.
-	eventually(t, 2*time.Second, func() error {
+	testenv.Eventually(t, 2*time.Second, "the stalled handshakes closed", func(context.Context) error {
 		if open, _ := srv.counts(); open != 0 {
 			return fmt.Errorf("%d stalled handshakes still open", open)
 		}

@@ -11,7 +11,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/kvrouter/kv-hint-operator/internal/sidecar/sidecartest"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/sidecartest"
 )
 
 func TestSocketPath(t *testing.T) {

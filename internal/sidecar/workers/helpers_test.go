@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvrouter/kv-hint-operator/internal/sidecar/sidecartest"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/sidecartest"
 
 	"github.com/go-logr/logr"
 )
@@ -24,12 +24,6 @@ func (d *fakeDelivery) NoEndpoint()                 { d.noEndpoint++ }
 func (d *fakeDelivery) Forget(string)               {}
 func (q *fakeQueue) Enqueue([]byte, time.Time) bool { return !q.closed }
 func (q *fakeQueue) Close()                         { q.closed = true }
-
-// eventually is sidecartest.Eventually.
-func eventually(t testing.TB, timeout time.Duration, cond func() error) {
-	t.Helper()
-	sidecartest.Eventually(t, timeout, cond)
-}
 
 // testLogger is sidecartest.Logger.
 func testLogger(t testing.TB) logr.Logger { return sidecartest.Logger(t) }

@@ -8,7 +8,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/kvrouter/kv-hint-operator/internal/sidecar/sidecartest"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/sidecartest"
 )
 
 // TestSourceCap: each source holds at most its cap; a worker it has is

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
+	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 	"github.com/kvrouter/kv-hint-operator/pkg/router"
 	"github.com/kvrouter/kv-hint-operator/pkg/wellknown"
 )
@@ -136,7 +137,7 @@ func TestWorkersFile(t *testing.T) {
 	}
 	want := func(s string) {
 		t.Helper()
-		eventually(t, 5*time.Second, func() error {
+		testenv.Eventually(t, 5*time.Second, "the registry's workers", func(context.Context) error {
 			if got := ids(); got != s {
 				return fmt.Errorf("workers %q, want %q", got, s)
 			}

@@ -1,5 +1,5 @@
-// Package sidecartest holds the test helpers the sidecar's rooms share:
-// polling for a condition, a logger that writes through the test, atomic
+// Package sidecartest holds the test helpers the sidecar's rooms share
+// (testenv.Eventually polls): a logger that writes through the test, atomic
 // file writes for the watchers, and reading one metric series. Only tests
 // import it; it imports nothing of the product.
 package sidecartest
@@ -7,29 +7,11 @@ package sidecartest
 import (
 	"os"
 	"testing"
-	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/testr"
 	"github.com/prometheus/client_golang/prometheus"
 )
-
-// Eventually polls cond every 10 ms until it returns nil or the timeout
-// passes, then fails with cond's last error.
-func Eventually(t testing.TB, timeout time.Duration, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("still false after %v: %v", timeout, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
 
 // Logger logs through t, so a failing test shows the logs; a benchmark's
 // are discarded.

@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/kvrouter/kv-hint-operator/internal/loadgen"
+	"github.com/kvrouter/kv-hint-operator/internal/dev/loadgen"
 )
 
 func newLoadgenCommand() *cobra.Command {

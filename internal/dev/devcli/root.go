@@ -1,8 +1,8 @@
 // Package devcli is kvhint-dev: the product's subcommands (internal/cli)
 // plus those for development only: dev (the whole product on a local
 // control plane), loadgen (the load generator) and sim-worker (simulated
-// workers). It may import internal/devenv, internal/loadgen and
-// internal/simworker, and with them controller-runtime's envtest; the
+// workers). It may import internal/dev/devenv, internal/dev/loadgen and
+// internal/dev/simworker, and with them controller-runtime's envtest; the
 // product binary, kvhint, links none of them.
 //
 // kvhint-dev is a superset of kvhint so that `kvhint-dev dev` can run its

@@ -19,8 +19,9 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/kvrouter/kv-hint-operator/internal/devenv"
-	"github.com/kvrouter/kv-hint-operator/internal/sidecar/sidecartest"
+	"github.com/kvrouter/kv-hint-operator/internal/dev/devenv"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/sidecartest"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 	core "github.com/kvrouter/kv-hint-operator/pkg/router"
 )
 
@@ -151,7 +152,10 @@ func TestStandInRouterBooksThroughTheSidecar(t *testing.T) {
 // directory, the booking port to the test's listener, the serving address
 // to loopback.
 func TestRouterCommandAsDeployed(t *testing.T) {
-	root := repoRoot(t)
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
 	const hint = `{"protocol_version":"0.1","hint_id":"h1","actions":[{"action_id":"a1","type":"kv.retain","version":"1.0","payload":{"ttl_ms":1000}}]}`
 	for _, tc := range []struct {
 		name, manifest string
@@ -318,23 +322,4 @@ func routerArgs(t *testing.T, path string) []string {
 	}
 	t.Fatalf("%s: no container named router", path)
 	return nil
-}
-
-// repoRoot is the directory of the repository's go.mod.
-func repoRoot(t *testing.T) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("no go.mod above the test's directory")
-		}
-		dir = parent
-	}
 }

@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
-	"github.com/kvrouter/kv-hint-operator/internal/simworker"
+	"github.com/kvrouter/kv-hint-operator/internal/dev/simworker"
 )
 
 // Status is what a person running the environment wants to see.

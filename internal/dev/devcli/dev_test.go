@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvrouter/kv-hint-operator/internal/devenv"
+	"github.com/kvrouter/kv-hint-operator/internal/dev/devenv"
 )
 
 // TestDevVerdict: a bounded kvhint-dev dev run passes only when hints reached,

@@ -12,7 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kvrouter/kv-hint-operator/internal/cli"
-	"github.com/kvrouter/kv-hint-operator/internal/simworker"
+	"github.com/kvrouter/kv-hint-operator/internal/dev/simworker"
 )
 
 func newSimWorkerCommand() *cobra.Command {

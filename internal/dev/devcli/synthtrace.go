@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/kvrouter/kv-hint-operator/internal/tracesynth"
+	"github.com/kvrouter/kv-hint-operator/internal/dev/tracesynth"
 )
 
 func newSynthTraceCommand() *cobra.Command {

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvrouter/kv-hint-operator/internal/proctest"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/proctest"
 
 	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
 )

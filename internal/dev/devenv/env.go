@@ -23,7 +23,8 @@ import (
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
 	"github.com/kvrouter/kv-hint-operator/config/samples"
-	"github.com/kvrouter/kv-hint-operator/internal/simworker"
+	"github.com/kvrouter/kv-hint-operator/internal/dev/controlplane"
+	"github.com/kvrouter/kv-hint-operator/internal/dev/simworker"
 	core "github.com/kvrouter/kv-hint-operator/pkg/router"
 	"github.com/kvrouter/kv-hint-operator/pkg/wellknown"
 )
@@ -98,7 +99,7 @@ type Sidecar struct {
 // router with workers.
 type Env struct {
 	Opts     Options
-	CP       *ControlPlane
+	CP       *controlplane.ControlPlane
 	Client   client.Client
 	Manager  *Process
 	ProbeURL string
@@ -157,7 +158,7 @@ func Start(ctx context.Context, o Options) (_ *Env, err error) {
 		}
 	}()
 	e.say("starting kube-apiserver and etcd on loopback")
-	if e.CP, err = StartControlPlane(o.Assets, o.Dir); err != nil {
+	if e.CP, err = controlplane.Start(controlplane.Options{Assets: o.Assets, Dir: o.Dir, ProductCRDs: true}); err != nil {
 		return nil, err
 	}
 	if e.Client, err = client.New(e.CP.Config, client.Options{Scheme: Scheme()}); err != nil {

@@ -12,7 +12,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kvrouter/kv-hint-operator/internal/cli"
-	"github.com/kvrouter/kv-hint-operator/internal/devenv"
+	"github.com/kvrouter/kv-hint-operator/internal/dev/controlplane"
+	"github.com/kvrouter/kv-hint-operator/internal/dev/devenv"
 	core "github.com/kvrouter/kv-hint-operator/pkg/router"
 )
 
@@ -98,7 +99,7 @@ func runDev(ctx context.Context, cmd *cobra.Command, o devenv.Options, rate floa
 		os.RemoveAll(dir)
 	}()
 	fmt.Fprintln(out, "kvhint-dev dev: finding kube-apiserver and etcd (the first run builds them: about fifteen minutes on two cores)")
-	o.Assets, err = devenv.FindAssets(o.Assets, os.Stderr)
+	o.Assets, err = controlplane.FindAssets(o.Assets, os.Stderr)
 	if err != nil {
 		return err
 	}
