@@ -15,14 +15,14 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/kvrouter/kv-hint-operator/pkg/router"
+	"github.com/kvrouter/kv-hint-operator/pkg/dispatch"
 )
 
 // FrontRouter is the small router the dev environment runs in front of
 // one sample router's simulated workers, as a person's own router would
 // sit in front of their engines. For every completion request it books a
 // worker per role through the router's sidecar (POST /v1/bookings), puts
-// the hint the booking answered on the request with router.CarryHint, and
+// the hint the booking answered on the request with dispatch.CarryHint, and
 // forwards the request to the booked worker's completion route. A
 // disaggregated router's request goes to its prefill worker first and
 // then, with the transfer parameters the prefill worker answered, to its
@@ -35,7 +35,7 @@ type FrontRouter struct {
 
 	roles    []frontRole
 	booking  string // the sidecar's booking URL
-	hintPath router.InBandPath
+	hintPath dispatch.InBandPath
 	sidecar  *http.Client
 	workers  *http.Client
 	srv      *http.Server
@@ -79,7 +79,7 @@ const blockSize = 16
 const requestBudget = 40 * time.Second
 
 // startFrontRouter serves a front router on a free loopback port.
-func startFrontRouter(name string, roles []frontRole, sidecar *Sidecar, path router.InBandPath) (*FrontRouter, error) {
+func startFrontRouter(name string, roles []frontRole, sidecar *Sidecar, path dispatch.InBandPath) (*FrontRouter, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -101,7 +101,7 @@ type StandInRole struct {
 // in the order given, prefill before decode; a router with no roles
 // answers every completion request 503 but runs, books nothing and
 // serves /healthz.
-func ServeStandInRouter(ln net.Listener, name, bookingBase string, roles []StandInRole, path router.InBandPath) *FrontRouter {
+func ServeStandInRouter(ln net.Listener, name, bookingBase string, roles []StandInRole, path dispatch.InBandPath) *FrontRouter {
 	fr := make([]frontRole, 0, len(roles))
 	for _, r := range roles {
 		f := frontRole{name: r.Name, workers: r.Workers}
@@ -113,7 +113,7 @@ func ServeStandInRouter(ln net.Listener, name, bookingBase string, roles []Stand
 	return serveFrontRouter(ln, name, bookingBase, fr, path)
 }
 
-func serveFrontRouter(ln net.Listener, name, bookingBase string, roles []frontRole, path router.InBandPath) *FrontRouter {
+func serveFrontRouter(ln net.Listener, name, bookingBase string, roles []frontRole, path dispatch.InBandPath) *FrontRouter {
 	f := &FrontRouter{
 		Router:   name,
 		URL:      "http://" + ln.Addr().String(),
@@ -250,7 +250,7 @@ func (f *FrontRouter) hop(ctx context.Context, id string, role frontRole, ses *s
 		return "", nil, fmt.Errorf("booking %s for %s: %w", role.name, id, err)
 	}
 	if hint != nil {
-		if body, err = router.CarryHint(body, hint, f.hintPath); err != nil {
+		if body, err = dispatch.CarryHint(body, hint, f.hintPath); err != nil {
 			return "", nil, fmt.Errorf("carrying the hint for %s: %w", id, err)
 		}
 	}

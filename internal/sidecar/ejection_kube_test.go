@@ -11,7 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
-	"github.com/kvrouter/kv-hint-operator/pkg/router"
+	"github.com/kvrouter/kv-hint-operator/pkg/dispatch"
 	"github.com/kvrouter/kv-hint-operator/pkg/wellknown"
 )
 
@@ -52,7 +52,7 @@ worker_selection:
 		PodName:                    "router-0", PodNamespace: ns, Kube: kc,
 		Listen: "127.0.0.1:0", OpsListen: "127.0.0.1:0", Log: testLogger(t),
 		PolicyDeadline:  time.Millisecond,
-		PolicyIsolation: router.IsolationOptions{HardDeadline: time.Second, EjectAfter: 2, EjectionBase: 2 * time.Second, EjectionMax: 2 * time.Second},
+		PolicyIsolation: dispatch.IsolationOptions{HardDeadline: time.Second, EjectAfter: 2, EjectionBase: 2 * time.Second, EjectionMax: 2 * time.Second},
 	})
 	if err != nil {
 		t.Fatal(err)

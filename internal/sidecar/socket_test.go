@@ -19,7 +19,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/listen"
-	"github.com/kvrouter/kv-hint-operator/pkg/router"
+	"github.com/kvrouter/kv-hint-operator/pkg/dispatch"
 )
 
 // unixClient is an HTTP client that dials the socket at path whatever the
@@ -168,7 +168,7 @@ func TestSocketBooksAsTCP(t *testing.T) {
 	// The connection cap: a third connection is answered 503 and closed.
 	uc.CloseIdleConnections()
 	eventually(t, 5*time.Second, func() error {
-		if n := gathered(t, unix.Metrics, router.MetricsNamespace+"_open_connections", map[string]string{"listener": "booking"}); n != 0 {
+		if n := gathered(t, unix.Metrics, dispatch.MetricsNamespace+"_open_connections", map[string]string{"listener": "booking"}); n != 0 {
 			return fmt.Errorf("%v booking connections open", n)
 		}
 		return nil
@@ -183,7 +183,7 @@ func TestSocketBooksAsTCP(t *testing.T) {
 		conns = append(conns, c)
 	}
 	eventually(t, 5*time.Second, func() error {
-		if n := gathered(t, unix.Metrics, router.MetricsNamespace+"_open_connections", map[string]string{"listener": "booking"}); n < 2 {
+		if n := gathered(t, unix.Metrics, dispatch.MetricsNamespace+"_open_connections", map[string]string{"listener": "booking"}); n < 2 {
 			return fmt.Errorf("%v booking connections open", n)
 		}
 		return nil
@@ -198,7 +198,7 @@ func TestSocketBooksAsTCP(t *testing.T) {
 	if !strings.HasPrefix(string(got), "HTTP/1.1 503 ") {
 		t.Errorf("over the cap: read %q, want a 503", got)
 	}
-	if n := gathered(t, unix.Metrics, router.MetricsNamespace+"_connections_refused_total", map[string]string{"listener": "booking"}); n != 1 {
+	if n := gathered(t, unix.Metrics, dispatch.MetricsNamespace+"_connections_refused_total", map[string]string{"listener": "booking"}); n != 1 {
 		t.Errorf("connections_refused_total{listener=booking} = %v, want 1", n)
 	}
 

@@ -1,4 +1,4 @@
-package router
+package dispatch
 
 import (
 	"context"
@@ -100,7 +100,7 @@ type Dispatcher struct {
 // ErrNotReady until Load succeeds once.
 func NewDispatcher(o Options) *Dispatcher {
 	if o.Catalog == nil {
-		panic("router.NewDispatcher: Options.Catalog is nil")
+		panic("dispatch.NewDispatcher: Options.Catalog is nil")
 	}
 	if o.Metrics == nil {
 		o.Metrics = NewMetrics(nil)

@@ -1,4 +1,4 @@
-package router
+package dispatch
 
 import (
 	"errors"
@@ -107,7 +107,7 @@ func (b *Booking) copyFits(limit int) error {
 		return nil
 	}
 	return fmt.Errorf("%w: committed_kv_copy's %d block hashes take %d bytes in decimal, over the booking limit of %d bytes "+
-		"(router.Options.MaxBookingBytes; the sidecar's --max-booking-bytes)", ErrBookingTooLarge, len(c.BlockHashes), n, limit)
+		"(dispatch.Options.MaxBookingBytes; the sidecar's --max-booking-bytes)", ErrBookingTooLarge, len(c.BlockHashes), n, limit)
 }
 
 func decimalLen(v uint64) int {
