@@ -14,8 +14,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/kvrouter/kv-hint-operator/internal/simworker"
+	"github.com/kvrouter/kv-hint-operator/pkg/bookingapi"
 	"github.com/kvrouter/kv-hint-operator/pkg/dispatch"
-	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
 	"github.com/kvrouter/kv-hint-operator/test/receivers"
 )
@@ -47,19 +47,12 @@ func bookingServer(t *testing.T, ln net.Listener, capable map[string]bool) {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/bookings", func(w http.ResponseWriter, r *http.Request) {
-		var b bookingJSON
-		if err := json.NewDecoder(r.Body).Decode(&b); err != nil {
+		var booking bookingapi.Booking
+		if err := json.NewDecoder(r.Body).Decode(&booking); err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		booking := &dispatch.Booking{RequestID: b.RequestID, Role: b.Role, Worker: b.Worker, PromptTokens: b.PromptTokens, BlockSize: b.BlockSize}
-		if b.Session != nil {
-			booking.Session = hints.Session{ID: b.Session.ID, Turn: b.Session.Turn, Final: b.Session.Final}
-		}
-		if b.KVCopy != nil {
-			booking.KVCopy = &hints.CommittedCopy{SourceWorker: b.KVCopy.SourceWorker, SourceEndpoint: b.KVCopy.SourceEndpoint, BlockHashes: b.KVCopy.BlockHashes}
-		}
-		h, err := d.Build(r.Context(), booking)
+		h, err := d.Build(r.Context(), &booking)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusUnprocessableEntity)
 			return

@@ -261,11 +261,11 @@ func (d *Dispatcher) build(ctx context.Context, b *Booking, buf []byte) (Hint, W
 		d.metrics.errNotReady.Inc()
 		return Hint{}, nil, time.Time{}, ErrNotReady
 	}
-	if err := b.validate(); err != nil {
+	if err := validateBooking(b); err != nil {
 		d.metrics.errInvalid.Inc()
 		return Hint{}, nil, time.Time{}, err
 	}
-	if err := b.copyFits(d.maxBooking); err != nil {
+	if err := copyFits(b, d.maxBooking); err != nil {
 		d.metrics.errTooLarge.Inc()
 		return Hint{}, nil, time.Time{}, err
 	}

@@ -110,40 +110,22 @@ const (
 	MaxBookingBlocks = 1 << 20
 )
 
-// bookingJSON is the JSON schema of POST /v1/bookings as encoding/json
-// reads it, for the bodies the fast decoder leaves to it. Counts and the
-// nested objects are pointers so that a missing field is told apart from
-// a zero. set turns it into a decoded.
+// bookingJSON is a booking body as encoding/json reads it, for the bodies
+// the fast decoder leaves to it: the booking API's type (pkg/bookingapi,
+// which pkg/dispatch books), and over it pointers that take the fields a
+// zero cannot stand for, so that a missing field is told apart from a
+// zero. A field of the outer struct hides the embedded one of the same
+// JSON name, so each key decodes once. set turns it into a decoded.
 type bookingJSON struct {
-	RequestID       string       `json:"request_id"`
-	Role            string       `json:"role"`
-	Worker          string       `json:"worker"`
-	PromptTokens    *int         `json:"prompt_tokens"`
-	BlockSize       *int         `json:"block_size"`
-	Session         *sessionJSON `json:"session"`
-	CommittedKVCopy *kvCopyJSON  `json:"committed_kv_copy"`
-}
-
-type sessionJSON struct {
-	ID    string `json:"id"`
-	Turn  int    `json:"turn"`
-	Final bool   `json:"final"`
-}
-
-type kvCopyJSON struct {
-	SourceWorker string `json:"source_worker"`
-	// SourceEndpoint may be left out when SourceWorker advertises its
-	// endpoints: the dispatcher fills it from the registry.
-	SourceEndpoint string `json:"source_endpoint"`
-	// SourceRank is the source's data-parallel rank, 0 when left out.
-	SourceRank int `json:"source_rank"`
-	// BlockHashes decode straight into uint64 (encoding/json parses the
-	// literal as an unsigned integer), so no hash goes through a float64.
-	BlockHashes []uint64 `json:"block_hashes"`
+	dispatch.Booking
+	PromptTokens *int           `json:"prompt_tokens"`
+	BlockSize    *int           `json:"block_size"`
+	Session      *hints.Session `json:"session"`
 }
 
 // set makes d what the fast decoder makes of a body encoding/json decoded
-// into j.
+// into j. Block hashes decode straight into uint64 (encoding/json parses
+// the literal as an unsigned integer), so no hash goes through a float64.
 func (d *decoded) set(j *bookingJSON) {
 	*d = decoded{Booking: dispatch.Booking{RequestID: j.RequestID, Role: j.Role, Worker: j.Worker}}
 	if j.PromptTokens != nil {
@@ -156,11 +138,11 @@ func (d *decoded) set(j *bookingJSON) {
 	}
 	if s := j.Session; s != nil {
 		d.has |= hasSession
-		d.Session = hints.Session{ID: s.ID, Turn: s.Turn, Final: s.Final}
+		d.Session = *s
 	}
-	if c := j.CommittedKVCopy; c != nil {
+	if c := j.KVCopy; c != nil {
 		d.has |= hasCopy
-		d.kvCopy = hints.CommittedCopy{SourceWorker: c.SourceWorker, SourceEndpoint: c.SourceEndpoint, SourceRank: c.SourceRank, BlockHashes: c.BlockHashes}
+		d.kvCopy = *c
 		d.KVCopy = &d.kvCopy
 	}
 }

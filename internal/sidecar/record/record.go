@@ -600,6 +600,12 @@ func (r *Recorder) rotate() {
 	}
 }
 
+// rowJSON is a recorded booking as a trace line: a Mooncake trace row
+// (timestamp, input_length, session_id) with the booking's fields beside
+// it, which kvhint preview reads (internal/preview's rowJSON). It is not
+// the booking API's body (pkg/bookingapi.Booking): the session is flat,
+// the prompt is input_length, the actions built are kept, and the copy's
+// endpoint is a keyed hash, not the address.
 type rowJSON struct {
 	Timestamp int64     `json:"timestamp"`
 	RequestID string    `json:"request_id"`
@@ -614,6 +620,8 @@ type rowJSON struct {
 	Actions   []string  `json:"actions"`
 }
 
+// copyJSON is a recorded committed copy: hints.CommittedCopy's JSON form
+// but for SourceEndpoint, which holds a keyed hash.
 type copyJSON struct {
 	SourceWorker string `json:"source_worker,omitempty"`
 	// SourceEndpoint is a keyed hash of the booking's endpoint, when it
