@@ -19,9 +19,10 @@
 // A Dispatcher reads an immutable compiled snapshot through an atomic
 // pointer, so Load never disturbs a booking in flight, and a booking
 // allocates only the message it returns: nothing, when the router lends the
-// memory for it (BuildInto). Its imports are the plugin
-// contract, the hints config rules, Prometheus' client and logr: no
-// Kubernetes client, no file watches, no HTTP server.
+// memory for it (BuildInto). Its imports are the plugin contract, the
+// booking API's type (pkg/bookingapi: Booking is bookingapi.Booking), the
+// hints config rules, Prometheus' client and logr: no Kubernetes client,
+// no file watches, no HTTP server.
 //
 // Experimental until v1: see CHANGELOG.md at the repository root.
 package dispatch
