@@ -5,8 +5,8 @@
 # for it; CPU time counts only what it ran (cache sharing still shows).
 #
 #   hack/bench-cputime.sh PKG BENCH N1 N2
-#   hack/bench-cputime.sh ./pkg/router 'BenchmarkBookLong/blocks=64$/book$' 100000 400000
-#   BIN=/tmp/router.test hack/bench-cputime.sh - 'BenchmarkBookLong/blocks=64$/floor$' 100000 400000
+#   hack/bench-cputime.sh ./pkg/dispatch 'BenchmarkBookLong/blocks=64$/book$' 100000 400000
+#   BIN=/tmp/dispatch.test hack/bench-cputime.sh - 'BenchmarkBookLong/blocks=64$/floor$' 100000 400000
 #
 # Runs the benchmark N1 and N2 times (-benchtime=Nx), GOMAXPROCS=1 and
 # pinned to core 1 (as the other figures are), and prints (cpu(N2) -

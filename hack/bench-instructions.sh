@@ -5,7 +5,7 @@
 # timing on a quiet machine).
 #
 #   hack/bench-instructions.sh PKG BENCH N1 N2
-#   hack/bench-instructions.sh ./pkg/router 'BenchmarkBookLong/blocks=64/book$' 2000 6000
+#   hack/bench-instructions.sh ./pkg/dispatch 'BenchmarkBookLong/blocks=64/book$' 2000 6000
 #
 # Runs the benchmark N1 and N2 times (-benchtime=Nx) under callgrind and
 # prints (total(N2) - total(N1)) / (N2 - N1), so that the test binary's

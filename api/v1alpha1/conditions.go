@@ -1,5 +1,7 @@
 package v1alpha1
 
+import "github.com/kvrouter/kv-hint-operator/pkg/wellknown"
+
 // ConditionType is the type of a RouterRole or HintPolicy condition.
 type ConditionType string
 
@@ -67,59 +69,60 @@ const (
 // role on the KV path whose router's Dynamo Frontend sets a router preset
 // of its dialect (--agentic, --load-aware, or their variables): the
 // preset takes precedence over the role's cost-function parameters. Its
-// value is that of the core's reason (pkg/hintsconfig).
-const ReasonPresetOverridesParameters ConditionReason = "PresetOverridesParameters"
+// value is pkg/wellknown's, which the rules (pkg/hintsconfig) report too.
+const ReasonPresetOverridesParameters ConditionReason = wellknown.ReasonPresetOverridesParameters
 
 // ReasonPolicyEjected is the reason of PolicyEjected=True.
 const ReasonPolicyEjected ConditionReason = "PolicyEjected"
 
 // Reasons of Accepted=False that come from the catalog rules. Their values
-// are those of the Reason constants of the rules (pkg/hintsconfig), which
-// the CLI and the sidecar report for the same rule; a test
-// (internal/rolegraph/reasons_test.go) keeps the two lists equal.
+// are written once, in pkg/wellknown, and the Reason constants of the rules
+// (pkg/hintsconfig), which the CLI and the sidecar report for the same
+// rule, take the same; a test (internal/rolegraph/reasons_test.go) checks
+// that each of pkg/wellknown's reasons is documented here.
 const (
 	// ReasonInvalidConfig: the compiled policy file as a whole breaks a
 	// rule of the router's (no role at all, say). The message names the
 	// rule; fix the roles it names.
-	ReasonInvalidConfig ConditionReason = "InvalidConfig"
+	ReasonInvalidConfig ConditionReason = wellknown.ReasonInvalidConfig
 
 	// ReasonInvalidRole: spec.role is not one the router knows
 	// (aggregated, prefill, decode, encode). The API server refuses it at
 	// apply; kvhint validate reports it offline.
-	ReasonInvalidRole ConditionReason = "InvalidRole"
+	ReasonInvalidRole ConditionReason = wellknown.ReasonInvalidRole
 
 	// ReasonInvalidRouterMode: spec.routerMode is not one the router
 	// knows. The API server refuses it at apply; kvhint validate reports
 	// it offline.
-	ReasonInvalidRouterMode ConditionReason = "InvalidRouterMode"
+	ReasonInvalidRouterMode ConditionReason = wellknown.ReasonInvalidRouterMode
 
 	// ReasonUnknownWorkerSelection: workerSelection.type is not linked
 	// into this build; the message lists those that are. Use a listed
 	// type, or build kvhint with the plugin.
-	ReasonUnknownWorkerSelection ConditionReason = "UnknownWorkerSelection"
+	ReasonUnknownWorkerSelection ConditionReason = wellknown.ReasonUnknownWorkerSelection
 
 	// ReasonInvalidParameters: a parameter is unknown, of the wrong type
 	// or out of range; the message names the hint, its type, the key and
 	// the range. Fix the parameter.
-	ReasonInvalidParameters ConditionReason = "InvalidParameters"
+	ReasonInvalidParameters ConditionReason = wellknown.ReasonInvalidParameters
 
 	// ReasonUnknownHintType: a hint type is not linked into this build;
 	// the message lists those that are. Use a listed type.
-	ReasonUnknownHintType ConditionReason = "UnknownHintType"
+	ReasonUnknownHintType ConditionReason = wellknown.ReasonUnknownHintType
 
 	// ReasonInvalidHintName: a hint's name is not a valid name. The API
 	// server refuses it at apply; kvhint validate reports it offline.
-	ReasonInvalidHintName ConditionReason = "InvalidHintName"
+	ReasonInvalidHintName ConditionReason = wellknown.ReasonInvalidHintName
 
 	// ReasonDuplicateHintName: two hints are known by the same name (an
 	// item is known by its name, else by its type), for example an inline
 	// kv-retain and an unnamed policyRef to a kv-retain HintPolicy; the
 	// message names both. Give one a name.
-	ReasonDuplicateHintName ConditionReason = "DuplicateHintName"
+	ReasonDuplicateHintName ConditionReason = wellknown.ReasonDuplicateHintName
 
 	// ReasonTooManyHints: the role lists more than 32 hints. The API
 	// server refuses it at apply; kvhint validate reports it offline.
-	ReasonTooManyHints ConditionReason = "TooManyHints"
+	ReasonTooManyHints ConditionReason = wellknown.ReasonTooManyHints
 
 	// ReasonHintsRequireKVMode: the role lists hints, but runs off the KV
 	// path: its routerMode, or for a restart-mode router the
@@ -127,23 +130,23 @@ const (
 	// (absent: round-robin), is not kv; the message names the flag, its
 	// value and the container. Start the router with --router-mode kv, or
 	// set hints: [].
-	ReasonHintsRequireKVMode ConditionReason = "HintsRequireKVMode"
+	ReasonHintsRequireKVMode ConditionReason = wellknown.ReasonHintsRequireKVMode
 
 	// ReasonKVCopySenderMissing: the selection commits KV copies (kvcr)
 	// but no hint policy sends them. Add kv-fetch, or leave hints out for
 	// the selection's defaults.
-	ReasonKVCopySenderMissing ConditionReason = "KVCopySenderMissing"
+	ReasonKVCopySenderMissing ConditionReason = wellknown.ReasonKVCopySenderMissing
 
 	// ReasonKVCopySenderDuplicate: two hint policies of the role send KV
 	// copies. Keep one.
-	ReasonKVCopySenderDuplicate ConditionReason = "KVCopySenderDuplicate"
+	ReasonKVCopySenderDuplicate ConditionReason = wellknown.ReasonKVCopySenderDuplicate
 
 	// ReasonPolicyFormCannotCarry: the router's declared catalog says its
 	// build reads the released policy-file form (policyFileForm:
 	// RouterWideHint: one kv_hint_policy for the whole router), and the
 	// router's roles on the KV path do not all run one and the same single
 	// hint policy. The message names the form and what each role runs.
-	ReasonPolicyFormCannotCarry ConditionReason = "PolicyFormCannotCarry"
+	ReasonPolicyFormCannotCarry ConditionReason = wellknown.ReasonPolicyFormCannotCarry
 )
 
 // Reasons of Accepted=False that come from the graph of objects rather than

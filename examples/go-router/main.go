@@ -20,9 +20,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kvrouter/kv-hint-operator/pkg/dispatch"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
 	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
-	"github.com/kvrouter/kv-hint-operator/pkg/router"
 )
 
 type workerFlags []Worker
@@ -47,7 +47,7 @@ func main() {
 	role := flag.String("role", "decode", "the role this router books workers for")
 	mode := flag.String("router-mode", "kv", "the router's mode, which every role of the hints config runs under, as Dynamo's --router-mode; hints run only under kv")
 	flag.Var(&workers, "worker", "a worker, ID=URL[,router_hint]; repeat for each")
-	hintPath := router.InBandKVHint
+	hintPath := dispatch.InBandKVHint
 	flag.Var(&hintPath, "hint-path", "where the forwarded request carries the hint: kv_transfer_params.kv_hint, kv_hints or kv_transfer_params.router_hint")
 	flag.Parse()
 	if len(workers) == 0 {
@@ -57,7 +57,7 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	d := router.NewDispatcher(router.Options{Catalog: builtin.NewCatalog(), Workers: Capabilities(workers), RouterMode: hintsconfig.RouterMode(*mode)})
+	d := dispatch.NewDispatcher(dispatch.Options{Catalog: builtin.NewCatalog(), Workers: Capabilities(workers), RouterMode: hintsconfig.RouterMode(*mode)})
 	if err := d.Load(doc, *hintsFile); err != nil {
 		log.Fatal(err)
 	}

@@ -11,8 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kvrouter/kv-hint-operator/pkg/dispatch"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
-	"github.com/kvrouter/kv-hint-operator/pkg/router"
 )
 
 // Worker is one engine the router forwards requests to.
@@ -32,7 +32,7 @@ type Worker struct {
 type Router struct {
 	role     string
 	workers  []Worker
-	dispatch *router.Dispatcher
+	dispatch *dispatch.Dispatcher
 	client   *http.Client
 	next     atomic.Uint64
 	// messages is memory the bookings write their hints into: a hint is
@@ -42,7 +42,7 @@ type Router struct {
 	// HintPath is where the forwarded request carries the hint; the zero
 	// value is kv_transfer_params.kv_hint, where Dynamo's vLLM handler
 	// reads it.
-	HintPath router.InBandPath
+	HintPath dispatch.InBandPath
 }
 
 // maxBodyBytes caps a request body; prompts of a million tokens fit.
@@ -50,13 +50,13 @@ const maxBodyBytes = 8 << 20
 
 // NewRouter returns a router for one role over workers, running the hints
 // config doc.
-func NewRouter(role string, workers []Worker, d *router.Dispatcher) *Router {
+func NewRouter(role string, workers []Worker, d *dispatch.Dispatcher) *Router {
 	return &Router{role: role, workers: workers, dispatch: d, client: &http.Client{Timeout: 60 * time.Second}}
 }
 
 // Capabilities is the router's worker list as the dispatcher sees it.
-func Capabilities(workers []Worker) router.StaticWorkers {
-	m := router.StaticWorkers{}
+func Capabilities(workers []Worker) dispatch.StaticWorkers {
+	m := dispatch.StaticWorkers{}
 	for _, w := range workers {
 		m[w.ID] = w.RouterHint
 	}
@@ -82,9 +82,9 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	// Book: the router's own choice. A KV-aware router would also commit
-	// a KV copy here (router.Booking.KVCopy) when a peer holds the prefix.
+	// a KV copy here (dispatch.Booking.KVCopy) when a peer holds the prefix.
 	worker := rt.workers[rt.next.Add(1)%uint64(len(rt.workers))]
-	booking := &router.Booking{
+	booking := &dispatch.Booking{
 		RequestID:    requestID(r),
 		Role:         rt.role,
 		Worker:       worker.ID,
@@ -103,13 +103,13 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// A booking the hints config cannot run (an unknown role, say)
 		// still goes to its worker, without a hint: hints never decide
 		// whether a request is served.
-		hint = router.Hint{}
+		hint = dispatch.Hint{}
 	}
 	if hint.Message != nil {
 		// The message goes where the worker's engine reads it; every
 		// other field of the caller's body is forwarded as it came,
 		// kv_transfer_params of a prefill/decode handshake included.
-		if body, err = router.CarryHint(body, hint.Message, rt.HintPath); err != nil {
+		if body, err = dispatch.CarryHint(body, hint.Message, rt.HintPath); err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}

@@ -13,8 +13,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/kvrouter/kv-hint-operator/pkg/dispatch"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
-	"github.com/kvrouter/kv-hint-operator/pkg/router"
 	"github.com/kvrouter/kv-hint-operator/test/receivers"
 )
 
@@ -119,19 +119,19 @@ func TestHintInBand(t *testing.T) {
 		{"a2", "kv.evict", "1.0", `{"block_hashes":[],"execute_at":"request_completion","include_current_request":true}`},
 	}
 	paths := []struct {
-		path   router.InBandPath
+		path   dispatch.InBandPath
 		parent string // "" for the top level
 		key    string
 	}{
-		{router.InBandKVHint, "kv_transfer_params", "kv_hint"},
-		{router.InBandKVHints, "", "kv_hints"},
-		{router.InBandRouterHint, "kv_transfer_params", "router_hint"},
+		{dispatch.InBandKVHint, "kv_transfer_params", "kv_hint"},
+		{dispatch.InBandKVHints, "", "kv_hints"},
+		{dispatch.InBandRouterHint, "kv_transfer_params", "router_hint"},
 	}
 	for _, tc := range paths {
 		t.Run(tc.path.String(), func(t *testing.T) {
 			capable, plain := startEngine(t), startEngine(t)
 			workers := []Worker{{ID: "decode-0", URL: capable.URL, RouterHint: true}, {ID: "decode-1", URL: plain.URL}}
-			d := router.NewDispatcher(router.Options{Catalog: builtin.NewCatalog(), Workers: Capabilities(workers)})
+			d := dispatch.NewDispatcher(dispatch.Options{Catalog: builtin.NewCatalog(), Workers: Capabilities(workers)})
 			if err := d.Load(doc, "testdata/hints.yaml"); err != nil {
 				t.Fatal(err)
 			}
@@ -228,7 +228,7 @@ func TestHintInBand(t *testing.T) {
 func TestBadTransferParams(t *testing.T) {
 	capable := startEngine(t)
 	workers := []Worker{{ID: "decode-0", URL: capable.URL, RouterHint: true}}
-	d := router.NewDispatcher(router.Options{Catalog: builtin.NewCatalog(), Workers: Capabilities(workers)})
+	d := dispatch.NewDispatcher(dispatch.Options{Catalog: builtin.NewCatalog(), Workers: Capabilities(workers)})
 	doc, err := os.ReadFile("testdata/hints.yaml")
 	if err != nil {
 		t.Fatal(err)

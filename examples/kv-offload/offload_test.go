@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvrouter/kv-hint-operator/pkg/dispatch"
 	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
-	"github.com/kvrouter/kv-hint-operator/pkg/router"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -130,11 +130,11 @@ func TestBookingThroughTheDispatcher(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := router.NewDispatcher(router.Options{Catalog: cat, Workers: router.StaticWorkers{"decode-0": true, "decode-1": false}})
+	d := dispatch.NewDispatcher(dispatch.Options{Catalog: cat, Workers: dispatch.StaticWorkers{"decode-0": true, "decode-1": false}})
 	if err := d.Load(doc, "testdata/offload.yaml"); err != nil {
 		t.Fatal(err)
 	}
-	b := &router.Booking{RequestID: "r1", Role: "decode", Worker: "decode-0", PromptTokens: 9000, BlockSize: 16,
+	b := &dispatch.Booking{RequestID: "r1", Role: "decode", Worker: "decode-0", PromptTokens: 9000, BlockSize: 16,
 		Session: hints.Session{ID: "s1", Turn: 2}}
 	h, err := d.Build(t.Context(), b)
 	if err != nil {
@@ -143,11 +143,11 @@ func TestBookingThroughTheDispatcher(t *testing.T) {
 	want := `{"protocol_version":"0.1","message_id":"r1","actions":[` +
 		`{"action_id":"a1","action_type":"kv.retain","action_version":"1.0","payload":{"block_hashes":[],"execute_at":"request_completion","include_current_request":true,"priority":50,"ttl_seconds":120.0}},` +
 		`{"action_id":"a2","action_type":"kv.offload","action_version":"1.0","payload":{"execute_at":"request_completion","include_current_request":true,"tier":"disk"}}]}`
-	if h.Outcome != router.OutcomeHinted || string(h.Message) != want {
+	if h.Outcome != dispatch.OutcomeHinted || string(h.Message) != want {
 		t.Fatalf("outcome %v, message\n%s\nwant\n%s", h.Outcome, h.Message, want)
 	}
 	b.Worker = "decode-1"
-	if h, err := d.Build(t.Context(), b); err != nil || h.Outcome != router.OutcomeNotHintCapable || h.Message != nil {
+	if h, err := d.Build(t.Context(), b); err != nil || h.Outcome != dispatch.OutcomeNotHintCapable || h.Message != nil {
 		t.Fatalf("worker without router_hint: %v, %v, %s", err, h.Outcome, h.Message)
 	}
 }

@@ -11,8 +11,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/kvrouter/kv-hint-operator/pkg/dispatch"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
-	"github.com/kvrouter/kv-hint-operator/pkg/router"
 )
 
 // TestValidateJSON: --output json is one document a pipeline tool reads,
@@ -74,15 +74,15 @@ func TestSidecarRefusesASecondDocument(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := router.NewDispatcher(router.Options{Catalog: builtin.NewCatalog()})
+	d := dispatch.NewDispatcher(dispatch.Options{Catalog: builtin.NewCatalog()})
 	err = d.Load(data, "multi-document.in.yaml")
-	if !errors.Is(err, router.ErrConfigRejected) || !strings.Contains(err.Error(), "2 YAML documents") {
+	if !errors.Is(err, dispatch.ErrConfigRejected) || !strings.Contains(err.Error(), "2 YAML documents") {
 		t.Fatalf("Load: %v; want it refused for its second document", err)
 	}
 	if d.Ready() {
 		t.Error("the dispatcher is ready on a refused config")
 	}
-	if _, err := d.Book(context.Background(), &router.Booking{RequestID: "r", Role: "decode", Worker: "w"}); !errors.Is(err, router.ErrNotReady) {
+	if _, err := d.Book(context.Background(), &dispatch.Booking{RequestID: "r", Role: "decode", Worker: "w"}); !errors.Is(err, dispatch.ErrNotReady) {
 		t.Errorf("booking: %v; want ErrNotReady", err)
 	}
 }

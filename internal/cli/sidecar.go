@@ -12,7 +12,7 @@ import (
 	"strconv"
 	"syscall"
 
-	"github.com/kvrouter/kv-hint-operator/pkg/router"
+	"github.com/kvrouter/kv-hint-operator/pkg/dispatch"
 	"github.com/kvrouter/kv-hint-operator/pkg/wellknown"
 
 	"github.com/go-logr/logr"
@@ -49,7 +49,7 @@ booking API on loopback, or on a Unix socket with --listen unix:///PATH:
 POST /v1/bookings with the booking, answered with
 the hint it built (200) or nothing (204). The answer is the message the
 router carries in-band on the request it forwards to the booked worker
-(router.CarryHint: kv_transfer_params.kv_hint, kv_hints or the legacy
+(dispatch.CarryHint: kv_transfer_params.kv_hint, kv_hints or the legacy
 kv_transfer_params.router_hint). Only to a worker that advertises a hint
 endpoint (opt-in; no engine known today opens one) is the hint also
 posted, off the booking path.
@@ -182,16 +182,16 @@ pod IP only, where probes and scrapers reach them; pprof is on loopback.`,
 	f.StringVar(&o.Listen, "listen", sidecar.DefaultListen, "booking API address: a loopback HOST:PORT, or unix:///PATH for a Unix socket in a volume the router's container shares")
 	f.StringVar(&listenMode, "listen-mode", fmt.Sprintf("%#o", listen.DefaultListenMode), "file mode (octal) of the --listen unix:///PATH socket: connecting needs write permission, so it says which users and groups may book")
 	f.StringVar(&o.OpsListen, "metrics-listen", defaultOpsListen(), "address of /metrics, /healthz and /readyz (default $POD_IP:8791 where POD_IP is set, for kubelet probes and scrapers; else loopback)")
-	f.DurationVar(&o.PolicyDeadline, "policy-deadline", router.DefaultPolicyDeadline, "how long one hint policy may run on a booking before the run counts as an overrun (its actions are kept)")
-	f.DurationVar(&o.PolicyIsolation.HardDeadline, "policy-hard-deadline", router.DefaultPolicyHardDeadline, "the most a booking waits for a policy that may block (not a built-in); the booking answers without it past that, and the policy is ejected")
-	f.IntVar(&o.PolicyIsolation.EjectAfter, "policy-eject-after", router.DefaultEjectAfter, "overruns in a row that eject a policy that may block from its role's path")
-	f.DurationVar(&o.PolicyIsolation.EjectionBase, "policy-ejection-base", router.DefaultEjectionBase, "how long a first ejection lasts; the policy then runs on probation")
-	f.Float64Var(&o.PolicyIsolation.EjectionMultiplier, "policy-ejection-multiplier", router.DefaultEjectionMultiplier, "multiplies the ejection time for each ejection in a row (at least 1)")
-	f.DurationVar(&o.PolicyIsolation.EjectionMax, "policy-ejection-max", router.DefaultEjectionMax, "the longest ejection")
-	f.IntVar(&o.PolicyIsolation.ProbationRuns, "policy-probation-runs", router.DefaultProbationRuns, "runs in a row on time that end a probation (one overrun on probation ejects again, for longer)")
-	f.IntVar(&o.PolicyIsolation.MaxRuns, "policy-max-runs", router.DefaultMaxPolicyRuns, "runs of one policy that may block in flight at once, those abandoned at the hard deadline included; past it bookings skip the policy")
-	f.DurationVar(&o.PolicyDeadlinePerBlock, "policy-deadline-per-block", router.DefaultPolicyDeadlinePerBlock, "added to the deadline of a policy that reads the committed copy (kv-fetch), per block of the copy")
-	f.IntVar(&o.MaxBookingBytes, "max-booking-bytes", router.DefaultMaxBookingBytes, "largest booking body accepted (413 above); the payload limit follows it (1 MiB holds about 49,000 block hashes)")
+	f.DurationVar(&o.PolicyDeadline, "policy-deadline", dispatch.DefaultPolicyDeadline, "how long one hint policy may run on a booking before the run counts as an overrun (its actions are kept)")
+	f.DurationVar(&o.PolicyIsolation.HardDeadline, "policy-hard-deadline", dispatch.DefaultPolicyHardDeadline, "the most a booking waits for a policy that may block (not a built-in); the booking answers without it past that, and the policy is ejected")
+	f.IntVar(&o.PolicyIsolation.EjectAfter, "policy-eject-after", dispatch.DefaultEjectAfter, "overruns in a row that eject a policy that may block from its role's path")
+	f.DurationVar(&o.PolicyIsolation.EjectionBase, "policy-ejection-base", dispatch.DefaultEjectionBase, "how long a first ejection lasts; the policy then runs on probation")
+	f.Float64Var(&o.PolicyIsolation.EjectionMultiplier, "policy-ejection-multiplier", dispatch.DefaultEjectionMultiplier, "multiplies the ejection time for each ejection in a row (at least 1)")
+	f.DurationVar(&o.PolicyIsolation.EjectionMax, "policy-ejection-max", dispatch.DefaultEjectionMax, "the longest ejection")
+	f.IntVar(&o.PolicyIsolation.ProbationRuns, "policy-probation-runs", dispatch.DefaultProbationRuns, "runs in a row on time that end a probation (one overrun on probation ejects again, for longer)")
+	f.IntVar(&o.PolicyIsolation.MaxRuns, "policy-max-runs", dispatch.DefaultMaxPolicyRuns, "runs of one policy that may block in flight at once, those abandoned at the hard deadline included; past it bookings skip the policy")
+	f.DurationVar(&o.PolicyDeadlinePerBlock, "policy-deadline-per-block", dispatch.DefaultPolicyDeadlinePerBlock, "added to the deadline of a policy that reads the committed copy (kv-fetch), per block of the copy")
+	f.IntVar(&o.MaxBookingBytes, "max-booking-bytes", dispatch.DefaultMaxBookingBytes, "largest booking body accepted (413 above); the payload limit follows it (1 MiB holds about 49,000 block hashes)")
 	f.IntVar(&o.QueueSize, "queue-size", delivery.DefaultQueueSize, "hints queued per worker; when full the newest is dropped")
 	f.Int64Var(&o.MaxQueuedBytes, "max-queued-hint-bytes", delivery.DefaultMaxQueuedBytes, "bytes of hints queued across all workers; a hint past it is dropped and counted (memory_budget)")
 	f.IntVar(&o.MaxWorkerConns, "max-worker-connections", delivery.DefaultMaxWorkerConns, "connections open to all workers together; lowered to what the descriptor limit leaves after the listeners' caps; a post that finds none is counted (connection_limit)")

@@ -1,6 +1,6 @@
 // Package preview replays a trace of bookings through two compiled hints
 // configs and reports, per role, what the change does: the actions the
-// real dispatcher (pkg/router) builds for each booking under each config,
+// real dispatcher (pkg/dispatch) builds for each booking under each config,
 // and what they do in a deterministic model of the rest, namely the
 // router's worker choice (the role's worker selection with its
 // parameters: Dynamo's default cost function, its load-only selections,

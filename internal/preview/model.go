@@ -11,10 +11,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kvrouter/kv-hint-operator/pkg/dispatch"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
 	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
-	"github.com/kvrouter/kv-hint-operator/pkg/router"
 )
 
 // Config is one side of a preview: a compiled policy file and the router
@@ -186,7 +186,7 @@ func (w *worker) HintCapable() bool                 { return w.capable }
 func (w *worker) InPool(role string) bool           { return w.role == role }
 func (w *worker) Deliver([]byte, time.Time) bool    { return false }
 func (w *worker) SourceEndpoint(int) (string, bool) { return w.endpoint, w.endpoint != "" }
-func (r registry) Lookup(id string) router.Worker {
+func (r registry) Lookup(id string) dispatch.Worker {
 	if w, ok := r[id]; ok {
 		return w
 	}
@@ -256,7 +256,7 @@ func (h *eventHeap) Pop() any {
 // sim replays a trace under one config.
 type sim struct {
 	a        Assumptions
-	d        *router.Dispatcher
+	d        *dispatch.Dispatcher
 	roles    map[string]*roleState
 	order    []*roleState // the roles a Mooncake row is booked for, in order
 	reg      registry
@@ -318,9 +318,9 @@ func Replay(cat *hints.Catalog, cfg Config, rows []Row, a Assumptions) (*Result,
 	if a.EngineBlockSize > 0 {
 		s.r = a.BlockSize / a.EngineBlockSize
 	}
-	s.d = router.NewDispatcher(router.Options{Catalog: cat, Workers: s.reg,
-		PolicyDeadline: time.Hour, Isolation: router.IsolationOptions{HardDeadline: time.Hour}})
-	if err := s.d.LoadConfig(router.Config{Doc: cfg.Doc, Modes: cfg.Modes, Hash: cfg.Hash, Form: cfg.Form}, cfg.Name); err != nil {
+	s.d = dispatch.NewDispatcher(dispatch.Options{Catalog: cat, Workers: s.reg,
+		PolicyDeadline: time.Hour, Isolation: dispatch.IsolationOptions{HardDeadline: time.Hour}})
+	if err := s.d.LoadConfig(dispatch.Config{Doc: cfg.Doc, Modes: cfg.Modes, Hash: cfg.Hash, Form: cfg.Form}, cfg.Name); err != nil {
 		return nil, err
 	}
 	for i, r := range g.Roles {
@@ -619,7 +619,7 @@ func (s *sim) book(ctx context.Context, rs *roleState, row *Row, hashes []uint64
 	}
 	bs := s.blockSize(row)
 	r := s.ratio(row)
-	b := router.Booking{RequestID: row.RequestID, Role: rs.name, Worker: w.name, PromptTokens: row.InputTokens, BlockSize: bs / r, KVCopy: kvCopy}
+	b := dispatch.Booking{RequestID: row.RequestID, Role: rs.name, Worker: w.name, PromptTokens: row.InputTokens, BlockSize: bs / r, KVCopy: kvCopy}
 	if row.Session != "" {
 		b.Session = hints.Session{ID: row.Session, Turn: row.Turn, Final: row.Final}
 	}
@@ -636,7 +636,7 @@ func (s *sim) book(ctx context.Context, rs *roleState, row *Row, hashes []uint64
 			}
 			st.CopiesFrom[src.role]++
 		}
-		if h.CopyDrop != router.CopyKept {
+		if h.CopyDrop != dispatch.CopyKept {
 			st.CopiesDropped++
 		}
 	}
@@ -680,7 +680,7 @@ func (s *sim) book(ctx context.Context, rs *roleState, row *Row, hashes []uint64
 			evict = true
 		}
 	}
-	if h.Outcome == router.OutcomeHinted {
+	if h.Outcome == dispatch.OutcomeHinted {
 		st.Hinted++
 	}
 

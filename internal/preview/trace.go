@@ -71,7 +71,10 @@ type Row struct {
 	Actions   []string
 }
 
-// RecordedCopy is the committed KV copy a recorded booking carried.
+// RecordedCopy is the committed KV copy a recorded booking carried, as the
+// recorder writes it (internal/sidecar/record): hints.CommittedCopy's JSON
+// form, but its SourceEndpoint is a keyed hash of the booking's, not an
+// address, so it is kept apart from the booking API's type.
 type RecordedCopy struct {
 	SourceWorker   string   `json:"source_worker,omitempty"`
 	SourceEndpoint string   `json:"source_endpoint,omitempty"`
@@ -79,7 +82,9 @@ type RecordedCopy struct {
 	BlockHashes    []uint64 `json:"block_hashes"`
 }
 
-// rowJSON is a trace line as written. Numbers that Mooncake writes as
+// rowJSON is a trace line as written: a Mooncake row, or one the
+// recorder wrote, with the booking's fields flat beside it (not the
+// booking API's body, pkg/bookingapi.Booking). Numbers that Mooncake writes as
 // integers are read as json.Number so that a fraction or an exponent is an
 // error, not a silent truncation.
 type rowJSON struct {

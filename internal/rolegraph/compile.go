@@ -558,7 +558,7 @@ func countPods(pods []corev1.Pod, router, hash string) podCount {
 	return c
 }
 
-// ejectReasons are the reasons a sidecar reports (router.EjectReason).
+// ejectReasons are the reasons a sidecar reports (dispatch.EjectReason).
 var ejectReasons = []string{"overrun", "abandoned", "busy"}
 
 // addEjected counts one pod's ejected-policies annotation: entries

@@ -15,7 +15,7 @@ import (
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/booking"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/workers"
 	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
-	"github.com/kvrouter/kv-hint-operator/pkg/router"
+	"github.com/kvrouter/kv-hint-operator/pkg/dispatch"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -50,8 +50,8 @@ func TestBookingAPIErrors(t *testing.T) {
 		{"zero block size", `{"request_id":"r","role":"decode","worker":"w","prompt_tokens":1,"block_size":0}`, 400, "block_size is 0; a KV block holds at least 1 token"},
 		{"turn 0 in a session", bookingJSON("r", "decode", "worker-0", `"session":{"id":"s","turn":0}`), 400, "session.turn is 0; turns count from 1"},
 		{"string count", `{"request_id":"r","role":"decode","worker":"w","prompt_tokens":"12","block_size":1}`, 400, "prompt_tokens: got string"},
-		{"oversize body", bookingJSON("r", "decode", "worker-0", `"committed_kv_copy":{"block_hashes":[`+strings.Repeat("1,", router.DefaultMaxBookingBytes/2)+`1]}`), 413, "over the 1048576-byte limit"},
-		{"long request id", bookingJSON(strings.Repeat("r", router.MaxRequestIDBytes+1), "decode", "worker-0", ""), 400, "request_id is 257 bytes"},
+		{"oversize body", bookingJSON("r", "decode", "worker-0", `"committed_kv_copy":{"block_hashes":[`+strings.Repeat("1,", dispatch.DefaultMaxBookingBytes/2)+`1]}`), 413, "over the 1048576-byte limit"},
+		{"long request id", bookingJSON(strings.Repeat("r", dispatch.MaxRequestIDBytes+1), "decode", "worker-0", ""), 400, "request_id is 257 bytes"},
 		{"unknown role", bookingJSON("r", "rerank", "worker-0", ""), 422, `unknown role \"rerank\"`},
 	}
 	for _, tc := range tests {
@@ -156,32 +156,32 @@ func TestWorkersAPI(t *testing.T) {
 // TestGoAPI is the in-process API a router linked with the sidecar uses.
 func TestGoAPI(t *testing.T) {
 	reg := workers.NewRegistry(nil)
-	if err := reg.Set(workers.SourceAPI, workers.WorkerSpec{ID: "w", Capabilities: []string{router.CapabilityRouterHint}}); err != nil {
+	if err := reg.Set(workers.SourceAPI, workers.WorkerSpec{ID: "w", Capabilities: []string{dispatch.CapabilityRouterHint}}); err != nil {
 		t.Fatal(err)
 	}
-	d := router.NewDispatcher(router.Options{Catalog: testCatalog(t), Workers: reg, Log: testLogger(t)})
+	d := dispatch.NewDispatcher(dispatch.Options{Catalog: testCatalog(t), Workers: reg, Log: testLogger(t)})
 	ctx := context.Background()
-	if _, err := d.Book(ctx, &router.Booking{RequestID: "r", Role: "decode", Worker: "w"}); !errors.Is(err, router.ErrNotReady) {
+	if _, err := d.Book(ctx, &dispatch.Booking{RequestID: "r", Role: "decode", Worker: "w"}); !errors.Is(err, dispatch.ErrNotReady) {
 		t.Fatalf("before a config: %v, want ErrNotReady", err)
 	}
 	if err := d.Load([]byte(dispatchConfig), "test"); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
-		b    router.Booking
+		b    dispatch.Booking
 		want error
 	}{
-		{router.Booking{Role: "decode", Worker: "w"}, router.ErrInvalidBooking},
-		{router.Booking{RequestID: "r", Worker: "w"}, router.ErrInvalidBooking},
-		{router.Booking{RequestID: "r", Role: "decode"}, router.ErrInvalidBooking},
-		{router.Booking{RequestID: "r", Role: "decode", Worker: "w", Session: hints.Session{Final: true}}, router.ErrInvalidBooking},
-		{router.Booking{RequestID: "r", Role: "nope", Worker: "w"}, router.ErrUnknownRole},
+		{dispatch.Booking{Role: "decode", Worker: "w"}, dispatch.ErrInvalidBooking},
+		{dispatch.Booking{RequestID: "r", Worker: "w"}, dispatch.ErrInvalidBooking},
+		{dispatch.Booking{RequestID: "r", Role: "decode"}, dispatch.ErrInvalidBooking},
+		{dispatch.Booking{RequestID: "r", Role: "decode", Worker: "w", Session: hints.Session{Final: true}}, dispatch.ErrInvalidBooking},
+		{dispatch.Booking{RequestID: "r", Role: "nope", Worker: "w"}, dispatch.ErrUnknownRole},
 	} {
 		if _, err := d.Book(ctx, &tc.b); !errors.Is(err, tc.want) {
 			t.Errorf("Book(%+v) = %v, want %v", tc.b, err, tc.want)
 		}
 	}
-	h, err := d.Book(ctx, &router.Booking{
+	h, err := d.Book(ctx, &dispatch.Booking{
 		RequestID: `quote"and\newline`, Role: "decode", Worker: "w", PromptTokens: 100, BlockSize: 16,
 		Session: hints.Session{ID: "s", Turn: 1},
 		KVCopy:  &hints.CommittedCopy{SourceWorker: "b", SourceEndpoint: "tcp://b:1", BlockHashes: []uint64{7}},
@@ -198,7 +198,7 @@ func TestGoAPI(t *testing.T) {
 	if !json.Valid(h.Message) {
 		t.Error("message is not valid JSON")
 	}
-	if h.Outcome != router.OutcomeHinted || h.Actions != 2 || h.Queued {
+	if h.Outcome != dispatch.OutcomeHinted || h.Actions != 2 || h.Queued {
 		t.Errorf("hint %+v: want hinted, 2 actions, not queued (no delivery)", h)
 	}
 }

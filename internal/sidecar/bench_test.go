@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvrouter/kv-hint-operator/pkg/router"
+	"github.com/kvrouter/kv-hint-operator/pkg/dispatch"
 
 	"github.com/go-logr/logr"
 
@@ -60,16 +60,16 @@ func BenchmarkBookHTTP(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { w.Close() })
-	if err := s.Workers.Set(workers.SourceAPI, workers.WorkerSpec{ID: "decode-worker-0", Capabilities: []string{router.CapabilityRouterHint}, HintEndpoint: w.HintEndpoint()}); err != nil {
+	if err := s.Workers.Set(workers.SourceAPI, workers.WorkerSpec{ID: "decode-worker-0", Capabilities: []string{dispatch.CapabilityRouterHint}, HintEndpoint: w.HintEndpoint()}); err != nil {
 		b.Fatal(err)
 	}
 	testenv.Eventually(b, 5*time.Second, "the sidecar ready", func(context.Context) error {
 		if !s.Dispatcher.Ready() {
-			return router.ErrNotReady
+			return dispatch.ErrNotReady
 		}
 		return nil
 	})
-	// The booking of pkg/router's BenchmarkBook: a session's last turn with
+	// The booking of pkg/dispatch's BenchmarkBook: a session's last turn with
 	// 64 random block hashes committed.
 	rng := rand.New(rand.NewPCG(1, 2))
 	hashes := make([]uint64, 64)

@@ -12,7 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
-	"github.com/kvrouter/kv-hint-operator/pkg/router"
+	"github.com/kvrouter/kv-hint-operator/pkg/dispatch"
 	"github.com/kvrouter/kv-hint-operator/pkg/wellknown"
 )
 
@@ -54,7 +54,7 @@ worker_selection:
 		PodName:                    "router-0", PodNamespace: ns, Kube: kc,
 		Listen: "127.0.0.1:0", OpsListen: "127.0.0.1:0", Log: testLogger(t),
 		PolicyDeadline:  time.Millisecond,
-		PolicyIsolation: router.IsolationOptions{HardDeadline: time.Second, EjectAfter: 2, EjectionBase: 2 * time.Second, EjectionMax: 2 * time.Second},
+		PolicyIsolation: dispatch.IsolationOptions{HardDeadline: time.Second, EjectAfter: 2, EjectionBase: 2 * time.Second, EjectionMax: 2 * time.Second},
 	})
 	if err != nil {
 		t.Fatal(err)

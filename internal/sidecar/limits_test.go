@@ -16,7 +16,7 @@ import (
 
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/booking"
 	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
-	"github.com/kvrouter/kv-hint-operator/pkg/router"
+	"github.com/kvrouter/kv-hint-operator/pkg/dispatch"
 )
 
 // heapInUse is the live heap after a collection.
@@ -60,7 +60,7 @@ func TestStalledBookingsDoNotPreallocate(t *testing.T) {
 	s := startSidecarWithConfig(t, testCatalog(t), dispatchConfig, nil)
 	const n = 64
 	before := heapInUse()
-	stallBookings(t, s.BookingAddr(), n, router.DefaultMaxBookingBytes)
+	stallBookings(t, s.BookingAddr(), n, dispatch.DefaultMaxBookingBytes)
 	// Each handler is reading its body once the server has seen n
 	// requests; give them the time a preallocation would take, and check
 	// the heap stays low all along.
@@ -68,7 +68,7 @@ func TestStalledBookingsDoNotPreallocate(t *testing.T) {
 	deadline := time.Now().Add(500 * time.Millisecond)
 	for time.Now().Before(deadline) {
 		if grown := int64(heapInUse()) - int64(before); grown > bound {
-			t.Fatalf("%d stalled bookings declaring %d bytes grew the heap by %d MiB, over %d MiB", n, router.DefaultMaxBookingBytes, grown>>20, bound>>20)
+			t.Fatalf("%d stalled bookings declaring %d bytes grew the heap by %d MiB, over %d MiB", n, dispatch.DefaultMaxBookingBytes, grown>>20, bound>>20)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -80,7 +80,7 @@ func TestStalledBookingsDoNotPreallocate(t *testing.T) {
 // more of it, and counted; the connection is closed after the answer.
 func TestOversizeBookingRefusedAtOnce(t *testing.T) {
 	s := startSidecarWithConfig(t, testCatalog(t), dispatchConfig, nil)
-	c := stallBookings(t, s.BookingAddr(), 1, 2*router.DefaultMaxBookingBytes)[0]
+	c := stallBookings(t, s.BookingAddr(), 1, 2*dispatch.DefaultMaxBookingBytes)[0]
 	c.SetReadDeadline(time.Now().Add(2 * time.Second))
 	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 	if err != nil {
@@ -90,7 +90,7 @@ func TestOversizeBookingRefusedAtOnce(t *testing.T) {
 	if resp.StatusCode != http.StatusRequestEntityTooLarge || !resp.Close || !strings.Contains(string(b), booking.MaxBookingBytesFlag) {
 		t.Errorf("got %d (close %v) %s, want 413, closed, naming %s", resp.StatusCode, resp.Close, b, booking.MaxBookingBytesFlag)
 	}
-	if n := gathered(t, s.Metrics, router.MetricsNamespace+"_booking_errors_total", map[string]string{"reason": "too_large"}); n != 1 {
+	if n := gathered(t, s.Metrics, dispatch.MetricsNamespace+"_booking_errors_total", map[string]string{"reason": "too_large"}); n != 1 {
 		t.Errorf("too_large booking errors = %v, want 1", n)
 	}
 }
@@ -106,7 +106,7 @@ func TestOversizeBookingExpectContinue(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	fmt.Fprintf(c, "POST /v1/bookings HTTP/1.1\r\nHost: sidecar\r\nContent-Type: application/json\r\nContent-Length: %d\r\nExpect: 100-continue\r\n\r\n", 2*router.DefaultMaxBookingBytes)
+	fmt.Fprintf(c, "POST /v1/bookings HTTP/1.1\r\nHost: sidecar\r\nContent-Type: application/json\r\nContent-Length: %d\r\nExpect: 100-continue\r\n\r\n", 2*dispatch.DefaultMaxBookingBytes)
 	c.SetReadDeadline(time.Now().Add(2 * time.Second))
 	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 	if err != nil {
@@ -116,7 +116,7 @@ func TestOversizeBookingExpectContinue(t *testing.T) {
 	if resp.StatusCode != http.StatusRequestEntityTooLarge || !resp.Close {
 		t.Errorf("got %d (close %v), want 413 and the connection closed, without 100 Continue first", resp.StatusCode, resp.Close)
 	}
-	if n := gathered(t, s.Metrics, router.MetricsNamespace+"_booking_errors_total", map[string]string{"reason": "too_large"}); n != 1 {
+	if n := gathered(t, s.Metrics, dispatch.MetricsNamespace+"_booking_errors_total", map[string]string{"reason": "too_large"}); n != 1 {
 		t.Errorf("too_large booking errors = %v, want 1", n)
 	}
 	// A body within the limit is invited as before.
@@ -148,7 +148,7 @@ func TestTricklingBookingTimesOut(t *testing.T) {
 	if resp.StatusCode != http.StatusRequestTimeout || !resp.Close {
 		t.Errorf("got %d (close %v), want 408 and the connection closed", resp.StatusCode, resp.Close)
 	}
-	if n := gathered(t, s.Metrics, router.MetricsNamespace+"_booking_errors_total", map[string]string{"reason": "invalid"}); n != 0 {
+	if n := gathered(t, s.Metrics, dispatch.MetricsNamespace+"_booking_errors_total", map[string]string{"reason": "invalid"}); n != 0 {
 		t.Errorf("invalid booking errors = %v, want 0: a slow client's booking is not invalid", n)
 	}
 }
@@ -159,7 +159,7 @@ func TestTricklingBookingTimesOut(t *testing.T) {
 // before it closes. Without that, about one in ten such bookings failed.
 func TestOversizeBookingAnswerReachesClient(t *testing.T) {
 	s := startSidecarWithConfig(t, testCatalog(t), dispatchConfig, nil)
-	body := bytes.Repeat([]byte("1"), 4*router.DefaultMaxBookingBytes)
+	body := bytes.Repeat([]byte("1"), 4*dispatch.DefaultMaxBookingBytes)
 	for i := range 20 {
 		resp, err := http.Post("http://"+s.BookingAddr()+"/v1/bookings", "application/json", bytes.NewReader(body))
 		if err != nil {
@@ -213,7 +213,7 @@ func TestServersHaveLimits(t *testing.T) {
 		o.ReadTimeout = 500 * time.Millisecond
 	})
 	refused := func(listener string) float64 {
-		return gathered(t, s.Metrics, router.MetricsNamespace+"_connections_refused_total", map[string]string{"listener": listener})
+		return gathered(t, s.Metrics, dispatch.MetricsNamespace+"_connections_refused_total", map[string]string{"listener": listener})
 	}
 	g0 := runtime.NumGoroutine()
 	start := time.Now()

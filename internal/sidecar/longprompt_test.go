@@ -19,8 +19,8 @@ import (
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/booking"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/workers"
 	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
+	"github.com/kvrouter/kv-hint-operator/pkg/dispatch"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
-	"github.com/kvrouter/kv-hint-operator/pkg/router"
 	"github.com/kvrouter/kv-hint-operator/pkg/wellknown"
 )
 
@@ -220,20 +220,20 @@ func TestMaxBookingBytesFlag(t *testing.T) {
 // TestGoAPITooLarge: an in-process router's copy over the booking limit is
 // refused up front, never accepted and stripped.
 func TestGoAPITooLarge(t *testing.T) {
-	d := router.NewDispatcher(router.Options{Catalog: testCatalog(t), MaxBookingBytes: 64 << 10, Workers: router.StaticWorkers{"p0": true}})
+	d := dispatch.NewDispatcher(dispatch.Options{Catalog: testCatalog(t), MaxBookingBytes: 64 << 10, Workers: dispatch.StaticWorkers{"p0": true}})
 	if err := d.Load([]byte(longConfig), "test"); err != nil {
 		t.Fatal(err)
 	}
 	hashes := randomHashes(4000, 1) // about 77 KB in decimal
-	big := router.Booking{RequestID: "r", Role: "prefill", Worker: "p0"}
+	big := dispatch.Booking{RequestID: "r", Role: "prefill", Worker: "p0"}
 	big.KVCopy = &hints.CommittedCopy{SourceEndpoint: "tcp://p1:1", BlockHashes: hashes}
 	_, err := d.Build(context.Background(), &big)
-	if !errors.Is(err, router.ErrBookingTooLarge) || !errors.Is(err, router.ErrInvalidBooking) || !strings.Contains(err.Error(), "65536") {
+	if !errors.Is(err, dispatch.ErrBookingTooLarge) || !errors.Is(err, dispatch.ErrInvalidBooking) || !strings.Contains(err.Error(), "65536") {
 		t.Fatalf("Build = %v, want ErrBookingTooLarge naming the limit", err)
 	}
 	big.KVCopy.BlockHashes = hashes[:3000] // about 58 KB: fits, and is sent whole
 	h, err := d.Build(context.Background(), &big)
-	if err != nil || h.Outcome != router.OutcomeHinted {
+	if err != nil || h.Outcome != dispatch.OutcomeHinted {
 		t.Fatalf("Build = %v, %v", h.Outcome, err)
 	}
 	if got, _, _ := fetchOf(t, h.Message); len(got) != 3000 {
@@ -441,7 +441,7 @@ worker_selection:
 	writeFile(t, filepath.Join(dir, wellknown.RolesKey), "decode:\n  routerMode: kv\n  workerSelector:\n    matchLabels: {component: decode}\n")
 	s := startSidecar(t, testCatalog(t), "", func(o *Options) { o.ConfigFile, o.ConfigDir = "", dir })
 	for _, w := range []struct{ id, component string }{{"d0", "decode"}, {"p0", "prefill"}} {
-		if err := s.Workers.Set(workers.SourceAPI, workers.WorkerSpec{ID: w.id, Capabilities: []string{router.CapabilityRouterHint}, Labels: map[string]string{"component": w.component}}); err != nil {
+		if err := s.Workers.Set(workers.SourceAPI, workers.WorkerSpec{ID: w.id, Capabilities: []string{dispatch.CapabilityRouterHint}, Labels: map[string]string{"component": w.component}}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -22,8 +22,8 @@ import (
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/configsource"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/workers"
 	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
+	"github.com/kvrouter/kv-hint-operator/pkg/dispatch"
 	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
-	"github.com/kvrouter/kv-hint-operator/pkg/router"
 	"github.com/kvrouter/kv-hint-operator/pkg/wellknown"
 )
 
@@ -115,7 +115,7 @@ func (k *kubeletDir) swapData(data map[string]string) {
 	k.current = ts
 }
 
-func waitHash(t *testing.T, d *router.Dispatcher, want string) {
+func waitHash(t *testing.T, d *dispatch.Dispatcher, want string) {
 	t.Helper()
 	testenv.Eventually(t, 5*time.Second, "the config hash applied", func(context.Context) error {
 		if got := d.ConfigHash(); got != want {
@@ -133,7 +133,7 @@ func hashOf(doc string) string { return hintsconfig.ContentHash([]byte(doc)) }
 func TestDirSourceKubeletSwap(t *testing.T) {
 	k := newKubeletDir(t, roleConfig("v1"))
 	m := prometheus.NewRegistry()
-	d := router.NewDispatcher(router.Options{Catalog: testCatalog(t), Metrics: router.NewMetrics(m), Log: testLogger(t)})
+	d := dispatch.NewDispatcher(dispatch.Options{Catalog: testCatalog(t), Metrics: dispatch.NewMetrics(m), Log: testLogger(t)})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); configsource.DirSource(k.dir, time.Hour).Run(ctx, d, testLogger(t)) }()
@@ -193,7 +193,7 @@ func TestDirSourceRolesRefusedWhole(t *testing.T) {
 		}
 	}
 	m := prometheus.NewRegistry()
-	d := router.NewDispatcher(router.Options{Catalog: testCatalog(t), Metrics: router.NewMetrics(m), Log: testLogger(t)})
+	d := dispatch.NewDispatcher(dispatch.Options{Catalog: testCatalog(t), Metrics: dispatch.NewMetrics(m), Log: testLogger(t)})
 	var mu sync.Mutex
 	var pools []map[string]labels.Selector
 	src := configsource.DirSource(k.dir, time.Hour)
@@ -288,7 +288,7 @@ func TestDirSourceRolesRefusedWhole(t *testing.T) {
 // exist yet, so no watch can be set: the poll finds the file when it comes.
 func TestFileSourcePollsWhenItCannotWatch(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "later")
-	d := router.NewDispatcher(router.Options{Catalog: testCatalog(t), Log: testLogger(t)})
+	d := dispatch.NewDispatcher(dispatch.Options{Catalog: testCatalog(t), Log: testLogger(t)})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -367,10 +367,10 @@ func TestReadiness(t *testing.T) {
 func TestInFlightBookingKeepsItsSnapshot(t *testing.T) {
 	cat := testCatalog(t)
 	reg := workers.NewRegistry(nil)
-	if err := reg.Set(workers.SourceAPI, workers.WorkerSpec{ID: "w", Capabilities: []string{router.CapabilityRouterHint}}); err != nil {
+	if err := reg.Set(workers.SourceAPI, workers.WorkerSpec{ID: "w", Capabilities: []string{dispatch.CapabilityRouterHint}}); err != nil {
 		t.Fatal(err)
 	}
-	d := router.NewDispatcher(router.Options{Catalog: cat, Workers: reg, PolicyDeadline: time.Minute, Log: testLogger(t)})
+	d := dispatch.NewDispatcher(dispatch.Options{Catalog: cat, Workers: reg, PolicyDeadline: time.Minute, Log: testLogger(t)})
 	oldDoc := "worker_selection:\n  decode:\n    type: dynamo-default-cost-fn\n    hints: [{type: test-block, parameters: {tag: old}}]\n"
 	if err := d.Load([]byte(oldDoc), "test"); err != nil {
 		t.Fatal(err)
@@ -380,12 +380,12 @@ func TestInFlightBookingKeepsItsSnapshot(t *testing.T) {
 	t.Cleanup(func() { blockPolicy.Store(nil) })
 
 	type result struct {
-		h   router.Hint
+		h   dispatch.Hint
 		err error
 	}
 	inFlight := make(chan result)
 	go func() {
-		h, err := d.Book(context.Background(), &router.Booking{RequestID: "r-old", Role: "decode", Worker: "w"})
+		h, err := d.Book(context.Background(), &dispatch.Booking{RequestID: "r-old", Role: "decode", Worker: "w"})
 		inFlight <- result{h, err}
 	}()
 	// Reload only once the booking is inside its policy.
@@ -409,7 +409,7 @@ func TestInFlightBookingKeepsItsSnapshot(t *testing.T) {
 	if want := message("r-old", staticJSON(1, "old")); string(r.h.Message) != want {
 		t.Errorf("in-flight booking built %s, want %s", r.h.Message, want)
 	}
-	h, err := d.Book(context.Background(), &router.Booking{RequestID: "r-new", Role: "decode", Worker: "w"})
+	h, err := d.Book(context.Background(), &dispatch.Booking{RequestID: "r-new", Role: "decode", Worker: "w"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,6 @@
 // Package sidecar assembles the router sidecar (`kvhint sidecar`): the
 // process in each router pod that runs the public dispatch core
-// (pkg/router) for routers that book over HTTP. It holds the options, New
+// (pkg/dispatch) for routers that book over HTTP. It holds the options, New
 // (which wires the rooms together), Start, Shutdown and Run, and nothing
 // else; each part is a room of its own:
 //
@@ -47,7 +47,7 @@ import (
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/podreport"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/record"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/workers"
-	"github.com/kvrouter/kv-hint-operator/pkg/router"
+	"github.com/kvrouter/kv-hint-operator/pkg/dispatch"
 
 	"github.com/go-logr/logr"
 	"github.com/valyala/fasthttp"
@@ -140,14 +140,14 @@ type Options struct {
 
 	PolicyDeadline time.Duration
 	// PolicyDeadlinePerBlock is the deadline a policy that reads the
-	// committed copy gets per block of it (router.Options).
+	// committed copy gets per block of it (dispatch.Options).
 	PolicyDeadlinePerBlock time.Duration
 	// PolicyIsolation bounds the policies that may block and says when
-	// one is ejected (router.Options.Isolation).
-	PolicyIsolation router.IsolationOptions
+	// one is ejected (dispatch.Options.Isolation).
+	PolicyIsolation dispatch.IsolationOptions
 	// MaxBookingBytes caps a booking request body and the copy the
-	// dispatcher accepts (router.Options.MaxBookingBytes); 0 means
-	// router.DefaultMaxBookingBytes.
+	// dispatcher accepts (dispatch.Options.MaxBookingBytes); 0 means
+	// dispatch.DefaultMaxBookingBytes.
 	MaxBookingBytes int
 	// Record, when set, records sampled bookings as a trace for kvhint
 	// preview (package record); nil records nothing.
@@ -238,7 +238,7 @@ type Sidecar struct {
 	// Metrics is the sidecar's metrics registry; every room registers its
 	// own metrics in it.
 	Metrics    *prometheus.Registry
-	Dispatcher *router.Dispatcher
+	Dispatcher *dispatch.Dispatcher
 	Workers    *workers.Registry
 	Delivery   *delivery.Delivery
 	pods       *workers.PodWorkers
@@ -311,9 +311,9 @@ func New(o Options) (*Sidecar, error) {
 	reg.SetMaxPerSource(o.MaxWorkersPerSource, o.Log.WithName("workers"))
 	reg.RegisterMetrics(m)
 	if o.MaxBookingBytes <= 0 {
-		o.MaxBookingBytes = router.DefaultMaxBookingBytes
+		o.MaxBookingBytes = dispatch.DefaultMaxBookingBytes
 	}
-	d := router.NewDispatcher(router.Options{Catalog: o.Catalog, Workers: reg, Metrics: router.NewMetrics(m), PolicyDeadline: o.PolicyDeadline,
+	d := dispatch.NewDispatcher(dispatch.Options{Catalog: o.Catalog, Workers: reg, Metrics: dispatch.NewMetrics(m), PolicyDeadline: o.PolicyDeadline,
 		PolicyDeadlinePerBlock: o.PolicyDeadlinePerBlock, Isolation: o.PolicyIsolation, MaxBookingBytes: o.MaxBookingBytes, RouterMode: o.RouterMode, Log: o.Log.WithName("dispatcher")})
 	s := &Sidecar{opts: o, Metrics: m, Dispatcher: d, Workers: reg, Delivery: del, endpoints: eps, listeners: listen.NewMetrics(m),
 		bookingBudget: booking.NewBudget(o.MaxBookingMemory, m)}

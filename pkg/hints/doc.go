@@ -18,7 +18,7 @@
 //     with DecodeParams and the range helpers, naming the key at fault.
 //  4. Register the provider in a Catalog (builtin.NewCatalog holds the
 //     built-ins) and hand the catalog to the kvhint entry point
-//     (cmd/kvhint/app.Main) or to an in-process dispatcher (pkg/router).
+//     (cmd/kvhint/app.Main) or to an in-process dispatcher (pkg/dispatch).
 //  5. Test it with the conformance kit, pkg/hints/hintstest.
 //
 // Whatever a policy returns passes CheckAction before it is sent: a valid

@@ -11,7 +11,7 @@ import (
 // MaxPayloadBytes is the default cap on one action's payload, the one
 // Validate and CheckAction apply: a larger payload is malformed. A
 // dispatcher may allow more with ValidateWithin and CheckActionWithin, so
-// that a payload built from a booking it accepted always fits (pkg/router
+// that a payload built from a booking it accepted always fits (pkg/dispatch
 // derives its cap from its booking limit: a kv.fetch of a long prompt's
 // copy is as large as the copy).
 const MaxPayloadBytes = 64 << 10

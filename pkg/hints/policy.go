@@ -47,33 +47,35 @@ func (c Commitments) String() string {
 	return "none"
 }
 
-// Session identifies the conversation a request belongs to.
+// Session identifies the conversation a request belongs to. Its JSON form
+// is a booking's session object (pkg/bookingapi).
 type Session struct {
 	// ID is empty for a request outside any session.
-	ID string
+	ID string `json:"id"`
 	// Turn counts the session's requests from 1.
-	Turn int
+	Turn int `json:"turn"`
 	// Final is set on the session's last turn.
-	Final bool
+	Final bool `json:"final"`
 }
 
 // CommittedCopy is the worker-selection policy's decision that the booked
-// worker should pull some prompt blocks from a peer.
+// worker should pull some prompt blocks from a peer. Its JSON form is a
+// booking's committed_kv_copy object (pkg/bookingapi).
 type CommittedCopy struct {
 	// SourceWorker is the ID of the worker that holds the blocks.
-	SourceWorker string
+	SourceWorker string `json:"source_worker"`
 	// SourceEndpoint is the source's KV control endpoint, e.g.
 	// tcp://10.0.0.7:23280: the booking's, or the one the source worker
 	// advertises for SourceRank (router_hint_source_control_endpoints).
 	// It is empty when neither gives one; such a copy cannot be sent, since
 	// the engines' KV connector refuses a kv.fetch without a source
 	// endpoint (CheckAction holds every fetch to that rule).
-	SourceEndpoint string
+	SourceEndpoint string `json:"source_endpoint,omitempty"`
 	// SourceRank is the source's data-parallel rank whose blocks are
 	// copied; 0 unless the router says otherwise.
-	SourceRank int
+	SourceRank int `json:"source_rank,omitempty"`
 	// BlockHashes are the hashes of the blocks to copy, in prompt order.
-	BlockHashes []uint64
+	BlockHashes []uint64 `json:"block_hashes"`
 }
 
 // HintContext is what a hint policy knows about one booking. The dispatcher

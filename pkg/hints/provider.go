@@ -31,7 +31,7 @@ type HintProvider struct {
 	Description string
 	// NeverBlocks declares that BuildHints only computes: it never sleeps,
 	// waits or does I/O, so that its time is bounded by its work. The
-	// dispatcher of pkg/router runs such a policy inline on the booking
+	// dispatcher of pkg/dispatch runs such a policy inline on the booking
 	// and always keeps its actions, however long the run took (a late run
 	// of a policy that only computes is the machine's doing, and dropping
 	// it would save no time); it is never ejected. A policy that does not

@@ -21,7 +21,7 @@ const MaxHintsPerRole = 32
 // Compile checks what a config says, not what its policies will send: a
 // provider declares no set of action types, so the rule that only a role's
 // KV copy sender may emit kv.fetch is held where actions exist, by the
-// dispatcher (pkg/router, which drops any other policy's fetch as
+// dispatcher (pkg/dispatch, which drops any other policy's fetch as
 // malformed) and by the conformance kit (pkg/hints/hintstest).
 func Compile(cat *hints.Catalog, cfg *Config, modes Modes) (*Graph, Problems) {
 	var probs Problems

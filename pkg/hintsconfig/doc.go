@@ -5,7 +5,7 @@
 // ParseConfig reads a document, Compile checks it against a catalog and
 // returns a Graph ready to run together with every problem found, each with
 // a stable Reason. The operator, the offline CLI, the sidecar and routers
-// that link pkg/router all validate through Compile, so a configuration
+// that link pkg/dispatch all validate through Compile, so a configuration
 // that one of them accepts is accepted by all.
 //
 // A file is checked for a Target: TargetSidecar, the kvhint sidecar, or

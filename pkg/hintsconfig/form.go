@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
+	"github.com/kvrouter/kv-hint-operator/pkg/wellknown"
 )
 
 // Form is which of the two shapes of Dynamo's policy file a router's build
@@ -66,7 +67,7 @@ const kvHintPolicyKey = "kv_hint_policy"
 // ReasonPolicyFormCannotCarry: the roles of a router need more than the
 // policy-file form its build reads can say (in FormRouterWideHint:
 // different hint policies per role, or more than one).
-const ReasonPolicyFormCannotCarry Reason = "PolicyFormCannotCarry"
+const ReasonPolicyFormCannotCarry Reason = wellknown.ReasonPolicyFormCannotCarry
 
 // RouterWideHintPolicy returns the one hint policy that every role on the
 // KV path of roles runs, nil when none of them runs any, or the problem

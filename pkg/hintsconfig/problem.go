@@ -6,26 +6,28 @@ import (
 	"strings"
 
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
+	"github.com/kvrouter/kv-hint-operator/pkg/wellknown"
 )
 
 // Reason is the stable, machine-readable cause of a problem. The operator
-// uses it as the Reason of the Accepted condition, so values never change.
+// uses it as the Reason of the Accepted condition, so values never change:
+// each is written once, in pkg/wellknown, which api/v1alpha1 reads too.
 type Reason string
 
 // Reasons for errors.
 const (
-	ReasonInvalidConfig          Reason = "InvalidConfig"
-	ReasonInvalidRole            Reason = "InvalidRole"
-	ReasonInvalidRouterMode      Reason = "InvalidRouterMode"
-	ReasonUnknownWorkerSelection Reason = "UnknownWorkerSelection"
-	ReasonInvalidParameters      Reason = "InvalidParameters"
-	ReasonUnknownHintType        Reason = "UnknownHintType"
-	ReasonInvalidHintName        Reason = "InvalidHintName"
-	ReasonDuplicateHintName      Reason = "DuplicateHintName"
-	ReasonTooManyHints           Reason = "TooManyHints"
-	ReasonHintsRequireKVMode     Reason = "HintsRequireKVMode"
-	ReasonKVCopySenderMissing    Reason = "KVCopySenderMissing"
-	ReasonKVCopySenderDuplicate  Reason = "KVCopySenderDuplicate"
+	ReasonInvalidConfig          Reason = wellknown.ReasonInvalidConfig
+	ReasonInvalidRole            Reason = wellknown.ReasonInvalidRole
+	ReasonInvalidRouterMode      Reason = wellknown.ReasonInvalidRouterMode
+	ReasonUnknownWorkerSelection Reason = wellknown.ReasonUnknownWorkerSelection
+	ReasonInvalidParameters      Reason = wellknown.ReasonInvalidParameters
+	ReasonUnknownHintType        Reason = wellknown.ReasonUnknownHintType
+	ReasonInvalidHintName        Reason = wellknown.ReasonInvalidHintName
+	ReasonDuplicateHintName      Reason = wellknown.ReasonDuplicateHintName
+	ReasonTooManyHints           Reason = wellknown.ReasonTooManyHints
+	ReasonHintsRequireKVMode     Reason = wellknown.ReasonHintsRequireKVMode
+	ReasonKVCopySenderMissing    Reason = wellknown.ReasonKVCopySenderMissing
+	ReasonKVCopySenderDuplicate  Reason = wellknown.ReasonKVCopySenderDuplicate
 )
 
 // Reasons for warnings.

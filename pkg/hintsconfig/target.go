@@ -21,7 +21,7 @@ type Target string
 
 const (
 	// TargetSidecar is the kvhint sidecar (and Go routers that link
-	// pkg/router): it reads either form, the per-role one by default, and
+	// pkg/dispatch): it reads either form, the per-role one by default, and
 	// applies the product's rules (DESIGN section 6).
 	TargetSidecar Target = "sidecar"
 	// TargetDynamo is a released Dynamo Frontend (--router-policy-config):

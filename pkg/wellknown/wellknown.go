@@ -1,9 +1,9 @@
 // Package wellknown holds the names that the manager, the router sidecar,
-// worker pods and routers agree on: labels, annotations, ConfigMap keys and
-// the field manager of the sidecar's report. It imports nothing, so every
-// side can read them without importing the API types; api/v1alpha1
-// repeats them for users of the API. They never change within an API
-// version.
+// worker pods and routers agree on: labels, annotations, ConfigMap keys,
+// the field manager of the sidecar's report, and the reasons of the hints
+// config rules. It imports nothing, so every side can read them without
+// importing the API types; api/v1alpha1 repeats them for users of the API.
+// They never change within an API version.
 package wellknown
 
 const (

@@ -67,7 +67,7 @@ func startSidecar(t *testing.T, o sidecarOpts) *sidecar {
 	s.booking = "http://127.0.0.1:" + strconv.Itoa(bp)
 	s.ops = "http://127.0.0.1:" + strconv.Itoa(op)
 	// The attacks here are on the servers, the queues and delivery; the
-	// policy deadline has tests of its own (pkg/router, internal/sidecar's
+	// policy deadline has tests of its own (pkg/dispatch, internal/sidecar's
 	// load test). A 1 ms deadline on a 2-core machine that also runs
 	// 1,500 attacking clients drops a policy now and then (kv-evict once
 	// ran 1.18 ms), which would read as a failed booking here.

@@ -8,9 +8,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/kvrouter/kv-hint-operator/pkg/dispatch"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
-	"github.com/kvrouter/kv-hint-operator/pkg/router"
 	"github.com/kvrouter/kv-hint-operator/test/receivers"
 )
 
@@ -105,24 +105,24 @@ func TestReceiversRefuse(t *testing.T) {
 // to the one version every receiver reads without refusing, ignoring or
 // warning: receivers disagree on any other.
 func TestSenderVersionIsEveryReceivers(t *testing.T) {
-	if router.ProtocolVersion != "0.1" {
-		t.Fatalf("router.ProtocolVersion is %q; the only version every receiver takes is 0.1", router.ProtocolVersion)
+	if dispatch.ProtocolVersion != "0.1" {
+		t.Fatalf("dispatch.ProtocolVersion is %q; the only version every receiver takes is 0.1", dispatch.ProtocolVersion)
 	}
 	all, err := receivers.All()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for name, r := range all {
-		if !slices.Contains(r.Envelope.Versions, router.ProtocolVersion) {
-			t.Errorf("%s reads versions %v, not the sender's %s", name, r.Envelope.Versions, router.ProtocolVersion)
+		if !slices.Contains(r.Envelope.Versions, dispatch.ProtocolVersion) {
+			t.Errorf("%s reads versions %v, not the sender's %s", name, r.Envelope.Versions, dispatch.ProtocolVersion)
 		}
 	}
 	// A message the dispatcher builds carries it.
-	d := router.NewDispatcher(router.Options{Catalog: builtin.NewCatalog(), Workers: router.StaticWorkers{"w1": true}})
+	d := dispatch.NewDispatcher(dispatch.Options{Catalog: builtin.NewCatalog(), Workers: dispatch.StaticWorkers{"w1": true}})
 	if err := d.Load([]byte("worker_selection:\n  decode:\n    type: kvcr\n    hints: [{type: kv-fetch}]\n"), "inline"); err != nil {
 		t.Fatal(err)
 	}
-	h, err := d.Build(context.Background(), &router.Booking{RequestID: "r1", Role: "decode", Worker: "w1", BlockSize: 16,
+	h, err := d.Build(context.Background(), &dispatch.Booking{RequestID: "r1", Role: "decode", Worker: "w1", BlockSize: 16,
 		KVCopy: &hints.CommittedCopy{SourceEndpoint: "tcp://10.0.0.7:1", BlockHashes: []uint64{1}}})
 	if err != nil {
 		t.Fatal(err)

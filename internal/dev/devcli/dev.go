@@ -14,7 +14,7 @@ import (
 	"github.com/kvrouter/kv-hint-operator/internal/cli"
 	"github.com/kvrouter/kv-hint-operator/internal/dev/controlplane"
 	"github.com/kvrouter/kv-hint-operator/internal/dev/devenv"
-	core "github.com/kvrouter/kv-hint-operator/pkg/router"
+	"github.com/kvrouter/kv-hint-operator/pkg/dispatch"
 )
 
 func newDevCommand() *cobra.Command {
@@ -63,7 +63,7 @@ writes a kubeconfig, so kubectl get rr,hp works from another shell.`,
 				ctx, cancel = context.WithTimeout(ctx, runFor)
 				defer cancel()
 			}
-			path, err := core.ParseInBandPath(hintPath)
+			path, err := dispatch.ParseInBandPath(hintPath)
 			if err != nil {
 				return fmt.Errorf("--hint-path: %w", err)
 			}
@@ -79,7 +79,7 @@ writes a kubeconfig, so kubectl get rr,hp works from another shell.`,
 	f.DurationVar(&runFor, "duration", 0, "stop after this long and exit 1 unless every role is Ready and hints reached exactly the workers that advertise router_hint (0: until Ctrl-C)")
 	f.BoolVar(&keep, "keep", false, "keep the kubeconfig and logs folder on exit")
 	f.BoolVar(&socket, "booking-socket", false, "run each sidecar's booking API on a Unix socket (--listen unix:///PATH) in the logs folder, and book over it, instead of on a loopback port")
-	f.StringVar(&hintPath, "hint-path", core.InBandKVHint.String(), "where the routers carry hints on the requests they forward: kv_transfer_params.kv_hint, kv_hints or kv_transfer_params.router_hint")
+	f.StringVar(&hintPath, "hint-path", dispatch.InBandKVHint.String(), "where the routers carry hints on the requests they forward: kv_transfer_params.kv_hint, kv_hints or kv_transfer_params.router_hint")
 	f.BoolVar(&push, "push-hints", false, "also advertise each worker's hint endpoint, so that the sidecars push hints to it (opt-in per worker; no engine known today opens one)")
 	return cmd
 }

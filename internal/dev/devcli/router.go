@@ -14,7 +14,7 @@ import (
 
 	"github.com/kvrouter/kv-hint-operator/internal/cli"
 	"github.com/kvrouter/kv-hint-operator/internal/dev/devenv"
-	core "github.com/kvrouter/kv-hint-operator/pkg/router"
+	"github.com/kvrouter/kv-hint-operator/pkg/dispatch"
 )
 
 func newRouterCommand() *cobra.Command {
@@ -44,7 +44,7 @@ completion requests 503: it books nothing.`,
 			if !ok {
 				return fmt.Errorf("--hints-url %q: want the booking API's URL, ending in /v1/bookings (http://127.0.0.1:8790/v1/bookings, unix:///run/kvhint/booking.sock/v1/bookings)", hintsURL)
 			}
-			path, err := core.ParseInBandPath(hintPath)
+			path, err := dispatch.ParseInBandPath(hintPath)
 			if err != nil {
 				return fmt.Errorf("--hint-path: %w", err)
 			}
@@ -72,7 +72,7 @@ completion requests 503: it books nothing.`,
 	f.StringVar(&listen, "listen", ":8000", "address to serve completion requests on")
 	f.StringVar(&hintsURL, "hints-url", "http://127.0.0.1:8790/v1/bookings", "the kvhint sidecar's booking URL: http://HOST:PORT/v1/bookings, or unix:///SOCKET/v1/bookings over a Unix socket")
 	f.StringVar(&name, "router", "llama", "the router's name, in request IDs and errors")
-	f.StringVar(&hintPath, "hint-path", core.InBandKVHint.String(), "where the forwarded request carries the hint: kv_transfer_params.kv_hint, kv_hints or kv_transfer_params.router_hint")
+	f.StringVar(&hintPath, "hint-path", dispatch.InBandKVHint.String(), "where the forwarded request carries the hint: kv_transfer_params.kv_hint, kv_hints or kv_transfer_params.router_hint")
 	f.StringArrayVar(&workers, "worker", nil, "a worker to book, ROLE/ID=URL[,router_hint] (role prefill or decode); repeat for each")
 	return cmd
 }

@@ -22,7 +22,7 @@ import (
 	"github.com/kvrouter/kv-hint-operator/internal/dev/devenv"
 	"github.com/kvrouter/kv-hint-operator/internal/testing/sidecartest"
 	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
-	core "github.com/kvrouter/kv-hint-operator/pkg/router"
+	"github.com/kvrouter/kv-hint-operator/pkg/dispatch"
 )
 
 func TestStandInRoles(t *testing.T) {
@@ -101,7 +101,7 @@ func TestStandInRouterBooksThroughTheSidecar(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := devenv.ServeStandInRouter(ln, "llama", sidecar.URL, roles, core.InBandKVHint)
+	f := devenv.ServeStandInRouter(ln, "llama", sidecar.URL, roles, dispatch.InBandKVHint)
 	defer f.Close()
 	resp, err := http.Post(f.URL+"/v1/completions", "application/json", strings.NewReader(`{"prompt":"hello there"}`))
 	if err != nil {
@@ -124,7 +124,7 @@ func TestStandInRouterBooksThroughTheSidecar(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	empty := devenv.ServeStandInRouter(ln2, "llama", sidecar.URL, nil, core.InBandKVHint)
+	empty := devenv.ServeStandInRouter(ln2, "llama", sidecar.URL, nil, dispatch.InBandKVHint)
 	defer empty.Close()
 	resp, err = http.Post(empty.URL+"/v1/completions", "application/json", strings.NewReader(`{"prompt":"x"}`))
 	if err != nil {

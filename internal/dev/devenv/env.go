@@ -25,7 +25,7 @@ import (
 	"github.com/kvrouter/kv-hint-operator/config/samples"
 	"github.com/kvrouter/kv-hint-operator/internal/dev/controlplane"
 	"github.com/kvrouter/kv-hint-operator/internal/dev/simworker"
-	core "github.com/kvrouter/kv-hint-operator/pkg/router"
+	"github.com/kvrouter/kv-hint-operator/pkg/dispatch"
 	"github.com/kvrouter/kv-hint-operator/pkg/wellknown"
 )
 
@@ -54,7 +54,7 @@ type Options struct {
 	BookingSocket bool
 	// HintPath is where the front routers carry hints on the requests
 	// they forward; the zero value is kv_transfer_params.kv_hint.
-	HintPath core.InBandPath
+	HintPath dispatch.InBandPath
 	// PushHints makes the worker pods also advertise their hint endpoint,
 	// so that the sidecars push every hint to it as well. Off, as no
 	// engine known today opens one: hints arrive in-band only.

@@ -10,19 +10,20 @@ import (
 	"net"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/kvrouter/kv-hint-operator/pkg/router"
+	"github.com/kvrouter/kv-hint-operator/pkg/bookingapi"
+	"github.com/kvrouter/kv-hint-operator/pkg/dispatch"
+	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 )
 
 // FrontRouter is the small router the dev environment runs in front of
 // one sample router's simulated workers, as a person's own router would
 // sit in front of their engines. For every completion request it books a
 // worker per role through the router's sidecar (POST /v1/bookings), puts
-// the hint the booking answered on the request with router.CarryHint, and
+// the hint the booking answered on the request with dispatch.CarryHint, and
 // forwards the request to the booked worker's completion route. A
 // disaggregated router's request goes to its prefill worker first and
 // then, with the transfer parameters the prefill worker answered, to its
@@ -34,12 +35,14 @@ type FrontRouter struct {
 	URL string
 
 	roles    []frontRole
-	booking  string // the sidecar's booking URL
-	hintPath router.InBandPath
-	sidecar  *http.Client
-	workers  *http.Client
-	srv      *http.Server
-	nextID   atomic.Int64
+	hintPath dispatch.InBandPath
+	sidecar  *bookingapi.Client
+	// sidecarErr is why bookingBase names no booking API; every booking
+	// fails with it.
+	sidecarErr error
+	workers    *http.Client
+	srv        *http.Server
+	nextID     atomic.Int64
 
 	mu     sync.Mutex
 	rng    *rand.Rand
@@ -79,7 +82,7 @@ const blockSize = 16
 const requestBudget = 40 * time.Second
 
 // startFrontRouter serves a front router on a free loopback port.
-func startFrontRouter(name string, roles []frontRole, sidecar *Sidecar, path router.InBandPath) (*FrontRouter, error) {
+func startFrontRouter(name string, roles []frontRole, sidecar *Sidecar, path dispatch.InBandPath) (*FrontRouter, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -101,7 +104,7 @@ type StandInRole struct {
 // in the order given, prefill before decode; a router with no roles
 // answers every completion request 503 but runs, books nothing and
 // serves /healthz.
-func ServeStandInRouter(ln net.Listener, name, bookingBase string, roles []StandInRole, path router.InBandPath) *FrontRouter {
+func ServeStandInRouter(ln net.Listener, name, bookingBase string, roles []StandInRole, path dispatch.InBandPath) *FrontRouter {
 	fr := make([]frontRole, 0, len(roles))
 	for _, r := range roles {
 		f := frontRole{name: r.Name, workers: r.Workers}
@@ -113,25 +116,16 @@ func ServeStandInRouter(ln net.Listener, name, bookingBase string, roles []Stand
 	return serveFrontRouter(ln, name, bookingBase, fr, path)
 }
 
-func serveFrontRouter(ln net.Listener, name, bookingBase string, roles []frontRole, path router.InBandPath) *FrontRouter {
+func serveFrontRouter(ln net.Listener, name, bookingBase string, roles []frontRole, path dispatch.InBandPath) *FrontRouter {
 	f := &FrontRouter{
 		Router:   name,
 		URL:      "http://" + ln.Addr().String(),
 		roles:    roles,
-		booking:  strings.TrimSuffix(bookingBase, "/") + "/v1/bookings",
 		hintPath: path,
-		sidecar:  &http.Client{Timeout: 5 * time.Second},
 		workers:  &http.Client{Timeout: 30 * time.Second},
 		rng:      rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1)),
 	}
-	if sock, ok := strings.CutPrefix(bookingBase, "unix://"); ok {
-		// The booking API listens on a Unix socket: dial it for any host.
-		var d net.Dialer
-		f.sidecar.Transport = &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return d.DialContext(ctx, "unix", sock)
-		}}
-		f.booking = "http://localhost/v1/bookings"
-	}
+	f.sidecar, f.sidecarErr = bookingapi.NewClient(bookingBase, 5*time.Second)
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/completions", f.serve)
 	mux.HandleFunc("POST /v1/chat/completions", f.serve)
@@ -242,15 +236,15 @@ func (f *FrontRouter) serve(w http.ResponseWriter, r *http.Request) {
 
 // hop books a worker of role and forwards body to it with the booking's
 // hint carried in-band; it returns the worker and its answer.
-func (f *FrontRouter) hop(ctx context.Context, id string, role frontRole, ses *sessionJSON, tokens int, body []byte, route string) (string, []byte, error) {
+func (f *FrontRouter) hop(ctx context.Context, id string, role frontRole, ses hints.Session, tokens int, body []byte, route string) (string, []byte, error) {
 	worker, kvCopy := f.pick(role, tokens)
-	b := bookingJSON{RequestID: id, Role: role.name, Worker: worker.ID, PromptTokens: tokens, BlockSize: blockSize, Session: ses, KVCopy: kvCopy}
+	b := bookingapi.Booking{RequestID: id, Role: role.name, Worker: worker.ID, PromptTokens: tokens, BlockSize: blockSize, Session: ses, KVCopy: kvCopy}
 	hint, err := f.book(ctx, &b)
 	if err != nil {
 		return "", nil, fmt.Errorf("booking %s for %s: %w", role.name, id, err)
 	}
 	if hint != nil {
-		if body, err = router.CarryHint(body, hint, f.hintPath); err != nil {
+		if body, err = dispatch.CarryHint(body, hint, f.hintPath); err != nil {
 			return "", nil, fmt.Errorf("carrying the hint for %s: %w", id, err)
 		}
 	}
@@ -274,70 +268,29 @@ func (f *FrontRouter) hop(ctx context.Context, id string, role frontRole, ses *s
 	return worker.ID, ans, nil
 }
 
-// bookingJSON is a booking as the sidecar's booking API takes it.
-type bookingJSON struct {
-	RequestID    string       `json:"request_id"`
-	Role         string       `json:"role"`
-	Worker       string       `json:"worker"`
-	PromptTokens int          `json:"prompt_tokens"`
-	BlockSize    int          `json:"block_size"`
-	Session      *sessionJSON `json:"session,omitempty"`
-	KVCopy       *kvCopyJSON  `json:"committed_kv_copy,omitempty"`
-}
-
-type sessionJSON struct {
-	ID    string `json:"id"`
-	Turn  int    `json:"turn"`
-	Final bool   `json:"final"`
-}
-
-type kvCopyJSON struct {
-	SourceWorker   string   `json:"source_worker"`
-	SourceEndpoint string   `json:"source_endpoint"`
-	BlockHashes    []uint64 `json:"block_hashes"`
-}
-
 // book asks the sidecar for the booking's hint: the message a 200 answers,
 // or nil for a 204.
-func (f *FrontRouter) book(ctx context.Context, b *bookingJSON) ([]byte, error) {
-	body, err := json.Marshal(b)
+func (f *FrontRouter) book(ctx context.Context, b *bookingapi.Booking) ([]byte, error) {
+	if f.sidecarErr != nil {
+		return nil, f.sidecarErr
+	}
+	msg, err := f.sidecar.Book(ctx, b)
 	if err != nil {
 		return nil, err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, f.booking, bytes.NewReader(body))
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := f.sidecar.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	msg, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-	if err != nil {
-		return nil, err
-	}
-	switch resp.StatusCode {
-	case http.StatusOK:
-		f.mu.Lock()
-		f.totals.Bookings++
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.totals.Bookings++
+	if msg != nil {
 		f.totals.Hints++
 		f.totals.Actions += bytes.Count(msg, []byte(`"action_id"`))
-		f.mu.Unlock()
-		return msg, nil
-	case http.StatusNoContent:
-		f.mu.Lock()
-		f.totals.Bookings++
-		f.mu.Unlock()
-		return nil, nil
 	}
-	return nil, fmt.Errorf("%s: %s", resp.Status, bytes.TrimSpace(msg))
+	return msg, nil
 }
 
 // pick books a worker of role at random and, at the role's copy rate,
 // commits a copy of the prompt's blocks from another of its workers.
-func (f *FrontRouter) pick(role frontRole, tokens int) (*Worker, *kvCopyJSON) {
+func (f *FrontRouter) pick(role frontRole, tokens int) (*Worker, *hints.CommittedCopy) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	i := f.rng.IntN(len(role.workers))
@@ -350,7 +303,7 @@ func (f *FrontRouter) pick(role frontRole, tokens int) (*Worker, *kvCopyJSON) {
 	for j := range hashes {
 		hashes[j] = f.rng.Uint64()
 	}
-	return w, &kvCopyJSON{SourceWorker: src.ID, SourceEndpoint: "tcp://" + src.ID + ":23280", BlockHashes: hashes}
+	return w, &hints.CommittedCopy{SourceWorker: src.ID, SourceEndpoint: "tcp://" + src.ID + ":23280", BlockHashes: hashes}
 }
 
 func (f *FrontRouter) fail(err error) {
@@ -361,16 +314,16 @@ func (f *FrontRouter) fail(err error) {
 }
 
 // sessionOf reads the session headers a chat front end sets.
-func sessionOf(r *http.Request) *sessionJSON {
+func sessionOf(r *http.Request) hints.Session {
 	id := r.Header.Get("X-Session-Id")
 	if id == "" {
-		return nil
+		return hints.Session{}
 	}
 	turn, _ := strconv.Atoi(r.Header.Get("X-Session-Turn"))
 	if turn < 1 {
 		turn = 1 // turns count from 1; a front end that counts none sends first turns
 	}
-	return &sessionJSON{ID: id, Turn: turn, Final: r.Header.Get("X-Session-Final") == "true"}
+	return hints.Session{ID: id, Turn: turn, Final: r.Header.Get("X-Session-Final") == "true"}
 }
 
 // withTransferParams returns body with its kv_transfer_params set to

@@ -14,9 +14,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/kvrouter/kv-hint-operator/internal/dev/simworker"
-	"github.com/kvrouter/kv-hint-operator/pkg/hints"
+	"github.com/kvrouter/kv-hint-operator/pkg/bookingapi"
+	"github.com/kvrouter/kv-hint-operator/pkg/dispatch"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
-	core "github.com/kvrouter/kv-hint-operator/pkg/router"
 	"github.com/kvrouter/kv-hint-operator/test/receivers"
 )
 
@@ -41,25 +41,18 @@ func bookingServer(t *testing.T, ln net.Listener, capable map[string]bool) {
 	t.Helper()
 	// The test counts every hint: a policy deadline a loaded machine can
 	// overrun would drop one for reasons that are not the front router's.
-	d := core.NewDispatcher(core.Options{Catalog: builtin.NewCatalog(), Workers: core.StaticWorkers(capable), PolicyDeadline: 10 * time.Second})
+	d := dispatch.NewDispatcher(dispatch.Options{Catalog: builtin.NewCatalog(), Workers: dispatch.StaticWorkers(capable), PolicyDeadline: 10 * time.Second})
 	if err := d.Load([]byte(testHints), "hints.yaml"); err != nil {
 		t.Fatal(err)
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/bookings", func(w http.ResponseWriter, r *http.Request) {
-		var b bookingJSON
-		if err := json.NewDecoder(r.Body).Decode(&b); err != nil {
+		var booking bookingapi.Booking
+		if err := json.NewDecoder(r.Body).Decode(&booking); err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		booking := &core.Booking{RequestID: b.RequestID, Role: b.Role, Worker: b.Worker, PromptTokens: b.PromptTokens, BlockSize: b.BlockSize}
-		if b.Session != nil {
-			booking.Session = hints.Session{ID: b.Session.ID, Turn: b.Session.Turn, Final: b.Session.Final}
-		}
-		if b.KVCopy != nil {
-			booking.KVCopy = &hints.CommittedCopy{SourceWorker: b.KVCopy.SourceWorker, SourceEndpoint: b.KVCopy.SourceEndpoint, BlockHashes: b.KVCopy.BlockHashes}
-		}
-		h, err := d.Build(r.Context(), booking)
+		h, err := d.Build(r.Context(), &booking)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusUnprocessableEntity)
 			return
@@ -105,12 +98,12 @@ func startWorkers(t *testing.T, specs ...Worker) ([]*Worker, map[string]*simwork
 func TestFrontRouter(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
-		path   core.InBandPath
+		path   dispatch.InBandPath
 		socket bool
 	}{
-		{"kv_hint over TCP", core.InBandKVHint, false},
-		{"kv_hints over a Unix socket", core.InBandKVHints, true},
-		{"router_hint", core.InBandRouterHint, false},
+		{"kv_hint over TCP", dispatch.InBandKVHint, false},
+		{"kv_hints over a Unix socket", dispatch.InBandKVHints, true},
+		{"router_hint", dispatch.InBandRouterHint, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			workers, servers := startWorkers(t,
@@ -219,7 +212,7 @@ func TestFrontRouterBookingFails(t *testing.T) {
 	}
 	url := "http://" + ln.Addr().String()
 	ln.Close()
-	f, err := startFrontRouter("chat", []frontRole{{name: "decode", workers: workers}}, &Sidecar{BookingURL: url}, core.InBandKVHint)
+	f, err := startFrontRouter("chat", []frontRole{{name: "decode", workers: workers}}, &Sidecar{BookingURL: url}, dispatch.InBandKVHint)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,7 +239,7 @@ func TestDriveRequests(t *testing.T) {
 		t.Fatal(err)
 	}
 	bookingServer(t, ln, map[string]bool{"x0": true})
-	f, err := startFrontRouter("chat", []frontRole{{name: "decode", workers: workers}}, &Sidecar{BookingURL: "http://" + ln.Addr().String()}, core.InBandKVHint)
+	f, err := startFrontRouter("chat", []frontRole{{name: "decode", workers: workers}}, &Sidecar{BookingURL: "http://" + ln.Addr().String()}, dispatch.InBandKVHint)
 	if err != nil {
 		t.Fatal(err)
 	}

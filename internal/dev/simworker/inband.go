@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/kvrouter/kv-hint-operator/pkg/router"
+	"github.com/kvrouter/kv-hint-operator/pkg/dispatch"
 )
 
 // HeaderHintPath, on a completion answer, names the path the request's
@@ -17,12 +17,12 @@ import (
 const HeaderHintPath = "Simworker-Hint-Path"
 
 // InBandHint finds the hint a completion request carries, at any of the
-// paths engines read one (router.InBandPath), and returns its bytes as
+// paths engines read one (dispatch.InBandPath), and returns its bytes as
 // carried and the path; nil when the request carries none. A null value
 // counts as absent. It is an error when the body is not a JSON object,
 // when its kv_transfer_params is neither an object nor null, and when
 // hints are carried at more than one path: an engine reads one.
-func InBandHint(body []byte) (json.RawMessage, router.InBandPath, error) {
+func InBandHint(body []byte) (json.RawMessage, dispatch.InBandPath, error) {
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(body, &top); err != nil {
 		return nil, 0, fmt.Errorf("request body must be a JSON object: %w", err)
@@ -34,16 +34,16 @@ func InBandHint(body []byte) (json.RawMessage, router.InBandPath, error) {
 		}
 	}
 	var (
-		found []router.InBandPath
+		found []dispatch.InBandPath
 		hint  json.RawMessage
 	)
 	for _, c := range []struct {
-		path router.InBandPath
+		path dispatch.InBandPath
 		raw  json.RawMessage
 	}{
-		{router.InBandKVHint, params["kv_hint"]},
-		{router.InBandKVHints, top["kv_hints"]},
-		{router.InBandRouterHint, params["router_hint"]},
+		{dispatch.InBandKVHint, params["kv_hint"]},
+		{dispatch.InBandKVHints, top["kv_hints"]},
+		{dispatch.InBandRouterHint, params["router_hint"]},
 	} {
 		if len(c.raw) > 0 && !isNull(c.raw) {
 			found = append(found, c.path)
@@ -132,7 +132,7 @@ func (w *Worker) complete(rw http.ResponseWriter, r *http.Request) {
 // takeInBand checks and records an in-band hint and returns its results,
 // or counts it rejected, answers 400 and returns nil when it breaks the
 // wire format. A sink counts it unchecked, with no results.
-func (w *Worker) takeInBand(rw http.ResponseWriter, hint json.RawMessage, path router.InBandPath) *Results {
+func (w *Worker) takeInBand(rw http.ResponseWriter, hint json.RawMessage, path dispatch.InBandPath) *Results {
 	if w.opts.Sink {
 		w.mu.Lock()
 		w.inBand.accepted++

@@ -12,7 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
-	"github.com/kvrouter/kv-hint-operator/pkg/router"
+	"github.com/kvrouter/kv-hint-operator/pkg/dispatch"
 )
 
 // post sends a completion request and returns the status, the hint path
@@ -35,9 +35,9 @@ func post(t *testing.T, url, body string) (int, string, map[string]any) {
 	return resp.StatusCode, resp.Header.Get(HeaderHintPath), ans
 }
 
-func carry(t *testing.T, body, hint string, p router.InBandPath) string {
+func carry(t *testing.T, body, hint string, p dispatch.InBandPath) string {
 	t.Helper()
-	out, err := router.CarryHint([]byte(body), []byte(hint), p)
+	out, err := dispatch.CarryHint([]byte(body), []byte(hint), p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,16 +65,16 @@ func TestInBand(t *testing.T) {
 		body  string
 		want  want
 	}{
-		{"kv_hint", CompletionsPath, carry(t, plain, good, router.InBandKVHint),
+		{"kv_hint", CompletionsPath, carry(t, plain, good, dispatch.InBandKVHint),
 			want{200, "kv_transfer_params.kv_hint", "text_completion", 1, 0}},
-		{"kv_hints", ChatCompletionsPath, carry(t, chat, good, router.InBandKVHints),
+		{"kv_hints", ChatCompletionsPath, carry(t, chat, good, dispatch.InBandKVHints),
 			want{200, "kv_hints", "chat.completion", 1, 0}},
-		{"router_hint", CompletionsPath, carry(t, plain, good, router.InBandRouterHint),
+		{"router_hint", CompletionsPath, carry(t, plain, good, dispatch.InBandRouterHint),
 			want{200, "kv_transfer_params.router_hint", "text_completion", 1, 0}},
 		{"no hint", ChatCompletionsPath, chat, want{200, "", "chat.completion", 0, 0}},
 		{"null hint", CompletionsPath, `{"kv_hints":null,"kv_transfer_params":{"kv_hint":null}}`, want{200, "", "text_completion", 0, 0}},
-		{"malformed hint", CompletionsPath, carry(t, plain, bad, router.InBandKVHint), want{status: 400, rejected: 1}},
-		{"hints at two paths", CompletionsPath, carry(t, carry(t, plain, good, router.InBandKVHint), good, router.InBandKVHints), want{status: 400}},
+		{"malformed hint", CompletionsPath, carry(t, plain, bad, dispatch.InBandKVHint), want{status: 400, rejected: 1}},
+		{"hints at two paths", CompletionsPath, carry(t, carry(t, plain, good, dispatch.InBandKVHint), good, dispatch.InBandKVHints), want{status: 400}},
 		{"kv_transfer_params not an object", CompletionsPath, `{"kv_transfer_params":[1]}`, want{status: 400}},
 		{"body not an object", CompletionsPath, `[1]`, want{status: 400}},
 	} {
@@ -123,7 +123,7 @@ func TestInBandStatus(t *testing.T) {
 	}
 	defer s.Close()
 	good := msg(action(1, "kv.evict", `{"block_hashes":[]}`))
-	_, _, ans := post(t, s.URL+CompletionsPath, carry(t, `{"prompt":"p","kv_transfer_params":{"do_remote_decode":true}}`, good, router.InBandKVHint))
+	_, _, ans := post(t, s.URL+CompletionsPath, carry(t, `{"prompt":"p","kv_transfer_params":{"do_remote_decode":true}}`, good, dispatch.InBandKVHint))
 	if diff := cmp.Diff(map[string]any{"do_remote_prefill": true, "do_remote_decode": false, "remote_engine_id": "p0", "remote_request_id": "p0-1"},
 		ans["kv_transfer_params"]); diff != "" {
 		t.Errorf("kv_transfer_params of the answer (-want +got):\n%s", diff)
@@ -179,7 +179,7 @@ func TestSinkInBand(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	body := carry(t, `{"prompt":"`+strings.Repeat("x", 64<<10)+`"}`, msg(action(1, "kv.fetch", `{"block_hashes":[]}`)), router.InBandKVHints)
+	body := carry(t, `{"prompt":"`+strings.Repeat("x", 64<<10)+`"}`, msg(action(1, "kv.fetch", `{"block_hashes":[]}`)), dispatch.InBandKVHints)
 	if st, path, _ := post(t, s.URL+CompletionsPath, body); st != 200 || path != "kv_hints" {
 		t.Fatalf("status %d path %q", st, path)
 	}

@@ -8,7 +8,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/kvrouter/kv-hint-operator/pkg/router"
+	"github.com/kvrouter/kv-hint-operator/pkg/dispatch"
 )
 
 // TestResultsVocabulary holds the worker's answers to vLLM's result
@@ -53,7 +53,7 @@ func TestResultsVocabulary(t *testing.T) {
 
 	// In-band: the completion answer carries the results.
 	evict := strings.Replace(msg(action(1, "kv.evict", `{"block_hashes":[]}`)), `"r1"`, `"r3"`, 1)
-	_, _, ans := post(t, s.URL+CompletionsPath, carry(t, `{"prompt":"p"}`, evict, router.InBandKVHints))
+	_, _, ans := post(t, s.URL+CompletionsPath, carry(t, `{"prompt":"p"}`, evict, dispatch.InBandKVHints))
 	wantAns := map[string]any{"message_id": "r3", "results": []any{map[string]any{"action_id": "a1", "result": ResultDeferred}}}
 	if d := cmp.Diff(wantAns, ans["kv_hint_results"]); d != "" {
 		t.Errorf("kv_hint_results (-want +got):\n%s", d)

@@ -15,7 +15,7 @@
 // first).
 //
 // It imports workers, booking (Book, for the spellings of the booking path
-// only the ServeMux matches, and WriteError), jsonbody, listen, pkg/router
+// only the ServeMux matches, and WriteError), jsonbody, listen, pkg/dispatch
 // and fasthttp.
 package admin
 
@@ -37,7 +37,7 @@ import (
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/jsonbody"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/listen"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/workers"
-	"github.com/kvrouter/kv-hint-operator/pkg/router"
+	"github.com/kvrouter/kv-hint-operator/pkg/dispatch"
 )
 
 // MaxWorkerBytes caps a worker registration body.
@@ -45,7 +45,7 @@ const MaxWorkerBytes = 64 << 10
 
 // API serves the worker and config routes.
 type API struct {
-	Dispatcher *router.Dispatcher
+	Dispatcher *dispatch.Dispatcher
 	Workers    *workers.Registry
 	Log        logr.Logger
 	// Book answers a booking whose path only the ServeMux recognises as
@@ -179,7 +179,7 @@ func (a *API) deleteWorker(w http.ResponseWriter, r *http.Request) {
 
 func (a *API) config(w http.ResponseWriter, _ *http.Request) {
 	if !a.Dispatcher.Ready() {
-		writeError(w, http.StatusServiceUnavailable, router.ErrNotReady)
+		writeError(w, http.StatusServiceUnavailable, dispatch.ErrNotReady)
 		return
 	}
 	// A compiled config with no accepted role has no policy file: the

@@ -5,7 +5,7 @@
 // request on the listener goes to API.Other: the worker and config routes
 // (package admin).
 //
-// It imports pkg/router (the dispatcher and its Booking), pkg/hints,
+// It imports pkg/dispatch (the dispatcher and its Booking), pkg/hints,
 // listen (the listener's limits and lingering close), jsonbody and
 // fasthttp; nothing else of the sidecar.
 package booking
@@ -24,7 +24,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/listen"
-	"github.com/kvrouter/kv-hint-operator/pkg/router"
+	"github.com/kvrouter/kv-hint-operator/pkg/dispatch"
 )
 
 // MaxBookingBytesFlag is the flag that sets the booking limit, named in the
@@ -52,10 +52,10 @@ const (
 // API answers bookings on the booking listener, and hands every other
 // request to Other.
 type API struct {
-	Dispatcher *router.Dispatcher
+	Dispatcher *dispatch.Dispatcher
 	Log        logr.Logger
 	// MaxBookingBytes caps a booking body; 0 means
-	// router.DefaultMaxBookingBytes. It should be the dispatcher's own
+	// dispatch.DefaultMaxBookingBytes. It should be the dispatcher's own
 	// limit.
 	MaxBookingBytes int
 	// Other serves every request but POST /v1/bookings; nil answers them
@@ -68,7 +68,7 @@ type API struct {
 	Budget *Budget
 	// Record, when set, is handed every booking the dispatcher answered
 	// (the trace recorder); it must not block or keep the booking.
-	Record func(b *router.Booking, h router.Hint)
+	Record func(b *dispatch.Booking, h dispatch.Hint)
 }
 
 // Handler serves the booking listener: POST /v1/bookings, a booking, 200
@@ -108,7 +108,7 @@ func (a *API) bookingLimit() int {
 	if a.MaxBookingBytes > 0 {
 		return a.MaxBookingBytes
 	}
-	return router.DefaultMaxBookingBytes
+	return dispatch.DefaultMaxBookingBytes
 }
 
 // requestBody is the request's body as a reader: the stream the server
@@ -191,14 +191,14 @@ func (a *API) Book(ctx *fasthttp.RequestCtx) {
 	// either. A policy's time is bounded by the dispatcher's deadline.
 	h, err := a.Dispatcher.Book(context.Background(), b)
 	switch {
-	case errors.Is(err, router.ErrNotReady):
+	case errors.Is(err, dispatch.ErrNotReady):
 		ctx.Response.Header.SetCanonical(headerRetryAfter, valueOne)
 		WriteError(ctx, fasthttp.StatusServiceUnavailable, err)
 		return
-	case errors.Is(err, router.ErrUnknownRole):
+	case errors.Is(err, dispatch.ErrUnknownRole):
 		WriteError(ctx, fasthttp.StatusUnprocessableEntity, err)
 		return
-	case errors.Is(err, router.ErrBookingTooLarge):
+	case errors.Is(err, dispatch.ErrBookingTooLarge):
 		WriteError(ctx, fasthttp.StatusRequestEntityTooLarge, err)
 		return
 	case err != nil:
@@ -214,10 +214,10 @@ func (a *API) Book(ctx *fasthttp.RequestCtx) {
 	hdr := &ctx.Response.Header
 	hdr.SetCanonical(headerOutcome, outcomeValue(h.Outcome))
 	hdr.SetCanonical(headerConfigHash, bytesOf(h.ConfigHash))
-	if h.CopyDrop != router.CopyKept {
+	if h.CopyDrop != dispatch.CopyKept {
 		hdr.SetCanonical(headerCopyDropped, copyDropValue(h.CopyDrop))
 	}
-	if h.Outcome != router.OutcomeHinted {
+	if h.Outcome != dispatch.OutcomeHinted {
 		ctx.SetStatusCode(fasthttp.StatusNoContent)
 		return
 	}
@@ -227,7 +227,7 @@ func (a *API) Book(ctx *fasthttp.RequestCtx) {
 		hdr.SetCanonical(headerQueued, valueFalse)
 	}
 	hdr.SetContentTypeBytes(valueJSON)
-	// The message is the caller's and never changes (router.Hint): the
+	// The message is the caller's and never changes (dispatch.Hint): the
 	// response sends it without a copy.
 	ctx.Response.SetBodyRaw(h.Message)
 }
@@ -244,26 +244,26 @@ var (
 	valueFalse   = []byte("false")
 	valueOne     = []byte("1")
 	valueJSON    = []byte("application/json")
-	valueOutcome = func() (v [router.OutcomeNotInPool + 1][]byte) {
+	valueOutcome = func() (v [dispatch.OutcomeNotInPool + 1][]byte) {
 		for o := range v {
-			v[o] = []byte(router.Outcome(o).String())
+			v[o] = []byte(dispatch.Outcome(o).String())
 		}
 		return v
 	}()
-	copyDropValues = map[router.CopyDrop][]byte{
-		router.CopyDropUnknownSource:     []byte(router.CopyDropUnknownSource.String()),
-		router.CopyDropUnknownSourceRank: []byte(router.CopyDropUnknownSourceRank.String()),
+	copyDropValues = map[dispatch.CopyDrop][]byte{
+		dispatch.CopyDropUnknownSource:     []byte(dispatch.CopyDropUnknownSource.String()),
+		dispatch.CopyDropUnknownSourceRank: []byte(dispatch.CopyDropUnknownSourceRank.String()),
 	}
 )
 
-func outcomeValue(o router.Outcome) []byte {
+func outcomeValue(o dispatch.Outcome) []byte {
 	if o >= 0 && int(o) < len(valueOutcome) {
 		return valueOutcome[o]
 	}
 	return []byte(o.String())
 }
 
-func copyDropValue(c router.CopyDrop) []byte {
+func copyDropValue(c dispatch.CopyDrop) []byte {
 	if v, ok := copyDropValues[c]; ok {
 		return v
 	}

@@ -19,17 +19,17 @@ import (
 	"unsafe"
 
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/jsonbody"
-	"github.com/kvrouter/kv-hint-operator/pkg/router"
+	"github.com/kvrouter/kv-hint-operator/pkg/dispatch"
 
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 )
 
-// decoded is a booking body as both decoders leave it: pkg/router's
+// decoded is a booking body as both decoders leave it: pkg/dispatch's
 // Booking, which is what the dispatcher books, and which of the fields
 // that a zero cannot stand for were present. One allocation holds it all,
 // the committed copy included.
 type decoded struct {
-	router.Booking
+	dispatch.Booking
 	// has says which of prompt_tokens, block_size, session and
 	// committed_kv_copy the body held.
 	has uint8
@@ -49,7 +49,7 @@ const (
 // left out, a zero block size, a session without its ID, a copy without
 // hashes) and returns
 // the booking; the dispatcher checks the rest (Booking's own rules).
-func (d *decoded) booking() (*router.Booking, error) {
+func (d *decoded) booking() (*dispatch.Booking, error) {
 	var missing []string
 	if d.RequestID == "" {
 		missing = append(missing, "request_id")
@@ -67,30 +67,30 @@ func (d *decoded) booking() (*router.Booking, error) {
 		missing = append(missing, "block_size")
 	}
 	if len(missing) > 0 {
-		return nil, fmt.Errorf("%w: missing required field(s): %s", router.ErrInvalidBooking, strings.Join(missing, ", "))
+		return nil, fmt.Errorf("%w: missing required field(s): %s", dispatch.ErrInvalidBooking, strings.Join(missing, ", "))
 	}
 	if d.BlockSize == 0 {
 		// A zero says no more than a missing field does: a block holds at
 		// least one token.
-		return nil, fmt.Errorf("%w: block_size is 0; a KV block holds at least 1 token", router.ErrInvalidBooking)
+		return nil, fmt.Errorf("%w: block_size is 0; a KV block holds at least 1 token", dispatch.ErrInvalidBooking)
 	}
 	if d.PromptTokens > MaxPromptTokens {
-		return nil, fmt.Errorf("%w: prompt_tokens is %d; it must be at most %d", router.ErrInvalidBooking, d.PromptTokens, MaxPromptTokens)
+		return nil, fmt.Errorf("%w: prompt_tokens is %d; it must be at most %d", dispatch.ErrInvalidBooking, d.PromptTokens, MaxPromptTokens)
 	}
 	if d.BlockSize > MaxBlockSize {
-		return nil, fmt.Errorf("%w: block_size is %d; it must be at most %d", router.ErrInvalidBooking, d.BlockSize, MaxBlockSize)
+		return nil, fmt.Errorf("%w: block_size is %d; it must be at most %d", dispatch.ErrInvalidBooking, d.BlockSize, MaxBlockSize)
 	}
 	if d.BlockSize > 0 && d.PromptTokens > 0 {
 		if n := (d.PromptTokens + d.BlockSize - 1) / d.BlockSize; n > MaxBookingBlocks {
 			return nil, fmt.Errorf("%w: prompt_tokens %d at block_size %d is %d blocks, over the %d a booking may hold",
-				router.ErrInvalidBooking, d.PromptTokens, d.BlockSize, n, MaxBookingBlocks)
+				dispatch.ErrInvalidBooking, d.PromptTokens, d.BlockSize, n, MaxBookingBlocks)
 		}
 	}
 	if d.has&hasSession != 0 && d.Session.ID == "" {
-		return nil, fmt.Errorf("%w: session.id is required when session is given", router.ErrInvalidBooking)
+		return nil, fmt.Errorf("%w: session.id is required when session is given", dispatch.ErrInvalidBooking)
 	}
 	if d.has&hasCopy != 0 && len(d.kvCopy.BlockHashes) == 0 {
-		return nil, fmt.Errorf("%w: committed_kv_copy.block_hashes is empty; omit committed_kv_copy when nothing is copied", router.ErrInvalidBooking)
+		return nil, fmt.Errorf("%w: committed_kv_copy.block_hashes is empty; omit committed_kv_copy when nothing is copied", dispatch.ErrInvalidBooking)
 	}
 	return &d.Booking, nil
 }
@@ -110,42 +110,24 @@ const (
 	MaxBookingBlocks = 1 << 20
 )
 
-// bookingJSON is the JSON schema of POST /v1/bookings as encoding/json
-// reads it, for the bodies the fast decoder leaves to it. Counts and the
-// nested objects are pointers so that a missing field is told apart from
-// a zero. set turns it into a decoded.
+// bookingJSON is a booking body as encoding/json reads it, for the bodies
+// the fast decoder leaves to it: the booking API's type (pkg/bookingapi,
+// which pkg/dispatch books), and over it pointers that take the fields a
+// zero cannot stand for, so that a missing field is told apart from a
+// zero. A field of the outer struct hides the embedded one of the same
+// JSON name, so each key decodes once. set turns it into a decoded.
 type bookingJSON struct {
-	RequestID       string       `json:"request_id"`
-	Role            string       `json:"role"`
-	Worker          string       `json:"worker"`
-	PromptTokens    *int         `json:"prompt_tokens"`
-	BlockSize       *int         `json:"block_size"`
-	Session         *sessionJSON `json:"session"`
-	CommittedKVCopy *kvCopyJSON  `json:"committed_kv_copy"`
-}
-
-type sessionJSON struct {
-	ID    string `json:"id"`
-	Turn  int    `json:"turn"`
-	Final bool   `json:"final"`
-}
-
-type kvCopyJSON struct {
-	SourceWorker string `json:"source_worker"`
-	// SourceEndpoint may be left out when SourceWorker advertises its
-	// endpoints: the dispatcher fills it from the registry.
-	SourceEndpoint string `json:"source_endpoint"`
-	// SourceRank is the source's data-parallel rank, 0 when left out.
-	SourceRank int `json:"source_rank"`
-	// BlockHashes decode straight into uint64 (encoding/json parses the
-	// literal as an unsigned integer), so no hash goes through a float64.
-	BlockHashes []uint64 `json:"block_hashes"`
+	dispatch.Booking
+	PromptTokens *int           `json:"prompt_tokens"`
+	BlockSize    *int           `json:"block_size"`
+	Session      *hints.Session `json:"session"`
 }
 
 // set makes d what the fast decoder makes of a body encoding/json decoded
-// into j.
+// into j. Block hashes decode straight into uint64 (encoding/json parses
+// the literal as an unsigned integer), so no hash goes through a float64.
 func (d *decoded) set(j *bookingJSON) {
-	*d = decoded{Booking: router.Booking{RequestID: j.RequestID, Role: j.Role, Worker: j.Worker}}
+	*d = decoded{Booking: dispatch.Booking{RequestID: j.RequestID, Role: j.Role, Worker: j.Worker}}
 	if j.PromptTokens != nil {
 		d.has |= hasPromptTokens
 		d.PromptTokens = *j.PromptTokens
@@ -156,11 +138,11 @@ func (d *decoded) set(j *bookingJSON) {
 	}
 	if s := j.Session; s != nil {
 		d.has |= hasSession
-		d.Session = hints.Session{ID: s.ID, Turn: s.Turn, Final: s.Final}
+		d.Session = *s
 	}
-	if c := j.CommittedKVCopy; c != nil {
+	if c := j.KVCopy; c != nil {
 		d.has |= hasCopy
-		d.kvCopy = hints.CommittedCopy{SourceWorker: c.SourceWorker, SourceEndpoint: c.SourceEndpoint, SourceRank: c.SourceRank, BlockHashes: c.BlockHashes}
+		d.kvCopy = *c
 		d.KVCopy = &d.kvCopy
 	}
 }

@@ -19,7 +19,7 @@ import (
 
 	"github.com/kvrouter/kv-hint-operator/internal/preview"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/jsonbody"
-	"github.com/kvrouter/kv-hint-operator/pkg/router"
+	"github.com/kvrouter/kv-hint-operator/pkg/dispatch"
 )
 
 // decodeSeeds are booking bodies the fast decoder must agree with
@@ -170,8 +170,8 @@ func checkDecodeBooking(t *testing.T, body []byte, declared int) {
 	t.Helper()
 	var got, want decoded
 	var wantJSON bookingJSON
-	gotStatus, gotErr := readBooking(bytes.NewReader(body), declared, router.DefaultMaxBookingBytes, &got)
-	wantStatus, wantErr := jsonbody.Read(bytes.NewReader(body), declared, router.DefaultMaxBookingBytes, &wantJSON)
+	gotStatus, gotErr := readBooking(bytes.NewReader(body), declared, dispatch.DefaultMaxBookingBytes, &got)
+	wantStatus, wantErr := jsonbody.Read(bytes.NewReader(body), declared, dispatch.DefaultMaxBookingBytes, &wantJSON)
 	want.set(&wantJSON)
 	// A body over the limit gets the booking API's own message, which
 	// names the flag that sets the limit.
@@ -226,7 +226,7 @@ func TestFastDecodeBooking(t *testing.T) {
 // refused up front when its Content-Length says so, and after one byte
 // past the limit when it is sent without one, or arrives a byte at a time.
 func TestDecodeBookingOversize(t *testing.T) {
-	body := []byte(`{"committed_kv_copy":{"block_hashes":[` + strings.Repeat("1,", router.DefaultMaxBookingBytes/2) + `1]}}`)
+	body := []byte(`{"committed_kv_copy":{"block_hashes":[` + strings.Repeat("1,", dispatch.DefaultMaxBookingBytes/2) + `1]}}`)
 	for _, tc := range []struct {
 		name     string
 		r        func() io.Reader
@@ -238,7 +238,7 @@ func TestDecodeBookingOversize(t *testing.T) {
 		{"lying", func() io.Reader { return bytes.NewReader(body) }, 100},
 	} {
 		var req decoded
-		status, err := readBooking(tc.r(), tc.declared, router.DefaultMaxBookingBytes, &req)
+		status, err := readBooking(tc.r(), tc.declared, dispatch.DefaultMaxBookingBytes, &req)
 		if status != http.StatusRequestEntityTooLarge || !strings.Contains(errString(err), "over the 1048576-byte limit") ||
 			!strings.Contains(errString(err), "--max-booking-bytes") {
 			t.Errorf("%s oversize: %d %v", tc.name, status, err)
@@ -247,18 +247,18 @@ func TestDecodeBookingOversize(t *testing.T) {
 	checkDecodeBooking(t, body, len(body))
 	checkDecodeBooking(t, body, -1)
 	// Exactly at the limit is fine.
-	at := []byte(`{"request_id":"` + strings.Repeat("r", router.DefaultMaxBookingBytes-len(`{"request_id":""}`)) + `"}`)
+	at := []byte(`{"request_id":"` + strings.Repeat("r", dispatch.DefaultMaxBookingBytes-len(`{"request_id":""}`)) + `"}`)
 	checkDecodeBooking(t, at, len(at))
 	checkDecodeBooking(t, at, -1)
 	var req decoded
-	if status, err := readBooking(iotest.OneByteReader(bytes.NewReader(at)), -1, router.DefaultMaxBookingBytes, &req); err != nil {
+	if status, err := readBooking(iotest.OneByteReader(bytes.NewReader(at)), -1, dispatch.DefaultMaxBookingBytes, &req); err != nil {
 		t.Errorf("a body of exactly the limit, a byte at a time: %d %v", status, err)
 	}
 	if !checkFastDecode(t, at) {
 		t.Error("a body of exactly the limit went to encoding/json")
 	}
 	// A read error is a 400 that says so.
-	if status, err := readBooking(iotest.ErrReader(errors.New("connection reset")), -1, router.DefaultMaxBookingBytes, &req); status != http.StatusBadRequest ||
+	if status, err := readBooking(iotest.ErrReader(errors.New("connection reset")), -1, dispatch.DefaultMaxBookingBytes, &req); status != http.StatusBadRequest ||
 		!strings.Contains(errString(err), "reading the body: connection reset") {
 		t.Errorf("read error: %d %v", status, err)
 	}

@@ -6,7 +6,7 @@ import (
 	"maps"
 	"slices"
 
-	"github.com/kvrouter/kv-hint-operator/pkg/router"
+	"github.com/kvrouter/kv-hint-operator/pkg/dispatch"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
@@ -38,7 +38,7 @@ type ConfigMapSource struct {
 
 // Run loads the ConfigMap into d on every change until ctx is done. A
 // deleted ConfigMap or a missing key leaves the config in force.
-func (s ConfigMapSource) Run(ctx context.Context, d *router.Dispatcher, log logr.Logger) {
+func (s ConfigMapSource) Run(ctx context.Context, d *dispatch.Dispatcher, log logr.Logger) {
 	origin := fmt.Sprintf("configmap %s/%s", s.Namespace, s.Name)
 	log = log.WithValues("configmap", s.Namespace+"/"+s.Name)
 	var loader compiledLoader
@@ -60,7 +60,7 @@ func (s ConfigMapSource) Run(ctx context.Context, d *router.Dispatcher, log logr
 			AddFunc:    apply,
 			UpdateFunc: func(_, obj any) { apply(obj) },
 			DeleteFunc: func(any) {
-				d.RecordSourceError(origin, fmt.Errorf("%w: the ConfigMap was deleted", router.ErrConfigRejected))
+				d.RecordSourceError(origin, fmt.Errorf("%w: the ConfigMap was deleted", dispatch.ErrConfigRejected))
 			},
 		},
 	})
@@ -85,13 +85,13 @@ type compiledLoader struct {
 	pools map[string]labels.Selector
 }
 
-func (l *compiledLoader) load(d *router.Dispatcher, data map[string]string, origin string, onPools func(map[string]labels.Selector)) {
+func (l *compiledLoader) load(d *dispatch.Dispatcher, data map[string]string, origin string, onPools func(map[string]labels.Selector)) {
 	dec, err := compiled.Decode(data)
 	if err != nil {
-		d.RecordSourceError(origin, fmt.Errorf("%w: %w", router.ErrConfigRejected, err))
+		d.RecordSourceError(origin, fmt.Errorf("%w: %w", dispatch.ErrConfigRejected, err))
 		return
 	}
-	cfg := router.Config{Doc: dec.Policy, Modes: dec.Modes(), Hash: dec.Hash, Form: dec.Form}
+	cfg := dispatch.Config{Doc: dec.Policy, Modes: dec.Modes(), Hash: dec.Hash, Form: dec.Form}
 	if onPools == nil {
 		_ = d.LoadConfig(cfg, origin) // logged and counted by LoadConfig
 		return

@@ -4,7 +4,7 @@
 // the API. Every source validates before it swaps and keeps the last good
 // config; a compiled config and its worker pools load as one unit.
 //
-// It imports pkg/router (Dispatcher.Load and LoadConfig), pkg/hintsconfig,
+// It imports pkg/dispatch (Dispatcher.Load and LoadConfig), pkg/hintsconfig,
 // internal/compiled (the ConfigMap's format), internal/apiwatch, filewatch
 // and client-go; nothing else of the sidecar.
 package configsource
@@ -17,7 +17,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/kvrouter/kv-hint-operator/pkg/router"
+	"github.com/kvrouter/kv-hint-operator/pkg/dispatch"
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/labels"
@@ -52,7 +52,7 @@ func DirSource(dir string, poll time.Duration) FileSource {
 }
 
 // Run loads the file into d on every change until ctx is done.
-func (s FileSource) Run(ctx context.Context, d *router.Dispatcher, log logr.Logger) {
+func (s FileSource) Run(ctx context.Context, d *dispatch.Dispatcher, log logr.Logger) {
 	if s.Dir != "" {
 		s.runDir(ctx, d, log)
 		return
@@ -62,14 +62,14 @@ func (s FileSource) Run(ctx context.Context, d *router.Dispatcher, log logr.Logg
 	filewatch.Watch(ctx, path, s.Poll, log, func() {
 		data, err := filewatch.ReadLimited(path, hintsconfig.MaxConfigBytes)
 		if err != nil {
-			d.RecordSourceError(path, fmt.Errorf("%w: %w", router.ErrConfigRejected, err))
+			d.RecordSourceError(path, fmt.Errorf("%w: %w", dispatch.ErrConfigRejected, err))
 			return
 		}
 		_ = d.Load(data, path) // Load logs and counts its own errors
 	})
 }
 
-func (s FileSource) runDir(ctx context.Context, d *router.Dispatcher, log logr.Logger) {
+func (s FileSource) runDir(ctx context.Context, d *dispatch.Dispatcher, log logr.Logger) {
 	log = log.WithValues("dir", s.Dir)
 	var loader compiledLoader
 	filewatch.Watch(ctx, filepath.Join(s.Dir, compiled.RolesKey), s.Poll, log, func() {
@@ -91,7 +91,7 @@ func (s FileSource) runDir(ctx context.Context, d *router.Dispatcher, log logr.L
 			case errors.Is(err, fs.ErrNotExist) && key == compiled.FormKey:
 				// The policy file is in the default form.
 			case err != nil:
-				d.RecordSourceError(s.Dir, fmt.Errorf("%w: %w", router.ErrConfigRejected, err))
+				d.RecordSourceError(s.Dir, fmt.Errorf("%w: %w", dispatch.ErrConfigRejected, err))
 				return
 			default:
 				data[key] = string(b)

@@ -4,7 +4,7 @@
 // address check. It registers the delivery metrics.
 //
 // It imports fasthttp, Prometheus, internal/ratelog, endpoint (the address
-// checks) and pkg/router (the metrics namespace); the registry knows it only
+// checks) and pkg/dispatch (the metrics namespace); the registry knows it only
 // through workers.Delivery, which the assembly adapts it to.
 package delivery
 

@@ -4,7 +4,7 @@
 // answer 503 over the cap, lingering close, and the net/http server limits
 // every listener shares. It registers the listeners' metrics.
 //
-// It imports the standard library, Prometheus and pkg/router (for the
+// It imports the standard library, Prometheus and pkg/dispatch (for the
 // metrics namespace); nothing of the sidecar.
 package listen
 

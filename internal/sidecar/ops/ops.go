@@ -3,7 +3,7 @@
 // process collectors), /healthz and /readyz on the ops listener, and
 // net/http/pprof on a loopback listener of its own.
 //
-// It imports pkg/router (readiness and the config hash) and Prometheus;
+// It imports pkg/dispatch (readiness and the config hash) and Prometheus;
 // nothing of the sidecar.
 package ops
 
@@ -17,7 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/kvrouter/kv-hint-operator/pkg/router"
+	"github.com/kvrouter/kv-hint-operator/pkg/dispatch"
 )
 
 // NewRegistry is a new metrics registry with the Go and process
@@ -32,13 +32,13 @@ func NewRegistry() *prometheus.Registry {
 // Handler serves /metrics from reg, /healthz, and /readyz: ready once d
 // has a config and ready, when set, holds too (the pod informer has
 // synced, say).
-func Handler(reg *prometheus.Registry, d *router.Dispatcher, ready func() error) http.Handler {
+func Handler(reg *prometheus.Registry, d *dispatch.Dispatcher, ready func() error) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !d.Ready() {
-			http.Error(w, "not ready: "+router.ErrNotReady.Error(), http.StatusServiceUnavailable)
+			http.Error(w, "not ready: "+dispatch.ErrNotReady.Error(), http.StatusServiceUnavailable)
 			return
 		}
 		if ready != nil {

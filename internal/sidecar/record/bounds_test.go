@@ -10,21 +10,21 @@ import (
 	"time"
 
 	"github.com/kvrouter/kv-hint-operator/internal/preview"
+	"github.com/kvrouter/kv-hint-operator/pkg/dispatch"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
-	"github.com/kvrouter/kv-hint-operator/pkg/router"
 )
 
 // longCopy is a booking whose committed copy holds n block hashes and a
 // hint message the size a kv.fetch of them takes in decimal JSON.
-func longCopy(i, n int) (*router.Booking, router.Hint) {
+func longCopy(i, n int) (*dispatch.Booking, dispatch.Hint) {
 	hs := make([]uint64, n)
 	for j := range hs {
 		hs[j] = uint64(i)<<32 | uint64(j)
 	}
-	b := &router.Booking{RequestID: fmt.Sprintf("long-%d", i), Role: "decode", Worker: "w", PromptTokens: 16 * n, BlockSize: 16,
+	b := &dispatch.Booking{RequestID: fmt.Sprintf("long-%d", i), Role: "decode", Worker: "w", PromptTokens: 16 * n, BlockSize: 16,
 		KVCopy: &hints.CommittedCopy{SourceWorker: "p", BlockHashes: hs}}
 	msg := []byte(`{"actions":[{"action_type":"kv.fetch","payload":{"block_hashes":[` + strings.Repeat("12345678901234567890,", n) + `0]}}]}`)
-	return b, router.Hint{Message: msg}
+	return b, dispatch.Hint{Message: msg}
 }
 
 // A stalled disk fills the queue with long copies: the queue holds at
@@ -74,9 +74,9 @@ func TestSampleBySession(t *testing.T) {
 	const sessions, turns = 200, 6
 	for s := range sessions {
 		for turn := 1; turn <= turns; turn++ {
-			b := &router.Booking{RequestID: fmt.Sprintf("req-%d-%d", s, turn), Role: "decode", Worker: "w", PromptTokens: 100, BlockSize: 16,
+			b := &dispatch.Booking{RequestID: fmt.Sprintf("req-%d-%d", s, turn), Role: "decode", Worker: "w", PromptTokens: 100, BlockSize: 16,
 				Session: hints.Session{ID: fmt.Sprintf("chat-%d", s), Turn: turn, Final: turn == turns}}
-			r.Record(b, router.Hint{})
+			r.Record(b, dispatch.Hint{})
 		}
 	}
 	if err := r.Close(t.Context()); err != nil {
@@ -109,7 +109,7 @@ func TestTimedFlush(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close(t.Context())
-	r.Record(booking(1, "decode"), router.Hint{})
+	r.Record(booking(1, "decode"), dispatch.Hint{})
 	deadline := time.Now().Add(3 * DefaultFlushInterval)
 	for {
 		b, err := os.ReadFile(path)
@@ -136,7 +136,7 @@ func TestRestartKeepsTheLastRecording(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i := range 3 {
-			r.Record(booking(10*run+i, "decode"), router.Hint{})
+			r.Record(booking(10*run+i, "decode"), dispatch.Hint{})
 		}
 		if err := r.Close(t.Context()); err != nil {
 			t.Fatal(err)

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvrouter/kv-hint-operator/pkg/router"
+	"github.com/kvrouter/kv-hint-operator/pkg/dispatch"
 )
 
 // faultFS is the OS file system whose files fail or stall on demand.
@@ -83,10 +83,10 @@ func TestWriteErrorCutsBackAndResumes(t *testing.T) {
 			time.Sleep(5 * time.Millisecond)
 		}
 	}
-	r.Record(booking(1, "decode"), router.Hint{})
+	r.Record(booking(1, "decode"), dispatch.Hint{})
 	waitRows(1)
 	fs.full.Store(true)
-	r.Record(booking(2, "decode"), router.Hint{})
+	r.Record(booking(2, "decode"), dispatch.Hint{})
 	deadline := time.Now().Add(5 * time.Second)
 	for !r.isFailing() {
 		if time.Now().After(deadline) {
@@ -96,7 +96,7 @@ func TestWriteErrorCutsBackAndResumes(t *testing.T) {
 	}
 	waitRows(1) // the half row is cut away
 	fs.full.Store(false)
-	r.Record(booking(3, "decode"), router.Hint{})
+	r.Record(booking(3, "decode"), dispatch.Hint{})
 	waitRows(2)
 	if r.isFailing() {
 		t.Error("still failing after a write succeeded")
@@ -120,7 +120,7 @@ func TestCloseNeverWaitsPastTheDeadline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.Record(booking(1, "decode"), router.Hint{})
+	r.Record(booking(1, "decode"), dispatch.Hint{})
 	<-fs.writing
 	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
 	defer cancel()

@@ -15,7 +15,7 @@
 // the drop. Rows reach the file at least every flush interval; a write
 // error cuts the file back to its last whole row and the recorder retries,
 // saying in its log and a metric that it is failing. It imports
-// pkg/router and prometheus, nothing else of the sidecar.
+// pkg/dispatch and prometheus, nothing else of the sidecar.
 package record
 
 import (
@@ -38,7 +38,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/kvrouter/kv-hint-operator/pkg/router"
+	"github.com/kvrouter/kv-hint-operator/pkg/dispatch"
 )
 
 // Defaults and bounds of Options.
@@ -192,7 +192,7 @@ type Recorder struct {
 
 type entry struct {
 	at      time.Time
-	b       router.Booking
+	b       dispatch.Booking
 	hashes  []uint64
 	message []byte
 	size    int64
@@ -266,9 +266,9 @@ func newStopped(o Options) (*Recorder, error) {
 
 // Record samples one answered booking and, when sampled, queues it for
 // the writer without waiting. The booking's slices are copied; the
-// message is kept as is (a router.Hint's message never changes) and
+// message is kept as is (a dispatch.Hint's message never changes) and
 // counted in the queue's bytes, since the queue keeps it alive.
-func (r *Recorder) Record(b *router.Booking, h router.Hint) {
+func (r *Recorder) Record(b *dispatch.Booking, h dispatch.Hint) {
 	if !r.sampled(b) {
 		return
 	}
@@ -322,7 +322,7 @@ func (r *Recorder) Dropped() int64 { return r.drops.Load() }
 // sampled decides by the keyed hash of the session ID, so that a sampled
 // session is recorded whole, or of the request ID outside a session, so
 // that all roles of one request agree.
-func (r *Recorder) sampled(b *router.Booking) bool {
+func (r *Recorder) sampled(b *dispatch.Booking) bool {
 	if r.o.SampleRate >= 1 {
 		return true
 	}
@@ -600,6 +600,12 @@ func (r *Recorder) rotate() {
 	}
 }
 
+// rowJSON is a recorded booking as a trace line: a Mooncake trace row
+// (timestamp, input_length, session_id) with the booking's fields beside
+// it, which kvhint preview reads (internal/preview's rowJSON). It is not
+// the booking API's body (pkg/bookingapi.Booking): the session is flat,
+// the prompt is input_length, the actions built are kept, and the copy's
+// endpoint is a keyed hash, not the address.
 type rowJSON struct {
 	Timestamp int64     `json:"timestamp"`
 	RequestID string    `json:"request_id"`
@@ -614,6 +620,8 @@ type rowJSON struct {
 	Actions   []string  `json:"actions"`
 }
 
+// copyJSON is a recorded committed copy: hints.CommittedCopy's JSON form
+// but for SourceEndpoint, which holds a keyed hash.
 type copyJSON struct {
 	SourceWorker string `json:"source_worker,omitempty"`
 	// SourceEndpoint is a keyed hash of the booking's endpoint, when it

@@ -7,12 +7,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvrouter/kv-hint-operator/pkg/dispatch"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
-	"github.com/kvrouter/kv-hint-operator/pkg/router"
 )
 
-func booking(i int, role string) *router.Booking {
-	return &router.Booking{RequestID: fmt.Sprintf("req-%d", i), Role: role, Worker: "w", PromptTokens: 100, BlockSize: 16,
+func booking(i int, role string) *dispatch.Booking {
+	return &dispatch.Booking{RequestID: fmt.Sprintf("req-%d", i), Role: role, Worker: "w", PromptTokens: 100, BlockSize: 16,
 		Session: hints.Session{ID: "s", Turn: i + 1}, KVCopy: &hints.CommittedCopy{SourceWorker: "p", BlockHashes: []uint64{7, 8}}}
 }
 
@@ -33,7 +33,7 @@ func TestFullQueueDropsAndCounts(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 10 {
-		r.Record(booking(i, "decode"), router.Hint{})
+		r.Record(booking(i, "decode"), dispatch.Hint{})
 	}
 	if r.Dropped() != 6 {
 		t.Errorf("dropped %d, want 6", r.Dropped())
@@ -45,7 +45,7 @@ func TestFullQueueDropsAndCounts(t *testing.T) {
 	if got := lines(t, path); len(got) != 4 {
 		t.Errorf("%d rows written, want the 4 queued", len(got))
 	}
-	r.Record(booking(99, "decode"), router.Hint{}) // after Close: ignored, no panic
+	r.Record(booking(99, "decode"), dispatch.Hint{}) // after Close: ignored, no panic
 }
 
 // The file rotates at MaxBytes and keeps MaxFiles rotated files.
@@ -56,7 +56,7 @@ func TestRotation(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 40 {
-		r.Record(booking(i, "decode"), router.Hint{})
+		r.Record(booking(i, "decode"), dispatch.Hint{})
 	}
 	if err := r.Close(t.Context()); err != nil {
 		t.Fatal(err)
@@ -88,7 +88,7 @@ func TestSampleByRequest(t *testing.T) {
 		for _, role := range []string{"prefill", "decode"} {
 			b := booking(i, role)
 			b.Session = hints.Session{}
-			r.Record(b, router.Hint{})
+			r.Record(b, dispatch.Hint{})
 		}
 	}
 	if err := r.Close(t.Context()); err != nil {

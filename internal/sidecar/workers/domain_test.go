@@ -8,7 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/kvrouter/kv-hint-operator/pkg/router"
+	"github.com/kvrouter/kv-hint-operator/pkg/dispatch"
 	"github.com/kvrouter/kv-hint-operator/pkg/wellknown"
 )
 
@@ -35,19 +35,19 @@ func TestPodTopology(t *testing.T) {
 		{name: "domains alone, no transfer policy", annotations: map[string]string{wellknown.TopologyDomainsAnnotation: `{"zone": "us-east-1a", "rack": "rack-22"}`},
 			want: want{Domains: map[string]string{"zone": "us-east-1a", "rack": "rack-22"}}},
 		{name: "a transfer domain, required by default", annotations: map[string]string{wellknown.TopologyDomainsAnnotation: `{"zone": "us-east-1a"}`, wellknown.KVTransferDomainAnnotation: "zone"},
-			want: want{Domains: zone, Domain: "zone", Enforcement: router.KVTransferRequired}},
+			want: want{Domains: zone, Domain: "zone", Enforcement: dispatch.KVTransferRequired}},
 		{name: "preferred with its weight", annotations: map[string]string{wellknown.TopologyDomainsAnnotation: `{"zone": "us-east-1a"}`, wellknown.KVTransferDomainAnnotation: "zone",
 			wellknown.KVTransferEnforcementAnnotation: "preferred", wellknown.KVTransferPreferredWeightAnnotation: "0.85"},
-			want: want{Domains: zone, Domain: "zone", Enforcement: router.KVTransferPreferred, Weight: 0.85}},
+			want: want{Domains: zone, Domain: "zone", Enforcement: dispatch.KVTransferPreferred, Weight: 0.85}},
 		{name: "Dynamo's ClusterTopology labels", labels: map[string]string{"nvidia.com/dynamo-topology.zone": "us-east-1a", "nvidia.com/dynamo-topology.rack": "rack-22", "app": "decode"},
 			annotations: map[string]string{wellknown.KVTransferDomainAnnotation: "rack"},
-			want:        want{Domains: map[string]string{"zone": "us-east-1a", "rack": "rack-22"}, Domain: "rack", Enforcement: router.KVTransferRequired}},
+			want:        want{Domains: map[string]string{"zone": "us-east-1a", "rack": "rack-22"}, Domain: "rack", Enforcement: dispatch.KVTransferRequired}},
 		{name: "Dynamo's labelKey: the node label under its own key", labels: map[string]string{"topology.kubernetes.io/zone": "us-east-1a"},
 			annotations: map[string]string{"nvidia.com/topology-label-key": "topology.kubernetes.io/zone", wellknown.KVTransferDomainAnnotation: "zone"},
-			want:        want{Domains: zone, Domain: "zone", Enforcement: router.KVTransferRequired}},
+			want:        want{Domains: zone, Domain: "zone", Enforcement: dispatch.KVTransferRequired}},
 		{name: "the annotation wins over Dynamo's label", labels: map[string]string{"nvidia.com/dynamo-topology.zone": "us-east-1b"},
 			annotations: map[string]string{wellknown.TopologyDomainsAnnotation: `{"zone": "us-east-1a"}`, wellknown.KVTransferDomainAnnotation: "zone"},
-			want:        want{Domains: zone, Domain: "zone", Enforcement: router.KVTransferRequired}},
+			want:        want{Domains: zone, Domain: "zone", Enforcement: dispatch.KVTransferRequired}},
 		{name: "a transfer domain the pod has no value in", annotations: map[string]string{wellknown.TopologyDomainsAnnotation: `{"rack": "rack-22"}`, wellknown.KVTransferDomainAnnotation: "zone"},
 			wantErr: `kv_transfer_domain="zone", but topology_domains does not contain that domain (it has: rack)`},
 		{name: "preferred without a weight", annotations: map[string]string{wellknown.TopologyDomainsAnnotation: `{"zone": "a"}`, wellknown.KVTransferDomainAnnotation: "zone", wellknown.KVTransferEnforcementAnnotation: "preferred"},
@@ -82,7 +82,7 @@ func TestPodTopology(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var w router.TopologyWorker = &Worker{WorkerSpec: spec}
+			var w dispatch.TopologyWorker = &Worker{WorkerSpec: spec}
 			var got want
 			got.Domain, got.Enforcement, got.Weight = w.KVTransferPolicy()
 			for _, name := range []string{"zone", "rack"} {

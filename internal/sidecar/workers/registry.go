@@ -1,10 +1,10 @@
 // Package workers is the worker registry: the workers bookings may name,
 // with their capabilities, worker type, source control endpoints and pool
 // membership, from the HTTP API, a workers file or worker pods. It is the
-// dispatcher's Workers (pkg/router). It knows delivery only through the
+// dispatcher's Workers (pkg/dispatch). It knows delivery only through the
 // Delivery interface below.
 //
-// It imports pkg/router, pkg/wellknown, endpoint (the hint endpoint
+// It imports pkg/dispatch, pkg/wellknown, endpoint (the hint endpoint
 // checks), filewatch, jsonbody, internal/apiwatch, client-go and
 // Prometheus; never delivery.
 package workers
@@ -27,7 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/endpoint"
-	"github.com/kvrouter/kv-hint-operator/pkg/router"
+	"github.com/kvrouter/kv-hint-operator/pkg/dispatch"
 )
 
 // MaxWorkerIDLength caps a worker ID: a pod name is at most 253 characters.
@@ -147,8 +147,8 @@ func validateTopology(s *WorkerSpec) error {
 	}
 	domain, enforcement, w := s.KVTransferDomain, s.KVTransferEnforcement, s.KVTransferPreferredWeight
 	switch {
-	case enforcement != "" && enforcement != router.KVTransferRequired && enforcement != router.KVTransferPreferred:
-		return fmt.Errorf("kv_transfer_enforcement %q: want %s or %s", enforcement, router.KVTransferRequired, router.KVTransferPreferred)
+	case enforcement != "" && enforcement != dispatch.KVTransferRequired && enforcement != dispatch.KVTransferPreferred:
+		return fmt.Errorf("kv_transfer_enforcement %q: want %s or %s", enforcement, dispatch.KVTransferRequired, dispatch.KVTransferPreferred)
 	case domain == "" && enforcement != "":
 		return fmt.Errorf("kv_transfer_enforcement %q without a kv_transfer_domain", enforcement)
 	case domain == "" && w != nil:
@@ -164,10 +164,10 @@ func validateTopology(s *WorkerSpec) error {
 		return fmt.Errorf("kv_transfer_domain=%q, but topology_domains does not contain that domain (it has: %s)", domain, known)
 	}
 	switch {
-	case enforcement == router.KVTransferPreferred && w == nil:
+	case enforcement == dispatch.KVTransferPreferred && w == nil:
 		return fmt.Errorf("kv_transfer_enforcement preferred for domain %q, but kv_transfer_preferred_weight is missing (a weight in [0, 1])", domain)
-	case enforcement != router.KVTransferPreferred && w != nil:
-		return fmt.Errorf("kv_transfer_preferred_weight is set, but kv_transfer_enforcement is %s: the weight is only for preferred", cmp.Or(enforcement, router.KVTransferRequired+" (the default)"))
+	case enforcement != dispatch.KVTransferPreferred && w != nil:
+		return fmt.Errorf("kv_transfer_preferred_weight is set, but kv_transfer_enforcement is %s: the weight is only for preferred", cmp.Or(enforcement, dispatch.KVTransferRequired+" (the default)"))
 	case w != nil && !(*w >= 0 && *w <= 1):
 		return fmt.Errorf("kv_transfer_preferred_weight %v: want a number in [0, 1]", *w)
 	}
@@ -184,11 +184,11 @@ const (
 // validateWorkerType checks a router_hint_worker_type.
 func validateWorkerType(t string) error {
 	switch t {
-	case "", router.WorkerTypeAggregated, router.WorkerTypePrefill, router.WorkerTypeDecode:
+	case "", dispatch.WorkerTypeAggregated, dispatch.WorkerTypePrefill, dispatch.WorkerTypeDecode:
 		return nil
 	}
 	return fmt.Errorf("worker_type %q is not a router_hint_worker_type: want %s, %s or %s",
-		t, router.WorkerTypeAggregated, router.WorkerTypePrefill, router.WorkerTypeDecode)
+		t, dispatch.WorkerTypeAggregated, dispatch.WorkerTypePrefill, dispatch.WorkerTypeDecode)
 }
 
 // sourceEndpoints checks the advertised endpoints and returns them indexed
@@ -210,8 +210,8 @@ func sourceEndpoints(m map[string]string) ([]string, error) {
 		switch {
 		case ep == "":
 			return nil, fmt.Errorf("source_control_endpoints: rank %d has an empty endpoint", r)
-		case len(ep) > router.MaxSourceEndpointBytes:
-			return nil, fmt.Errorf("source_control_endpoints: rank %d's endpoint is %d bytes, over the %d allowed", r, len(ep), router.MaxSourceEndpointBytes)
+		case len(ep) > dispatch.MaxSourceEndpointBytes:
+			return nil, fmt.Errorf("source_control_endpoints: rank %d's endpoint is %d bytes, over the %d allowed", r, len(ep), dispatch.MaxSourceEndpointBytes)
 		case strings.ContainsFunc(ep, func(c rune) bool { return c < 0x20 || c == 0x7f || c == utf8.RuneError }):
 			return nil, fmt.Errorf("source_control_endpoints: rank %d's endpoint %q has control characters or invalid UTF-8", r, ep)
 		}
@@ -265,7 +265,7 @@ func (s *WorkerSpec) Validate() error {
 
 // HintCapable reports whether the spec advertises router_hint.
 func (s *WorkerSpec) HintCapable() bool {
-	return slices.Contains(s.Capabilities, router.CapabilityRouterHint)
+	return slices.Contains(s.Capabilities, dispatch.CapabilityRouterHint)
 }
 
 // Worker is a registered worker. It is immutable; a change registers a new
@@ -297,7 +297,7 @@ type Worker struct {
 func (w *Worker) HintCapable() bool { return w.Capable }
 
 // TopologyDomain returns the worker's value in the named topology
-// domain, for router.TopologyWorker.
+// domain, for dispatch.TopologyWorker.
 func (w *Worker) TopologyDomain(name string) (string, bool) {
 	v, ok := w.TopologyDomains[name]
 	return v, ok
@@ -305,7 +305,7 @@ func (w *Worker) TopologyDomain(name string) (string, bool) {
 
 // KVTransferPolicy returns the worker's KV transfer domain, its
 // enforcement (required where it gives none) and its preferred weight,
-// for router.TopologyWorker.
+// for dispatch.TopologyWorker.
 func (w *Worker) KVTransferPolicy() (domain, enforcement string, preferredWeight float64) {
 	if w.KVTransferDomain == "" {
 		return "", "", 0
@@ -313,7 +313,7 @@ func (w *Worker) KVTransferPolicy() (domain, enforcement string, preferredWeight
 	if w.KVTransferPreferredWeight != nil {
 		preferredWeight = *w.KVTransferPreferredWeight
 	}
-	return w.KVTransferDomain, cmp.Or(w.KVTransferEnforcement, router.KVTransferRequired), preferredWeight
+	return w.KVTransferDomain, cmp.Or(w.KVTransferEnforcement, dispatch.KVTransferRequired), preferredWeight
 }
 
 // InPool reports whether the worker is in role's pool. While pools are in
@@ -415,11 +415,11 @@ func NewRegistry(delivery Delivery) *Registry {
 func (r *Registry) lookup(id string) *Worker { return (*r.workers.Load())[id] }
 
 // Lookup returns the worker for the dispatcher, or nil.
-func (r *Registry) Lookup(id string) router.Worker {
+func (r *Registry) Lookup(id string) dispatch.Worker {
 	if w := r.lookup(id); w != nil {
 		return w
 	}
-	return nil // a nil *Worker would be a non-nil router.Worker
+	return nil // a nil *Worker would be a non-nil dispatch.Worker
 }
 
 // Get returns a registered worker.
@@ -681,7 +681,7 @@ func (r *Registry) Stats() (workers, hintCapable int) {
 // RegisterMetrics registers the registry's metrics in reg: the refused
 // registrations, and the gauges read from the registry at scrape time.
 func (r *Registry) RegisterMetrics(reg prometheus.Registerer) {
-	ns := router.MetricsNamespace
+	ns := dispatch.MetricsNamespace
 	r.refused = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: ns, Name: "workers_refused_total",
 		Help: "Worker registrations refused (a worker type other than aggregated, prefill or decode, bad source endpoints, a refused hint endpoint, topology domains or a KV transfer policy that break their rules, an ID another source registered), by source (api, file, pods).",

@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
-	"github.com/kvrouter/kv-hint-operator/pkg/router"
+	"github.com/kvrouter/kv-hint-operator/pkg/dispatch"
 	"github.com/kvrouter/kv-hint-operator/pkg/wellknown"
 )
 
@@ -71,7 +71,7 @@ func TestRegistryQueues(t *testing.T) {
 	_ = t
 	r := NewRegistry(del)
 	capable := func(id, ep string) WorkerSpec {
-		return WorkerSpec{ID: id, Capabilities: []string{router.CapabilityRouterHint}, HintEndpoint: ep}
+		return WorkerSpec{ID: id, Capabilities: []string{dispatch.CapabilityRouterHint}, HintEndpoint: ep}
 	}
 	if err := r.Set(SourceAPI, capable("a", "http://127.0.0.1:1/h")); err != nil {
 		t.Fatal(err)
@@ -80,7 +80,7 @@ func TestRegistryQueues(t *testing.T) {
 	if q1 == nil {
 		t.Fatal("a hint-capable worker with an endpoint has no queue")
 	}
-	if err := r.Set(SourceAPI, WorkerSpec{ID: "a", Capabilities: []string{router.CapabilityRouterHint}, HintEndpoint: "http://127.0.0.1:1/h", WorkerType: "decode"}); err != nil {
+	if err := r.Set(SourceAPI, WorkerSpec{ID: "a", Capabilities: []string{dispatch.CapabilityRouterHint}, HintEndpoint: "http://127.0.0.1:1/h", WorkerType: "decode"}); err != nil {
 		t.Fatal(err)
 	}
 	if r.lookup("a").q != q1 {

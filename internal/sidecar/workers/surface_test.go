@@ -11,7 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/endpoint"
-	"github.com/kvrouter/kv-hint-operator/pkg/router"
+	"github.com/kvrouter/kv-hint-operator/pkg/dispatch"
 	"github.com/kvrouter/kv-hint-operator/pkg/wellknown"
 )
 
@@ -61,7 +61,7 @@ func TestSourcesOwnTheirWorkers(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"f", "p"} {
-		if err := r.Set(SourceAPI, WorkerSpec{ID: id, Capabilities: []string{router.CapabilityRouterHint}}); !errors.Is(err, ErrOtherSource) {
+		if err := r.Set(SourceAPI, WorkerSpec{ID: id, Capabilities: []string{dispatch.CapabilityRouterHint}}); !errors.Is(err, ErrOtherSource) {
 			t.Errorf("API Set of %s: %v, want ErrOtherSource", id, err)
 		}
 		if err := r.Delete(SourceAPI, id); !errors.Is(err, ErrOtherSource) {
@@ -97,7 +97,7 @@ func TestReplaceNamesEveryBadEntry(t *testing.T) {
 		t.Fatal(err)
 	}
 	capable := func(id, ep string) WorkerSpec {
-		return WorkerSpec{ID: id, Capabilities: []string{router.CapabilityRouterHint}, HintEndpoint: ep}
+		return WorkerSpec{ID: id, Capabilities: []string{dispatch.CapabilityRouterHint}, HintEndpoint: ep}
 	}
 	err := r.Replace(SourceFile, []WorkerSpec{{ID: "good"}, capable("lo", "http://127.0.0.1:15000/"), {ID: "x", WorkerType: "banana"}, capable("md", "http://[64:ff9b::a9fe:a9fe]/")})
 	if err == nil {
@@ -176,7 +176,7 @@ func TestPodEndpointsUnderPolicy(t *testing.T) {
 // the operator's configuration and takes the ID (the API's entry goes);
 // in the other order the PUT is refused with ErrOtherSource (409).
 func TestFileOutranksAPI(t *testing.T) {
-	hint := []string{router.CapabilityRouterHint}
+	hint := []string{dispatch.CapabilityRouterHint}
 	// API first, then the file.
 	r := NewRegistry(&fakeDelivery{})
 	if err := r.Set(SourceAPI, WorkerSpec{ID: "w1", Capabilities: hint}); err != nil {

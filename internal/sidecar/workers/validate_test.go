@@ -7,7 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/kvrouter/kv-hint-operator/pkg/router"
+	"github.com/kvrouter/kv-hint-operator/pkg/dispatch"
 	"github.com/kvrouter/kv-hint-operator/pkg/wellknown"
 )
 
@@ -38,7 +38,7 @@ func TestHintEndpointValidation(t *testing.T) {
 		{"http://127.0.0.1:8081/v1/hints#frag", "fragment"},
 	} {
 		t.Run(tc.ep, func(t *testing.T) {
-			s := WorkerSpec{ID: "w", Capabilities: []string{router.CapabilityRouterHint}, HintEndpoint: tc.ep}
+			s := WorkerSpec{ID: "w", Capabilities: []string{dispatch.CapabilityRouterHint}, HintEndpoint: tc.ep}
 			err := s.Validate()
 			switch {
 			case tc.why == "" && err != nil:

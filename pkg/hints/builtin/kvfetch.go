@@ -54,7 +54,7 @@ func (f *kvFetch) EffectiveParameters() any { return f.params }
 // and a fetch that does not say where to fetch from, and it would refuse
 // the whole hint with it. The booked worker then computes those blocks
 // itself. A copy from outside a booked worker's required topology domain
-// never reaches it: the dispatcher drops it first (router.TopologyWorker).
+// never reaches it: the dispatcher drops it first (dispatch.TopologyWorker).
 func (f *kvFetch) BuildHints(_ context.Context, hc *hints.HintContext) ([]hints.Action, error) {
 	cp := hc.CommittedKVCopy()
 	if cp == nil || cp.SourceEndpoint == "" || len(cp.BlockHashes) < f.params.MinBlocks || len(cp.BlockHashes) == 0 {

@@ -3,23 +3,16 @@ package hintstest
 import (
 	"context"
 
+	"github.com/kvrouter/kv-hint-operator/pkg/bookingapi"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 	"github.com/kvrouter/kv-hint-operator/pkg/internal/hostbridge"
 )
 
-// Booking is one booking as a hint policy sees it: what the dispatcher
-// copies into the HintContext it hands every policy of the booked role.
-type Booking struct {
-	RequestID    string
-	Role         string
-	Worker       string
-	PromptTokens int
-	BlockSize    int
-	Session      hints.Session
-	// KVCopy is the committed KV copy; a policy sees it only when it
-	// declared hints.KVCopy.
-	KVCopy *hints.CommittedCopy
-}
+// Booking is one booking as a hint policy sees it: the booking API's type
+// (pkg/bookingapi), whose fields the dispatcher copies into the
+// HintContext it hands every policy of the booked role. A policy sees
+// KVCopy only when it declared hints.KVCopy.
+type Booking = bookingapi.Booking
 
 // NewContext returns the HintContext the dispatcher would hand a policy
 // whose provider declared commitments, for booking b. The context lends no

@@ -57,7 +57,7 @@ type Suite struct {
 	NeverFires bool
 }
 
-// Limits the kit holds policies to, the dispatcher's (pkg/router): its
+// Limits the kit holds policies to, the dispatcher's (pkg/dispatch): its
 // default booking limit of 1 MiB of block hashes in decimal, and the most
 // actions one hint carries.
 const (

@@ -12,10 +12,10 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/kvrouter/kv-hint-operator/pkg/dispatch"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints/hintstest"
-	"github.com/kvrouter/kv-hint-operator/pkg/router"
 )
 
 // strictParams is a well-behaved parameter set.
@@ -374,15 +374,15 @@ func TestKitLimitsAreTheDispatchers(t *testing.T) {
 			continue
 		}
 		n := 21*len(b.KVCopy.BlockHashes) + len(b.KVCopy.SourceEndpoint)
-		if n > router.DefaultMaxBookingBytes {
-			t.Errorf("booking %s: its copy may take %d bytes, over the dispatcher's limit of %d", b.RequestID, n, router.DefaultMaxBookingBytes)
+		if n > dispatch.DefaultMaxBookingBytes {
+			t.Errorf("booking %s: its copy may take %d bytes, over the dispatcher's limit of %d", b.RequestID, n, dispatch.DefaultMaxBookingBytes)
 		}
 		longest = max(longest, len(b.KVCopy.BlockHashes))
 	}
-	if 21*(longest+200) < router.DefaultMaxBookingBytes {
+	if 21*(longest+200) < dispatch.DefaultMaxBookingBytes {
 		t.Errorf("the longest copy is %d blocks, well short of the dispatcher's limit", longest)
 	}
-	n := router.MaxActions
+	n := dispatch.MaxActions
 	p := provider("at-the-limit", 0, func(*hints.HintContext) ([]hints.Action, error) {
 		var out []hints.Action
 		for range n {

@@ -1,5 +1,5 @@
 // Package hostbridge gives the host side of the plugin contract (the
-// dispatcher in pkg/router and the conformance kit in pkg/hints/hintstest)
+// dispatcher in pkg/dispatch and the conformance kit in pkg/hints/hintstest)
 // the parts of a hints.HintContext that plugins must not reach: the
 // committed KV copy, the commitments granted to the running policy and the
 // payload and action memory lent for the booking. Package hints registers the accessor

@@ -35,6 +35,10 @@ func writeConditions(root, out string) error {
 	if err != nil {
 		return err
 	}
+	wellknown, err := wellknownConsts(filepath.Join(root, "pkg", "wellknown"))
+	if err != nil {
+		return err
+	}
 	var types, reasons []constGroup
 	for _, decl := range f.Decls {
 		gd, ok := decl.(*ast.GenDecl)
@@ -50,13 +54,9 @@ func writeConditions(root, out string) error {
 				continue
 			}
 			kind = id.Name
-			lit, ok := vs.Values[0].(*ast.BasicLit)
-			if !ok {
-				return fmt.Errorf("%s: %s is not a string literal", fset.Position(vs.Pos()), vs.Names[0].Name)
-			}
-			v, err := strconv.Unquote(lit.Value)
+			v, err := constValue(vs.Values[0], wellknown)
 			if err != nil {
-				return err
+				return fmt.Errorf("%s: %s: %w", fset.Position(vs.Pos()), vs.Names[0].Name, err)
 			}
 			d := vs.Doc.Text()
 			if d == "" && len(gd.Specs) == 1 {
@@ -150,3 +150,67 @@ func strip(doc, name string) string {
 
 // cell escapes a table cell's pipes.
 func cell(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
+
+// constValue is the string a constant of conditions.go is set to: a string
+// literal, or a constant of pkg/wellknown (wellknown.ReasonX), where the
+// reasons the rules report are written once.
+func constValue(e ast.Expr, wellknown map[string]string) (string, error) {
+	switch e := e.(type) {
+	case *ast.BasicLit:
+		return strconv.Unquote(e.Value)
+	case *ast.SelectorExpr:
+		if x, ok := e.X.(*ast.Ident); ok && x.Name == "wellknown" {
+			if v, ok := wellknown[e.Sel.Name]; ok {
+				return v, nil
+			}
+			return "", fmt.Errorf("pkg/wellknown has no string constant %s", e.Sel.Name)
+		}
+	}
+	return "", fmt.Errorf("not a string literal or a constant of pkg/wellknown")
+}
+
+// wellknownConsts reads the string constants of pkg/wellknown, by name.
+func wellknownConsts(dir string) (map[string]string, error) {
+	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	if err != nil {
+		return nil, err
+	}
+	consts := map[string]string{}
+	fset := token.NewFileSet()
+	for _, path := range files {
+		if strings.HasSuffix(path, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, path, nil, 0)
+		if err != nil {
+			return nil, err
+		}
+		for _, decl := range f.Decls {
+			gd, ok := decl.(*ast.GenDecl)
+			if !ok || gd.Tok != token.CONST {
+				continue
+			}
+			for _, spec := range gd.Specs {
+				vs := spec.(*ast.ValueSpec)
+				for i, name := range vs.Names {
+					if i >= len(vs.Values) {
+						break
+					}
+					lit, ok := vs.Values[i].(*ast.BasicLit)
+					if !ok || lit.Kind != token.STRING {
+						continue
+					}
+					v, err := strconv.Unquote(lit.Value)
+					if err != nil {
+						return nil, fmt.Errorf("%s: %s: %w", fset.Position(lit.Pos()), name.Name, err)
+					}
+					consts[name.Name] = v
+				}
+			}
+		}
+	}
+	if len(consts) == 0 {
+		return nil, fmt.Errorf("%s: no string constants", dir)
+	}
+	return consts, nil
+}

@@ -1,4 +1,4 @@
-package router_test
+package dispatch_test
 
 import (
 	"bytes"
@@ -12,7 +12,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/kvrouter/kv-hint-operator/pkg/router"
+	"github.com/kvrouter/kv-hint-operator/pkg/dispatch"
 )
 
 const testHint = `{"protocol_version":"0.1","message_id":"r1","actions":[{"action_id":"a1","action_type":"kv.fetch","action_version":"1.0","payload":{"block_hashes":[11,22],"source_control_endpoint":"tcp://10.0.0.7:23280"}}]}`
@@ -22,7 +22,7 @@ func TestCarryHint(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		body string
-		path router.InBandPath
+		path dispatch.InBandPath
 		want string
 		err  string // a substring of the error; "" for none
 	}{
@@ -63,19 +63,19 @@ func TestCarryHint(t *testing.T) {
 		},
 		{
 			name: "top-level kv_hints added",
-			path: router.InBandKVHints,
+			path: dispatch.InBandKVHints,
 			body: `{"model":"m","kv_transfer_params":{"do_remote_decode":true}}`,
 			want: `{"model":"m","kv_transfer_params":{"do_remote_decode":true},"kv_hints":` + h + `}`,
 		},
 		{
 			name: "top-level kv_hints replaced in its place",
-			path: router.InBandKVHints,
+			path: dispatch.InBandKVHints,
 			body: `{"kv_hints":null,"model":"m"}`,
 			want: `{"kv_hints":` + h + `,"model":"m"}`,
 		},
 		{
 			name: "legacy router_hint",
-			path: router.InBandRouterHint,
+			path: dispatch.InBandRouterHint,
 			body: `{"kv_transfer_params":{"kv_hint":1}}`,
 			want: `{"kv_transfer_params":{"kv_hint":1,"router_hint":` + h + `}}`,
 		},
@@ -86,13 +86,13 @@ func TestCarryHint(t *testing.T) {
 		},
 		{
 			name: "of a repeated field, the last is the one replaced",
-			path: router.InBandKVHints,
+			path: dispatch.InBandKVHints,
 			body: `{"kv_hints":1,"kv_hints":2}`,
 			want: `{"kv_hints":1,"kv_hints":` + h + `}`,
 		},
 		{
 			name: "a field of another case is another field",
-			path: router.InBandKVHints,
+			path: dispatch.InBandKVHints,
 			body: `{"KV_HINTS":1}`,
 			want: `{"KV_HINTS":1,"kv_hints":` + h + `}`,
 		},
@@ -101,13 +101,13 @@ func TestCarryHint(t *testing.T) {
 		{name: "body not JSON", body: `{"a":`, err: "request body: invalid JSON"},
 		{name: "body empty", body: ``, err: "request body: empty"},
 		{name: "kv_transfer_params an array", body: `{"kv_transfer_params":[]}`, err: "kv_transfer_params: not a JSON object, got an array"},
-		{name: "kv_transfer_params a string", path: router.InBandRouterHint, body: `{"kv_transfer_params":"x"}`, err: "kv_transfer_params: not a JSON object, got a string"},
-		{name: "kv_hints ignores kv_transfer_params", path: router.InBandKVHints, body: `{"kv_transfer_params":7}`,
+		{name: "kv_transfer_params a string", path: dispatch.InBandRouterHint, body: `{"kv_transfer_params":"x"}`, err: "kv_transfer_params: not a JSON object, got a string"},
+		{name: "kv_hints ignores kv_transfer_params", path: dispatch.InBandKVHints, body: `{"kv_transfer_params":7}`,
 			want: `{"kv_transfer_params":7,"kv_hints":` + h + `}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			body := []byte(tc.body)
-			got, err := router.CarryHint(body, []byte(h), tc.path)
+			got, err := dispatch.CarryHint(body, []byte(h), tc.path)
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {
 					t.Fatalf("error %v, want one containing %q", err, tc.err)
@@ -137,12 +137,12 @@ func TestCarryHintMessage(t *testing.T) {
 		{name: "not an object", msg: `[1]`, err: "hint message: not a JSON object, got an array"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := router.CarryHint([]byte(`{}`), []byte(tc.msg), router.InBandKVHints)
+			got, err := dispatch.CarryHint([]byte(`{}`), []byte(tc.msg), dispatch.InBandKVHints)
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {
 					t.Fatalf("error %v, want one containing %q", err, tc.err)
 				}
-				if tc.err != "hint message is empty" && tc.err != "hint message: invalid JSON" && !errors.Is(err, router.ErrNotObject) {
+				if tc.err != "hint message is empty" && tc.err != "hint message: invalid JSON" && !errors.Is(err, dispatch.ErrNotObject) {
 					t.Errorf("error %v does not wrap ErrNotObject", err)
 				}
 				return
@@ -158,8 +158,8 @@ func TestCarryHintMessage(t *testing.T) {
 }
 
 func TestInBandPathNames(t *testing.T) {
-	for _, p := range []router.InBandPath{router.InBandKVHint, router.InBandKVHints, router.InBandRouterHint} {
-		got, err := router.ParseInBandPath(p.String())
+	for _, p := range []dispatch.InBandPath{dispatch.InBandKVHint, dispatch.InBandKVHints, dispatch.InBandRouterHint} {
+		got, err := dispatch.ParseInBandPath(p.String())
 		if err != nil || got != p {
 			t.Errorf("ParseInBandPath(%q) = %v, %v", p.String(), got, err)
 		}
@@ -168,31 +168,31 @@ func TestInBandPathNames(t *testing.T) {
 			t.Errorf("MarshalText(%v) = %s, %v", p, text, err)
 		}
 	}
-	var zero router.InBandPath
-	if zero != router.InBandKVHint {
+	var zero dispatch.InBandPath
+	if zero != dispatch.InBandKVHint {
 		t.Errorf("the zero path is %v, want kv_transfer_params.kv_hint", zero)
 	}
-	if _, err := router.ParseInBandPath("kv_hint"); err == nil || !strings.Contains(err.Error(), "kv_transfer_params.kv_hint") {
+	if _, err := dispatch.ParseInBandPath("kv_hint"); err == nil || !strings.Contains(err.Error(), "kv_transfer_params.kv_hint") {
 		t.Errorf("an unknown name: %v, want an error that lists the known ones", err)
 	}
-	if _, err := router.CarryHint([]byte(`{}`), []byte(testHint), router.InBandPath(9)); err == nil {
+	if _, err := dispatch.CarryHint([]byte(`{}`), []byte(testHint), dispatch.InBandPath(9)); err == nil {
 		t.Error("an unknown path was accepted")
 	}
 
 	fs := flag.NewFlagSet("t", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	p := router.InBandKVHint
+	p := dispatch.InBandKVHint
 	fs.Var(&p, "hint-path", "")
-	if err := fs.Parse([]string{"--hint-path", "kv_hints"}); err != nil || p != router.InBandKVHints {
+	if err := fs.Parse([]string{"--hint-path", "kv_hints"}); err != nil || p != dispatch.InBandKVHints {
 		t.Errorf("flag: %v, %v", p, err)
 	}
 	if err := fs.Parse([]string{"--hint-path", "x"}); err == nil {
 		t.Error("flag took an unknown path")
 	}
 	var cfg struct {
-		Path router.InBandPath `json:"path"`
+		Path dispatch.InBandPath `json:"path"`
 	}
-	if err := json.Unmarshal([]byte(`{"path":"kv_transfer_params.router_hint"}`), &cfg); err != nil || cfg.Path != router.InBandRouterHint {
+	if err := json.Unmarshal([]byte(`{"path":"kv_transfer_params.router_hint"}`), &cfg); err != nil || cfg.Path != dispatch.InBandRouterHint {
 		t.Errorf("JSON: %v, %v", cfg.Path, err)
 	}
 }
@@ -219,9 +219,9 @@ func FuzzCarryHint(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Fuzz(func(t *testing.T, body []byte, p uint8) {
-		path := router.InBandPath(p % 3)
+		path := dispatch.InBandPath(p % 3)
 		orig := bytes.Clone(body)
-		got, err := router.CarryHint(body, msg, path)
+		got, err := dispatch.CarryHint(body, msg, path)
 		if !bytes.Equal(body, orig) {
 			t.Fatal("the caller's body was changed")
 		}
@@ -326,12 +326,12 @@ func BenchmarkCarryHint(b *testing.B) {
 	msg := benchHint()
 	for _, size := range []int{4 << 10, 256 << 10} {
 		body := chatBody(size)
-		for _, path := range []router.InBandPath{router.InBandKVHint, router.InBandKVHints} {
+		for _, path := range []dispatch.InBandPath{dispatch.InBandKVHint, dispatch.InBandKVHints} {
 			b.Run(fmt.Sprintf("%dKiB/%s", size>>10, path), func(b *testing.B) {
 				b.ReportAllocs()
 				b.SetBytes(int64(len(body)))
 				for b.Loop() {
-					if _, err := router.CarryHint(body, msg, path); err != nil {
+					if _, err := dispatch.CarryHint(body, msg, path); err != nil {
 						b.Fatal(err)
 					}
 				}

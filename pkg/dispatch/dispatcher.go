@@ -1,4 +1,4 @@
-package router
+package dispatch
 
 import (
 	"context"
@@ -100,7 +100,7 @@ type Dispatcher struct {
 // ErrNotReady until Load succeeds once.
 func NewDispatcher(o Options) *Dispatcher {
 	if o.Catalog == nil {
-		panic("router.NewDispatcher: Options.Catalog is nil")
+		panic("dispatch.NewDispatcher: Options.Catalog is nil")
 	}
 	if o.Metrics == nil {
 		o.Metrics = NewMetrics(nil)
@@ -261,11 +261,11 @@ func (d *Dispatcher) build(ctx context.Context, b *Booking, buf []byte) (Hint, W
 		d.metrics.errNotReady.Inc()
 		return Hint{}, nil, time.Time{}, ErrNotReady
 	}
-	if err := b.validate(); err != nil {
+	if err := validateBooking(b); err != nil {
 		d.metrics.errInvalid.Inc()
 		return Hint{}, nil, time.Time{}, err
 	}
-	if err := b.copyFits(d.maxBooking); err != nil {
+	if err := copyFits(b, d.maxBooking); err != nil {
 		d.metrics.errTooLarge.Inc()
 		return Hint{}, nil, time.Time{}, err
 	}

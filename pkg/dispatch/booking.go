@@ -1,10 +1,10 @@
-package router
+package dispatch
 
 import (
 	"errors"
 	"fmt"
 
-	"github.com/kvrouter/kv-hint-operator/pkg/hints"
+	"github.com/kvrouter/kv-hint-operator/pkg/bookingapi"
 )
 
 // MaxRequestIDBytes caps a booking's request ID, which becomes the hint's
@@ -38,31 +38,14 @@ var (
 	ErrBookingTooLarge = fmt.Errorf("%w: too large", ErrInvalidBooking)
 )
 
-// Booking is what a router tells the sidecar after it booked a worker.
-type Booking struct {
-	// RequestID identifies the request; it becomes the hint's message ID.
-	RequestID string
-	// Role is the stage the worker was booked for.
-	Role string
-	// Worker is the booked worker's ID (its pod name in Kubernetes).
-	Worker string
-	// PromptTokens is the prompt length in tokens.
-	PromptTokens int
-	// BlockSize is the number of tokens per KV block; 0 when the caller
-	// does not know it (the HTTP API requires it, and refuses 0 as it
-	// refuses a missing one).
-	BlockSize int
-	// Session is the request's session; Session.ID is empty outside one,
-	// and Session.Turn counts from 1 within one (0 is refused).
-	Session hints.Session
-	// KVCopy is the worker-selection policy's committed KV copy, or nil;
-	// a copy with no block hashes is refused (leave KVCopy nil instead).
-	KVCopy *hints.CommittedCopy
-}
+// Booking is what a router tells the dispatcher after it booked a worker:
+// the booking API's type (pkg/bookingapi), so that a booking a router sends
+// the sidecar and one it hands an in-process dispatcher are the same value.
+type Booking = bookingapi.Booking
 
-// validate checks what the dispatcher relies on. It allocates only when it
+// validateBooking checks what the dispatcher relies on. It allocates only when it
 // fails.
-func (b *Booking) validate() error {
+func validateBooking(b *Booking) error {
 	switch {
 	case b.RequestID == "":
 		return fmt.Errorf("%w: request_id is required", ErrInvalidBooking)
@@ -90,11 +73,11 @@ func (b *Booking) validate() error {
 	return nil
 }
 
-// copyFits reports whether the booking's committed copy, written as a
+// copyFits reports whether booking b's committed copy, written as a
 // kv.fetch payload's block hashes in decimal, takes at most limit bytes,
 // and if not an error that names the limit. It reads the hashes only when
 // the bound of 21 bytes per hash does not settle it.
-func (b *Booking) copyFits(limit int) error {
+func copyFits(b *Booking, limit int) error {
 	c := b.KVCopy
 	if c == nil || 21*len(c.BlockHashes)+len(c.SourceEndpoint) <= limit {
 		return nil
@@ -107,7 +90,7 @@ func (b *Booking) copyFits(limit int) error {
 		return nil
 	}
 	return fmt.Errorf("%w: committed_kv_copy's %d block hashes take %d bytes in decimal, over the booking limit of %d bytes "+
-		"(router.Options.MaxBookingBytes; the sidecar's --max-booking-bytes)", ErrBookingTooLarge, len(c.BlockHashes), n, limit)
+		"(dispatch.Options.MaxBookingBytes; the sidecar's --max-booking-bytes)", ErrBookingTooLarge, len(c.BlockHashes), n, limit)
 }
 
 func decimalLen(v uint64) int {

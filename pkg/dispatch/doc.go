@@ -1,15 +1,15 @@
-// Package router is the public dispatch core: it turns a router's booking
+// Package dispatch is the public dispatcher: it turns a router's booking
 // into at most one hint message for the booked worker, by running the
 // booked role's hint policies from a compiled hints config.
 //
 // The kvhint sidecar wraps it in an HTTP booking API, config watches and
 // delivery; a Go router can link it in-process instead and skip the hop:
 //
-//	d := router.NewDispatcher(router.Options{Catalog: builtin.NewCatalog(), Workers: workers, RouterMode: "kv"})
+//	d := dispatch.NewDispatcher(dispatch.Options{Catalog: builtin.NewCatalog(), Workers: workers, RouterMode: "kv"})
 //	if err := d.Load(policyFile, "hints.yaml"); err != nil { ... }
-//	h, err := d.Build(ctx, &router.Booking{RequestID: id, Role: "decode", Worker: w, ...})
+//	h, err := d.Build(ctx, &dispatch.Booking{RequestID: id, Role: "decode", Worker: w, ...})
 //	// h.Message is the hint JSON for the worker, or nil; h.Outcome says why.
-//	body, err = router.CarryHint(body, h.Message, router.InBandKVHint)
+//	body, err = dispatch.CarryHint(body, h.Message, dispatch.InBandKVHint)
 //	// body is the request to forward, the hint carried in-band.
 //
 // Engines read hints on the requests they serve; CarryHint puts a message
@@ -19,9 +19,10 @@
 // A Dispatcher reads an immutable compiled snapshot through an atomic
 // pointer, so Load never disturbs a booking in flight, and a booking
 // allocates only the message it returns: nothing, when the router lends the
-// memory for it (BuildInto). Its imports are the plugin
-// contract, the hints config rules, Prometheus' client and logr: no
-// Kubernetes client, no file watches, no HTTP server.
+// memory for it (BuildInto). Its imports are the plugin contract, the
+// booking API's type (pkg/bookingapi: Booking is bookingapi.Booking), the
+// hints config rules, Prometheus' client and logr: no Kubernetes client,
+// no file watches, no HTTP server.
 //
 // Experimental until v1: see CHANGELOG.md at the repository root.
-package router
+package dispatch
