@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"syscall"
 
-	"github.com/kvrouter/kv-hint-operator/pkg/dispatch"
 	"github.com/kvrouter/kv-hint-operator/pkg/wellknown"
 
 	"github.com/go-logr/logr"
@@ -21,12 +20,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar"
-	"github.com/kvrouter/kv-hint-operator/internal/sidecar/booking"
-	"github.com/kvrouter/kv-hint-operator/internal/sidecar/delivery"
-	"github.com/kvrouter/kv-hint-operator/internal/sidecar/filewatch"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/listen"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/record"
-	"github.com/kvrouter/kv-hint-operator/internal/sidecar/workers"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
 )
@@ -120,7 +115,7 @@ pod IP only, where probes and scrapers reach them; pprof is on loopback.`,
 			if err := o.PolicyIsolation.Check(); err != nil {
 				return err
 			}
-			if err := checkRecordFlags(cmd, &rec); err != nil {
+			if err := rec.CheckFlags(cmd.Flags()); err != nil {
 				return err
 			}
 			if rec.Path != "" {
@@ -156,89 +151,17 @@ pod IP only, where probes and scrapers reach them; pprof is on loopback.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&rec.Path, "record-trace", "", "record sampled bookings to this trace file for kvhint preview (hashes and ids remapped per recording; off when empty)")
-	f.Float64Var(&rec.SampleRate, "record-sample-rate", 0.01, "share of requests recorded, in (0, 1]; all roles of a request together")
-	f.Int64Var(&rec.MaxBytes, "record-max-bytes", record.DefaultMaxBytes, "rotate the trace file at this size")
-	f.IntVar(&rec.MaxFiles, "record-max-files", record.DefaultMaxFiles, fmt.Sprintf("rotated trace files kept (PATH.1 ...), from 1 to %d; a file an earlier run left at PATH is rotated aside at start", record.MaxMaxFiles))
-	f.Int64Var(&rec.MaxQueueBytes, "record-max-queued-bytes", record.DefaultMaxQueueBytes, "memory of the sampled bookings waiting for the trace writer (part of the sidecar's memory budget); a booking past it is dropped and counted")
-	f.DurationVar(&rec.FlushInterval, "record-flush-interval", record.DefaultFlushInterval, "longest a recorded row waits in memory before it is written (what a kill may lose)")
-	f.StringVar(&o.ConfigFile, "config-file", "", "hints YAML file to run")
-	f.StringVar(&o.ConfigDir, "config-dir", "", "mounted compiled ConfigMap directory holding hints.yaml and roles.yaml")
+	o.AddFlags(f)
+	rec.AddFlags(f)
 	f.Var(routerModeFlag{&o.RouterMode}, "router-mode", "the router's mode for every role of --config-file: "+hintsconfig.RouterModeList()+"; hints run only under kv (default kv)")
-	f.StringVar(&o.ConfigMap, "configmap", "", "ConfigMap to watch in --namespace")
 	f.StringVar(&routerName, "router", "", "router name: watch ConfigMap <router>-hints in --namespace")
-	f.StringVar(&o.Namespace, "namespace", os.Getenv("POD_NAMESPACE"), "namespace of the ConfigMap and the worker pods (default $POD_NAMESPACE)")
-	f.DurationVar(&o.Poll, "poll-interval", filewatch.DefaultPollInterval, "reread interval of --config-file, --config-dir and --workers-file, whatever file events say")
-	f.StringVar(&o.WorkersFile, "workers-file", "", "YAML file of standalone workers: a list of workers (id, capabilities, hint_endpoint, worker_type, ...), under a workers key or bare")
-	f.BoolVar(&o.WorkerPods, "worker-pods", false, "register worker pods of --namespace: those the RouterRoles' workerSelectors pick (default true with --router or --configmap)")
 	f.StringVar(&selector, "worker-selector", "", "deprecated, not needed: limit the worker pod watch to this label selector; the RouterRoles' workerSelectors make the pools")
 	_ = f.MarkDeprecated("worker-selector", "each RouterRole's spec.workerSelector, compiled into the ConfigMap, makes its role's worker pool")
-	f.BoolVar(&o.AllowAbsoluteHintEndpoints, "allow-absolute-hint-endpoints", false, "take absolute URLs from worker pods' hint-endpoint annotations (default: only \":PORT/PATH\" on the pod's own IP)")
-	f.BoolVar(&o.AllowLoopbackHintEndpoints, "allow-loopback-hint-endpoints", false, "development only: take hint endpoints on loopback (127.0.0.0/8, ::1, localhost), for simulated workers on this machine; the sidecar's own listeners stay refused")
-	f.BoolVar(&o.ListenInsecureAnyAddress, "listen-insecure-any-address", false, "let --listen take a TCP address other than loopback (0.0.0.0, ::, a pod IP): its routes are not authenticated, so anyone who reaches it can book and, standalone, register workers")
-	f.StringVar(&o.PodName, "pod-name", os.Getenv("POD_NAME"), "the sidecar's own pod, to write the applied hash on (default $POD_NAME; empty disables)")
-	f.StringVar(&o.PodNamespace, "pod-namespace", os.Getenv("POD_NAMESPACE"), "the sidecar's own namespace (default $POD_NAMESPACE)")
 	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, then $KUBECONFIG and ~/.kube/config)")
-	f.StringVar(&o.Listen, "listen", sidecar.DefaultListen, "booking API address: a loopback HOST:PORT, or unix:///PATH for a Unix socket in a volume the router's container shares")
 	f.StringVar(&listenMode, "listen-mode", fmt.Sprintf("%#o", listen.DefaultListenMode), "file mode (octal) of the --listen unix:///PATH socket: connecting needs write permission, so it says which users and groups may book")
-	f.StringVar(&o.OpsListen, "metrics-listen", defaultOpsListen(), "address of /metrics, /healthz and /readyz (default $POD_IP:8791 where POD_IP is set, for kubelet probes and scrapers; else loopback)")
-	f.DurationVar(&o.PolicyDeadline, "policy-deadline", dispatch.DefaultPolicyDeadline, "how long one hint policy may run on a booking before the run counts as an overrun (its actions are kept)")
-	f.DurationVar(&o.PolicyIsolation.HardDeadline, "policy-hard-deadline", dispatch.DefaultPolicyHardDeadline, "the most a booking waits for a policy that may block (not a built-in); the booking answers without it past that, and the policy is ejected")
-	f.IntVar(&o.PolicyIsolation.EjectAfter, "policy-eject-after", dispatch.DefaultEjectAfter, "overruns in a row that eject a policy that may block from its role's path")
-	f.DurationVar(&o.PolicyIsolation.EjectionBase, "policy-ejection-base", dispatch.DefaultEjectionBase, "how long a first ejection lasts; the policy then runs on probation")
-	f.Float64Var(&o.PolicyIsolation.EjectionMultiplier, "policy-ejection-multiplier", dispatch.DefaultEjectionMultiplier, "multiplies the ejection time for each ejection in a row (at least 1)")
-	f.DurationVar(&o.PolicyIsolation.EjectionMax, "policy-ejection-max", dispatch.DefaultEjectionMax, "the longest ejection")
-	f.IntVar(&o.PolicyIsolation.ProbationRuns, "policy-probation-runs", dispatch.DefaultProbationRuns, "runs in a row on time that end a probation (one overrun on probation ejects again, for longer)")
-	f.IntVar(&o.PolicyIsolation.MaxRuns, "policy-max-runs", dispatch.DefaultMaxPolicyRuns, "runs of one policy that may block in flight at once, those abandoned at the hard deadline included; past it bookings skip the policy")
-	f.DurationVar(&o.PolicyDeadlinePerBlock, "policy-deadline-per-block", dispatch.DefaultPolicyDeadlinePerBlock, "added to the deadline of a policy that reads the committed copy (kv-fetch), per block of the copy")
-	f.IntVar(&o.MaxBookingBytes, "max-booking-bytes", dispatch.DefaultMaxBookingBytes, "largest booking body accepted (413 above); the payload limit follows it (1 MiB holds about 49,000 block hashes)")
-	f.IntVar(&o.QueueSize, "queue-size", delivery.DefaultQueueSize, "hints queued per worker; when full the newest is dropped")
-	f.Int64Var(&o.MaxQueuedBytes, "max-queued-hint-bytes", delivery.DefaultMaxQueuedBytes, "bytes of hints queued across all workers; a hint past it is dropped and counted (memory_budget)")
-	f.IntVar(&o.MaxWorkerConns, "max-worker-connections", delivery.DefaultMaxWorkerConns, "connections open to all workers together; lowered to what the descriptor limit leaves after the listeners' caps; a post that finds none is counted (connection_limit)")
-	f.IntVar(&o.MaxWorkersPerSource, "max-workers-per-source", workers.DefaultMaxWorkersPerSource, "workers each source (api, file, pods) may register; the rest are refused and counted (workers_over_limit_total)")
-	f.Int64Var(&o.MaxBookingMemory, "max-booking-memory", booking.DefaultMaxBookingMemory, "memory the bookings in flight may hold, charged 6 bytes per body byte of a booking over 16 KiB before it is read; one past it is answered 503 with Retry-After and counted")
 	f.Float64Var(&memoryFraction, "memory-limit-fraction", DefaultMemoryLimitFraction, "GOMEMLIMIT as a fraction of the container's memory limit given in $"+MemoryLimitEnv+" (downward API limits.memory); an explicit GOMEMLIMIT wins")
-	f.DurationVar(&o.DeliveryTimeout, "delivery-timeout", delivery.DefaultDeliveryTimeout, "timeout of one hint post, connection included")
-	f.DurationVar(&o.HintTTL, "hint-ttl", delivery.DefaultHintTTL, "a hint queued longer is dropped unsent")
-	f.DurationVar(&o.ShutdownWait, "shutdown-timeout", sidecar.DefaultShutdownWait, "how long shutdown drains queued hints")
-	f.BoolVar(&o.Pprof, "pprof", false, "serve net/http/pprof under /debug/pprof/ on --pprof-listen")
-	f.StringVar(&o.PprofListen, "pprof-listen", sidecar.DefaultPprofListen, "address of pprof; must be on loopback")
-	f.DurationVar(&o.ReadTimeout, "http-read-timeout", listen.DefaultReadTimeout, "longest read of one request, body included, on the booking and ops listeners (request heads on the ops listener: at most 2s)")
-	f.DurationVar(&o.WriteTimeout, "http-write-timeout", listen.DefaultWriteTimeout, "longest write of one answer on the booking and ops listeners")
-	f.DurationVar(&o.IdleTimeout, "http-idle-timeout", listen.DefaultIdleTimeout, "how long a keep-alive connection may wait for its next request")
-	f.IntVar(&o.MaxBookingConns, "max-booking-connections", listen.DefaultMaxBookingConns, "open connections the booking listener takes; one more is answered 503 and counted")
-	f.IntVar(&o.MaxOpsConns, "max-ops-connections", listen.DefaultMaxOpsConns, "open connections the ops listener takes; one more is answered 503 and counted")
 	f.IntVarP(&verbosity, "verbosity", "v", 0, "log verbosity (0 info, 1 debug)")
 	return cmd
-}
-
-// recordFlags are the flags that need --record-trace.
-var recordFlags = []string{"record-sample-rate", "record-max-bytes", "record-max-files", "record-max-queued-bytes", "record-flush-interval"}
-
-// checkRecordFlags refuses recorder flags out of range, naming the flag,
-// and recorder flags without --record-trace.
-func checkRecordFlags(cmd *cobra.Command, rec *record.Options) error {
-	if rec.Path == "" {
-		for _, name := range recordFlags {
-			if cmd.Flags().Changed(name) {
-				return fmt.Errorf("--%s needs --record-trace PATH", name)
-			}
-		}
-		return nil
-	}
-	switch {
-	case !(rec.SampleRate > 0 && rec.SampleRate <= 1):
-		return fmt.Errorf("--record-sample-rate is %g; it must be above 0 and at most 1", rec.SampleRate)
-	case rec.MaxBytes <= 0:
-		return fmt.Errorf("--record-max-bytes is %d; it must be above 0", rec.MaxBytes)
-	case rec.MaxFiles < 1 || rec.MaxFiles > record.MaxMaxFiles:
-		return fmt.Errorf("--record-max-files is %d; it must be from 1 to %d", rec.MaxFiles, record.MaxMaxFiles)
-	case rec.MaxQueueBytes <= 0:
-		return fmt.Errorf("--record-max-queued-bytes is %d; it must be above 0", rec.MaxQueueBytes)
-	case rec.FlushInterval <= 0:
-		return fmt.Errorf("--record-flush-interval is %v; it must be above 0", rec.FlushInterval)
-	}
-	return nil
 }
 
 // setListenMode sets the booking socket's mode from --listen-mode, octal.
@@ -257,15 +180,6 @@ func setListenMode(o *sidecar.Options, mode string, changed bool) error {
 	}
 	o.ListenMode = fs.FileMode(m)
 	return nil
-}
-
-// defaultOpsListen is the pod IP's ops port when the downward API gives
-// POD_IP, so that kubelet and Prometheus reach it, and loopback otherwise.
-func defaultOpsListen() string {
-	if ip := os.Getenv("POD_IP"); ip != "" {
-		return sidecar.OpsListenFor(ip)
-	}
-	return sidecar.DefaultOpsListen
 }
 
 // newLogger logs JSON lines through log/slog; logr's V(n) is slog level -n.
