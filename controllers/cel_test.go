@@ -9,12 +9,13 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 )
 
 // TestCELRejections checks that the API server itself refuses each
 // per-object rule, with the message the CRD gives it.
 func TestCELRejections(t *testing.T) {
-	ns := newNamespace(t)
+	ns := testenv.NewNamespace(t, testenv.Get(t).Client, "kvhint-test")
 	retains := func(n int) []v1alpha1.HintItem {
 		var items []v1alpha1.HintItem
 		for i := range n {

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 )
 
 // gitopsView is what the GitOps tools make of one object: kstatus (Flux's
@@ -150,7 +151,7 @@ func expectGitops(t *testing.T, what string, got gitopsView, kstatus status.Stat
 func waitGitops(t *testing.T, ns, name, kind string, kstatus status.Status, argo, reason, message string) gitopsView {
 	t.Helper()
 	var got gitopsView
-	eventually(t, fmt.Sprintf("%s %s: kstatus %s, Argo CD %s, reason %s", kind, name, kstatus, argo, reason), func(context.Context) error {
+	testenv.Eventually(t, timeout, fmt.Sprintf("%s %s: kstatus %s, Argo CD %s, reason %s", kind, name, kstatus, argo, reason), func(context.Context) error {
 		got = readGitops(t, ns, name, kind)
 		if got.kstatus != kstatus || got.argo != argo || (reason != "" && got.kstatusReason != reason) ||
 			(message != "" && !strings.Contains(got.argoMessage, message)) {
@@ -177,7 +178,7 @@ type gitopsCase struct {
 // served by the API server, for every condition reason: before the
 // manager has processed them, after, and right after a change.
 func TestGitopsStatus(t *testing.T) {
-	requireAPIServer(t)
+	testenv.Get(t)
 	var cases []*gitopsCase
 	for _, s := range invalidSamples {
 		if s.rejected != "" {
@@ -231,7 +232,7 @@ func TestGitopsStatus(t *testing.T) {
 				c.ns = ns
 				continue
 			}
-			c.ns = newNamespace(t)
+			c.ns = testenv.NewNamespace(t, testenv.Get(t).Client, "kvhint-test")
 			files[c.file] = c.ns
 			if _, err := applyFile(t, c.ns, filepath.Join("..", "config", "samples", "invalid", c.file)); err != nil {
 				t.Fatalf("%s: %v", c.file, err)
@@ -241,7 +242,7 @@ func TestGitopsStatus(t *testing.T) {
 		if c == policy {
 			continue // created with ready, in its namespace
 		}
-		c.ns = newNamespace(t)
+		c.ns = testenv.NewNamespace(t, testenv.Get(t).Client, "kvhint-test")
 		switch c {
 		case noPods:
 			create(t, newRole(c.ns, c.object, "r", "decode", "dynamo-default-cost-fn"))
@@ -345,7 +346,7 @@ func conditionOf(t *testing.T, ns, name string, typ v1alpha1.ConditionType) meta
 // snippet docs/gitops.md tells Argo CD users to install, equal to the scripts
 // the tests run, and installs it the way that page says.
 func TestArgoCDConfigMapSnippet(t *testing.T) {
-	requireAPIServer(t)
+	testenv.Get(t)
 	data, err := os.ReadFile(filepath.Join("..", "config", "argocd", "argocd-cm.yaml"))
 	if err != nil {
 		t.Fatal(err)
@@ -376,7 +377,7 @@ func TestArgoCDConfigMapSnippet(t *testing.T) {
 	}
 	existing := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "argocd", Name: "argocd-cm"}, Data: map[string]string{"url": "https://argocd.example.com"}}
 	create(t, existing)
-	if out, err := kubectl(t, "-n", "argocd", "patch", "configmap", "argocd-cm", "--patch-file", filepath.Join("..", "config", "argocd", "argocd-cm.yaml")); err != nil {
+	if out, err := testenv.Get(t).RunKubectl("-n", "argocd", "patch", "configmap", "argocd-cm", "--patch-file", filepath.Join("..", "config", "argocd", "argocd-cm.yaml")); err != nil {
 		t.Fatalf("kubectl patch: %v\n%s", err, out)
 	}
 	patched := get(t, "argocd", "argocd-cm", &corev1.ConfigMap{})

@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 )
 
 // newRole returns a RouterRole with no hints key (defaults run).
@@ -68,7 +69,7 @@ func create(t *testing.T, objs ...client.Object) {
 // conflict with the manager's status writes.
 func update[T client.Object](t *testing.T, obj T, change func(T)) {
 	t.Helper()
-	eventually(t, "updating "+obj.GetName(), func(ctx context.Context) error {
+	testenv.Eventually(t, timeout, "updating "+obj.GetName(), func(ctx context.Context) error {
 		if err := k8s.Get(ctx, keyOf(obj), obj); err != nil {
 			return err
 		}

@@ -11,20 +11,21 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 )
 
 // TestKubectlWaitReady runs `kubectl wait --for=condition=Ready` against
 // the test API server. It must not return while the router has no pod
 // running the config, and must return once one does.
 func TestKubectlWaitReady(t *testing.T) {
-	ns := newNamespace(t)
+	ns := testenv.NewNamespace(t, testenv.Get(t).Client, "kvhint-test")
 	rr := newRole(ns, "llama-prefill", "llama", "prefill", "kvcr")
 	create(t, rr)
 	cm := waitConfigMap(t, ns, "llama", anyConfigMap)
-	waitCondition(t, rr, v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonNoRouterPods)
+	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionReady), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonNoRouterPods)})
 
 	// Not Ready: kubectl wait times out and says so.
-	out, err := kubectl(t, "wait", "-n", ns, "--for=condition=Ready", "rr/llama-prefill", "--timeout=1s")
+	out, err := testenv.Get(t).RunKubectl("wait", "-n", ns, "--for=condition=Ready", "rr/llama-prefill", "--timeout=1s")
 	if err == nil {
 		t.Fatalf("kubectl wait returned at once for a role no router pod runs: %s", out)
 	}
@@ -34,7 +35,7 @@ func TestKubectlWaitReady(t *testing.T) {
 	var waitOut string
 	go func() {
 		var err error
-		waitOut, err = kubectl(t, "wait", "-n", ns, "--for=condition=Ready", "rr/llama-prefill", "--timeout=60s")
+		waitOut, err = testenv.Get(t).RunKubectl("wait", "-n", ns, "--for=condition=Ready", "rr/llama-prefill", "--timeout=60s")
 		done <- err
 	}()
 	routerPod(t, ns, "llama", "llama-router-0", cm.Annotations[v1alpha1.HashAnnotation])
@@ -46,7 +47,7 @@ func TestKubectlWaitReady(t *testing.T) {
 	}
 
 	// The printer columns say the same.
-	out, err = kubectl(t, "get", "-n", ns, "rr", "llama-prefill", "--no-headers")
+	out, err = testenv.Get(t).RunKubectl("get", "-n", ns, "rr", "llama-prefill", "--no-headers")
 	if err != nil {
 		t.Fatalf("kubectl get: %v: %s", err, out)
 	}
@@ -58,14 +59,14 @@ func TestKubectlWaitReady(t *testing.T) {
 // TestKubectlExplain reads the field documentation back from the API
 // server, as a person would.
 func TestKubectlExplain(t *testing.T) {
-	requireAPIServer(t)
+	testenv.Get(t)
 	for field, want := range map[string]string{
 		"routerroles.spec.routerMode":            "routerMode is how the router books workers for this role",
 		"routerroles.spec.hints.policyRef":       "policyRef runs a HintPolicy of this namespace",
 		"routerroles.status.routerPods.upToDate": "upToDate is the number of those pods",
 		"hintpolicies.status.usedBy":             "usedBy lists the RouterRoles of this namespace",
 	} {
-		out, err := kubectl(t, "explain", field)
+		out, err := testenv.Get(t).RunKubectl("explain", field)
 		if err != nil {
 			t.Fatalf("kubectl explain %s: %v\n%s", field, err, out)
 		}
@@ -80,12 +81,12 @@ func TestKubectlExplain(t *testing.T) {
 // injection policy and its parameters) without creating anything. The namespace
 // must exist for the namespaced objects, so the test creates it.
 func TestKustomizeDefaultDryRun(t *testing.T) {
-	requireAPIServer(t)
+	testenv.Get(t)
 	sys := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kvhint-system"}}
 	if err := k8s.Create(context.Background(), sys); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	out, err := kubectl(t, "apply", "-k", "../config/default", "--dry-run=server")
+	out, err := testenv.Get(t).RunKubectl("apply", "-k", "../config/default", "--dry-run=server")
 	if err != nil {
 		t.Fatalf("kubectl apply -k config/default --dry-run=server: %v\n%s", err, out)
 	}
@@ -117,14 +118,14 @@ func TestKustomizeDefaultDryRun(t *testing.T) {
 // the metrics reviews. The rest of the overlay is checked with a server
 // side dry run.
 func TestNamespacedInstallCannotTouchOtherNamespaces(t *testing.T) {
-	requireAPIServer(t)
+	testenv.Get(t)
 	ctx := context.Background()
 	for _, name := range []string{"kvhint-system", "routers"} {
 		if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil && !apierrors.IsAlreadyExists(err) {
 			t.Fatal(err)
 		}
 	}
-	out, err := kubectl(t, "apply", "-k", "../config/namespaced", "--dry-run=server")
+	out, err := testenv.Get(t).RunKubectl("apply", "-k", "../config/namespaced", "--dry-run=server")
 	if err != nil {
 		t.Fatalf("kubectl apply -k config/namespaced --dry-run=server: %v\n%s", err, out)
 	}
@@ -132,7 +133,7 @@ func TestNamespacedInstallCannotTouchOtherNamespaces(t *testing.T) {
 		t.Errorf("config/namespaced binds the manager's role cluster-wide:\n%s", out)
 	}
 
-	rendered, err := kubectl(t, "kustomize", "../config/namespaced")
+	rendered, err := testenv.Get(t).RunKubectl("kustomize", "../config/namespaced")
 	if err != nil {
 		t.Fatalf("kubectl kustomize: %v\n%s", err, rendered)
 	}
@@ -179,7 +180,7 @@ func TestNamespacedInstallCannotTouchOtherNamespaces(t *testing.T) {
 // roles, whatever else the namespace holds, and none for a router no role
 // names.
 func TestKubectlFieldSelectorRouter(t *testing.T) {
-	ns := newNamespace(t)
+	ns := testenv.NewNamespace(t, testenv.Get(t).Client, "kvhint-test")
 	create(t,
 		newRole(ns, "llama-prefill", "llama", "prefill", "kvcr"),
 		newRole(ns, "llama-decode", "llama", "decode", "kvcr"),
@@ -195,7 +196,7 @@ func TestKubectlFieldSelectorRouter(t *testing.T) {
 		{"spec.router!=llama", "chat-decode llamas-decode"},
 		{"spec.router=embed", ""},
 	} {
-		out, err := kubectl(t, "get", "rr", "-n", ns, "--field-selector", tc.selector,
+		out, err := testenv.Get(t).RunKubectl("get", "rr", "-n", ns, "--field-selector", tc.selector,
 			"-o", "jsonpath={range .items[*]}{.metadata.name} {end}")
 		if err != nil {
 			t.Fatalf("kubectl get rr --field-selector %s: %v: %s", tc.selector, err, out)
@@ -206,7 +207,7 @@ func TestKubectlFieldSelectorRouter(t *testing.T) {
 	}
 
 	// A field that is not selectable is refused by name.
-	out, err := kubectl(t, "get", "rr", "-n", ns, "--field-selector", "spec.role=decode")
+	out, err := testenv.Get(t).RunKubectl("get", "rr", "-n", ns, "--field-selector", "spec.role=decode")
 	if err == nil || !strings.Contains(out, "spec.role") {
 		t.Errorf("kubectl get rr --field-selector spec.role=decode: err %v, %q; want an error naming spec.role", err, out)
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
 	"github.com/kvrouter/kv-hint-operator/internal/rolegraph"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
 )
 
@@ -24,7 +25,7 @@ import (
 // report the compiled hash, as sidecars would: every RouterRole becomes
 // Ready and every HintPolicy Accepted.
 func TestSamplesBecomeReady(t *testing.T) {
-	ns := newNamespace(t)
+	ns := testenv.NewNamespace(t, testenv.Get(t).Client, "kvhint-test")
 	files, err := filepath.Glob("../config/samples/*.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -56,8 +57,8 @@ func TestSamplesBecomeReady(t *testing.T) {
 
 	// Before any router pod runs, nothing is Ready: Programmed says so.
 	for _, name := range roles {
-		waitCondition(t, &v1alpha1.RouterRole{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}},
-			v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonNoRouterPods)
+		testenv.WaitCondition(t, k8s, timeout, &v1alpha1.RouterRole{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}, string(v1alpha1.ConditionReady),
+			testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonNoRouterPods)})
 	}
 	// The manager writes, byte for byte, what `kvhint compile` prints for
 	// the same files: both run rolegraph.Compile.
@@ -91,13 +92,13 @@ func TestSamplesBecomeReady(t *testing.T) {
 		}
 	}
 	for _, name := range roles {
-		waitConditionMessage(t, &v1alpha1.RouterRole{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}},
-			v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonReady, "2/2 router pods run")
+		testenv.WaitCondition(t, k8s, timeout, &v1alpha1.RouterRole{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}, string(v1alpha1.ConditionReady),
+			testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonReady), MessageContains: "2/2 router pods run"})
 	}
 	for _, name := range policies {
 		hp := &v1alpha1.HintPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
-		waitCondition(t, hp, v1alpha1.ConditionAccepted, metav1.ConditionTrue, v1alpha1.ReasonAccepted)
-		eventually(t, "HintPolicy "+name+" used by chat-decode", func(ctx context.Context) error {
+		testenv.WaitCondition(t, k8s, timeout, hp, string(v1alpha1.ConditionAccepted), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonAccepted)})
+		testenv.Eventually(t, timeout, "HintPolicy "+name+" used by chat-decode", func(ctx context.Context) error {
 			if err := k8s.Get(ctx, keyOf(hp), hp); err != nil {
 				return err
 			}
@@ -154,7 +155,7 @@ var invalidSamples = []invalidSample{
 // catalog and graph rules, the API server's refusal for the rules the CRD
 // enforces.
 func TestInvalidSamples(t *testing.T) {
-	requireAPIServer(t)
+	testenv.Get(t)
 	entries, err := os.ReadDir("../config/samples/invalid")
 	if err != nil {
 		t.Fatal(err)
@@ -169,7 +170,7 @@ func TestInvalidSamples(t *testing.T) {
 		t.Run(strings.TrimSuffix(s.file, ".yaml")+"/"+s.object, func(t *testing.T) {
 			ns, ok := applied[s.file]
 			if !ok {
-				ns = newNamespace(t)
+				ns = testenv.NewNamespace(t, testenv.Get(t).Client, "kvhint-test")
 				applied[s.file] = ns
 				_, err := applyFile(t, ns, filepath.Join("../config/samples/invalid", s.file))
 				switch {
@@ -190,9 +191,18 @@ func TestInvalidSamples(t *testing.T) {
 			if s.policy {
 				obj = &v1alpha1.HintPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: s.object}}
 			}
-			waitCondition(t, obj, s.condition, metav1.ConditionFalse, s.reason)
+			waitFalse := func(typ v1alpha1.ConditionType, reason v1alpha1.ConditionReason) {
+				t.Helper()
+				want := testenv.Want{Status: metav1.ConditionFalse, Reason: string(reason)}
+				if typ == v1alpha1.ConditionProgrammed {
+					// Programmed reports the generation that runs.
+					want.Generation = testenv.AnyGeneration
+				}
+				testenv.WaitCondition(t, k8s, timeout, obj, string(typ), want)
+			}
+			waitFalse(s.condition, s.reason)
 			for typ, reason := range s.also {
-				waitCondition(t, obj, typ, metav1.ConditionFalse, reason)
+				waitFalse(typ, reason)
 			}
 			if !s.policy {
 				// Ready repeats the reason of the first condition that fails.
@@ -200,7 +210,7 @@ func TestInvalidSamples(t *testing.T) {
 				if r, ok := s.also[v1alpha1.ConditionAccepted]; ok {
 					first = r
 				}
-				waitCondition(t, obj, v1alpha1.ConditionReady, metav1.ConditionFalse, first)
+				testenv.WaitCondition(t, k8s, timeout, obj, string(v1alpha1.ConditionReady), testenv.Want{Status: metav1.ConditionFalse, Reason: string(first)})
 			}
 		})
 	}

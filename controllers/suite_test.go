@@ -4,13 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -18,11 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/client-go/rest"
@@ -30,12 +23,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/config"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
 	"github.com/kvrouter/kv-hint-operator/controllers"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
 )
 
@@ -47,7 +39,6 @@ var (
 	restCfg     *rest.Config
 	scheme      *runtime.Scheme
 	k8s         client.Client // uncached: what the API server holds now
-	kubeconfig  string
 	stopManager func()
 	// managerMetrics holds the running manager's own metrics
 	// (controllers.RegisterMetrics), a registry per manager started.
@@ -59,76 +50,25 @@ var (
 const timeout = 30 * time.Second
 
 func TestMain(m *testing.M) {
-	flag.Parse()
-	os.Exit(runSuite(m))
-}
-
-// noAPIServer says why the tests that need kube-apiserver and etcd skip;
-// empty when KUBEBUILDER_ASSETS is set and the suite started them.
-var noAPIServer string
-
-// requireAPIServer skips a test that needs the suite's API server when
-// KUBEBUILDER_ASSETS is not set (a bare go test ./..., make unit).
-func requireAPIServer(t *testing.T) {
-	t.Helper()
-	if noAPIServer != "" {
-		t.Skip(noAPIServer)
-	}
-}
-
-func runSuite(m *testing.M) int {
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		// go test ./... without make: the tests that need no API server
-		// still run; the others skip with this message.
-		noAPIServer = "KUBEBUILDER_ASSETS is not set; run `make test`, or KUBEBUILDER_ASSETS=$(hack/envtest-assets.sh) go test ./controllers/"
-		return m.Run()
-	}
-	logOut := io.Discard
-	if testing.Verbose() {
-		logOut = os.Stderr
-	}
-	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(logOut)))
-
-	env := &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join("..", "config", "crd", "bases")},
-		ErrorIfCRDPathMissing: true,
-	}
 	var err error
-	if restCfg, err = env.Start(); err != nil {
-		fmt.Fprintln(os.Stderr, "controllers: starting kube-apiserver and etcd:", err)
-		return 1
-	}
-	defer func() {
-		if err := env.Stop(); err != nil {
-			fmt.Fprintln(os.Stderr, "controllers: stopping the control plane:", err)
-		}
-	}()
-	dir, err := os.MkdirTemp("", "kvhint-controllers-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	kubeconfig = filepath.Join(dir, "kubeconfig")
-	if err := os.WriteFile(kubeconfig, env.KubeConfig, 0o600); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-
 	if scheme, err = controllers.NewScheme(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+		fmt.Fprintln(os.Stderr, "controllers:", err)
+		os.Exit(1)
 	}
-	if k8s, err = client.New(restCfg, client.Options{Scheme: scheme}); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	if stopManager, err = startManager(); err != nil {
-		fmt.Fprintln(os.Stderr, "controllers: starting the manager:", err)
-		return 1
-	}
-	defer func() { stopManager() }()
-	return m.Run()
+	os.Exit(testenv.Run(m, testenv.Options{
+		Name:        "controllers",
+		ProductCRDs: true,
+		Scheme:      scheme,
+		Setup: func(env *testenv.Env) (func(), error) {
+			restCfg, k8s = env.Config, env.Client
+			var err error
+			if stopManager, err = startManager(); err != nil {
+				return nil, fmt.Errorf("starting the manager: %w", err)
+			}
+			// The restart tests replace stopManager: stop the one running.
+			return func() { stopManager() }, nil
+		},
+	}))
 }
 
 // startManager runs the manager as `kvhint manager` builds it (same cache
@@ -208,81 +148,11 @@ func countingApplies(cfg *rest.Config, opts client.Options) (client.Client, erro
 	}), nil
 }
 
-// newNamespace creates a namespace for one test. envtest runs no namespace
-// controller, so a deleted namespace stays Terminating with its objects;
-// names never repeat, so that does no harm.
-func newNamespace(t *testing.T) string {
-	t.Helper()
-	requireAPIServer(t)
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "kvhint-test-"}}
-	if err := k8s.Create(context.Background(), ns); err != nil {
-		t.Fatalf("creating a namespace: %v", err)
-	}
-	t.Cleanup(func() { _ = k8s.Delete(context.Background(), ns) })
-	return ns.Name
-}
-
-// eventually polls check until it returns nil, and fails the test with
-// its last error when timeout passes first.
-func eventually(t *testing.T, what string, check func(ctx context.Context) error) {
-	t.Helper()
-	var last error
-	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		last = check(ctx)
-		return last == nil, nil
-	})
-	if err != nil {
-		t.Fatalf("%s: not true within %s: %v", what, timeout, last)
-	}
-}
-
-// waitCondition waits until the object's condition has the status and
-// reason wanted, for the object's current generation (except Programmed,
-// whose observedGeneration is the generation that runs), and returns it.
-func waitCondition(t *testing.T, obj client.Object, typ v1alpha1.ConditionType, status metav1.ConditionStatus, reason v1alpha1.ConditionReason) metav1.Condition {
-	t.Helper()
-	return waitConditionMessage(t, obj, typ, status, reason, "")
-}
-
-// waitConditionMessage is waitCondition that also waits for the message
-// to contain a text.
-func waitConditionMessage(t *testing.T, obj client.Object, typ v1alpha1.ConditionType, status metav1.ConditionStatus, reason v1alpha1.ConditionReason, contains string) metav1.Condition {
-	t.Helper()
-	var got metav1.Condition
-	eventually(t, fmt.Sprintf("%T %s: %s=%s reason %s %q", obj, obj.GetName(), typ, status, reason, contains), func(ctx context.Context) error {
-		if err := k8s.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
-			return err
-		}
-		c := meta.FindStatusCondition(conditionsOf(obj), string(typ))
-		switch {
-		case c == nil:
-			return fmt.Errorf("no %s condition yet", typ)
-		case c.Status != status || c.Reason != string(reason) || !strings.Contains(c.Message, contains):
-			return fmt.Errorf("%s=%s reason %s: %s", typ, c.Status, c.Reason, c.Message)
-		case typ != v1alpha1.ConditionProgrammed && c.ObservedGeneration != obj.GetGeneration():
-			return fmt.Errorf("%s is for generation %d, the object is at %d", typ, c.ObservedGeneration, obj.GetGeneration())
-		}
-		got = *c
-		return nil
-	})
-	return got
-}
-
-func conditionsOf(obj client.Object) []metav1.Condition {
-	switch o := obj.(type) {
-	case *v1alpha1.RouterRole:
-		return o.Status.Conditions
-	case *v1alpha1.HintPolicy:
-		return o.Status.Conditions
-	}
-	return nil
-}
-
 // waitConfigMap waits until the router's ConfigMap satisfies check.
 func waitConfigMap(t *testing.T, ns, router string, check func(cm *corev1.ConfigMap) error) *corev1.ConfigMap {
 	t.Helper()
 	cm := &corev1.ConfigMap{}
-	eventually(t, "ConfigMap "+v1alpha1.HintsConfigMapName(router), func(ctx context.Context) error {
+	testenv.Eventually(t, timeout, "ConfigMap "+v1alpha1.HintsConfigMapName(router), func(ctx context.Context) error {
 		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: v1alpha1.HintsConfigMapName(router)}, cm); err != nil {
 			return err
 		}
@@ -293,23 +163,13 @@ func waitConfigMap(t *testing.T, ns, router string, check func(cm *corev1.Config
 
 func anyConfigMap(*corev1.ConfigMap) error { return nil }
 
-// routerPod creates a router pod. envtest runs no scheduler or kubelet:
-// the pod stays Pending, which is all Programmed looks at.
+// routerPod creates a router pod and, with appliedHash, reports that
+// hash on it as its sidecar would. No kubelet runs it: the pod stays
+// Pending, which is all Programmed looks at.
 func routerPod(t *testing.T, ns, router, name, appliedHash string) *corev1.Pod {
 	t.Helper()
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{
-			Name: name, Namespace: ns,
-			Labels: map[string]string{v1alpha1.RouterLabel: router},
-		},
-		Spec: corev1.PodSpec{
-			AutomountServiceAccountToken: ptrTo(false),
-			Containers:                   []corev1.Container{{Name: "router", Image: "router:test"}},
-		},
-	}
-	if err := k8s.Create(context.Background(), pod); err != nil {
-		t.Fatalf("creating pod %s: %v", name, err)
-	}
+	pod := testenv.RouterPod(ns, name, router)
+	testenv.Create(t, k8s, pod)
 	if appliedHash != "" {
 		reportHash(t, pod, appliedHash)
 	}
@@ -370,21 +230,6 @@ func decodeObjects(t *testing.T, data []byte) []*unstructured.Unstructured {
 			out = append(out, u)
 		}
 	}
-}
-
-// kubectl runs kubectl against the test API server: the one
-// hack/envtest-assets.sh builds into KUBEBUILDER_ASSETS, else one on PATH.
-func kubectl(t *testing.T, args ...string) (string, error) {
-	t.Helper()
-	bin := filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), "kubectl")
-	if _, err := os.Stat(bin); err != nil {
-		if bin, err = exec.LookPath("kubectl"); err != nil {
-			t.Fatal("kubectl is neither in KUBEBUILDER_ASSETS nor on PATH; hack/envtest-assets.sh builds it")
-		}
-	}
-	cmd := exec.Command(bin, append([]string{"--kubeconfig", kubeconfig}, args...)...)
-	out, err := cmd.CombinedOutput()
-	return strings.TrimSpace(string(out)), err
 }
 
 func get[T client.Object](t *testing.T, ns, name string, obj T) T {
