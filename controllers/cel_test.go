@@ -46,7 +46,7 @@ func TestCELRejections(t *testing.T) {
 			name: "parameters on a policyRef",
 			spec: func(s *v1alpha1.RouterRoleSpec) {
 				item := ref("retain")
-				item.Parameters = jsonParams(map[string]any{"ttl_seconds": 60})
+				item.Parameters = testenv.Params(map[string]any{"ttl_seconds": 60})
 				s.Hints = []v1alpha1.HintItem{item}
 			},
 			want: `spec.hints[0]: Invalid value: a policyRef item takes no parameters: they belong to the referenced HintPolicy`,
@@ -61,14 +61,14 @@ func TestCELRejections(t *testing.T) {
 		{
 			name: "repeated type without names",
 			spec: func(s *v1alpha1.RouterRoleSpec) {
-				s.Hints = []v1alpha1.HintItem{inline("kv-retain", nil), inline("kv-retain", nil)}
+				s.Hints = []v1alpha1.HintItem{testenv.Hint("kv-retain", nil), testenv.Hint("kv-retain", nil)}
 			},
 			want: `spec.hints: Invalid value: hint names must be unique within a role`,
 		},
 		{
 			name: "a name that is another item's type",
 			spec: func(s *v1alpha1.RouterRoleSpec) {
-				s.Hints = []v1alpha1.HintItem{inline("kv-evict", nil), named("kv-evict", "kv-retain", nil)}
+				s.Hints = []v1alpha1.HintItem{testenv.Hint("kv-evict", nil), named("kv-evict", "kv-retain", nil)}
 			},
 			want: `spec.hints: Invalid value: hint names must be unique within a role`,
 		},
@@ -77,7 +77,7 @@ func TestCELRejections(t *testing.T) {
 			spec: func(s *v1alpha1.RouterRoleSpec) {
 				s.RouterMode = v1alpha1.RouterModeRoundRobin
 				s.WorkerSelection.Type = "dynamo-round-robin"
-				s.Hints = []v1alpha1.HintItem{inline("kv-evict", nil)}
+				s.Hints = []v1alpha1.HintItem{testenv.Hint("kv-evict", nil)}
 			},
 			want: `spec: Invalid value: hints run only on the KV path: with a routerMode other than kv, leave hints out or set hints: []`,
 		},
@@ -126,7 +126,7 @@ func TestCELRejections(t *testing.T) {
 		{
 			name: "a repeated type with distinct names, and two policyRefs without",
 			spec: func(s *v1alpha1.RouterRoleSpec) {
-				s.Hints = []v1alpha1.HintItem{inline("kv-retain", nil), named("retain-long", "kv-retain", nil), ref("a"), ref("b")}
+				s.Hints = []v1alpha1.HintItem{testenv.Hint("kv-retain", nil), named("retain-long", "kv-retain", nil), ref("a"), ref("b")}
 			},
 		},
 	} {

@@ -32,7 +32,7 @@ func TestConfigMapContentAndOwnership(t *testing.T) {
 	prefill := newRole(ns, "llama-prefill", "llama", "prefill", "kvcr")
 	decode := newRole(ns, "llama-decode", "llama", "decode", "dynamo-default-cost-fn")
 	decode.Spec.Hints = []v1alpha1.HintItem{}
-	create(t, prefill, decode)
+	testenv.Create(t, k8s, prefill, decode)
 
 	cm := waitConfigMap(t, ns, "llama", func(cm *corev1.ConfigMap) error {
 		if len(cm.OwnerReferences) != 2 {
@@ -95,7 +95,7 @@ func TestConfigMapContentAndOwnership(t *testing.T) {
 // puts it back, and leaves alone what others added.
 func TestConfigMapDriftRepaired(t *testing.T) {
 	ns := testenv.NewNamespace(t, testenv.Get(t).Client, "kvhint-test")
-	create(t, newRole(ns, "decode", "drift", "decode", "dynamo-default-cost-fn"))
+	testenv.Create(t, k8s, newRole(ns, "decode", "drift", "decode", "dynamo-default-cost-fn"))
 	cm := waitConfigMap(t, ns, "drift", anyConfigMap)
 	want := cm.Data[v1alpha1.HintsConfigKey]
 
@@ -128,7 +128,7 @@ func TestConfigMapRemovedWithLastRole(t *testing.T) {
 	ns := testenv.NewNamespace(t, testenv.Get(t).Client, "kvhint-test")
 	a := newRole(ns, "a", "gone", "prefill", "dynamo-default-cost-fn")
 	b := newRole(ns, "b", "gone", "decode", "dynamo-default-cost-fn")
-	create(t, a, b)
+	testenv.Create(t, k8s, a, b)
 	waitConfigMap(t, ns, "gone", ownedBy("a", "b"))
 
 	if err := k8s.Delete(context.Background(), a); err != nil {
@@ -162,7 +162,7 @@ func TestConfigMapRemovedWithLastRole(t *testing.T) {
 func TestNoWriteWhenUnchanged(t *testing.T) {
 	ns := testenv.NewNamespace(t, testenv.Get(t).Client, "kvhint-test")
 	rr := newRole(ns, "decode", "steady", "decode", "dynamo-default-cost-fn")
-	create(t, rr)
+	testenv.Create(t, k8s, rr)
 	cm := waitConfigMap(t, ns, "steady", anyConfigMap)
 	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionProgrammed), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonNoRouterPods), Generation: testenv.AnyGeneration})
 	if n := appliesTo(ns, cm.Name); n != 1 {
@@ -197,7 +197,7 @@ func ownedBy(names ...string) func(*corev1.ConfigMap) error {
 func TestLabelsEditedAway(t *testing.T) {
 	ns := testenv.NewNamespace(t, testenv.Get(t).Client, "kvhint-test")
 	rr := newRole(ns, "decode", "unlabelled", "decode", "dynamo-default-cost-fn")
-	create(t, rr)
+	testenv.Create(t, k8s, rr)
 	cm := waitConfigMap(t, ns, "unlabelled", anyConfigMap)
 	want := cm.Data[v1alpha1.HintsConfigKey]
 	update(t, rr, func(rr *v1alpha1.RouterRole) { rr.Spec.WorkerSelection.Type = "kv-oracle" })
@@ -227,7 +227,7 @@ func TestWorkerSelectorsCompiled(t *testing.T) {
 	prefill := newRole(ns, "pools-prefill", "pools", "prefill", "kvcr")
 	prefill.Spec.WorkerSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"app.kubernetes.io/component": "prefill"}}
 	decode := newRole(ns, "pools-decode", "pools", "decode", "dynamo-default-cost-fn")
-	create(t, prefill, decode)
+	testenv.Create(t, k8s, prefill, decode)
 
 	const want = "decode:\n  routerMode: kv\nprefill:\n  routerMode: kv\n  workerSelector:\n    matchLabels:\n      app.kubernetes.io/component: prefill\n"
 	cm := waitConfigMap(t, ns, "pools", func(cm *corev1.ConfigMap) error {
@@ -297,11 +297,11 @@ func TestForeignConfigMapNeverAdopted(t *testing.T) {
 			Labels: map[string]string{"team": "billing"}},
 		Data: map[string]string{"hints.yaml": "not ours\n", "billing.conf": "rate=1\n"},
 	}
-	create(t, foreign)
+	testenv.Create(t, k8s, foreign)
 	wantData := maps.Clone(foreign.Data)
 
 	rr := newRole(ns, "decode", "squat", "decode", "dynamo-default-cost-fn")
-	create(t, rr)
+	testenv.Create(t, k8s, rr)
 	c := testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionProgrammed), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonConfigMapConflict), Generation: testenv.AnyGeneration})
 	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionReady), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonConfigMapConflict)})
 	t.Logf("Programmed: %s", c.Message)
@@ -346,7 +346,7 @@ func TestForeignConfigMapNeverAdopted(t *testing.T) {
 		t.Fatal(err)
 	}
 	again := newRole(ns, "prefill", "squat", "prefill", "dynamo-default-cost-fn")
-	create(t, again)
+	testenv.Create(t, k8s, again)
 	testenv.WaitCondition(t, k8s, timeout, again, string(v1alpha1.ConditionProgrammed), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonConfigMapConflict), Generation: testenv.AnyGeneration})
 	if err := untouched(context.Background()); err != nil {
 		t.Fatal(err)

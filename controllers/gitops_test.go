@@ -245,17 +245,17 @@ func TestGitopsStatus(t *testing.T) {
 		c.ns = testenv.NewNamespace(t, testenv.Get(t).Client, "kvhint-test")
 		switch c {
 		case noPods:
-			create(t, newRole(c.ns, c.object, "r", "decode", "dynamo-default-cost-fn"))
+			testenv.Create(t, k8s, newRole(c.ns, c.object, "r", "decode", "dynamo-default-cost-fn"))
 		case pending:
-			create(t, newRole(c.ns, c.object, "r", "decode", "dynamo-default-cost-fn"))
+			testenv.Create(t, k8s, newRole(c.ns, c.object, "r", "decode", "dynamo-default-cost-fn"))
 			routerPod(t, c.ns, "r", "r-0", "")
 		case ready:
 			rr := newRole(c.ns, c.object, "r", "prefill", "kvcr")
-			rr.Spec.Hints = []v1alpha1.HintItem{inline("kv-fetch", nil), ref("retain")}
-			create(t, rr, newPolicy(c.ns, "retain", "kv-retain", map[string]any{"ttl_seconds": 60}))
+			rr.Spec.Hints = []v1alpha1.HintItem{testenv.Hint("kv-fetch", nil), ref("retain")}
+			testenv.Create(t, k8s, rr, testenv.HintPolicy(c.ns, "retain", "kv-retain", map[string]any{"ttl_seconds": 60}))
 			policy.ns = c.ns
 		case unknownType:
-			create(t, newPolicy(c.ns, c.object, "kv-teleport", nil))
+			testenv.Create(t, k8s, testenv.HintPolicy(c.ns, c.object, "kv-teleport", nil))
 		}
 	}
 	for _, c := range cases {
@@ -287,7 +287,9 @@ func TestGitopsStatus(t *testing.T) {
 	stopManager()
 	restarted = false
 	rr := get(t, ready.ns, ready.object, &v1alpha1.RouterRole{})
-	update(t, rr, func(rr *v1alpha1.RouterRole) { rr.Spec.Hints[0] = inline("kv-fetch", map[string]any{"min_blocks": 8}) })
+	update(t, rr, func(rr *v1alpha1.RouterRole) {
+		rr.Spec.Hints[0] = testenv.Hint("kv-fetch", map[string]any{"min_blocks": 8})
+	})
 	got := readGitops(t, ready.ns, ready.object, "RouterRole")
 	expectGitops(t, "a valid change, not yet processed", got, status.InProgressStatus, "Progressing", "", "")
 	if got.kstatusReason != "LatestGenerationNotObserved" || !strings.Contains(got.kstatusMessage, "generation is 2, but latest observed generation is 1") ||
@@ -298,7 +300,7 @@ func TestGitopsStatus(t *testing.T) {
 		t.Fatalf("Ready of generation 1 is %s; the test needs the stale True in place", c.Status)
 	}
 	hp := get(t, policy.ns, policy.object, &v1alpha1.HintPolicy{})
-	update(t, hp, func(hp *v1alpha1.HintPolicy) { hp.Spec.Parameters = jsonParams(map[string]any{"ttl_seconds": 120}) })
+	update(t, hp, func(hp *v1alpha1.HintPolicy) { hp.Spec.Parameters = testenv.Params(map[string]any{"ttl_seconds": 120}) })
 	got = readGitops(t, policy.ns, policy.object, "HintPolicy")
 	expectGitops(t, "a HintPolicy change, not yet processed", got, status.InProgressStatus, "Progressing", "", "")
 	if got.kstatusReason != "LatestGenerationNotObserved" || !strings.Contains(got.argoMessage, "generation 2") {
@@ -376,7 +378,7 @@ func TestArgoCDConfigMapSnippet(t *testing.T) {
 		t.Fatal(err)
 	}
 	existing := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "argocd", Name: "argocd-cm"}, Data: map[string]string{"url": "https://argocd.example.com"}}
-	create(t, existing)
+	testenv.Create(t, k8s, existing)
 	if out, err := testenv.Get(t).RunKubectl("-n", "argocd", "patch", "configmap", "argocd-cm", "--patch-file", filepath.Join("..", "config", "argocd", "argocd-cm.yaml")); err != nil {
 		t.Fatalf("kubectl patch: %v\n%s", err, out)
 	}

@@ -20,7 +20,7 @@ import (
 func TestKubectlWaitReady(t *testing.T) {
 	ns := testenv.NewNamespace(t, testenv.Get(t).Client, "kvhint-test")
 	rr := newRole(ns, "llama-prefill", "llama", "prefill", "kvcr")
-	create(t, rr)
+	testenv.Create(t, k8s, rr)
 	cm := waitConfigMap(t, ns, "llama", anyConfigMap)
 	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionReady), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonNoRouterPods)})
 
@@ -181,7 +181,7 @@ func TestNamespacedInstallCannotTouchOtherNamespaces(t *testing.T) {
 // names.
 func TestKubectlFieldSelectorRouter(t *testing.T) {
 	ns := testenv.NewNamespace(t, testenv.Get(t).Client, "kvhint-test")
-	create(t,
+	testenv.Create(t, k8s,
 		newRole(ns, "llama-prefill", "llama", "prefill", "kvcr"),
 		newRole(ns, "llama-decode", "llama", "decode", "kvcr"),
 		newRole(ns, "chat-decode", "chat", "decode", "kvcr"),

@@ -30,15 +30,15 @@ import (
 func TestLastGoodKept(t *testing.T) {
 	ns := testenv.NewNamespace(t, testenv.Get(t).Client, "kvhint-test")
 	rr := newRole(ns, "decode", "llama", "decode", "dynamo-default-cost-fn")
-	rr.Spec.Hints = []v1alpha1.HintItem{inline("kv-retain", map[string]any{"ttl_seconds": 600})}
-	create(t, rr)
+	rr.Spec.Hints = []v1alpha1.HintItem{testenv.Hint("kv-retain", map[string]any{"ttl_seconds": 600})}
+	testenv.Create(t, k8s, rr)
 	cm := waitConfigMap(t, ns, "llama", anyConfigMap)
 	hash := cm.Annotations[v1alpha1.HashAnnotation]
 	pod := routerPod(t, ns, "llama", "llama-router-0", hash)
 	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionReady), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonReady)})
 
 	update(t, rr, func(rr *v1alpha1.RouterRole) {
-		rr.Spec.Hints = []v1alpha1.HintItem{inline("kv-retain", map[string]any{"ttl_seconds": 0})}
+		rr.Spec.Hints = []v1alpha1.HintItem{testenv.Hint("kv-retain", map[string]any{"ttl_seconds": 0})}
 	})
 	accepted := testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionAccepted), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonInvalidParameters)})
 	if want := `spec.hints[0] (kv-retain): parameter "ttl_seconds": 0 is out of range 1..86400. The router keeps running generation 1`; accepted.Message != want {
@@ -71,7 +71,7 @@ func TestLastGoodKept(t *testing.T) {
 
 	// Fixed: the new generation runs once the pods report its hash.
 	update(t, rr, func(rr *v1alpha1.RouterRole) {
-		rr.Spec.Hints = []v1alpha1.HintItem{inline("kv-retain", map[string]any{"ttl_seconds": 1200})}
+		rr.Spec.Hints = []v1alpha1.HintItem{testenv.Hint("kv-retain", map[string]any{"ttl_seconds": 1200})}
 	})
 	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionAccepted), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonAccepted)})
 	cm = waitConfigMap(t, ns, "llama", func(cm *corev1.ConfigMap) error {
@@ -91,7 +91,7 @@ func TestLastGoodKept(t *testing.T) {
 func TestLastGoodSurvivesRestart(t *testing.T) {
 	ns := testenv.NewNamespace(t, testenv.Get(t).Client, "kvhint-test")
 	rr := newRole(ns, "prefill", "llama", "prefill", "kvcr")
-	create(t, rr)
+	testenv.Create(t, k8s, rr)
 	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionAccepted), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonAccepted)})
 	before := waitConfigMap(t, ns, "llama", withConfig(func(cfg *hintsconfig.Config) error {
 		if _, ok := cfg.WorkerSelection["prefill"]; !ok {
@@ -153,13 +153,13 @@ func countEvents(ctx context.Context, ns, name, reason string) (int, error) {
 func TestReleasedPolicyFileForm(t *testing.T) {
 	ns := testenv.NewNamespace(t, testenv.Get(t).Client, "kvhint-test")
 	decl := strings.Replace(readFile(t, customRouterCatalog), "kind: PolicyCatalog\n", "kind: PolicyCatalog\npolicyFileForm: RouterWideHint\n", 1)
-	create(t, catalogConfigMap(t, ns, "released-catalog", "released", decl))
+	testenv.Create(t, k8s, catalogConfigMap(t, ns, "released-catalog", "released", decl))
 
 	decode := newRole(ns, "decode", "released", "decode", "kv-share")
-	decode.Spec.Hints = []v1alpha1.HintItem{inline("harness_prefetch", map[string]any{"max_blocks": 128})}
+	decode.Spec.Hints = []v1alpha1.HintItem{testenv.Hint("harness_prefetch", map[string]any{"max_blocks": 128})}
 	prefill := newRole(ns, "prefill", "released", "prefill", "dynamo-default-cost-fn")
-	prefill.Spec.Hints = []v1alpha1.HintItem{inline("harness_prefetch", map[string]any{"max_blocks": 128})}
-	create(t, decode, prefill)
+	prefill.Spec.Hints = []v1alpha1.HintItem{testenv.Hint("harness_prefetch", map[string]any{"max_blocks": 128})}
+	testenv.Create(t, k8s, decode, prefill)
 
 	testenv.WaitCondition(t, k8s, timeout, prefill, string(v1alpha1.ConditionAccepted), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonAccepted)})
 	cm := waitConfigMap(t, ns, "released", func(cm *corev1.ConfigMap) error {
@@ -193,7 +193,7 @@ worker_selection:
 	hash := cm.Annotations[v1alpha1.HashAnnotation]
 
 	update(t, prefill, func(rr *v1alpha1.RouterRole) {
-		rr.Spec.Hints = []v1alpha1.HintItem{inline("harness_prefetch", map[string]any{"max_blocks": 64})}
+		rr.Spec.Hints = []v1alpha1.HintItem{testenv.Hint("harness_prefetch", map[string]any{"max_blocks": 64})}
 	})
 	for _, rr := range []*v1alpha1.RouterRole{prefill, decode} {
 		testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionAccepted),
@@ -210,8 +210,8 @@ worker_selection:
 func TestPolicyRefResolution(t *testing.T) {
 	ns := testenv.NewNamespace(t, testenv.Get(t).Client, "kvhint-test")
 	rr := newRole(ns, "chat-decode", "chat", "decode", "dynamo-default-cost-fn")
-	rr.Spec.Hints = []v1alpha1.HintItem{ref("session-retain"), inline("kv-evict", nil)}
-	create(t, rr)
+	rr.Spec.Hints = []v1alpha1.HintItem{ref("session-retain"), testenv.Hint("kv-evict", nil)}
+	testenv.Create(t, k8s, rr)
 
 	// Missing: nothing can be checked, nothing runs.
 	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionResolvedRefs), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonHintPolicyNotFound)})
@@ -220,20 +220,22 @@ func TestPolicyRefResolution(t *testing.T) {
 	waitConfigMap(t, ns, "chat", withoutRole("decode"))
 
 	// Created: the role resolves and compiles with the policy's parameters.
-	hp := newPolicy(ns, "session-retain", "kv-retain", map[string]any{"ttl_seconds": 600})
-	create(t, hp)
+	hp := testenv.HintPolicy(ns, "session-retain", "kv-retain", map[string]any{"ttl_seconds": 600})
+	testenv.Create(t, k8s, hp)
 	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionResolvedRefs), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonResolvedRefs)})
 	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionAccepted), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonAccepted)})
 	waitConfigMap(t, ns, "chat", withConfig(func(cfg *hintsconfig.Config) error { return retainTTL(cfg, 600) }))
 	waitUsedBy(t, hp, "chat-decode")
 
 	// Changed: the compiled config follows.
-	update(t, hp, func(hp *v1alpha1.HintPolicy) { hp.Spec.Parameters = jsonParams(map[string]any{"ttl_seconds": 1800}) })
+	update(t, hp, func(hp *v1alpha1.HintPolicy) {
+		hp.Spec.Parameters = testenv.Params(map[string]any{"ttl_seconds": 1800})
+	})
 	waitConfigMap(t, ns, "chat", withConfig(func(cfg *hintsconfig.Config) error { return retainTTL(cfg, 1800) }))
 	testenv.WaitCondition(t, k8s, timeout, hp, string(v1alpha1.ConditionAccepted), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonAccepted)})
 
 	// Made invalid: both objects say so, and the router keeps what ran.
-	update(t, hp, func(hp *v1alpha1.HintPolicy) { hp.Spec.Parameters = jsonParams(map[string]any{"ttl_seconds": 0}) })
+	update(t, hp, func(hp *v1alpha1.HintPolicy) { hp.Spec.Parameters = testenv.Params(map[string]any{"ttl_seconds": 0}) })
 	testenv.WaitCondition(t, k8s, timeout, hp, string(v1alpha1.ConditionAccepted), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonInvalidParameters)})
 	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionResolvedRefs), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonHintPolicyInvalid)})
 	c := testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionAccepted), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonInvalidParameters)})
@@ -243,7 +245,7 @@ func TestPolicyRefResolution(t *testing.T) {
 	waitConfigMap(t, ns, "chat", withConfig(func(cfg *hintsconfig.Config) error { return retainTTL(cfg, 1800) }))
 
 	// Fixed.
-	update(t, hp, func(hp *v1alpha1.HintPolicy) { hp.Spec.Parameters = jsonParams(map[string]any{"ttl_seconds": 900}) })
+	update(t, hp, func(hp *v1alpha1.HintPolicy) { hp.Spec.Parameters = testenv.Params(map[string]any{"ttl_seconds": 900}) })
 	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionResolvedRefs), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonResolvedRefs)})
 	waitConfigMap(t, ns, "chat", withConfig(func(cfg *hintsconfig.Config) error { return retainTTL(cfg, 900) }))
 
@@ -256,12 +258,12 @@ func TestPolicyRefResolution(t *testing.T) {
 	waitConfigMap(t, ns, "chat", withConfig(func(cfg *hintsconfig.Config) error { return retainTTL(cfg, 900) }))
 
 	// The role stops referencing it: usedBy of another policy follows.
-	other := newPolicy(ns, "evict", "kv-evict", nil)
-	create(t, other)
+	other := testenv.HintPolicy(ns, "evict", "kv-evict", nil)
+	testenv.Create(t, k8s, other)
 	update(t, rr, func(rr *v1alpha1.RouterRole) { rr.Spec.Hints = []v1alpha1.HintItem{ref("evict")} })
 	waitUsedBy(t, other, "chat-decode")
 	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionAccepted), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonAccepted)})
-	update(t, rr, func(rr *v1alpha1.RouterRole) { rr.Spec.Hints = []v1alpha1.HintItem{inline("kv-evict", nil)} })
+	update(t, rr, func(rr *v1alpha1.RouterRole) { rr.Spec.Hints = []v1alpha1.HintItem{testenv.Hint("kv-evict", nil)} })
 	waitUsedBy(t, other)
 }
 
@@ -344,7 +346,7 @@ func TestPresetOverridesParametersCondition(t *testing.T) {
 			}}}},
 		},
 	}
-	create(t, dep, rr)
+	testenv.Create(t, k8s, dep, rr)
 	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionAccepted),
 		testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonPresetOverridesParameters), MessageContains: `--agentic of container "frontend" of Deployment agentic-frontend: a Dynamo 1.7 router preset`})
 
@@ -357,7 +359,7 @@ func TestPresetOverridesParametersCondition(t *testing.T) {
 	// wins over the image's 1.7 tag.
 	update(t, rr, func(rr *v1alpha1.RouterRole) { rr.Annotations = nil })
 	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionAccepted), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonPresetOverridesParameters)})
-	create(t, catalogConfigMap(t, ns, "agentic-catalog", "agentic", "apiVersion: hints.kvrouter.io/v1alpha1\nkind: PolicyCatalog\n"+
+	testenv.Create(t, k8s, catalogConfigMap(t, ns, "agentic-catalog", "agentic", "apiVersion: hints.kvrouter.io/v1alpha1\nkind: PolicyCatalog\n"+
 		"dynamoVersion: \"1.6\"\nworkerSelections:\n  - type: dynamo-default-cost-fn\n    parameters: {type: object}\n"))
 	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionAccepted), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonAccepted)})
 }
@@ -386,10 +388,10 @@ func TestRestartModeStockBuild(t *testing.T) {
 		},
 	}
 	decode := newRole(ns, "decode", "stock", "decode", "dynamo-default-cost-fn")
-	decode.Spec.Hints = []v1alpha1.HintItem{inline("kv-retain", map[string]any{"ttl_seconds": 120})}
+	decode.Spec.Hints = []v1alpha1.HintItem{testenv.Hint("kv-retain", map[string]any{"ttl_seconds": 120})}
 	prefill := newRole(ns, "prefill", "stock", "prefill", "dynamo-two-tier-cost-fn")
 	prefill.Spec.Hints = []v1alpha1.HintItem{}
-	create(t, dep, decode, prefill)
+	testenv.Create(t, k8s, dep, decode, prefill)
 
 	c := testenv.WaitCondition(t, k8s, timeout, decode, string(v1alpha1.ConditionAccepted), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonUnknownHintType)})
 	if !strings.Contains(c.Message, `"kv-retain" is not linked into a stock Dynamo build`) {
@@ -417,7 +419,7 @@ func TestRestartModeStockBuild(t *testing.T) {
 	}
 	waitConfigMap(t, ns, "stock", startsOn(false))
 
-	create(t, catalogConfigMap(t, ns, "stock-catalog", "stock", `apiVersion: hints.kvrouter.io/v1alpha1
+	testenv.Create(t, k8s, catalogConfigMap(t, ns, "stock-catalog", "stock", `apiVersion: hints.kvrouter.io/v1alpha1
 kind: PolicyCatalog
 metadata:
   name: stock-plus-retain
@@ -472,19 +474,19 @@ func readFile(t *testing.T, path string) string {
 // only the linked types.
 func TestDeclaredCatalogRules(t *testing.T) {
 	ns := testenv.NewNamespace(t, testenv.Get(t).Client, "kvhint-test")
-	create(t, catalogConfigMap(t, ns, "dynamo-catalog", "dynamo", readFile(t, customRouterCatalog)))
+	testenv.Create(t, k8s, catalogConfigMap(t, ns, "dynamo-catalog", "dynamo", readFile(t, customRouterCatalog)))
 
 	decode := newRole(ns, "decode", "dynamo", "decode", "kv-share")
-	decode.Spec.WorkerSelection.Parameters = jsonParams(map[string]any{"shared_cache_multiplier": 0.25})
-	decode.Spec.Hints = []v1alpha1.HintItem{inline("harness_prefetch", map[string]any{"max_blocks": 128})}
+	decode.Spec.WorkerSelection.Parameters = testenv.Params(map[string]any{"shared_cache_multiplier": 0.25})
+	decode.Spec.Hints = []v1alpha1.HintItem{testenv.Hint("harness_prefetch", map[string]any{"max_blocks": 128})}
 	prefill := newRole(ns, "prefill", "dynamo", "prefill", "kv-share")
-	prefill.Spec.Hints = []v1alpha1.HintItem{inline("harness_prefetch", map[string]any{"max_block": 64})}
+	prefill.Spec.Hints = []v1alpha1.HintItem{testenv.Hint("harness_prefetch", map[string]any{"max_block": 64})}
 	aggregated := newRole(ns, "aggregated", "dynamo", "aggregated", "kv-share")
-	aggregated.Spec.WorkerSelection.Parameters = jsonParams(map[string]any{"shared_cache_multiplier": 1.5})
+	aggregated.Spec.WorkerSelection.Parameters = testenv.Params(map[string]any{"shared_cache_multiplier": 1.5})
 	encode := newRole(ns, "encode", "dynamo", "encode", "kv-share")
-	encode.Spec.Hints = []v1alpha1.HintItem{inline("harness_prefetch", nil), inline("peer-pull", nil)}
+	encode.Spec.Hints = []v1alpha1.HintItem{testenv.Hint("harness_prefetch", nil), testenv.Hint("peer-pull", nil)}
 	linked := newRole(ns, "linked", "sidecar-router", "decode", "kv-share")
-	create(t, decode, prefill, aggregated, encode, linked)
+	testenv.Create(t, k8s, decode, prefill, aggregated, encode, linked)
 
 	testenv.WaitCondition(t, k8s, timeout, decode, string(v1alpha1.ConditionAccepted), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonAccepted)})
 	cm := waitConfigMap(t, ns, "dynamo", func(cm *corev1.ConfigMap) error {
@@ -516,7 +518,7 @@ func TestDeclaredCatalogRules(t *testing.T) {
 	// A wrong type on the accepted role: refused, and the router keeps the
 	// last good entry, checked again by the declared catalog.
 	update(t, decode, func(rr *v1alpha1.RouterRole) {
-		rr.Spec.Hints = []v1alpha1.HintItem{inline("harness_prefetch", map[string]any{"max_blocks": "lots"})}
+		rr.Spec.Hints = []v1alpha1.HintItem{testenv.Hint("harness_prefetch", map[string]any{"max_blocks": "lots"})}
 	})
 	c := testenv.WaitCondition(t, k8s, timeout, decode, string(v1alpha1.ConditionAccepted), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonInvalidParameters)})
 	if want := `spec.hints[0] (harness_prefetch): parameter "max_blocks": "lots" is not an integer. The router keeps running generation 1`; c.Message != want {
@@ -532,10 +534,10 @@ func TestDeclaredCatalogLastGood(t *testing.T) {
 	ns := testenv.NewNamespace(t, testenv.Get(t).Client, "kvhint-test")
 	good := readFile(t, customRouterCatalog)
 	decl := catalogConfigMap(t, ns, "dynamo-catalog", "dynamo", good)
-	create(t, decl)
+	testenv.Create(t, k8s, decl)
 	rr := newRole(ns, "decode", "dynamo", "decode", "kv-share")
 	prefill := newRole(ns, "prefill", "dynamo", "prefill", "dynamo-default-cost-fn")
-	create(t, rr, prefill)
+	testenv.Create(t, k8s, rr, prefill)
 	testenv.WaitCondition(t, k8s, timeout, prefill, string(v1alpha1.ConditionAccepted), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonAccepted)})
 	cm := waitConfigMap(t, ns, "dynamo", func(cm *corev1.ConfigMap) error {
 		if !strings.Contains(cm.Data[v1alpha1.HintsConfigKey], "prefill:") || !strings.Contains(cm.Data[v1alpha1.HintsConfigKey], "decode:") {
@@ -579,7 +581,7 @@ func TestDeclaredCatalogLastGood(t *testing.T) {
 	reportHash(t, pod0, cm.Annotations[v1alpha1.HashAnnotation])
 	reportHash(t, pod1, cm.Annotations[v1alpha1.HashAnnotation])
 	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionReady), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonReady)})
-	create(t, catalogConfigMap(t, ns, "dynamo-catalog-2", "dynamo", good))
+	testenv.Create(t, k8s, catalogConfigMap(t, ns, "dynamo-catalog-2", "dynamo", good))
 	c = testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionAccepted), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonCatalogConflict)})
 	if want := "2 ConfigMaps declare the catalog of router dynamo (label hints.kvrouter.io/catalog-for=dynamo): dynamo-catalog, dynamo-catalog-2; keep one"; !strings.Contains(c.Message, want) {
 		t.Errorf("Accepted message %q does not say %q", c.Message, want)
@@ -598,12 +600,12 @@ func TestDeclaredCatalogLastGood(t *testing.T) {
 // which router's it is; with no declaration the type is unknown.
 func TestDeclaredHintPolicy(t *testing.T) {
 	ns := testenv.NewNamespace(t, testenv.Get(t).Client, "kvhint-test")
-	good := newPolicy(ns, "prefetch", "harness_prefetch", map[string]any{"max_blocks": 8})
-	bad := newPolicy(ns, "prefetch-zero", "harness_prefetch", map[string]any{"max_blocks": 0})
-	create(t, good, bad)
+	good := testenv.HintPolicy(ns, "prefetch", "harness_prefetch", map[string]any{"max_blocks": 8})
+	bad := testenv.HintPolicy(ns, "prefetch-zero", "harness_prefetch", map[string]any{"max_blocks": 0})
+	testenv.Create(t, k8s, good, bad)
 	testenv.WaitCondition(t, k8s, timeout, good, string(v1alpha1.ConditionAccepted), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonUnknownHintType)})
 
-	create(t, catalogConfigMap(t, ns, "dynamo-catalog", "dynamo", readFile(t, customRouterCatalog)))
+	testenv.Create(t, k8s, catalogConfigMap(t, ns, "dynamo-catalog", "dynamo", readFile(t, customRouterCatalog)))
 	testenv.WaitCondition(t, k8s, timeout, good, string(v1alpha1.ConditionAccepted),
 		testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonAccepted), MessageContains: "hint policy type harness_prefetch accepts the parameters (declared by the catalog of router dynamo, not linked into the manager)"})
 	testenv.WaitCondition(t, k8s, timeout, bad, string(v1alpha1.ConditionAccepted),
@@ -612,7 +614,7 @@ func TestDeclaredHintPolicy(t *testing.T) {
 	// The router's roles resolve references to them with its own catalog.
 	rr := newRole(ns, "decode", "dynamo", "decode", "kv-share")
 	rr.Spec.Hints = []v1alpha1.HintItem{ref("prefetch")}
-	create(t, rr)
+	testenv.Create(t, k8s, rr)
 	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionAccepted), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonAccepted)})
 	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionResolvedRefs), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonResolvedRefs)})
 	cm := waitConfigMap(t, ns, "dynamo", anyConfigMap)
@@ -630,10 +632,10 @@ func TestDeclaredCatalogBrokenAcrossRestart(t *testing.T) {
 	ns := testenv.NewNamespace(t, testenv.Get(t).Client, "kvhint-test")
 	good := readFile(t, customRouterCatalog)
 	decl := catalogConfigMap(t, ns, "dynamo-catalog", "dynamo", good)
-	create(t, decl)
+	testenv.Create(t, k8s, decl)
 	rr := newRole(ns, "decode", "dynamo", "decode", "kv-share")
-	rr.Spec.Hints = []v1alpha1.HintItem{inline("harness_prefetch", map[string]any{"max_blocks": 32})}
-	create(t, rr)
+	rr.Spec.Hints = []v1alpha1.HintItem{testenv.Hint("harness_prefetch", map[string]any{"max_blocks": 32})}
+	testenv.Create(t, k8s, rr)
 	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionAccepted), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonAccepted)})
 	before := waitConfigMap(t, ns, "dynamo", anyConfigMap)
 	routerPod(t, ns, "dynamo", "dynamo-0", before.Annotations[v1alpha1.HashAnnotation])
@@ -717,8 +719,8 @@ func TestDeclaredCatalogEditsLeaveNoLoads(t *testing.T) {
 	baseN, baseBytes := catalogUse(t)
 	cm := catalogConfigMap(t, ns, "edited-catalog", "edited", slowCatalog(t, 0))
 	rr := newRole(ns, "decode", "edited", "decode", "kv-share")
-	rr.Spec.Hints = []v1alpha1.HintItem{inline("harness_prefetch", map[string]any{"max_blocks": 8})}
-	create(t, cm, rr)
+	rr.Spec.Hints = []v1alpha1.HintItem{testenv.Hint("harness_prefetch", map[string]any{"max_blocks": 8})}
+	testenv.Create(t, k8s, cm, rr)
 	const versions = 12
 	var most float64
 	for v := 1; v <= versions; v++ {
@@ -762,7 +764,7 @@ func TestHintsAbsentVersusEmpty(t *testing.T) {
 	defaults := newRole(ns, "defaults", "lists", "decode", "kvcr")
 	none := newRole(ns, "none", "lists", "prefill", "dynamo-default-cost-fn")
 	none.Spec.Hints = []v1alpha1.HintItem{}
-	create(t, defaults, none)
+	testenv.Create(t, k8s, defaults, none)
 
 	testenv.WaitCondition(t, k8s, timeout, defaults, string(v1alpha1.ConditionAccepted), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonAccepted)})
 	testenv.WaitCondition(t, k8s, timeout, none, string(v1alpha1.ConditionAccepted), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonAccepted)})

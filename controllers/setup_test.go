@@ -65,7 +65,7 @@ func TestStatusMetrics(t *testing.T) {
 	reg.MustRegister(managermetrics.NewCollector(managermetrics.Sources{Reader: k8s, Elected: closed()}))
 
 	rr := newRole(ns, "decode", "metrics", "decode", "dynamo-default-cost-fn")
-	create(t, rr)
+	testenv.Create(t, k8s, rr)
 	cm := waitConfigMap(t, ns, "metrics", anyConfigMap)
 	hash := cm.Annotations[v1alpha1.HashAnnotation]
 	routerPod(t, ns, "metrics", "metrics-router-0", hash)

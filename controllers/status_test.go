@@ -24,7 +24,7 @@ import (
 func TestProgrammedCountsRouterPods(t *testing.T) {
 	ns := testenv.NewNamespace(t, testenv.Get(t).Client, "kvhint-test")
 	rr := newRole(ns, "decode", "count", "decode", "dynamo-default-cost-fn")
-	create(t, rr)
+	testenv.Create(t, k8s, rr)
 	cm := waitConfigMap(t, ns, "count", anyConfigMap)
 	hash := cm.Annotations[v1alpha1.HashAnnotation]
 
@@ -72,7 +72,7 @@ func TestProgrammedCountsRouterPods(t *testing.T) {
 func TestTerminatedPodsNotCounted(t *testing.T) {
 	ns := testenv.NewNamespace(t, testenv.Get(t).Client, "kvhint-test")
 	rr := newRole(ns, "decode", "evict", "decode", "dynamo-default-cost-fn")
-	create(t, rr)
+	testenv.Create(t, k8s, rr)
 	hash := waitConfigMap(t, ns, "evict", anyConfigMap).Annotations[v1alpha1.HashAnnotation]
 	routerPod(t, ns, "evict", "evict-router-0", hash)
 	old := routerPod(t, ns, "evict", "evict-router-1", "0123456789abcdef")
@@ -93,7 +93,7 @@ func TestProgrammedEventsForANewRole(t *testing.T) {
 	ns := testenv.NewNamespace(t, testenv.Get(t).Client, "kvhint-test")
 	pod := routerPod(t, ns, "quiet", "quiet-router-0", "")
 	rr := newRole(ns, "decode", "quiet", "decode", "dynamo-default-cost-fn")
-	create(t, rr)
+	testenv.Create(t, k8s, rr)
 	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionProgrammed), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonPending), MessageContains: "0/1 router pods run", Generation: testenv.AnyGeneration})
 	cm := waitConfigMap(t, ns, "quiet", anyConfigMap)
 	reportHash(t, pod, cm.Annotations[v1alpha1.HashAnnotation])
@@ -120,7 +120,7 @@ func TestProgrammedEventsForANewRole(t *testing.T) {
 func TestForgedAppliedHashIgnored(t *testing.T) {
 	ns := testenv.NewNamespace(t, testenv.Get(t).Client, "kvhint-test")
 	rr := newRole(ns, "decode", "forged", "decode", "dynamo-default-cost-fn")
-	create(t, rr)
+	testenv.Create(t, k8s, rr)
 	hash := waitConfigMap(t, ns, "forged", anyConfigMap).Annotations[v1alpha1.HashAnnotation]
 	forged := routerPod(t, ns, "forged", "forged-router-0", "")
 	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionProgrammed), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonPending), MessageContains: "0/1 router pods run " + hash, Generation: testenv.AnyGeneration})
@@ -189,7 +189,7 @@ func TestStatusWaitsForPodReports(t *testing.T) {
 	}
 	defer roles.Stop()
 	rr := newRole(ns, "decode", "prompt", "decode", "dynamo-default-cost-fn")
-	create(t, rr)
+	testenv.Create(t, k8s, rr)
 	var programmed []string
 	for done := false; !done; {
 		select {
@@ -222,7 +222,7 @@ func TestStatusWaitsForPodReports(t *testing.T) {
 	routerPod(t, ns, "silent", "silent-router-0", "")
 	silent := newRole(ns, "decode", "silent", "decode", "dynamo-default-cost-fn")
 	silent.Name = "silent-decode"
-	create(t, silent)
+	testenv.Create(t, k8s, silent)
 	testenv.WaitCondition(t, k8s, timeout, silent, string(v1alpha1.ConditionProgrammed), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonPending), MessageContains: "0/1", Generation: testenv.AnyGeneration})
 }
 
@@ -234,8 +234,8 @@ func TestStatusWaitsForPodReports(t *testing.T) {
 func TestPolicyEjectedNamesThePolicy(t *testing.T) {
 	ns := testenv.NewNamespace(t, testenv.Get(t).Client, "kvhint-test")
 	rr := newRole(ns, "decode", "eject", "decode", "dynamo-default-cost-fn")
-	rr.Spec.Hints = []v1alpha1.HintItem{named("audit", "kv-retain", map[string]any{"ttl_seconds": 600}), inline("kv-evict", nil)}
-	create(t, rr)
+	rr.Spec.Hints = []v1alpha1.HintItem{named("audit", "kv-retain", map[string]any{"ttl_seconds": 600}), testenv.Hint("kv-evict", nil)}
+	testenv.Create(t, k8s, rr)
 	hash := waitConfigMap(t, ns, "eject", anyConfigMap).Annotations[v1alpha1.HashAnnotation]
 	pods := []*corev1.Pod{routerPod(t, ns, "eject", "eject-router-0", hash), routerPod(t, ns, "eject", "eject-router-1", hash)}
 	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionReady), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonReady)})
