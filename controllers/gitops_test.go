@@ -251,7 +251,7 @@ func TestGitopsStatus(t *testing.T) {
 			routerPod(t, c.ns, "r", "r-0", "")
 		case ready:
 			rr := newRole(c.ns, c.object, "r", "prefill", "kvcr")
-			rr.Spec.Hints = []v1alpha1.HintItem{testenv.Hint("kv-fetch", nil), ref("retain")}
+			rr.Spec.Hints = []v1alpha1.HintItem{testenv.Hint("kv-fetch", nil), testenv.PolicyRef("retain")}
 			testenv.Create(t, k8s, rr, testenv.HintPolicy(c.ns, "retain", "kv-retain", map[string]any{"ttl_seconds": 60}))
 			policy.ns = c.ns
 		case unknownType:
@@ -325,7 +325,7 @@ func TestGitopsStatus(t *testing.T) {
 	// An invalid change: two KV-copy senders. It fails at once, with the
 	// reason, while the router keeps running generation 3's predecessor.
 	update(t, rr, func(rr *v1alpha1.RouterRole) {
-		rr.Spec.Hints = append(rr.Spec.Hints, named("fetch-again", "kv-fetch", nil))
+		rr.Spec.Hints = append(rr.Spec.Hints, testenv.NamedHint("fetch-again", "kv-fetch", nil))
 	})
 	waitGitops(t, ready.ns, ready.object, "RouterRole", status.FailedStatus, "Degraded",
 		string(v1alpha1.ReasonKVCopySenderDuplicate), "The router keeps running generation 2")

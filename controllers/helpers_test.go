@@ -24,16 +24,6 @@ func newRole(ns, name, router, role, selection string) *v1alpha1.RouterRole {
 	}
 }
 
-func named(name, typ string, params map[string]any) v1alpha1.HintItem {
-	h := testenv.Hint(typ, params)
-	h.Name = name
-	return h
-}
-
-func ref(name string) v1alpha1.HintItem {
-	return v1alpha1.HintItem{PolicyRef: &v1alpha1.HintPolicyReference{Name: name}}
-}
-
 // update re-reads obj, applies change and writes it back, retrying on a
 // conflict with the manager's status writes.
 func update[T client.Object](t *testing.T, obj T, change func(T)) {

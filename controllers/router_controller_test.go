@@ -210,7 +210,7 @@ worker_selection:
 func TestPolicyRefResolution(t *testing.T) {
 	ns := testenv.NewNamespace(t, testenv.Get(t).Client, "kvhint-test")
 	rr := newRole(ns, "chat-decode", "chat", "decode", "dynamo-default-cost-fn")
-	rr.Spec.Hints = []v1alpha1.HintItem{ref("session-retain"), testenv.Hint("kv-evict", nil)}
+	rr.Spec.Hints = []v1alpha1.HintItem{testenv.PolicyRef("session-retain"), testenv.Hint("kv-evict", nil)}
 	testenv.Create(t, k8s, rr)
 
 	// Missing: nothing can be checked, nothing runs.
@@ -260,7 +260,7 @@ func TestPolicyRefResolution(t *testing.T) {
 	// The role stops referencing it: usedBy of another policy follows.
 	other := testenv.HintPolicy(ns, "evict", "kv-evict", nil)
 	testenv.Create(t, k8s, other)
-	update(t, rr, func(rr *v1alpha1.RouterRole) { rr.Spec.Hints = []v1alpha1.HintItem{ref("evict")} })
+	update(t, rr, func(rr *v1alpha1.RouterRole) { rr.Spec.Hints = []v1alpha1.HintItem{testenv.PolicyRef("evict")} })
 	waitUsedBy(t, other, "chat-decode")
 	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionAccepted), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonAccepted)})
 	update(t, rr, func(rr *v1alpha1.RouterRole) { rr.Spec.Hints = []v1alpha1.HintItem{testenv.Hint("kv-evict", nil)} })
@@ -613,7 +613,7 @@ func TestDeclaredHintPolicy(t *testing.T) {
 
 	// The router's roles resolve references to them with its own catalog.
 	rr := newRole(ns, "decode", "dynamo", "decode", "kv-share")
-	rr.Spec.Hints = []v1alpha1.HintItem{ref("prefetch")}
+	rr.Spec.Hints = []v1alpha1.HintItem{testenv.PolicyRef("prefetch")}
 	testenv.Create(t, k8s, rr)
 	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionAccepted), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonAccepted)})
 	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionResolvedRefs), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonResolvedRefs)})

@@ -234,7 +234,7 @@ func TestStatusWaitsForPodReports(t *testing.T) {
 func TestPolicyEjectedNamesThePolicy(t *testing.T) {
 	ns := testenv.NewNamespace(t, testenv.Get(t).Client, "kvhint-test")
 	rr := newRole(ns, "decode", "eject", "decode", "dynamo-default-cost-fn")
-	rr.Spec.Hints = []v1alpha1.HintItem{named("audit", "kv-retain", map[string]any{"ttl_seconds": 600}), testenv.Hint("kv-evict", nil)}
+	rr.Spec.Hints = []v1alpha1.HintItem{testenv.NamedHint("audit", "kv-retain", map[string]any{"ttl_seconds": 600}), testenv.Hint("kv-evict", nil)}
 	testenv.Create(t, k8s, rr)
 	hash := waitConfigMap(t, ns, "eject", anyConfigMap).Annotations[v1alpha1.HashAnnotation]
 	pods := []*corev1.Pod{routerPod(t, ns, "eject", "eject-router-0", hash), routerPod(t, ns, "eject", "eject-router-1", hash)}

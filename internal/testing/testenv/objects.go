@@ -143,6 +143,20 @@ func Hint(typ string, params map[string]any) v1alpha1.HintItem {
 	return h
 }
 
+// NamedHint is Hint with a name, as a role that runs a type twice names
+// each instance.
+func NamedHint(name, typ string, params map[string]any) v1alpha1.HintItem {
+	h := Hint(typ, params)
+	h.Name = name
+	return h
+}
+
+// PolicyRef is a hint item that runs the HintPolicy name of the role's
+// namespace.
+func PolicyRef(name string) v1alpha1.HintItem {
+	return v1alpha1.HintItem{PolicyRef: &v1alpha1.HintPolicyReference{Name: name}}
+}
+
 // RouterRole is a RouterRole of router for role in ns, named name, with
 // Dynamo's default worker selection and hints.
 func RouterRole(ns, name, router, role string, hints ...v1alpha1.HintItem) *v1alpha1.RouterRole {

@@ -1,4 +1,4 @@
-package controllers_test
+package v1alpha1_test
 
 import (
 	"context"
@@ -19,7 +19,7 @@ func TestCELRejections(t *testing.T) {
 	retains := func(n int) []v1alpha1.HintItem {
 		var items []v1alpha1.HintItem
 		for i := range n {
-			items = append(items, named(fmt.Sprintf("retain-%d", i), "kv-retain", nil))
+			items = append(items, testenv.NamedHint(fmt.Sprintf("retain-%d", i), "kv-retain", nil))
 		}
 		return items
 	}
@@ -45,7 +45,7 @@ func TestCELRejections(t *testing.T) {
 		{
 			name: "parameters on a policyRef",
 			spec: func(s *v1alpha1.RouterRoleSpec) {
-				item := ref("retain")
+				item := testenv.PolicyRef("retain")
 				item.Parameters = testenv.Params(map[string]any{"ttl_seconds": 60})
 				s.Hints = []v1alpha1.HintItem{item}
 			},
@@ -54,7 +54,7 @@ func TestCELRejections(t *testing.T) {
 		{
 			name: "repeated name",
 			spec: func(s *v1alpha1.RouterRoleSpec) {
-				s.Hints = []v1alpha1.HintItem{named("retain", "kv-retain", nil), named("retain", "kv-retain", map[string]any{"ttl_seconds": 60})}
+				s.Hints = []v1alpha1.HintItem{testenv.NamedHint("retain", "kv-retain", nil), testenv.NamedHint("retain", "kv-retain", map[string]any{"ttl_seconds": 60})}
 			},
 			want: `spec.hints: Invalid value: hint names must be unique within a role: an item is known by its name, or by its type when it has no name; give each instance of a repeated type a distinct name`,
 		},
@@ -68,7 +68,7 @@ func TestCELRejections(t *testing.T) {
 		{
 			name: "a name that is another item's type",
 			spec: func(s *v1alpha1.RouterRoleSpec) {
-				s.Hints = []v1alpha1.HintItem{testenv.Hint("kv-evict", nil), named("kv-evict", "kv-retain", nil)}
+				s.Hints = []v1alpha1.HintItem{testenv.Hint("kv-evict", nil), testenv.NamedHint("kv-evict", "kv-retain", nil)}
 			},
 			want: `spec.hints: Invalid value: hint names must be unique within a role`,
 		},
@@ -104,7 +104,7 @@ func TestCELRejections(t *testing.T) {
 		{
 			name: "hint name not a DNS label",
 			spec: func(s *v1alpha1.RouterRoleSpec) {
-				s.Hints = []v1alpha1.HintItem{named("Retain_Long", "kv-retain", nil)}
+				s.Hints = []v1alpha1.HintItem{testenv.NamedHint("Retain_Long", "kv-retain", nil)}
 			},
 			want: `spec.hints[0].name: Invalid value: "Retain_Long": spec.hints[0].name in body should match '^[a-z0-9]([-a-z0-9]*[a-z0-9])?$'`,
 		},
@@ -126,15 +126,15 @@ func TestCELRejections(t *testing.T) {
 		{
 			name: "a repeated type with distinct names, and two policyRefs without",
 			spec: func(s *v1alpha1.RouterRoleSpec) {
-				s.Hints = []v1alpha1.HintItem{testenv.Hint("kv-retain", nil), named("retain-long", "kv-retain", nil), ref("a"), ref("b")}
+				s.Hints = []v1alpha1.HintItem{testenv.Hint("kv-retain", nil), testenv.NamedHint("retain-long", "kv-retain", nil), testenv.PolicyRef("a"), testenv.PolicyRef("b")}
 			},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			rr := newRole(ns, "", "cel", "decode", "dynamo-default-cost-fn")
+			rr := testenv.RouterRole(ns, "", "cel", "decode")
 			rr.GenerateName = "cel-"
 			tc.spec(&rr.Spec)
-			err := k8s.Create(context.Background(), rr)
+			err := testenv.Get(t).Client.Create(context.Background(), rr)
 			switch {
 			case tc.want == "" && err != nil:
 				t.Fatalf("refused: %v", err)
