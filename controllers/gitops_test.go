@@ -3,20 +3,18 @@ package controllers_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	lua "github.com/yuin/gopher-lua"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/argocd"
 	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 )
 
@@ -56,75 +54,11 @@ func gitopsOf(t *testing.T, u *unstructured.Unstructured) gitopsView {
 	if len(res.Conditions) > 0 {
 		v.kstatusReason = res.Conditions[0].Reason
 	}
-	v.argo, v.argoMessage = argoHealth(t, u)
-	return v
-}
-
-// argoHealth runs the object's Argo CD health script the way Argo CD does
-// (util/lua: a gopher-lua VM with only the package, base and table
-// libraries open, the object as the global obj, numbers as Lua numbers)
-// and returns hs.status and hs.message.
-func argoHealth(t *testing.T, u *unstructured.Unstructured) (string, string) {
-	t.Helper()
-	script, err := os.ReadFile(filepath.Join("..", "config", "argocd", "health-"+strings.ToLower(u.GetKind())+".lua"))
+	v.argo, v.argoMessage, err = argocd.Health(filepath.Join("..", "config", "argocd"), u)
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := lua.NewState(lua.Options{SkipOpenLibs: true})
-	defer l.Close()
-	for _, lib := range []struct {
-		name string
-		open lua.LGFunction
-	}{{lua.LoadLibName, lua.OpenPackage}, {lua.BaseLibName, lua.OpenBase}, {lua.TabLibName, lua.OpenTable}} {
-		if err := l.CallByParam(lua.P{Fn: l.NewFunction(lib.open), NRet: 0, Protect: true}, lua.LString(lib.name)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	l.SetGlobal("obj", luaValue(l, u.Object))
-	if err := l.DoString(string(script)); err != nil {
-		t.Fatalf("Argo CD health script for %s %s: %v", u.GetKind(), u.GetName(), err)
-	}
-	hs, ok := l.Get(-1).(*lua.LTable)
-	if !ok {
-		t.Fatalf("the health script returned %s, want a table", l.Get(-1).Type())
-	}
-	st, msg := hs.RawGetString("status"), hs.RawGetString("message")
-	switch st.String() {
-	case "Healthy", "Progressing", "Degraded", "Suspended", "Missing", "Unknown":
-	default:
-		t.Fatalf("the health script returned status %q, which Argo CD turns into Unknown", st.String())
-	}
-	if msg.Type() != lua.LTString {
-		t.Fatalf("the health script returned message %s, want a string", msg.Type())
-	}
-	return st.String(), msg.String()
-}
-
-// luaValue converts an object as Argo CD's decodeValue does.
-func luaValue(l *lua.LState, v any) lua.LValue {
-	switch v := v.(type) {
-	case bool:
-		return lua.LBool(v)
-	case float64:
-		return lua.LNumber(v)
-	case int64:
-		return lua.LNumber(v)
-	case string:
-		return lua.LString(v)
-	case []any:
-		arr := l.CreateTable(len(v), 0)
-		for _, item := range v {
-			arr.Append(luaValue(l, item))
-		}
-		return arr
-	case map[string]any:
-		tbl := l.CreateTable(0, len(v))
-		for k, item := range v {
-			tbl.RawSetH(lua.LString(k), luaValue(l, item))
-		}
-		return tbl
-	}
-	return lua.LNil
+	return v
 }
 
 // expectGitops checks a view against what it should be: reason, when
@@ -342,53 +276,4 @@ func conditionOf(t *testing.T, ns, name string, typ v1alpha1.ConditionType) meta
 	}
 	t.Fatalf("RouterRole %s has no %s condition", name, typ)
 	return metav1.Condition{}
-}
-
-// TestArgoCDConfigMapSnippet keeps config/argocd/argocd-cm.yaml, the
-// snippet docs/gitops.md tells Argo CD users to install, equal to the scripts
-// the tests run, and installs it the way that page says.
-func TestArgoCDConfigMapSnippet(t *testing.T) {
-	testenv.Get(t)
-	data, err := os.ReadFile(filepath.Join("..", "config", "argocd", "argocd-cm.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cm corev1.ConfigMap
-	if err := yaml.Unmarshal(data, &cm); err != nil {
-		t.Fatal(err)
-	}
-	for key, file := range map[string]string{
-		"resource.customizations.health.hints.kvrouter.io_RouterRole":     "health-routerrole.lua",
-		"resource.customizations.health.hints.kvrouter.io_HintPolicy":     "health-hintpolicy.lua",
-		"resource.customizations.health.nvidia.com_DynamoGraphDeployment": "health-dynamographdeployment.lua",
-	} {
-		script, err := os.ReadFile(filepath.Join("..", "config", "argocd", file))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if cm.Data[key] != string(script) {
-			t.Errorf("argocd-cm.yaml key %s differs from %s; regenerate the snippet from the script", key, file)
-		}
-	}
-
-	// The install command of docs/gitops.md merges the keys into an existing
-	// argocd-cm and keeps what it held.
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "argocd"}}
-	if err := k8s.Create(context.Background(), ns); err != nil {
-		t.Fatal(err)
-	}
-	existing := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "argocd", Name: "argocd-cm"}, Data: map[string]string{"url": "https://argocd.example.com"}}
-	testenv.Create(t, k8s, existing)
-	if out, err := testenv.Get(t).RunKubectl("-n", "argocd", "patch", "configmap", "argocd-cm", "--patch-file", filepath.Join("..", "config", "argocd", "argocd-cm.yaml")); err != nil {
-		t.Fatalf("kubectl patch: %v\n%s", err, out)
-	}
-	patched := get(t, "argocd", "argocd-cm", &corev1.ConfigMap{})
-	for key, want := range cm.Data {
-		if patched.Data[key] != want {
-			t.Errorf("after kubectl patch, argocd-cm key %s is %q", key, patched.Data[key])
-		}
-	}
-	if patched.Data["url"] != "https://argocd.example.com" {
-		t.Errorf("kubectl patch lost the existing data: %v", patched.Data)
-	}
 }
