@@ -1,11 +1,9 @@
 package controllers_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"sync"
 	"testing"
@@ -16,7 +14,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -204,7 +201,10 @@ func applyFile(t *testing.T, ns, path string) ([]*unstructured.Unstructured, err
 	if err != nil {
 		t.Fatal(err)
 	}
-	objs := decodeObjects(t, data)
+	objs, err := testenv.Objects(data)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
 	for _, o := range objs {
 		o.SetNamespace(ns)
 		if err := k8s.Create(context.Background(), o); err != nil {
@@ -212,24 +212,6 @@ func applyFile(t *testing.T, ns, path string) ([]*unstructured.Unstructured, err
 		}
 	}
 	return objs, nil
-}
-
-func decodeObjects(t *testing.T, data []byte) []*unstructured.Unstructured {
-	t.Helper()
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-	var out []*unstructured.Unstructured
-	for {
-		u := &unstructured.Unstructured{}
-		if err := dec.Decode(&u.Object); err != nil {
-			if errors.Is(err, io.EOF) {
-				return out
-			}
-			t.Fatalf("decoding: %v", err)
-		}
-		if len(u.Object) > 0 {
-			out = append(out, u)
-		}
-	}
 }
 
 func get[T client.Object](t *testing.T, ns, name string, obj T) T {

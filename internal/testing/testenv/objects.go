@@ -1,12 +1,18 @@
 package testenv
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -40,6 +46,25 @@ func Create(t testing.TB, c client.Client, objs ...client.Object) {
 	for _, o := range objs {
 		if err := c.Create(context.Background(), o); err != nil {
 			t.Fatalf("creating %T %s/%s: %v", o, o.GetNamespace(), o.GetName(), err)
+		}
+	}
+}
+
+// Objects decodes every document of a YAML or JSON stream (a manifest,
+// kustomize's output), skipping empty ones.
+func Objects(data []byte) ([]*unstructured.Unstructured, error) {
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	var out []*unstructured.Unstructured
+	for {
+		u := &unstructured.Unstructured{}
+		if err := dec.Decode(&u.Object); err != nil {
+			if errors.Is(err, io.EOF) {
+				return out, nil
+			}
+			return out, fmt.Errorf("document %d: %w", len(out)+1, err)
+		}
+		if len(u.Object) > 0 {
+			out = append(out, u)
 		}
 	}
 }
