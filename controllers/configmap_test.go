@@ -34,7 +34,7 @@ func TestConfigMapContentAndOwnership(t *testing.T) {
 	decode.Spec.Hints = []v1alpha1.HintItem{}
 	testenv.Create(t, k8s, prefill, decode)
 
-	cm := waitConfigMap(t, ns, "llama", func(cm *corev1.ConfigMap) error {
+	cm := testenv.WaitConfigMap(t, k8s, timeout, ns, "llama", func(cm *corev1.ConfigMap) error {
 		if len(cm.OwnerReferences) != 2 {
 			return fmt.Errorf("%d owners", len(cm.OwnerReferences))
 		}
@@ -96,7 +96,7 @@ func TestConfigMapContentAndOwnership(t *testing.T) {
 func TestConfigMapDriftRepaired(t *testing.T) {
 	ns := testenv.NewNamespace(t, testenv.Get(t).Client, "kvhint-test")
 	testenv.Create(t, k8s, newRole(ns, "decode", "drift", "decode", "dynamo-default-cost-fn"))
-	cm := waitConfigMap(t, ns, "drift", anyConfigMap)
+	cm := testenv.WaitConfigMap(t, k8s, timeout, ns, "drift", nil)
 	want := cm.Data[v1alpha1.HintsConfigKey]
 
 	wantRoles := cm.Data[v1alpha1.RolesKey]
@@ -105,7 +105,7 @@ func TestConfigMapDriftRepaired(t *testing.T) {
 	if err := k8s.Patch(context.Background(), cm, rawMergePatch(patch)); err != nil {
 		t.Fatal(err)
 	}
-	waitConfigMap(t, ns, "drift", func(cm *corev1.ConfigMap) error {
+	testenv.WaitConfigMap(t, k8s, timeout, ns, "drift", func(cm *corev1.ConfigMap) error {
 		if cm.Data[v1alpha1.HintsConfigKey] != want {
 			return fmt.Errorf("hints.yaml is still\n%s", cm.Data[v1alpha1.HintsConfigKey])
 		}
@@ -129,12 +129,12 @@ func TestConfigMapRemovedWithLastRole(t *testing.T) {
 	a := newRole(ns, "a", "gone", "prefill", "dynamo-default-cost-fn")
 	b := newRole(ns, "b", "gone", "decode", "dynamo-default-cost-fn")
 	testenv.Create(t, k8s, a, b)
-	waitConfigMap(t, ns, "gone", ownedBy("a", "b"))
+	testenv.WaitConfigMap(t, k8s, timeout, ns, "gone", ownedBy("a", "b"))
 
 	if err := k8s.Delete(context.Background(), a); err != nil {
 		t.Fatal(err)
 	}
-	waitConfigMap(t, ns, "gone", func(cm *corev1.ConfigMap) error {
+	testenv.WaitConfigMap(t, k8s, timeout, ns, "gone", func(cm *corev1.ConfigMap) error {
 		if err := ownedBy("b")(cm); err != nil {
 			return err
 		}
@@ -163,15 +163,15 @@ func TestNoWriteWhenUnchanged(t *testing.T) {
 	ns := testenv.NewNamespace(t, testenv.Get(t).Client, "kvhint-test")
 	rr := newRole(ns, "decode", "steady", "decode", "dynamo-default-cost-fn")
 	testenv.Create(t, k8s, rr)
-	cm := waitConfigMap(t, ns, "steady", anyConfigMap)
+	cm := testenv.WaitConfigMap(t, k8s, timeout, ns, "steady", nil)
 	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionProgrammed), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonNoRouterPods), Generation: testenv.AnyGeneration})
 	if n := appliesTo(ns, cm.Name); n != 1 {
 		t.Fatalf("%d applies to create the ConfigMap; want 1", n)
 	}
 
-	pod := routerPod(t, ns, "steady", "steady-router-0", "")
+	pod := testenv.CreateRouterPod(t, k8s, ns, "steady", "steady-router-0", "")
 	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionProgrammed), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonPending), MessageContains: "0/1", Generation: testenv.AnyGeneration})
-	reportHash(t, pod, cm.Annotations[v1alpha1.HashAnnotation])
+	testenv.ReportHash(t, k8s, pod, cm.Annotations[v1alpha1.HashAnnotation])
 	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionProgrammed), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonProgrammed), Generation: testenv.AnyGeneration})
 	if n := appliesTo(ns, cm.Name); n != 1 {
 		t.Errorf("%d applies after two recompiles that changed nothing; want still 1", n)
@@ -198,7 +198,7 @@ func TestLabelsEditedAway(t *testing.T) {
 	ns := testenv.NewNamespace(t, testenv.Get(t).Client, "kvhint-test")
 	rr := newRole(ns, "decode", "unlabelled", "decode", "dynamo-default-cost-fn")
 	testenv.Create(t, k8s, rr)
-	cm := waitConfigMap(t, ns, "unlabelled", anyConfigMap)
+	cm := testenv.WaitConfigMap(t, k8s, timeout, ns, "unlabelled", nil)
 	want := cm.Data[v1alpha1.HintsConfigKey]
 	update(t, rr, func(rr *v1alpha1.RouterRole) { rr.Spec.WorkerSelection.Type = "kv-oracle" })
 	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionAccepted), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonUnknownWorkerSelection)})
@@ -207,7 +207,7 @@ func TestLabelsEditedAway(t *testing.T) {
 	if err := k8s.Patch(context.Background(), cm, rawMergePatch(patch)); err != nil {
 		t.Fatal(err)
 	}
-	waitConfigMap(t, ns, "unlabelled", func(cm *corev1.ConfigMap) error {
+	testenv.WaitConfigMap(t, k8s, timeout, ns, "unlabelled", func(cm *corev1.ConfigMap) error {
 		if cm.Labels[v1alpha1.RouterLabel] != "unlabelled" || cm.Labels[v1alpha1.ManagedByLabel] != v1alpha1.ManagedBy {
 			return fmt.Errorf("labels %v", cm.Labels)
 		}
@@ -230,7 +230,7 @@ func TestWorkerSelectorsCompiled(t *testing.T) {
 	testenv.Create(t, k8s, prefill, decode)
 
 	const want = "decode:\n  routerMode: kv\nprefill:\n  routerMode: kv\n  workerSelector:\n    matchLabels:\n      app.kubernetes.io/component: prefill\n"
-	cm := waitConfigMap(t, ns, "pools", func(cm *corev1.ConfigMap) error {
+	cm := testenv.WaitConfigMap(t, k8s, timeout, ns, "pools", func(cm *corev1.ConfigMap) error {
 		if got := cm.Data[v1alpha1.RolesKey]; got != want {
 			return fmt.Errorf("%s is %q, want %q", v1alpha1.RolesKey, got, want)
 		}
@@ -248,7 +248,7 @@ func TestWorkerSelectorsCompiled(t *testing.T) {
 	updateRole(t, ns, prefill.Name, func(rr *v1alpha1.RouterRole) {
 		rr.Spec.WorkerSelector.MatchLabels["app.kubernetes.io/component"] = "prefill-v2"
 	})
-	waitConfigMap(t, ns, "pools", func(cm *corev1.ConfigMap) error {
+	testenv.WaitConfigMap(t, k8s, timeout, ns, "pools", func(cm *corev1.ConfigMap) error {
 		if got := cm.Data[v1alpha1.RolesKey]; got != "decode:\n  routerMode: kv\nprefill:\n  routerMode: kv\n  workerSelector:\n    matchLabels:\n      app.kubernetes.io/component: prefill-v2\n" {
 			return fmt.Errorf("%s is %q", v1alpha1.RolesKey, got)
 		}
@@ -263,7 +263,7 @@ func TestWorkerSelectorsCompiled(t *testing.T) {
 	})
 
 	updateRole(t, ns, prefill.Name, func(rr *v1alpha1.RouterRole) { rr.Spec.WorkerSelector = nil })
-	waitConfigMap(t, ns, "pools", func(cm *corev1.ConfigMap) error {
+	testenv.WaitConfigMap(t, k8s, timeout, ns, "pools", func(cm *corev1.ConfigMap) error {
 		if got := cm.Data[v1alpha1.RolesKey]; got != "decode:\n  routerMode: kv\nprefill:\n  routerMode: kv\n" {
 			return fmt.Errorf("%s is still %q", v1alpha1.RolesKey, got)
 		}

@@ -168,7 +168,7 @@ func TestGitopsStatus(t *testing.T) {
 			}
 			c.ns = testenv.NewNamespace(t, testenv.Get(t).Client, "kvhint-test")
 			files[c.file] = c.ns
-			if _, err := applyFile(t, c.ns, filepath.Join("..", "config", "samples", "invalid", c.file)); err != nil {
+			if _, err := testenv.CreateFile(t, k8s, c.ns, filepath.Join("..", "config", "samples", "invalid", c.file)); err != nil {
 				t.Fatalf("%s: %v", c.file, err)
 			}
 			continue
@@ -182,7 +182,7 @@ func TestGitopsStatus(t *testing.T) {
 			testenv.Create(t, k8s, newRole(c.ns, c.object, "r", "decode", "dynamo-default-cost-fn"))
 		case pending:
 			testenv.Create(t, k8s, newRole(c.ns, c.object, "r", "decode", "dynamo-default-cost-fn"))
-			routerPod(t, c.ns, "r", "r-0", "")
+			testenv.CreateRouterPod(t, k8s, c.ns, "r", "r-0", "")
 		case ready:
 			rr := newRole(c.ns, c.object, "r", "prefill", "kvcr")
 			rr.Spec.Hints = []v1alpha1.HintItem{testenv.Hint("kv-fetch", nil), testenv.PolicyRef("retain")}
@@ -208,8 +208,8 @@ func TestGitopsStatus(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			if c == ready {
-				cm := waitConfigMap(t, c.ns, "r", anyConfigMap)
-				routerPod(t, c.ns, "r", "r-0", cm.Annotations[v1alpha1.HashAnnotation])
+				cm := testenv.WaitConfigMap(t, k8s, timeout, c.ns, "r", nil)
+				testenv.CreateRouterPod(t, k8s, c.ns, "r", "r-0", cm.Annotations[v1alpha1.HashAnnotation])
 			}
 			waitGitops(t, c.ns, c.object, c.kind, c.kstatus, c.argo, c.reason, c.message)
 		})
@@ -246,13 +246,13 @@ func TestGitopsStatus(t *testing.T) {
 	restarted = true
 	// Processed: accepted, but the router pod runs the old config.
 	waitGitops(t, ready.ns, ready.object, "RouterRole", status.InProgressStatus, "Progressing", string(v1alpha1.ReasonPending), "0/1 router pods run")
-	cm := waitConfigMap(t, ready.ns, "r", func(cm *corev1.ConfigMap) error {
+	cm := testenv.WaitConfigMap(t, k8s, timeout, ready.ns, "r", func(cm *corev1.ConfigMap) error {
 		if !strings.Contains(cm.Data[v1alpha1.HintsConfigKey], "min_blocks: 8") {
 			return fmt.Errorf("not compiled yet")
 		}
 		return nil
 	})
-	reportHash(t, get(t, ready.ns, "r-0", &corev1.Pod{}), cm.Annotations[v1alpha1.HashAnnotation])
+	testenv.ReportHash(t, k8s, get(t, ready.ns, "r-0", &corev1.Pod{}), cm.Annotations[v1alpha1.HashAnnotation])
 	waitGitops(t, ready.ns, ready.object, "RouterRole", status.CurrentStatus, "Healthy", "", "1/1 router pods run")
 	waitGitops(t, policy.ns, policy.object, "HintPolicy", status.CurrentStatus, "Healthy", "", "")
 

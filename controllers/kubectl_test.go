@@ -17,7 +17,7 @@ func TestKubectlWaitReady(t *testing.T) {
 	ns := testenv.NewNamespace(t, testenv.Get(t).Client, "kvhint-test")
 	rr := newRole(ns, "llama-prefill", "llama", "prefill", "kvcr")
 	testenv.Create(t, k8s, rr)
-	cm := waitConfigMap(t, ns, "llama", anyConfigMap)
+	cm := testenv.WaitConfigMap(t, k8s, timeout, ns, "llama", nil)
 	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionReady), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonNoRouterPods)})
 
 	// Not Ready: kubectl wait times out and says so.
@@ -34,7 +34,7 @@ func TestKubectlWaitReady(t *testing.T) {
 		waitOut, err = testenv.Get(t).RunKubectl("wait", "-n", ns, "--for=condition=Ready", "rr/llama-prefill", "--timeout=60s")
 		done <- err
 	}()
-	routerPod(t, ns, "llama", "llama-router-0", cm.Annotations[v1alpha1.HashAnnotation])
+	testenv.CreateRouterPod(t, k8s, ns, "llama", "llama-router-0", cm.Annotations[v1alpha1.HashAnnotation])
 	if err := <-done; err != nil {
 		t.Fatalf("kubectl wait: %v: %s", err, waitOut)
 	}

@@ -32,9 +32,9 @@ func TestLastGoodKept(t *testing.T) {
 	rr := newRole(ns, "decode", "llama", "decode", "dynamo-default-cost-fn")
 	rr.Spec.Hints = []v1alpha1.HintItem{testenv.Hint("kv-retain", map[string]any{"ttl_seconds": 600})}
 	testenv.Create(t, k8s, rr)
-	cm := waitConfigMap(t, ns, "llama", anyConfigMap)
+	cm := testenv.WaitConfigMap(t, k8s, timeout, ns, "llama", nil)
 	hash := cm.Annotations[v1alpha1.HashAnnotation]
-	pod := routerPod(t, ns, "llama", "llama-router-0", hash)
+	pod := testenv.CreateRouterPod(t, k8s, ns, "llama", "llama-router-0", hash)
 	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionReady), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonReady)})
 
 	update(t, rr, func(rr *v1alpha1.RouterRole) {
@@ -59,7 +59,7 @@ func TestLastGoodKept(t *testing.T) {
 
 	// Another pod report recomputes the status without a transition of
 	// Accepted: still a single event.
-	routerPod(t, ns, "llama", "llama-router-1", hash)
+	testenv.CreateRouterPod(t, k8s, ns, "llama", "llama-router-1", hash)
 	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionProgrammed), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonProgrammed), MessageContains: "2/2 router pods", Generation: testenv.AnyGeneration})
 	testenv.Eventually(t, timeout, "one InvalidParameters event", func(ctx context.Context) error {
 		n, err := countEvents(ctx, ns, rr.Name, string(v1alpha1.ReasonInvalidParameters))
@@ -74,14 +74,14 @@ func TestLastGoodKept(t *testing.T) {
 		rr.Spec.Hints = []v1alpha1.HintItem{testenv.Hint("kv-retain", map[string]any{"ttl_seconds": 1200})}
 	})
 	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionAccepted), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonAccepted)})
-	cm = waitConfigMap(t, ns, "llama", func(cm *corev1.ConfigMap) error {
+	cm = testenv.WaitConfigMap(t, k8s, timeout, ns, "llama", func(cm *corev1.ConfigMap) error {
 		if cm.Annotations[v1alpha1.HashAnnotation] == hash {
 			return fmt.Errorf("hash still %s", hash)
 		}
 		return nil
 	})
 	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionProgrammed), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonPending), MessageContains: "0/2 router pods", Generation: testenv.AnyGeneration})
-	reportHash(t, pod, cm.Annotations[v1alpha1.HashAnnotation])
+	testenv.ReportHash(t, k8s, pod, cm.Annotations[v1alpha1.HashAnnotation])
 	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionProgrammed), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonPending), MessageContains: "1/2 router pods", Generation: testenv.AnyGeneration})
 }
 
@@ -93,7 +93,7 @@ func TestLastGoodSurvivesRestart(t *testing.T) {
 	rr := newRole(ns, "prefill", "llama", "prefill", "kvcr")
 	testenv.Create(t, k8s, rr)
 	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionAccepted), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonAccepted)})
-	before := waitConfigMap(t, ns, "llama", withConfig(func(cfg *hintsconfig.Config) error {
+	before := testenv.WaitConfigMap(t, k8s, timeout, ns, "llama", withConfig(func(cfg *hintsconfig.Config) error {
 		if _, ok := cfg.WorkerSelection["prefill"]; !ok {
 			return fmt.Errorf("no prefill entry")
 		}
@@ -162,7 +162,7 @@ func TestReleasedPolicyFileForm(t *testing.T) {
 	testenv.Create(t, k8s, decode, prefill)
 
 	testenv.WaitCondition(t, k8s, timeout, prefill, string(v1alpha1.ConditionAccepted), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonAccepted)})
-	cm := waitConfigMap(t, ns, "released", func(cm *corev1.ConfigMap) error {
+	cm := testenv.WaitConfigMap(t, k8s, timeout, ns, "released", func(cm *corev1.ConfigMap) error {
 		if !strings.Contains(cm.Data[v1alpha1.HintsConfigKey], "kv_hint_policy:") || !strings.Contains(cm.Data[v1alpha1.HintsConfigKey], "prefill: default") {
 			return fmt.Errorf("hints.yaml is not the released form of both roles yet:\n%s", cm.Data[v1alpha1.HintsConfigKey])
 		}
@@ -217,21 +217,21 @@ func TestPolicyRefResolution(t *testing.T) {
 	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionResolvedRefs), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonHintPolicyNotFound)})
 	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionAccepted), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonUnresolvedRefs)})
 	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionProgrammed), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonNotAccepted), Generation: testenv.AnyGeneration})
-	waitConfigMap(t, ns, "chat", withoutRole("decode"))
+	testenv.WaitConfigMap(t, k8s, timeout, ns, "chat", withoutRole("decode"))
 
 	// Created: the role resolves and compiles with the policy's parameters.
 	hp := testenv.HintPolicy(ns, "session-retain", "kv-retain", map[string]any{"ttl_seconds": 600})
 	testenv.Create(t, k8s, hp)
 	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionResolvedRefs), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonResolvedRefs)})
 	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionAccepted), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonAccepted)})
-	waitConfigMap(t, ns, "chat", withConfig(func(cfg *hintsconfig.Config) error { return retainTTL(cfg, 600) }))
+	testenv.WaitConfigMap(t, k8s, timeout, ns, "chat", withConfig(func(cfg *hintsconfig.Config) error { return retainTTL(cfg, 600) }))
 	waitUsedBy(t, hp, "chat-decode")
 
 	// Changed: the compiled config follows.
 	update(t, hp, func(hp *v1alpha1.HintPolicy) {
 		hp.Spec.Parameters = testenv.Params(map[string]any{"ttl_seconds": 1800})
 	})
-	waitConfigMap(t, ns, "chat", withConfig(func(cfg *hintsconfig.Config) error { return retainTTL(cfg, 1800) }))
+	testenv.WaitConfigMap(t, k8s, timeout, ns, "chat", withConfig(func(cfg *hintsconfig.Config) error { return retainTTL(cfg, 1800) }))
 	testenv.WaitCondition(t, k8s, timeout, hp, string(v1alpha1.ConditionAccepted), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonAccepted)})
 
 	// Made invalid: both objects say so, and the router keeps what ran.
@@ -242,12 +242,12 @@ func TestPolicyRefResolution(t *testing.T) {
 	if !strings.Contains(c.Message, "HintPolicy session-retain") || !strings.Contains(c.Message, "keeps running generation 1") {
 		t.Errorf("Accepted message %q; want it to name the HintPolicy and the generation that keeps running", c.Message)
 	}
-	waitConfigMap(t, ns, "chat", withConfig(func(cfg *hintsconfig.Config) error { return retainTTL(cfg, 1800) }))
+	testenv.WaitConfigMap(t, k8s, timeout, ns, "chat", withConfig(func(cfg *hintsconfig.Config) error { return retainTTL(cfg, 1800) }))
 
 	// Fixed.
 	update(t, hp, func(hp *v1alpha1.HintPolicy) { hp.Spec.Parameters = testenv.Params(map[string]any{"ttl_seconds": 900}) })
 	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionResolvedRefs), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonResolvedRefs)})
-	waitConfigMap(t, ns, "chat", withConfig(func(cfg *hintsconfig.Config) error { return retainTTL(cfg, 900) }))
+	testenv.WaitConfigMap(t, k8s, timeout, ns, "chat", withConfig(func(cfg *hintsconfig.Config) error { return retainTTL(cfg, 900) }))
 
 	// Deleted: the reference no longer resolves; the last good entry stays.
 	if err := k8s.Delete(context.Background(), hp); err != nil {
@@ -255,7 +255,7 @@ func TestPolicyRefResolution(t *testing.T) {
 	}
 	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionResolvedRefs), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonHintPolicyNotFound)})
 	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionAccepted), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonUnresolvedRefs)})
-	waitConfigMap(t, ns, "chat", withConfig(func(cfg *hintsconfig.Config) error { return retainTTL(cfg, 900) }))
+	testenv.WaitConfigMap(t, k8s, timeout, ns, "chat", withConfig(func(cfg *hintsconfig.Config) error { return retainTTL(cfg, 900) }))
 
 	// The role stops referencing it: usedBy of another policy follows.
 	other := testenv.HintPolicy(ns, "evict", "kv-evict", nil)
@@ -417,7 +417,7 @@ func TestRestartModeStockBuild(t *testing.T) {
 			return nil
 		}
 	}
-	waitConfigMap(t, ns, "stock", startsOn(false))
+	testenv.WaitConfigMap(t, k8s, timeout, ns, "stock", startsOn(false))
 
 	testenv.Create(t, k8s, catalogConfigMap(t, ns, "stock-catalog", "stock", `apiVersion: hints.kvrouter.io/v1alpha1
 kind: PolicyCatalog
@@ -439,7 +439,7 @@ hints:
 	// runs: the prefill role now lists it too.
 	update(t, prefill, func(rr *v1alpha1.RouterRole) { rr.Spec.Hints = decode.Spec.Hints })
 	testenv.WaitCondition(t, k8s, timeout, decode, string(v1alpha1.ConditionAccepted), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonAccepted)})
-	waitConfigMap(t, ns, "stock", startsOn(true))
+	testenv.WaitConfigMap(t, k8s, timeout, ns, "stock", startsOn(true))
 }
 
 // customRouterCatalog declares types of a router's own build that the
@@ -489,7 +489,7 @@ func TestDeclaredCatalogRules(t *testing.T) {
 	testenv.Create(t, k8s, decode, prefill, aggregated, encode, linked)
 
 	testenv.WaitCondition(t, k8s, timeout, decode, string(v1alpha1.ConditionAccepted), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonAccepted)})
-	cm := waitConfigMap(t, ns, "dynamo", func(cm *corev1.ConfigMap) error {
+	cm := testenv.WaitConfigMap(t, k8s, timeout, ns, "dynamo", func(cm *corev1.ConfigMap) error {
 		if !strings.Contains(cm.Data[v1alpha1.HintsConfigKey], "harness_prefetch") {
 			return fmt.Errorf("hints.yaml does not hold harness_prefetch yet:\n%s", cm.Data[v1alpha1.HintsConfigKey])
 		}
@@ -539,13 +539,13 @@ func TestDeclaredCatalogLastGood(t *testing.T) {
 	prefill := newRole(ns, "prefill", "dynamo", "prefill", "dynamo-default-cost-fn")
 	testenv.Create(t, k8s, rr, prefill)
 	testenv.WaitCondition(t, k8s, timeout, prefill, string(v1alpha1.ConditionAccepted), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonAccepted)})
-	cm := waitConfigMap(t, ns, "dynamo", func(cm *corev1.ConfigMap) error {
+	cm := testenv.WaitConfigMap(t, k8s, timeout, ns, "dynamo", func(cm *corev1.ConfigMap) error {
 		if !strings.Contains(cm.Data[v1alpha1.HintsConfigKey], "prefill:") || !strings.Contains(cm.Data[v1alpha1.HintsConfigKey], "decode:") {
 			return fmt.Errorf("hints.yaml does not hold both roles yet:\n%s", cm.Data[v1alpha1.HintsConfigKey])
 		}
 		return nil
 	})
-	pod0 := routerPod(t, ns, "dynamo", "dynamo-0", cm.Annotations[v1alpha1.HashAnnotation])
+	pod0 := testenv.CreateRouterPod(t, k8s, ns, "dynamo", "dynamo-0", cm.Annotations[v1alpha1.HashAnnotation])
 	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionReady), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonReady)})
 
 	update(t, decl, func(cm *corev1.ConfigMap) {
@@ -564,7 +564,7 @@ func TestDeclaredCatalogLastGood(t *testing.T) {
 	testenv.Eventually(t, timeout, "deleting RouterRole prefill", func(ctx context.Context) error { return k8s.Delete(ctx, prefill) })
 	// A second pod is the barrier: the reconcile that counts it comes
 	// after the one the delete caused.
-	pod1 := routerPod(t, ns, "dynamo", "dynamo-1", cm.Annotations[v1alpha1.HashAnnotation])
+	pod1 := testenv.CreateRouterPod(t, k8s, ns, "dynamo", "dynamo-1", cm.Annotations[v1alpha1.HashAnnotation])
 	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionProgrammed), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonProgrammed), MessageContains: "2/2 router pods", Generation: testenv.AnyGeneration})
 	if after := get(t, ns, cm.Name, &corev1.ConfigMap{}); after.ResourceVersion != cm.ResourceVersion {
 		t.Errorf("the ConfigMap was written (resourceVersion %s -> %s) while the declaration was broken:\n%s", cm.ResourceVersion, after.ResourceVersion, after.Data[v1alpha1.HintsConfigKey])
@@ -572,14 +572,14 @@ func TestDeclaredCatalogLastGood(t *testing.T) {
 
 	// Fixed: what waited is written (prefill is gone), then declared twice.
 	update(t, decl, func(cm *corev1.ConfigMap) { cm.Data[v1alpha1.CatalogKey] = good })
-	cm = waitConfigMap(t, ns, "dynamo", func(cm *corev1.ConfigMap) error {
+	cm = testenv.WaitConfigMap(t, k8s, timeout, ns, "dynamo", func(cm *corev1.ConfigMap) error {
 		if strings.Contains(cm.Data[v1alpha1.HintsConfigKey], "prefill:") {
 			return fmt.Errorf("hints.yaml still holds prefill")
 		}
 		return nil
 	})
-	reportHash(t, pod0, cm.Annotations[v1alpha1.HashAnnotation])
-	reportHash(t, pod1, cm.Annotations[v1alpha1.HashAnnotation])
+	testenv.ReportHash(t, k8s, pod0, cm.Annotations[v1alpha1.HashAnnotation])
+	testenv.ReportHash(t, k8s, pod1, cm.Annotations[v1alpha1.HashAnnotation])
 	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionReady), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonReady)})
 	testenv.Create(t, k8s, catalogConfigMap(t, ns, "dynamo-catalog-2", "dynamo", good))
 	c = testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionAccepted), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonCatalogConflict)})
@@ -617,7 +617,7 @@ func TestDeclaredHintPolicy(t *testing.T) {
 	testenv.Create(t, k8s, rr)
 	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionAccepted), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonAccepted)})
 	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionResolvedRefs), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonResolvedRefs)})
-	cm := waitConfigMap(t, ns, "dynamo", anyConfigMap)
+	cm := testenv.WaitConfigMap(t, k8s, timeout, ns, "dynamo", nil)
 	if got := cm.Data[v1alpha1.HintsConfigKey]; !strings.Contains(got, "max_blocks: 8") {
 		t.Errorf("hints.yaml does not run HintPolicy prefetch's parameters:\n%s", got)
 	}
@@ -637,8 +637,8 @@ func TestDeclaredCatalogBrokenAcrossRestart(t *testing.T) {
 	rr.Spec.Hints = []v1alpha1.HintItem{testenv.Hint("harness_prefetch", map[string]any{"max_blocks": 32})}
 	testenv.Create(t, k8s, rr)
 	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionAccepted), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonAccepted)})
-	before := waitConfigMap(t, ns, "dynamo", anyConfigMap)
-	routerPod(t, ns, "dynamo", "dynamo-0", before.Annotations[v1alpha1.HashAnnotation])
+	before := testenv.WaitConfigMap(t, k8s, timeout, ns, "dynamo", nil)
+	testenv.CreateRouterPod(t, k8s, ns, "dynamo", "dynamo-0", before.Annotations[v1alpha1.HashAnnotation])
 	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionReady), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonReady)})
 
 	stopManager()

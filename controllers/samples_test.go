@@ -36,7 +36,7 @@ func TestSamplesBecomeReady(t *testing.T) {
 		if filepath.Base(f) == "kustomization.yaml" {
 			continue
 		}
-		objs, err := applyFile(t, ns, f)
+		objs, err := testenv.CreateFile(t, k8s, ns, f)
 		if err != nil {
 			t.Fatalf("%s: %v", f, err)
 		}
@@ -75,7 +75,7 @@ func TestSamplesBecomeReady(t *testing.T) {
 	compiled := rolegraph.Compile(builtin.NewCatalog(), offline)
 	for router := range routers {
 		want := compiled.Router(router)
-		cm := waitConfigMap(t, ns, router, func(cm *corev1.ConfigMap) error {
+		cm := testenv.WaitConfigMap(t, k8s, timeout, ns, router, func(cm *corev1.ConfigMap) error {
 			if got := cm.Data[v1alpha1.HintsConfigKey]; got != string(want.Config) {
 				return fmt.Errorf("hints.yaml:\n%s\nwant, as compiled offline:\n%s", got, want.Config)
 			}
@@ -88,7 +88,7 @@ func TestSamplesBecomeReady(t *testing.T) {
 			return nil
 		})
 		for i := range 2 {
-			routerPod(t, ns, router, fmt.Sprintf("%s-router-%d", router, i), cm.Annotations[v1alpha1.HashAnnotation])
+			testenv.CreateRouterPod(t, k8s, ns, router, fmt.Sprintf("%s-router-%d", router, i), cm.Annotations[v1alpha1.HashAnnotation])
 		}
 	}
 	for _, name := range roles {
@@ -172,7 +172,7 @@ func TestInvalidSamples(t *testing.T) {
 			if !ok {
 				ns = testenv.NewNamespace(t, testenv.Get(t).Client, "kvhint-test")
 				applied[s.file] = ns
-				_, err := applyFile(t, ns, filepath.Join("../config/samples/invalid", s.file))
+				_, err := testenv.CreateFile(t, k8s, ns, filepath.Join("../config/samples/invalid", s.file))
 				switch {
 				case s.rejected != "" && err == nil:
 					t.Fatalf("the API server accepted it; want %q", s.rejected)

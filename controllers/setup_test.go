@@ -66,10 +66,10 @@ func TestStatusMetrics(t *testing.T) {
 
 	rr := newRole(ns, "decode", "metrics", "decode", "dynamo-default-cost-fn")
 	testenv.Create(t, k8s, rr)
-	cm := waitConfigMap(t, ns, "metrics", anyConfigMap)
+	cm := testenv.WaitConfigMap(t, k8s, timeout, ns, "metrics", nil)
 	hash := cm.Annotations[v1alpha1.HashAnnotation]
-	routerPod(t, ns, "metrics", "metrics-router-0", hash)
-	routerPod(t, ns, "metrics", "metrics-router-1", "")
+	testenv.CreateRouterPod(t, k8s, ns, "metrics", "metrics-router-0", hash)
+	testenv.CreateRouterPod(t, k8s, ns, "metrics", "metrics-router-1", "")
 	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionProgrammed), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonPending), MessageContains: "1/2 router pods run " + hash, Generation: testenv.AnyGeneration})
 
 	role := "role=decode,router=metrics,routerrole=decode"

@@ -25,7 +25,7 @@ func TestProgrammedCountsRouterPods(t *testing.T) {
 	ns := testenv.NewNamespace(t, testenv.Get(t).Client, "kvhint-test")
 	rr := newRole(ns, "decode", "count", "decode", "dynamo-default-cost-fn")
 	testenv.Create(t, k8s, rr)
-	cm := waitConfigMap(t, ns, "count", anyConfigMap)
+	cm := testenv.WaitConfigMap(t, k8s, timeout, ns, "count", nil)
 	hash := cm.Annotations[v1alpha1.HashAnnotation]
 
 	c := testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionProgrammed), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonNoRouterPods), Generation: testenv.AnyGeneration})
@@ -35,16 +35,16 @@ func TestProgrammedCountsRouterPods(t *testing.T) {
 
 	var pods []*corev1.Pod
 	for i := range 3 {
-		pods = append(pods, routerPod(t, ns, "count", fmt.Sprintf("count-router-%d", i), ""))
+		pods = append(pods, testenv.CreateRouterPod(t, k8s, ns, "count", fmt.Sprintf("count-router-%d", i), ""))
 	}
-	routerPod(t, ns, "elsewhere", "elsewhere-router-0", hash)
+	testenv.CreateRouterPod(t, k8s, ns, "elsewhere", "elsewhere-router-0", hash)
 	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionProgrammed), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonPending), MessageContains: "0/3 router pods run " + hash, Generation: testenv.AnyGeneration})
 
-	reportHash(t, pods[0], "0123456789abcdef") // an older config
-	reportHash(t, pods[1], hash)
+	testenv.ReportHash(t, k8s, pods[0], "0123456789abcdef") // an older config
+	testenv.ReportHash(t, k8s, pods[1], hash)
 	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionProgrammed), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonPending), MessageContains: "1/3 router pods run " + hash, Generation: testenv.AnyGeneration})
-	reportHash(t, pods[0], hash)
-	reportHash(t, pods[2], hash)
+	testenv.ReportHash(t, k8s, pods[0], hash)
+	testenv.ReportHash(t, k8s, pods[2], hash)
 	c = testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionProgrammed), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonProgrammed), MessageContains: "3/3 router pods run " + hash, Generation: testenv.AnyGeneration})
 	if c.ObservedGeneration != rr.Generation {
 		t.Errorf("Programmed observedGeneration %d; want %d", c.ObservedGeneration, rr.Generation)
@@ -73,9 +73,9 @@ func TestTerminatedPodsNotCounted(t *testing.T) {
 	ns := testenv.NewNamespace(t, testenv.Get(t).Client, "kvhint-test")
 	rr := newRole(ns, "decode", "evict", "decode", "dynamo-default-cost-fn")
 	testenv.Create(t, k8s, rr)
-	hash := waitConfigMap(t, ns, "evict", anyConfigMap).Annotations[v1alpha1.HashAnnotation]
-	routerPod(t, ns, "evict", "evict-router-0", hash)
-	old := routerPod(t, ns, "evict", "evict-router-1", "0123456789abcdef")
+	hash := testenv.WaitConfigMap(t, k8s, timeout, ns, "evict", nil).Annotations[v1alpha1.HashAnnotation]
+	testenv.CreateRouterPod(t, k8s, ns, "evict", "evict-router-0", hash)
+	old := testenv.CreateRouterPod(t, k8s, ns, "evict", "evict-router-1", "0123456789abcdef")
 	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionProgrammed), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonPending), MessageContains: "1/2 router pods", Generation: testenv.AnyGeneration})
 
 	old.Status.Phase = corev1.PodFailed
@@ -91,12 +91,12 @@ func TestTerminatedPodsNotCounted(t *testing.T) {
 // when they run its config.
 func TestProgrammedEventsForANewRole(t *testing.T) {
 	ns := testenv.NewNamespace(t, testenv.Get(t).Client, "kvhint-test")
-	pod := routerPod(t, ns, "quiet", "quiet-router-0", "")
+	pod := testenv.CreateRouterPod(t, k8s, ns, "quiet", "quiet-router-0", "")
 	rr := newRole(ns, "decode", "quiet", "decode", "dynamo-default-cost-fn")
 	testenv.Create(t, k8s, rr)
 	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionProgrammed), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonPending), MessageContains: "0/1 router pods run", Generation: testenv.AnyGeneration})
-	cm := waitConfigMap(t, ns, "quiet", anyConfigMap)
-	reportHash(t, pod, cm.Annotations[v1alpha1.HashAnnotation])
+	cm := testenv.WaitConfigMap(t, k8s, timeout, ns, "quiet", nil)
+	testenv.ReportHash(t, k8s, pod, cm.Annotations[v1alpha1.HashAnnotation])
 	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionProgrammed), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonProgrammed), Generation: testenv.AnyGeneration})
 	testenv.Eventually(t, timeout, "one Programmed event", func(ctx context.Context) error {
 		n, err := countEvents(ctx, ns, rr.Name, string(v1alpha1.ReasonProgrammed))
@@ -121,22 +121,22 @@ func TestForgedAppliedHashIgnored(t *testing.T) {
 	ns := testenv.NewNamespace(t, testenv.Get(t).Client, "kvhint-test")
 	rr := newRole(ns, "decode", "forged", "decode", "dynamo-default-cost-fn")
 	testenv.Create(t, k8s, rr)
-	hash := waitConfigMap(t, ns, "forged", anyConfigMap).Annotations[v1alpha1.HashAnnotation]
-	forged := routerPod(t, ns, "forged", "forged-router-0", "")
+	hash := testenv.WaitConfigMap(t, k8s, timeout, ns, "forged", nil).Annotations[v1alpha1.HashAnnotation]
+	forged := testenv.CreateRouterPod(t, k8s, ns, "forged", "forged-router-0", "")
 	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionProgrammed), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonPending), MessageContains: "0/1 router pods run " + hash, Generation: testenv.AnyGeneration})
 
-	annotatePod(t, forged, hash, "kubectl-annotate")
-	honest := routerPod(t, ns, "forged", "forged-router-1", "")
+	testenv.AnnotateHash(t, k8s, forged, hash, "kubectl-annotate")
+	honest := testenv.CreateRouterPod(t, k8s, ns, "forged", "forged-router-1", "")
 	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionProgrammed), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonPending), MessageContains: "0/2 router pods run " + hash, Generation: testenv.AnyGeneration})
-	reportHash(t, honest, hash)
+	testenv.ReportHash(t, k8s, honest, hash)
 	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionProgrammed), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonPending), MessageContains: "1/2 router pods run " + hash, Generation: testenv.AnyGeneration})
 
 	// The forged pod's own sidecar reports. Reporting the value already
 	// there would be a no-op patch that leaves the annotation kubectl's
 	// (the pod stays uncounted until the next config: failing safe); a
 	// report that changes the value makes it the sidecar's.
-	reportHash(t, forged, "0123456789abcdef")
-	reportHash(t, forged, hash)
+	testenv.ReportHash(t, k8s, forged, "0123456789abcdef")
+	testenv.ReportHash(t, k8s, forged, hash)
 	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionProgrammed), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonProgrammed), MessageContains: "2/2 router pods run " + hash, Generation: testenv.AnyGeneration})
 }
 
@@ -155,7 +155,7 @@ func TestStatusWaitsForPodReports(t *testing.T) {
 	}
 
 	// The sidecar's part: report each config the moment it is written.
-	pod := routerPod(t, ns, "prompt", "prompt-router-0", "")
+	pod := testenv.CreateRouterPod(t, k8s, ns, "prompt", "prompt-router-0", "")
 	cms, err := wc.Watch(ctx, &corev1.ConfigMapList{}, client.InNamespace(ns))
 	if err != nil {
 		t.Fatal(err)
@@ -219,7 +219,7 @@ func TestStatusWaitsForPodReports(t *testing.T) {
 	}
 
 	// A pod that never reports: Pending, within the wait.
-	routerPod(t, ns, "silent", "silent-router-0", "")
+	testenv.CreateRouterPod(t, k8s, ns, "silent", "silent-router-0", "")
 	silent := newRole(ns, "decode", "silent", "decode", "dynamo-default-cost-fn")
 	silent.Name = "silent-decode"
 	testenv.Create(t, k8s, silent)
@@ -236,8 +236,8 @@ func TestPolicyEjectedNamesThePolicy(t *testing.T) {
 	rr := newRole(ns, "decode", "eject", "decode", "dynamo-default-cost-fn")
 	rr.Spec.Hints = []v1alpha1.HintItem{testenv.NamedHint("audit", "kv-retain", map[string]any{"ttl_seconds": 600}), testenv.Hint("kv-evict", nil)}
 	testenv.Create(t, k8s, rr)
-	hash := waitConfigMap(t, ns, "eject", anyConfigMap).Annotations[v1alpha1.HashAnnotation]
-	pods := []*corev1.Pod{routerPod(t, ns, "eject", "eject-router-0", hash), routerPod(t, ns, "eject", "eject-router-1", hash)}
+	hash := testenv.WaitConfigMap(t, k8s, timeout, ns, "eject", nil).Annotations[v1alpha1.HashAnnotation]
+	pods := []*corev1.Pod{testenv.CreateRouterPod(t, k8s, ns, "eject", "eject-router-0", hash), testenv.CreateRouterPod(t, k8s, ns, "eject", "eject-router-1", hash)}
 	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionReady), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonReady)})
 
 	// Forged: not the sidecar's field manager. A later honest report on

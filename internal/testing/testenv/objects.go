@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -263,3 +264,74 @@ func RouterDeployment(ns, router string, replicas int32, args ...string) *appsv1
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// CreateRouterPod creates RouterPod(ns, name, router) and, with hash set,
+// reports that hash on it as its sidecar does (ReportHash). No kubelet
+// runs it: the pod stays Pending, which is all Programmed looks at.
+func CreateRouterPod(t testing.TB, c client.Client, ns, router, name, hash string) *corev1.Pod {
+	t.Helper()
+	pod := RouterPod(ns, name, router)
+	Create(t, c, pod)
+	if hash != "" {
+		ReportHash(t, c, pod, hash)
+	}
+	return pod
+}
+
+// ReportHash does what the sidecar does once it runs a config: it writes
+// the config's hash on its own pod, as field manager kvhint-sidecar.
+func ReportHash(t testing.TB, c client.Client, pod *corev1.Pod, hash string) {
+	t.Helper()
+	AnnotateHash(t, c, pod, hash, v1alpha1.SidecarFieldManager)
+}
+
+// AnnotateHash writes the applied-hash annotation on pod as fieldManager.
+func AnnotateHash(t testing.TB, c client.Client, pod *corev1.Pod, hash, fieldManager string) {
+	t.Helper()
+	patch := client.MergeFrom(pod.DeepCopy())
+	if pod.Annotations == nil {
+		pod.Annotations = map[string]string{}
+	}
+	pod.Annotations[v1alpha1.AppliedHashAnnotation] = hash
+	if err := c.Patch(context.Background(), pod, patch, client.FieldOwner(fieldManager)); err != nil {
+		t.Fatalf("annotating pod %s: %v", pod.Name, err)
+	}
+}
+
+// WaitConfigMap waits until router's hints ConfigMap in ns satisfies
+// check (nil: exists), and returns it.
+func WaitConfigMap(t testing.TB, c client.Client, timeout time.Duration, ns, router string, check func(*corev1.ConfigMap) error) *corev1.ConfigMap {
+	t.Helper()
+	cm := &corev1.ConfigMap{}
+	Eventually(t, timeout, "ConfigMap "+v1alpha1.HintsConfigMapName(router), func(ctx context.Context) error {
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: v1alpha1.HintsConfigMapName(router)}, cm); err != nil {
+			return err
+		}
+		if check == nil {
+			return nil
+		}
+		return check(cm)
+	})
+	return cm
+}
+
+// CreateFile creates every object of a YAML file in ns, as `kubectl
+// create -n ns -f FILE` does, and returns them with the first refusal.
+func CreateFile(t testing.TB, c client.Client, ns, path string) ([]*unstructured.Unstructured, error) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := Objects(data)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	for _, o := range objs {
+		o.SetNamespace(ns)
+		if err := c.Create(context.Background(), o); err != nil {
+			return objs, err
+		}
+	}
+	return objs, nil
+}
