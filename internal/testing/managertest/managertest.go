@@ -36,6 +36,9 @@ type Options struct {
 	// Metrics, when set, gets the manager's own metrics
 	// (controllers.RegisterMetrics).
 	Metrics prometheus.Registerer
+	// Controllers, when set, are the reconcilers' options; nil: those of
+	// controllers.Setup, the shipped defaults.
+	Controllers *controllers.Options
 	// Restartable lets the process build a second manager after the
 	// first stops (controller names are checked once per process).
 	Restartable bool
@@ -63,7 +66,11 @@ func Start(cfg *rest.Config, o Options) (stop func(), err error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	if err := controllers.Setup(ctx, mgr, builtin.NewCatalog()); err != nil {
+	setup := controllers.Options{CatalogLimits: controllers.DefaultCatalogLimits()}
+	if o.Controllers != nil {
+		setup = *o.Controllers
+	}
+	if err := controllers.SetupWithOptions(ctx, mgr, builtin.NewCatalog(), setup); err != nil {
 		cancel()
 		return nil, err
 	}
