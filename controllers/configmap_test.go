@@ -17,6 +17,7 @@ import (
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
 	"github.com/kvrouter/kv-hint-operator/controllers"
 	"github.com/kvrouter/kv-hint-operator/internal/compiled"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
 	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
 )
@@ -27,13 +28,13 @@ import (
 // of them a controller), and server-side apply under the manager's field
 // owner.
 func TestConfigMapContentAndOwnership(t *testing.T) {
-	ns := newNamespace(t)
+	ns := testenv.NewNamespace(t, testenv.Get(t).Client, "kvhint-test")
 	prefill := newRole(ns, "llama-prefill", "llama", "prefill", "kvcr")
 	decode := newRole(ns, "llama-decode", "llama", "decode", "dynamo-default-cost-fn")
 	decode.Spec.Hints = []v1alpha1.HintItem{}
-	create(t, prefill, decode)
+	testenv.Create(t, k8s, prefill, decode)
 
-	cm := waitConfigMap(t, ns, "llama", func(cm *corev1.ConfigMap) error {
+	cm := testenv.WaitConfigMap(t, k8s, timeout, ns, "llama", func(cm *corev1.ConfigMap) error {
 		if len(cm.OwnerReferences) != 2 {
 			return fmt.Errorf("%d owners", len(cm.OwnerReferences))
 		}
@@ -93,9 +94,9 @@ func TestConfigMapContentAndOwnership(t *testing.T) {
 // TestConfigMapDriftRepaired edits the compiled config by hand; the manager
 // puts it back, and leaves alone what others added.
 func TestConfigMapDriftRepaired(t *testing.T) {
-	ns := newNamespace(t)
-	create(t, newRole(ns, "decode", "drift", "decode", "dynamo-default-cost-fn"))
-	cm := waitConfigMap(t, ns, "drift", anyConfigMap)
+	ns := testenv.NewNamespace(t, testenv.Get(t).Client, "kvhint-test")
+	testenv.Create(t, k8s, newRole(ns, "decode", "drift", "decode", "dynamo-default-cost-fn"))
+	cm := testenv.WaitConfigMap(t, k8s, timeout, ns, "drift", nil)
 	want := cm.Data[v1alpha1.HintsConfigKey]
 
 	wantRoles := cm.Data[v1alpha1.RolesKey]
@@ -104,7 +105,7 @@ func TestConfigMapDriftRepaired(t *testing.T) {
 	if err := k8s.Patch(context.Background(), cm, rawMergePatch(patch)); err != nil {
 		t.Fatal(err)
 	}
-	waitConfigMap(t, ns, "drift", func(cm *corev1.ConfigMap) error {
+	testenv.WaitConfigMap(t, k8s, timeout, ns, "drift", func(cm *corev1.ConfigMap) error {
 		if cm.Data[v1alpha1.HintsConfigKey] != want {
 			return fmt.Errorf("hints.yaml is still\n%s", cm.Data[v1alpha1.HintsConfigKey])
 		}
@@ -124,16 +125,16 @@ func TestConfigMapDriftRepaired(t *testing.T) {
 // own delete; in a cluster the owner references give the same result even
 // without the manager.
 func TestConfigMapRemovedWithLastRole(t *testing.T) {
-	ns := newNamespace(t)
+	ns := testenv.NewNamespace(t, testenv.Get(t).Client, "kvhint-test")
 	a := newRole(ns, "a", "gone", "prefill", "dynamo-default-cost-fn")
 	b := newRole(ns, "b", "gone", "decode", "dynamo-default-cost-fn")
-	create(t, a, b)
-	waitConfigMap(t, ns, "gone", ownedBy("a", "b"))
+	testenv.Create(t, k8s, a, b)
+	testenv.WaitConfigMap(t, k8s, timeout, ns, "gone", ownedBy("a", "b"))
 
 	if err := k8s.Delete(context.Background(), a); err != nil {
 		t.Fatal(err)
 	}
-	waitConfigMap(t, ns, "gone", func(cm *corev1.ConfigMap) error {
+	testenv.WaitConfigMap(t, k8s, timeout, ns, "gone", func(cm *corev1.ConfigMap) error {
 		if err := ownedBy("b")(cm); err != nil {
 			return err
 		}
@@ -143,7 +144,7 @@ func TestConfigMapRemovedWithLastRole(t *testing.T) {
 	if err := k8s.Delete(context.Background(), b); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "ConfigMap gone-hints deleted", func(ctx context.Context) error {
+	testenv.Eventually(t, timeout, "ConfigMap gone-hints deleted", func(ctx context.Context) error {
 		err := k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: "gone-hints"}, &corev1.ConfigMap{})
 		if isNotFound(err) {
 			return nil
@@ -159,19 +160,19 @@ func TestConfigMapRemovedWithLastRole(t *testing.T) {
 // config does not change (router pods come and report a hash, which
 // changes only status): it sends no apply for the ConfigMap.
 func TestNoWriteWhenUnchanged(t *testing.T) {
-	ns := newNamespace(t)
+	ns := testenv.NewNamespace(t, testenv.Get(t).Client, "kvhint-test")
 	rr := newRole(ns, "decode", "steady", "decode", "dynamo-default-cost-fn")
-	create(t, rr)
-	cm := waitConfigMap(t, ns, "steady", anyConfigMap)
-	waitCondition(t, rr, v1alpha1.ConditionProgrammed, metav1.ConditionFalse, v1alpha1.ReasonNoRouterPods)
+	testenv.Create(t, k8s, rr)
+	cm := testenv.WaitConfigMap(t, k8s, timeout, ns, "steady", nil)
+	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionProgrammed), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonNoRouterPods), Generation: testenv.AnyGeneration})
 	if n := appliesTo(ns, cm.Name); n != 1 {
 		t.Fatalf("%d applies to create the ConfigMap; want 1", n)
 	}
 
-	pod := routerPod(t, ns, "steady", "steady-router-0", "")
-	waitConditionMessage(t, rr, v1alpha1.ConditionProgrammed, metav1.ConditionFalse, v1alpha1.ReasonPending, "0/1")
-	reportHash(t, pod, cm.Annotations[v1alpha1.HashAnnotation])
-	waitCondition(t, rr, v1alpha1.ConditionProgrammed, metav1.ConditionTrue, v1alpha1.ReasonProgrammed)
+	pod := testenv.CreateRouterPod(t, k8s, ns, "steady", "steady-router-0", "")
+	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionProgrammed), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonPending), MessageContains: "0/1", Generation: testenv.AnyGeneration})
+	testenv.ReportHash(t, k8s, pod, cm.Annotations[v1alpha1.HashAnnotation])
+	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionProgrammed), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonProgrammed), Generation: testenv.AnyGeneration})
 	if n := appliesTo(ns, cm.Name); n != 1 {
 		t.Errorf("%d applies after two recompiles that changed nothing; want still 1", n)
 	}
@@ -194,19 +195,19 @@ func ownedBy(names ...string) func(*corev1.ConfigMap) error {
 // by, while a role runs its last good entry: the manager puts the labels
 // back and the entry stays.
 func TestLabelsEditedAway(t *testing.T) {
-	ns := newNamespace(t)
+	ns := testenv.NewNamespace(t, testenv.Get(t).Client, "kvhint-test")
 	rr := newRole(ns, "decode", "unlabelled", "decode", "dynamo-default-cost-fn")
-	create(t, rr)
-	cm := waitConfigMap(t, ns, "unlabelled", anyConfigMap)
+	testenv.Create(t, k8s, rr)
+	cm := testenv.WaitConfigMap(t, k8s, timeout, ns, "unlabelled", nil)
 	want := cm.Data[v1alpha1.HintsConfigKey]
 	update(t, rr, func(rr *v1alpha1.RouterRole) { rr.Spec.WorkerSelection.Type = "kv-oracle" })
-	waitCondition(t, rr, v1alpha1.ConditionAccepted, metav1.ConditionFalse, v1alpha1.ReasonUnknownWorkerSelection)
+	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionAccepted), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonUnknownWorkerSelection)})
 
 	patch := []byte(`{"metadata":{"labels":{"app.kubernetes.io/managed-by":null,"hints.kvrouter.io/router":null}}}`)
 	if err := k8s.Patch(context.Background(), cm, rawMergePatch(patch)); err != nil {
 		t.Fatal(err)
 	}
-	waitConfigMap(t, ns, "unlabelled", func(cm *corev1.ConfigMap) error {
+	testenv.WaitConfigMap(t, k8s, timeout, ns, "unlabelled", func(cm *corev1.ConfigMap) error {
 		if cm.Labels[v1alpha1.RouterLabel] != "unlabelled" || cm.Labels[v1alpha1.ManagedByLabel] != v1alpha1.ManagedBy {
 			return fmt.Errorf("labels %v", cm.Labels)
 		}
@@ -222,14 +223,14 @@ func TestLabelsEditedAway(t *testing.T) {
 // hints.yaml; a changed selector is rewritten, and goes away when the role
 // drops it. The hash covers both keys.
 func TestWorkerSelectorsCompiled(t *testing.T) {
-	ns := newNamespace(t)
+	ns := testenv.NewNamespace(t, testenv.Get(t).Client, "kvhint-test")
 	prefill := newRole(ns, "pools-prefill", "pools", "prefill", "kvcr")
 	prefill.Spec.WorkerSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"app.kubernetes.io/component": "prefill"}}
 	decode := newRole(ns, "pools-decode", "pools", "decode", "dynamo-default-cost-fn")
-	create(t, prefill, decode)
+	testenv.Create(t, k8s, prefill, decode)
 
 	const want = "decode:\n  routerMode: kv\nprefill:\n  routerMode: kv\n  workerSelector:\n    matchLabels:\n      app.kubernetes.io/component: prefill\n"
-	cm := waitConfigMap(t, ns, "pools", func(cm *corev1.ConfigMap) error {
+	cm := testenv.WaitConfigMap(t, k8s, timeout, ns, "pools", func(cm *corev1.ConfigMap) error {
 		if got := cm.Data[v1alpha1.RolesKey]; got != want {
 			return fmt.Errorf("%s is %q, want %q", v1alpha1.RolesKey, got, want)
 		}
@@ -247,7 +248,7 @@ func TestWorkerSelectorsCompiled(t *testing.T) {
 	updateRole(t, ns, prefill.Name, func(rr *v1alpha1.RouterRole) {
 		rr.Spec.WorkerSelector.MatchLabels["app.kubernetes.io/component"] = "prefill-v2"
 	})
-	waitConfigMap(t, ns, "pools", func(cm *corev1.ConfigMap) error {
+	testenv.WaitConfigMap(t, k8s, timeout, ns, "pools", func(cm *corev1.ConfigMap) error {
 		if got := cm.Data[v1alpha1.RolesKey]; got != "decode:\n  routerMode: kv\nprefill:\n  routerMode: kv\n  workerSelector:\n    matchLabels:\n      app.kubernetes.io/component: prefill-v2\n" {
 			return fmt.Errorf("%s is %q", v1alpha1.RolesKey, got)
 		}
@@ -262,7 +263,7 @@ func TestWorkerSelectorsCompiled(t *testing.T) {
 	})
 
 	updateRole(t, ns, prefill.Name, func(rr *v1alpha1.RouterRole) { rr.Spec.WorkerSelector = nil })
-	waitConfigMap(t, ns, "pools", func(cm *corev1.ConfigMap) error {
+	testenv.WaitConfigMap(t, k8s, timeout, ns, "pools", func(cm *corev1.ConfigMap) error {
 		if got := cm.Data[v1alpha1.RolesKey]; got != "decode:\n  routerMode: kv\nprefill:\n  routerMode: kv\n" {
 			return fmt.Errorf("%s is still %q", v1alpha1.RolesKey, got)
 		}
@@ -274,7 +275,7 @@ func TestWorkerSelectorsCompiled(t *testing.T) {
 // manager's status writes.
 func updateRole(t *testing.T, ns, name string, change func(*v1alpha1.RouterRole)) {
 	t.Helper()
-	eventually(t, "RouterRole "+name+" updated", func(ctx context.Context) error {
+	testenv.Eventually(t, timeout, "RouterRole "+name+" updated", func(ctx context.Context) error {
 		rr := &v1alpha1.RouterRole{}
 		if err := k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, rr); err != nil {
 			return err
@@ -290,19 +291,19 @@ func updateRole(t *testing.T, ns, name string, change func(*v1alpha1.RouterRole)
 // hints.yaml written over it) nor deleted when the router's last role goes.
 // The role says why its config cannot be written instead.
 func TestForeignConfigMapNeverAdopted(t *testing.T) {
-	ns := newNamespace(t)
+	ns := testenv.NewNamespace(t, testenv.Get(t).Client, "kvhint-test")
 	foreign := &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: v1alpha1.HintsConfigMapName("squat"),
 			Labels: map[string]string{"team": "billing"}},
 		Data: map[string]string{"hints.yaml": "not ours\n", "billing.conf": "rate=1\n"},
 	}
-	create(t, foreign)
+	testenv.Create(t, k8s, foreign)
 	wantData := maps.Clone(foreign.Data)
 
 	rr := newRole(ns, "decode", "squat", "decode", "dynamo-default-cost-fn")
-	create(t, rr)
-	c := waitCondition(t, rr, v1alpha1.ConditionProgrammed, metav1.ConditionFalse, v1alpha1.ReasonConfigMapConflict)
-	waitCondition(t, rr, v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonConfigMapConflict)
+	testenv.Create(t, k8s, rr)
+	c := testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionProgrammed), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonConfigMapConflict), Generation: testenv.AnyGeneration})
+	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionReady), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonConfigMapConflict)})
 	t.Logf("Programmed: %s", c.Message)
 	untouched := func(ctx context.Context) error {
 		cm := get(t, ns, foreign.Name, &corev1.ConfigMap{})
@@ -325,7 +326,7 @@ func TestForeignConfigMapNeverAdopted(t *testing.T) {
 	if n := appliesTo(ns, foreign.Name); n != 0 {
 		t.Errorf("%d applies to a ConfigMap the manager did not create; want 0", n)
 	}
-	eventually(t, "a Warning event ConfigMapConflict", func(ctx context.Context) error {
+	testenv.Eventually(t, timeout, "a Warning event ConfigMapConflict", func(ctx context.Context) error {
 		var list eventsv1.EventList
 		if err := k8s.List(ctx, &list, client.InNamespace(ns)); err != nil {
 			return err
@@ -345,8 +346,8 @@ func TestForeignConfigMapNeverAdopted(t *testing.T) {
 		t.Fatal(err)
 	}
 	again := newRole(ns, "prefill", "squat", "prefill", "dynamo-default-cost-fn")
-	create(t, again)
-	waitCondition(t, again, v1alpha1.ConditionProgrammed, metav1.ConditionFalse, v1alpha1.ReasonConfigMapConflict)
+	testenv.Create(t, k8s, again)
+	testenv.WaitCondition(t, k8s, timeout, again, string(v1alpha1.ConditionProgrammed), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonConfigMapConflict), Generation: testenv.AnyGeneration})
 	if err := untouched(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -3,20 +3,19 @@ package controllers_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	lua "github.com/yuin/gopher-lua"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/argocd"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 )
 
 // gitopsView is what the GitOps tools make of one object: kstatus (Flux's
@@ -55,75 +54,11 @@ func gitopsOf(t *testing.T, u *unstructured.Unstructured) gitopsView {
 	if len(res.Conditions) > 0 {
 		v.kstatusReason = res.Conditions[0].Reason
 	}
-	v.argo, v.argoMessage = argoHealth(t, u)
-	return v
-}
-
-// argoHealth runs the object's Argo CD health script the way Argo CD does
-// (util/lua: a gopher-lua VM with only the package, base and table
-// libraries open, the object as the global obj, numbers as Lua numbers)
-// and returns hs.status and hs.message.
-func argoHealth(t *testing.T, u *unstructured.Unstructured) (string, string) {
-	t.Helper()
-	script, err := os.ReadFile(filepath.Join("..", "config", "argocd", "health-"+strings.ToLower(u.GetKind())+".lua"))
+	v.argo, v.argoMessage, err = argocd.Health(filepath.Join("..", "config", "argocd"), u)
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := lua.NewState(lua.Options{SkipOpenLibs: true})
-	defer l.Close()
-	for _, lib := range []struct {
-		name string
-		open lua.LGFunction
-	}{{lua.LoadLibName, lua.OpenPackage}, {lua.BaseLibName, lua.OpenBase}, {lua.TabLibName, lua.OpenTable}} {
-		if err := l.CallByParam(lua.P{Fn: l.NewFunction(lib.open), NRet: 0, Protect: true}, lua.LString(lib.name)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	l.SetGlobal("obj", luaValue(l, u.Object))
-	if err := l.DoString(string(script)); err != nil {
-		t.Fatalf("Argo CD health script for %s %s: %v", u.GetKind(), u.GetName(), err)
-	}
-	hs, ok := l.Get(-1).(*lua.LTable)
-	if !ok {
-		t.Fatalf("the health script returned %s, want a table", l.Get(-1).Type())
-	}
-	st, msg := hs.RawGetString("status"), hs.RawGetString("message")
-	switch st.String() {
-	case "Healthy", "Progressing", "Degraded", "Suspended", "Missing", "Unknown":
-	default:
-		t.Fatalf("the health script returned status %q, which Argo CD turns into Unknown", st.String())
-	}
-	if msg.Type() != lua.LTString {
-		t.Fatalf("the health script returned message %s, want a string", msg.Type())
-	}
-	return st.String(), msg.String()
-}
-
-// luaValue converts an object as Argo CD's decodeValue does.
-func luaValue(l *lua.LState, v any) lua.LValue {
-	switch v := v.(type) {
-	case bool:
-		return lua.LBool(v)
-	case float64:
-		return lua.LNumber(v)
-	case int64:
-		return lua.LNumber(v)
-	case string:
-		return lua.LString(v)
-	case []any:
-		arr := l.CreateTable(len(v), 0)
-		for _, item := range v {
-			arr.Append(luaValue(l, item))
-		}
-		return arr
-	case map[string]any:
-		tbl := l.CreateTable(0, len(v))
-		for k, item := range v {
-			tbl.RawSetH(lua.LString(k), luaValue(l, item))
-		}
-		return tbl
-	}
-	return lua.LNil
+	return v
 }
 
 // expectGitops checks a view against what it should be: reason, when
@@ -150,7 +85,7 @@ func expectGitops(t *testing.T, what string, got gitopsView, kstatus status.Stat
 func waitGitops(t *testing.T, ns, name, kind string, kstatus status.Status, argo, reason, message string) gitopsView {
 	t.Helper()
 	var got gitopsView
-	eventually(t, fmt.Sprintf("%s %s: kstatus %s, Argo CD %s, reason %s", kind, name, kstatus, argo, reason), func(context.Context) error {
+	testenv.Eventually(t, timeout, fmt.Sprintf("%s %s: kstatus %s, Argo CD %s, reason %s", kind, name, kstatus, argo, reason), func(context.Context) error {
 		got = readGitops(t, ns, name, kind)
 		if got.kstatus != kstatus || got.argo != argo || (reason != "" && got.kstatusReason != reason) ||
 			(message != "" && !strings.Contains(got.argoMessage, message)) {
@@ -177,7 +112,7 @@ type gitopsCase struct {
 // served by the API server, for every condition reason: before the
 // manager has processed them, after, and right after a change.
 func TestGitopsStatus(t *testing.T) {
-	requireAPIServer(t)
+	testenv.Get(t)
 	var cases []*gitopsCase
 	for _, s := range invalidSamples {
 		if s.rejected != "" {
@@ -231,9 +166,9 @@ func TestGitopsStatus(t *testing.T) {
 				c.ns = ns
 				continue
 			}
-			c.ns = newNamespace(t)
+			c.ns = testenv.NewNamespace(t, testenv.Get(t).Client, "kvhint-test")
 			files[c.file] = c.ns
-			if _, err := applyFile(t, c.ns, filepath.Join("..", "config", "samples", "invalid", c.file)); err != nil {
+			if _, err := testenv.CreateFile(t, k8s, c.ns, filepath.Join("..", "config", "samples", "invalid", c.file)); err != nil {
 				t.Fatalf("%s: %v", c.file, err)
 			}
 			continue
@@ -241,20 +176,20 @@ func TestGitopsStatus(t *testing.T) {
 		if c == policy {
 			continue // created with ready, in its namespace
 		}
-		c.ns = newNamespace(t)
+		c.ns = testenv.NewNamespace(t, testenv.Get(t).Client, "kvhint-test")
 		switch c {
 		case noPods:
-			create(t, newRole(c.ns, c.object, "r", "decode", "dynamo-default-cost-fn"))
+			testenv.Create(t, k8s, newRole(c.ns, c.object, "r", "decode", "dynamo-default-cost-fn"))
 		case pending:
-			create(t, newRole(c.ns, c.object, "r", "decode", "dynamo-default-cost-fn"))
-			routerPod(t, c.ns, "r", "r-0", "")
+			testenv.Create(t, k8s, newRole(c.ns, c.object, "r", "decode", "dynamo-default-cost-fn"))
+			testenv.CreateRouterPod(t, k8s, c.ns, "r", "r-0", "")
 		case ready:
 			rr := newRole(c.ns, c.object, "r", "prefill", "kvcr")
-			rr.Spec.Hints = []v1alpha1.HintItem{inline("kv-fetch", nil), ref("retain")}
-			create(t, rr, newPolicy(c.ns, "retain", "kv-retain", map[string]any{"ttl_seconds": 60}))
+			rr.Spec.Hints = []v1alpha1.HintItem{testenv.Hint("kv-fetch", nil), testenv.PolicyRef("retain")}
+			testenv.Create(t, k8s, rr, testenv.HintPolicy(c.ns, "retain", "kv-retain", map[string]any{"ttl_seconds": 60}))
 			policy.ns = c.ns
 		case unknownType:
-			create(t, newPolicy(c.ns, c.object, "kv-teleport", nil))
+			testenv.Create(t, k8s, testenv.HintPolicy(c.ns, c.object, "kv-teleport", nil))
 		}
 	}
 	for _, c := range cases {
@@ -273,8 +208,8 @@ func TestGitopsStatus(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			if c == ready {
-				cm := waitConfigMap(t, c.ns, "r", anyConfigMap)
-				routerPod(t, c.ns, "r", "r-0", cm.Annotations[v1alpha1.HashAnnotation])
+				cm := testenv.WaitConfigMap(t, k8s, timeout, c.ns, "r", nil)
+				testenv.CreateRouterPod(t, k8s, c.ns, "r", "r-0", cm.Annotations[v1alpha1.HashAnnotation])
 			}
 			waitGitops(t, c.ns, c.object, c.kind, c.kstatus, c.argo, c.reason, c.message)
 		})
@@ -286,7 +221,9 @@ func TestGitopsStatus(t *testing.T) {
 	stopManager()
 	restarted = false
 	rr := get(t, ready.ns, ready.object, &v1alpha1.RouterRole{})
-	update(t, rr, func(rr *v1alpha1.RouterRole) { rr.Spec.Hints[0] = inline("kv-fetch", map[string]any{"min_blocks": 8}) })
+	update(t, rr, func(rr *v1alpha1.RouterRole) {
+		rr.Spec.Hints[0] = testenv.Hint("kv-fetch", map[string]any{"min_blocks": 8})
+	})
 	got := readGitops(t, ready.ns, ready.object, "RouterRole")
 	expectGitops(t, "a valid change, not yet processed", got, status.InProgressStatus, "Progressing", "", "")
 	if got.kstatusReason != "LatestGenerationNotObserved" || !strings.Contains(got.kstatusMessage, "generation is 2, but latest observed generation is 1") ||
@@ -297,7 +234,7 @@ func TestGitopsStatus(t *testing.T) {
 		t.Fatalf("Ready of generation 1 is %s; the test needs the stale True in place", c.Status)
 	}
 	hp := get(t, policy.ns, policy.object, &v1alpha1.HintPolicy{})
-	update(t, hp, func(hp *v1alpha1.HintPolicy) { hp.Spec.Parameters = jsonParams(map[string]any{"ttl_seconds": 120}) })
+	update(t, hp, func(hp *v1alpha1.HintPolicy) { hp.Spec.Parameters = testenv.Params(map[string]any{"ttl_seconds": 120}) })
 	got = readGitops(t, policy.ns, policy.object, "HintPolicy")
 	expectGitops(t, "a HintPolicy change, not yet processed", got, status.InProgressStatus, "Progressing", "", "")
 	if got.kstatusReason != "LatestGenerationNotObserved" || !strings.Contains(got.argoMessage, "generation 2") {
@@ -309,20 +246,20 @@ func TestGitopsStatus(t *testing.T) {
 	restarted = true
 	// Processed: accepted, but the router pod runs the old config.
 	waitGitops(t, ready.ns, ready.object, "RouterRole", status.InProgressStatus, "Progressing", string(v1alpha1.ReasonPending), "0/1 router pods run")
-	cm := waitConfigMap(t, ready.ns, "r", func(cm *corev1.ConfigMap) error {
+	cm := testenv.WaitConfigMap(t, k8s, timeout, ready.ns, "r", func(cm *corev1.ConfigMap) error {
 		if !strings.Contains(cm.Data[v1alpha1.HintsConfigKey], "min_blocks: 8") {
 			return fmt.Errorf("not compiled yet")
 		}
 		return nil
 	})
-	reportHash(t, get(t, ready.ns, "r-0", &corev1.Pod{}), cm.Annotations[v1alpha1.HashAnnotation])
+	testenv.ReportHash(t, k8s, get(t, ready.ns, "r-0", &corev1.Pod{}), cm.Annotations[v1alpha1.HashAnnotation])
 	waitGitops(t, ready.ns, ready.object, "RouterRole", status.CurrentStatus, "Healthy", "", "1/1 router pods run")
 	waitGitops(t, policy.ns, policy.object, "HintPolicy", status.CurrentStatus, "Healthy", "", "")
 
 	// An invalid change: two KV-copy senders. It fails at once, with the
 	// reason, while the router keeps running generation 3's predecessor.
 	update(t, rr, func(rr *v1alpha1.RouterRole) {
-		rr.Spec.Hints = append(rr.Spec.Hints, named("fetch-again", "kv-fetch", nil))
+		rr.Spec.Hints = append(rr.Spec.Hints, testenv.NamedHint("fetch-again", "kv-fetch", nil))
 	})
 	waitGitops(t, ready.ns, ready.object, "RouterRole", status.FailedStatus, "Degraded",
 		string(v1alpha1.ReasonKVCopySenderDuplicate), "The router keeps running generation 2")
@@ -339,53 +276,4 @@ func conditionOf(t *testing.T, ns, name string, typ v1alpha1.ConditionType) meta
 	}
 	t.Fatalf("RouterRole %s has no %s condition", name, typ)
 	return metav1.Condition{}
-}
-
-// TestArgoCDConfigMapSnippet keeps config/argocd/argocd-cm.yaml, the
-// snippet docs/gitops.md tells Argo CD users to install, equal to the scripts
-// the tests run, and installs it the way that page says.
-func TestArgoCDConfigMapSnippet(t *testing.T) {
-	requireAPIServer(t)
-	data, err := os.ReadFile(filepath.Join("..", "config", "argocd", "argocd-cm.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cm corev1.ConfigMap
-	if err := yaml.Unmarshal(data, &cm); err != nil {
-		t.Fatal(err)
-	}
-	for key, file := range map[string]string{
-		"resource.customizations.health.hints.kvrouter.io_RouterRole":     "health-routerrole.lua",
-		"resource.customizations.health.hints.kvrouter.io_HintPolicy":     "health-hintpolicy.lua",
-		"resource.customizations.health.nvidia.com_DynamoGraphDeployment": "health-dynamographdeployment.lua",
-	} {
-		script, err := os.ReadFile(filepath.Join("..", "config", "argocd", file))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if cm.Data[key] != string(script) {
-			t.Errorf("argocd-cm.yaml key %s differs from %s; regenerate the snippet from the script", key, file)
-		}
-	}
-
-	// The install command of docs/gitops.md merges the keys into an existing
-	// argocd-cm and keeps what it held.
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "argocd"}}
-	if err := k8s.Create(context.Background(), ns); err != nil {
-		t.Fatal(err)
-	}
-	existing := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "argocd", Name: "argocd-cm"}, Data: map[string]string{"url": "https://argocd.example.com"}}
-	create(t, existing)
-	if out, err := kubectl(t, "-n", "argocd", "patch", "configmap", "argocd-cm", "--patch-file", filepath.Join("..", "config", "argocd", "argocd-cm.yaml")); err != nil {
-		t.Fatalf("kubectl patch: %v\n%s", err, out)
-	}
-	patched := get(t, "argocd", "argocd-cm", &corev1.ConfigMap{})
-	for key, want := range cm.Data {
-		if patched.Data[key] != want {
-			t.Errorf("after kubectl patch, argocd-cm key %s is %q", key, patched.Data[key])
-		}
-	}
-	if patched.Data["url"] != "https://argocd.example.com" {
-		t.Errorf("kubectl patch lost the existing data: %v", patched.Data)
-	}
 }

@@ -2,15 +2,14 @@ package controllers_test
 
 import (
 	"context"
-	"encoding/json"
 	"testing"
 
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 )
 
 // newRole returns a RouterRole with no hints key (defaults run).
@@ -25,50 +24,11 @@ func newRole(ns, name, router, role, selection string) *v1alpha1.RouterRole {
 	}
 }
 
-func inline(typ string, params map[string]any) v1alpha1.HintItem {
-	return v1alpha1.HintItem{Type: typ, Parameters: jsonParams(params)}
-}
-
-func named(name, typ string, params map[string]any) v1alpha1.HintItem {
-	return v1alpha1.HintItem{Type: typ, Name: name, Parameters: jsonParams(params)}
-}
-
-func ref(name string) v1alpha1.HintItem {
-	return v1alpha1.HintItem{PolicyRef: &v1alpha1.HintPolicyReference{Name: name}}
-}
-
-func jsonParams(params map[string]any) *apiextensionsv1.JSON {
-	if params == nil {
-		return nil
-	}
-	js, err := json.Marshal(params)
-	if err != nil {
-		panic(err)
-	}
-	return &apiextensionsv1.JSON{Raw: js}
-}
-
-func newPolicy(ns, name, typ string, params map[string]any) *v1alpha1.HintPolicy {
-	return &v1alpha1.HintPolicy{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec:       v1alpha1.HintPolicySpec{Type: typ, Parameters: jsonParams(params)},
-	}
-}
-
-func create(t *testing.T, objs ...client.Object) {
-	t.Helper()
-	for _, o := range objs {
-		if err := k8s.Create(context.Background(), o); err != nil {
-			t.Fatalf("creating %s: %v", o.GetName(), err)
-		}
-	}
-}
-
 // update re-reads obj, applies change and writes it back, retrying on a
 // conflict with the manager's status writes.
 func update[T client.Object](t *testing.T, obj T, change func(T)) {
 	t.Helper()
-	eventually(t, "updating "+obj.GetName(), func(ctx context.Context) error {
+	testenv.Eventually(t, timeout, "updating "+obj.GetName(), func(ctx context.Context) error {
 		if err := k8s.Get(ctx, keyOf(obj), obj); err != nil {
 			return err
 		}

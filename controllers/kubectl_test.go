@@ -1,30 +1,27 @@
 package controllers_test
 
 import (
-	"context"
 	"strings"
 	"testing"
 
-	authorizationv1 "k8s.io/api/authorization/v1"
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 )
 
 // TestKubectlWaitReady runs `kubectl wait --for=condition=Ready` against
 // the test API server. It must not return while the router has no pod
 // running the config, and must return once one does.
 func TestKubectlWaitReady(t *testing.T) {
-	ns := newNamespace(t)
+	ns := testenv.NewNamespace(t, testenv.Get(t).Client, "kvhint-test")
 	rr := newRole(ns, "llama-prefill", "llama", "prefill", "kvcr")
-	create(t, rr)
-	cm := waitConfigMap(t, ns, "llama", anyConfigMap)
-	waitCondition(t, rr, v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonNoRouterPods)
+	testenv.Create(t, k8s, rr)
+	cm := testenv.WaitConfigMap(t, k8s, timeout, ns, "llama", nil)
+	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionReady), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonNoRouterPods)})
 
 	// Not Ready: kubectl wait times out and says so.
-	out, err := kubectl(t, "wait", "-n", ns, "--for=condition=Ready", "rr/llama-prefill", "--timeout=1s")
+	out, err := testenv.Get(t).RunKubectl("wait", "-n", ns, "--for=condition=Ready", "rr/llama-prefill", "--timeout=1s")
 	if err == nil {
 		t.Fatalf("kubectl wait returned at once for a role no router pod runs: %s", out)
 	}
@@ -34,10 +31,10 @@ func TestKubectlWaitReady(t *testing.T) {
 	var waitOut string
 	go func() {
 		var err error
-		waitOut, err = kubectl(t, "wait", "-n", ns, "--for=condition=Ready", "rr/llama-prefill", "--timeout=60s")
+		waitOut, err = testenv.Get(t).RunKubectl("wait", "-n", ns, "--for=condition=Ready", "rr/llama-prefill", "--timeout=60s")
 		done <- err
 	}()
-	routerPod(t, ns, "llama", "llama-router-0", cm.Annotations[v1alpha1.HashAnnotation])
+	testenv.CreateRouterPod(t, k8s, ns, "llama", "llama-router-0", cm.Annotations[v1alpha1.HashAnnotation])
 	if err := <-done; err != nil {
 		t.Fatalf("kubectl wait: %v: %s", err, waitOut)
 	}
@@ -46,168 +43,11 @@ func TestKubectlWaitReady(t *testing.T) {
 	}
 
 	// The printer columns say the same.
-	out, err = kubectl(t, "get", "-n", ns, "rr", "llama-prefill", "--no-headers")
+	out, err = testenv.Get(t).RunKubectl("get", "-n", ns, "rr", "llama-prefill", "--no-headers")
 	if err != nil {
 		t.Fatalf("kubectl get: %v: %s", err, out)
 	}
 	if f := strings.Fields(out); len(f) < 7 || f[0] != "llama-prefill" || f[1] != "llama" || f[2] != "prefill" || f[3] != "kv" || f[4] != "kvcr" || f[5] != "True" || f[6] != "1/1" {
 		t.Errorf("kubectl get rr: %q; want NAME ROUTER ROLE MODE SELECTION READY PROGRAMMED AGE = llama-prefill llama prefill kv kvcr True 1/1 ...", out)
-	}
-}
-
-// TestKubectlExplain reads the field documentation back from the API
-// server, as a person would.
-func TestKubectlExplain(t *testing.T) {
-	requireAPIServer(t)
-	for field, want := range map[string]string{
-		"routerroles.spec.routerMode":            "routerMode is how the router books workers for this role",
-		"routerroles.spec.hints.policyRef":       "policyRef runs a HintPolicy of this namespace",
-		"routerroles.status.routerPods.upToDate": "upToDate is the number of those pods",
-		"hintpolicies.status.usedBy":             "usedBy lists the RouterRoles of this namespace",
-	} {
-		out, err := kubectl(t, "explain", field)
-		if err != nil {
-			t.Fatalf("kubectl explain %s: %v\n%s", field, err, out)
-		}
-		if !strings.Contains(strings.Join(strings.Fields(out), " "), want) {
-			t.Errorf("kubectl explain %s:\n%s\nwant it to contain %q", field, out, want)
-		}
-	}
-}
-
-// TestKustomizeDefaultDryRun has the API server check config/default (CRDs,
-// RBAC, the manager Deployment, the admission policies, the sidecar
-// injection policy and its parameters) without creating anything. The namespace
-// must exist for the namespaced objects, so the test creates it.
-func TestKustomizeDefaultDryRun(t *testing.T) {
-	requireAPIServer(t)
-	sys := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kvhint-system"}}
-	if err := k8s.Create(context.Background(), sys); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	out, err := kubectl(t, "apply", "-k", "../config/default", "--dry-run=server")
-	if err != nil {
-		t.Fatalf("kubectl apply -k config/default --dry-run=server: %v\n%s", err, out)
-	}
-	for _, want := range []string{
-		"customresourcedefinition.apiextensions.k8s.io/routerroles.hints.kvrouter.io",
-		"customresourcedefinition.apiextensions.k8s.io/hintpolicies.hints.kvrouter.io",
-		"clusterrole.rbac.authorization.k8s.io/kvhint-manager",
-		"deployment.apps/kvhint-manager",
-		"service/kvhint-manager-metrics",
-		"clusterrole.rbac.authorization.k8s.io/kvhint-metrics-reader",
-		"validatingadmissionpolicy.admissionregistration.k8s.io/kvhint-sidecar-pod-report",
-		"validatingadmissionpolicybinding.admissionregistration.k8s.io/kvhint-sidecar-pod-report",
-		"validatingadmissionpolicy.admissionregistration.k8s.io/kvhint-applied-hash-writers",
-		"validatingadmissionpolicybinding.admissionregistration.k8s.io/kvhint-applied-hash-writers",
-		"mutatingadmissionpolicy.admissionregistration.k8s.io/kvhint-sidecar-injection",
-		"mutatingadmissionpolicybinding.admissionregistration.k8s.io/kvhint-sidecar-injection",
-		"configmap/kvhint-sidecar-injection",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("output lacks %s:\n%s", want, out)
-		}
-	}
-}
-
-// TestNamespacedInstallCannotTouchOtherNamespaces installs the RBAC of
-// config/namespaced for real and asks the API server's authorizer what the
-// manager's ServiceAccount may do (issue item 6): ConfigMaps and pods in
-// the router namespace, nothing of them in kube-system or elsewhere, and
-// the metrics reviews. The rest of the overlay is checked with a server
-// side dry run.
-func TestNamespacedInstallCannotTouchOtherNamespaces(t *testing.T) {
-	requireAPIServer(t)
-	ctx := context.Background()
-	for _, name := range []string{"kvhint-system", "routers"} {
-		if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil && !apierrors.IsAlreadyExists(err) {
-			t.Fatal(err)
-		}
-	}
-	out, err := kubectl(t, "apply", "-k", "../config/namespaced", "--dry-run=server")
-	if err != nil {
-		t.Fatalf("kubectl apply -k config/namespaced --dry-run=server: %v\n%s", err, out)
-	}
-	if strings.Contains(out, "clusterrolebinding.rbac.authorization.k8s.io/kvhint-manager ") {
-		t.Errorf("config/namespaced binds the manager's role cluster-wide:\n%s", out)
-	}
-
-	rendered, err := kubectl(t, "kustomize", "../config/namespaced")
-	if err != nil {
-		t.Fatalf("kubectl kustomize: %v\n%s", err, rendered)
-	}
-	for _, o := range decodeObjects(t, []byte(rendered)) {
-		switch o.GetKind() {
-		case "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding":
-			if err := k8s.Create(ctx, o); err != nil && !apierrors.IsAlreadyExists(err) {
-				t.Fatalf("creating %s %s: %v", o.GetKind(), o.GetName(), err)
-			}
-		}
-	}
-
-	const manager = "system:serviceaccount:kvhint-system:kvhint-manager"
-	for _, tc := range []struct {
-		attrs   authorizationv1.ResourceAttributes
-		allowed bool
-	}{
-		{authorizationv1.ResourceAttributes{Namespace: "routers", Verb: "patch", Resource: "configmaps"}, true},
-		{authorizationv1.ResourceAttributes{Namespace: "routers", Verb: "watch", Resource: "pods"}, true},
-		{authorizationv1.ResourceAttributes{Namespace: "routers", Verb: "list", Group: "hints.kvrouter.io", Resource: "routerroles"}, true},
-		{authorizationv1.ResourceAttributes{Verb: "create", Group: "authentication.k8s.io", Resource: "tokenreviews"}, true},
-		{authorizationv1.ResourceAttributes{Namespace: "kube-system", Verb: "patch", Resource: "configmaps"}, false},
-		{authorizationv1.ResourceAttributes{Namespace: "kube-system", Verb: "delete", Resource: "configmaps"}, false},
-		{authorizationv1.ResourceAttributes{Namespace: "default", Verb: "list", Resource: "pods"}, false},
-		{authorizationv1.ResourceAttributes{Verb: "list", Resource: "configmaps"}, false}, // all namespaces
-		{authorizationv1.ResourceAttributes{Namespace: "routers", Verb: "get", Resource: "pods"}, false},
-		{authorizationv1.ResourceAttributes{Namespace: "routers", Verb: "get", Resource: "secrets"}, false},
-	} {
-		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
-			User: manager, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:kvhint-system", "system:authenticated"},
-			ResourceAttributes: &tc.attrs,
-		}}
-		if err := k8s.Create(ctx, sar); err != nil {
-			t.Fatal(err)
-		}
-		if sar.Status.Allowed != tc.allowed {
-			t.Errorf("%s %s/%s in %q: allowed %v; want %v", tc.attrs.Verb, tc.attrs.Group, tc.attrs.Resource, tc.attrs.Namespace, sar.Status.Allowed, tc.allowed)
-		}
-	}
-}
-
-// TestKubectlFieldSelectorRouter lists a router's roles with the
-// selectable field spec.router, as the runbooks do: exactly that router's
-// roles, whatever else the namespace holds, and none for a router no role
-// names.
-func TestKubectlFieldSelectorRouter(t *testing.T) {
-	ns := newNamespace(t)
-	create(t,
-		newRole(ns, "llama-prefill", "llama", "prefill", "kvcr"),
-		newRole(ns, "llama-decode", "llama", "decode", "kvcr"),
-		newRole(ns, "chat-decode", "chat", "decode", "kvcr"),
-		newRole(ns, "llamas-decode", "llamas", "decode", "kvcr"),
-	)
-	for _, tc := range []struct {
-		selector string
-		want     string
-	}{
-		{"spec.router=llama", "llama-decode llama-prefill"},
-		{"spec.router=chat", "chat-decode"},
-		{"spec.router!=llama", "chat-decode llamas-decode"},
-		{"spec.router=embed", ""},
-	} {
-		out, err := kubectl(t, "get", "rr", "-n", ns, "--field-selector", tc.selector,
-			"-o", "jsonpath={range .items[*]}{.metadata.name} {end}")
-		if err != nil {
-			t.Fatalf("kubectl get rr --field-selector %s: %v: %s", tc.selector, err, out)
-		}
-		if got := strings.Join(strings.Fields(out), " "); got != tc.want {
-			t.Errorf("kubectl get rr --field-selector %s listed %q; want %q", tc.selector, got, tc.want)
-		}
-	}
-
-	// A field that is not selectable is refused by name.
-	out, err := kubectl(t, "get", "rr", "-n", ns, "--field-selector", "spec.role=decode")
-	if err == nil || !strings.Contains(out, "spec.role") {
-		t.Errorf("kubectl get rr --field-selector spec.role=decode: err %v, %q; want an error naming spec.role", err, out)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/kvrouter/kv-hint-operator/controllers"
 	"github.com/kvrouter/kv-hint-operator/internal/compiled"
 	"github.com/kvrouter/kv-hint-operator/internal/dynamopolicy"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
 	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
 )
@@ -27,27 +28,27 @@ import (
 // the generation that runs, and Accepted and Ready say why the new one does
 // not. One Warning event marks the transition, not one per reconcile.
 func TestLastGoodKept(t *testing.T) {
-	ns := newNamespace(t)
+	ns := testenv.NewNamespace(t, testenv.Get(t).Client, "kvhint-test")
 	rr := newRole(ns, "decode", "llama", "decode", "dynamo-default-cost-fn")
-	rr.Spec.Hints = []v1alpha1.HintItem{inline("kv-retain", map[string]any{"ttl_seconds": 600})}
-	create(t, rr)
-	cm := waitConfigMap(t, ns, "llama", anyConfigMap)
+	rr.Spec.Hints = []v1alpha1.HintItem{testenv.Hint("kv-retain", map[string]any{"ttl_seconds": 600})}
+	testenv.Create(t, k8s, rr)
+	cm := testenv.WaitConfigMap(t, k8s, timeout, ns, "llama", nil)
 	hash := cm.Annotations[v1alpha1.HashAnnotation]
-	pod := routerPod(t, ns, "llama", "llama-router-0", hash)
-	waitCondition(t, rr, v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonReady)
+	pod := testenv.CreateRouterPod(t, k8s, ns, "llama", "llama-router-0", hash)
+	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionReady), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonReady)})
 
 	update(t, rr, func(rr *v1alpha1.RouterRole) {
-		rr.Spec.Hints = []v1alpha1.HintItem{inline("kv-retain", map[string]any{"ttl_seconds": 0})}
+		rr.Spec.Hints = []v1alpha1.HintItem{testenv.Hint("kv-retain", map[string]any{"ttl_seconds": 0})}
 	})
-	accepted := waitCondition(t, rr, v1alpha1.ConditionAccepted, metav1.ConditionFalse, v1alpha1.ReasonInvalidParameters)
+	accepted := testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionAccepted), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonInvalidParameters)})
 	if want := `spec.hints[0] (kv-retain): parameter "ttl_seconds": 0 is out of range 1..86400. The router keeps running generation 1`; accepted.Message != want {
 		t.Errorf("Accepted message:\n  %s\nwant:\n  %s", accepted.Message, want)
 	}
-	programmed := waitCondition(t, rr, v1alpha1.ConditionProgrammed, metav1.ConditionTrue, v1alpha1.ReasonProgrammed)
+	programmed := testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionProgrammed), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonProgrammed), Generation: testenv.AnyGeneration})
 	if programmed.ObservedGeneration != 1 || !strings.Contains(programmed.Message, "generation 1, the last accepted; generation 2 is not accepted") {
 		t.Errorf("Programmed is for generation %d: %q; want generation 1, saying that generation 2 is not accepted", programmed.ObservedGeneration, programmed.Message)
 	}
-	waitCondition(t, rr, v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonInvalidParameters)
+	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionReady), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonInvalidParameters)})
 	if got := rr.Status.EffectiveHints; len(got) != 1 || !strings.Contains(string(got[0].Parameters.Raw), `"ttl_seconds":600`) {
 		t.Errorf("effectiveHints %+v; want the kv-retain of generation 1, ttl_seconds 600", got)
 	}
@@ -58,9 +59,9 @@ func TestLastGoodKept(t *testing.T) {
 
 	// Another pod report recomputes the status without a transition of
 	// Accepted: still a single event.
-	routerPod(t, ns, "llama", "llama-router-1", hash)
-	waitConditionMessage(t, rr, v1alpha1.ConditionProgrammed, metav1.ConditionTrue, v1alpha1.ReasonProgrammed, "2/2 router pods")
-	eventually(t, "one InvalidParameters event", func(ctx context.Context) error {
+	testenv.CreateRouterPod(t, k8s, ns, "llama", "llama-router-1", hash)
+	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionProgrammed), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonProgrammed), MessageContains: "2/2 router pods", Generation: testenv.AnyGeneration})
+	testenv.Eventually(t, timeout, "one InvalidParameters event", func(ctx context.Context) error {
 		n, err := countEvents(ctx, ns, rr.Name, string(v1alpha1.ReasonInvalidParameters))
 		if err == nil && n != 1 {
 			err = fmt.Errorf("%d events", n)
@@ -70,29 +71,29 @@ func TestLastGoodKept(t *testing.T) {
 
 	// Fixed: the new generation runs once the pods report its hash.
 	update(t, rr, func(rr *v1alpha1.RouterRole) {
-		rr.Spec.Hints = []v1alpha1.HintItem{inline("kv-retain", map[string]any{"ttl_seconds": 1200})}
+		rr.Spec.Hints = []v1alpha1.HintItem{testenv.Hint("kv-retain", map[string]any{"ttl_seconds": 1200})}
 	})
-	waitCondition(t, rr, v1alpha1.ConditionAccepted, metav1.ConditionTrue, v1alpha1.ReasonAccepted)
-	cm = waitConfigMap(t, ns, "llama", func(cm *corev1.ConfigMap) error {
+	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionAccepted), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonAccepted)})
+	cm = testenv.WaitConfigMap(t, k8s, timeout, ns, "llama", func(cm *corev1.ConfigMap) error {
 		if cm.Annotations[v1alpha1.HashAnnotation] == hash {
 			return fmt.Errorf("hash still %s", hash)
 		}
 		return nil
 	})
-	waitConditionMessage(t, rr, v1alpha1.ConditionProgrammed, metav1.ConditionFalse, v1alpha1.ReasonPending, "0/2 router pods")
-	reportHash(t, pod, cm.Annotations[v1alpha1.HashAnnotation])
-	waitConditionMessage(t, rr, v1alpha1.ConditionProgrammed, metav1.ConditionFalse, v1alpha1.ReasonPending, "1/2 router pods")
+	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionProgrammed), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonPending), MessageContains: "0/2 router pods", Generation: testenv.AnyGeneration})
+	testenv.ReportHash(t, k8s, pod, cm.Annotations[v1alpha1.HashAnnotation])
+	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionProgrammed), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonPending), MessageContains: "1/2 router pods", Generation: testenv.AnyGeneration})
 }
 
 // TestLastGoodSurvivesRestart stops the manager, makes a running role
 // invalid while no manager runs, and starts a new one: with no memory of
 // the old spec, it finds the last accepted entry in the ConfigMap.
 func TestLastGoodSurvivesRestart(t *testing.T) {
-	ns := newNamespace(t)
+	ns := testenv.NewNamespace(t, testenv.Get(t).Client, "kvhint-test")
 	rr := newRole(ns, "prefill", "llama", "prefill", "kvcr")
-	create(t, rr)
-	waitCondition(t, rr, v1alpha1.ConditionAccepted, metav1.ConditionTrue, v1alpha1.ReasonAccepted)
-	before := waitConfigMap(t, ns, "llama", withConfig(func(cfg *hintsconfig.Config) error {
+	testenv.Create(t, k8s, rr)
+	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionAccepted), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonAccepted)})
+	before := testenv.WaitConfigMap(t, k8s, timeout, ns, "llama", withConfig(func(cfg *hintsconfig.Config) error {
 		if _, ok := cfg.WorkerSelection["prefill"]; !ok {
 			return fmt.Errorf("no prefill entry")
 		}
@@ -106,7 +107,7 @@ func TestLastGoodSurvivesRestart(t *testing.T) {
 		t.Fatalf("restarting the manager: %v", err)
 	}
 
-	c := waitCondition(t, rr, v1alpha1.ConditionAccepted, metav1.ConditionFalse, v1alpha1.ReasonUnknownWorkerSelection)
+	c := testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionAccepted), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonUnknownWorkerSelection)})
 	if !strings.Contains(c.Message, "keeps running generation 1") {
 		t.Errorf("Accepted message %q; want it to say generation 1 keeps running", c.Message)
 	}
@@ -150,18 +151,18 @@ func countEvents(ctx context.Context, ns, name, reason string) (int, error) {
 // refused with PolicyFormCannotCarry, and the ConfigMap keeps the last
 // good file.
 func TestReleasedPolicyFileForm(t *testing.T) {
-	ns := newNamespace(t)
+	ns := testenv.NewNamespace(t, testenv.Get(t).Client, "kvhint-test")
 	decl := strings.Replace(readFile(t, customRouterCatalog), "kind: PolicyCatalog\n", "kind: PolicyCatalog\npolicyFileForm: RouterWideHint\n", 1)
-	create(t, catalogConfigMap(t, ns, "released-catalog", "released", decl))
+	testenv.Create(t, k8s, catalogConfigMap(t, ns, "released-catalog", "released", decl))
 
 	decode := newRole(ns, "decode", "released", "decode", "kv-share")
-	decode.Spec.Hints = []v1alpha1.HintItem{inline("harness_prefetch", map[string]any{"max_blocks": 128})}
+	decode.Spec.Hints = []v1alpha1.HintItem{testenv.Hint("harness_prefetch", map[string]any{"max_blocks": 128})}
 	prefill := newRole(ns, "prefill", "released", "prefill", "dynamo-default-cost-fn")
-	prefill.Spec.Hints = []v1alpha1.HintItem{inline("harness_prefetch", map[string]any{"max_blocks": 128})}
-	create(t, decode, prefill)
+	prefill.Spec.Hints = []v1alpha1.HintItem{testenv.Hint("harness_prefetch", map[string]any{"max_blocks": 128})}
+	testenv.Create(t, k8s, decode, prefill)
 
-	waitCondition(t, prefill, v1alpha1.ConditionAccepted, metav1.ConditionTrue, v1alpha1.ReasonAccepted)
-	cm := waitConfigMap(t, ns, "released", func(cm *corev1.ConfigMap) error {
+	testenv.WaitCondition(t, k8s, timeout, prefill, string(v1alpha1.ConditionAccepted), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonAccepted)})
+	cm := testenv.WaitConfigMap(t, k8s, timeout, ns, "released", func(cm *corev1.ConfigMap) error {
 		if !strings.Contains(cm.Data[v1alpha1.HintsConfigKey], "kv_hint_policy:") || !strings.Contains(cm.Data[v1alpha1.HintsConfigKey], "prefill: default") {
 			return fmt.Errorf("hints.yaml is not the released form of both roles yet:\n%s", cm.Data[v1alpha1.HintsConfigKey])
 		}
@@ -192,11 +193,11 @@ worker_selection:
 	hash := cm.Annotations[v1alpha1.HashAnnotation]
 
 	update(t, prefill, func(rr *v1alpha1.RouterRole) {
-		rr.Spec.Hints = []v1alpha1.HintItem{inline("harness_prefetch", map[string]any{"max_blocks": 64})}
+		rr.Spec.Hints = []v1alpha1.HintItem{testenv.Hint("harness_prefetch", map[string]any{"max_blocks": 64})}
 	})
 	for _, rr := range []*v1alpha1.RouterRole{prefill, decode} {
-		waitConditionMessage(t, rr, v1alpha1.ConditionAccepted, metav1.ConditionFalse, v1alpha1.ReasonPolicyFormCannotCarry,
-			`role prefill runs [harness_prefetch {"max_blocks":64}], role decode runs [harness_prefetch {"max_blocks":128}]`)
+		testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionAccepted),
+			testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonPolicyFormCannotCarry), MessageContains: `role prefill runs [harness_prefetch {"max_blocks":64}], role decode runs [harness_prefetch {"max_blocks":128}]`})
 	}
 	if got := get(t, ns, v1alpha1.HintsConfigMapName("released"), &corev1.ConfigMap{}); got.Annotations[v1alpha1.HashAnnotation] != hash {
 		t.Errorf("the ConfigMap changed (hash %s, was %s):\n%s", got.Annotations[v1alpha1.HashAnnotation], hash, got.Data[v1alpha1.HintsConfigKey])
@@ -207,66 +208,68 @@ worker_selection:
 // HintPolicy it references: missing, created, changed, made invalid,
 // fixed and deleted. Each change recompiles the role without touching it.
 func TestPolicyRefResolution(t *testing.T) {
-	ns := newNamespace(t)
+	ns := testenv.NewNamespace(t, testenv.Get(t).Client, "kvhint-test")
 	rr := newRole(ns, "chat-decode", "chat", "decode", "dynamo-default-cost-fn")
-	rr.Spec.Hints = []v1alpha1.HintItem{ref("session-retain"), inline("kv-evict", nil)}
-	create(t, rr)
+	rr.Spec.Hints = []v1alpha1.HintItem{testenv.PolicyRef("session-retain"), testenv.Hint("kv-evict", nil)}
+	testenv.Create(t, k8s, rr)
 
 	// Missing: nothing can be checked, nothing runs.
-	waitCondition(t, rr, v1alpha1.ConditionResolvedRefs, metav1.ConditionFalse, v1alpha1.ReasonHintPolicyNotFound)
-	waitCondition(t, rr, v1alpha1.ConditionAccepted, metav1.ConditionFalse, v1alpha1.ReasonUnresolvedRefs)
-	waitCondition(t, rr, v1alpha1.ConditionProgrammed, metav1.ConditionFalse, v1alpha1.ReasonNotAccepted)
-	waitConfigMap(t, ns, "chat", withoutRole("decode"))
+	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionResolvedRefs), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonHintPolicyNotFound)})
+	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionAccepted), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonUnresolvedRefs)})
+	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionProgrammed), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonNotAccepted), Generation: testenv.AnyGeneration})
+	testenv.WaitConfigMap(t, k8s, timeout, ns, "chat", withoutRole("decode"))
 
 	// Created: the role resolves and compiles with the policy's parameters.
-	hp := newPolicy(ns, "session-retain", "kv-retain", map[string]any{"ttl_seconds": 600})
-	create(t, hp)
-	waitCondition(t, rr, v1alpha1.ConditionResolvedRefs, metav1.ConditionTrue, v1alpha1.ReasonResolvedRefs)
-	waitCondition(t, rr, v1alpha1.ConditionAccepted, metav1.ConditionTrue, v1alpha1.ReasonAccepted)
-	waitConfigMap(t, ns, "chat", withConfig(func(cfg *hintsconfig.Config) error { return retainTTL(cfg, 600) }))
+	hp := testenv.HintPolicy(ns, "session-retain", "kv-retain", map[string]any{"ttl_seconds": 600})
+	testenv.Create(t, k8s, hp)
+	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionResolvedRefs), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonResolvedRefs)})
+	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionAccepted), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonAccepted)})
+	testenv.WaitConfigMap(t, k8s, timeout, ns, "chat", withConfig(func(cfg *hintsconfig.Config) error { return retainTTL(cfg, 600) }))
 	waitUsedBy(t, hp, "chat-decode")
 
 	// Changed: the compiled config follows.
-	update(t, hp, func(hp *v1alpha1.HintPolicy) { hp.Spec.Parameters = jsonParams(map[string]any{"ttl_seconds": 1800}) })
-	waitConfigMap(t, ns, "chat", withConfig(func(cfg *hintsconfig.Config) error { return retainTTL(cfg, 1800) }))
-	waitCondition(t, hp, v1alpha1.ConditionAccepted, metav1.ConditionTrue, v1alpha1.ReasonAccepted)
+	update(t, hp, func(hp *v1alpha1.HintPolicy) {
+		hp.Spec.Parameters = testenv.Params(map[string]any{"ttl_seconds": 1800})
+	})
+	testenv.WaitConfigMap(t, k8s, timeout, ns, "chat", withConfig(func(cfg *hintsconfig.Config) error { return retainTTL(cfg, 1800) }))
+	testenv.WaitCondition(t, k8s, timeout, hp, string(v1alpha1.ConditionAccepted), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonAccepted)})
 
 	// Made invalid: both objects say so, and the router keeps what ran.
-	update(t, hp, func(hp *v1alpha1.HintPolicy) { hp.Spec.Parameters = jsonParams(map[string]any{"ttl_seconds": 0}) })
-	waitCondition(t, hp, v1alpha1.ConditionAccepted, metav1.ConditionFalse, v1alpha1.ReasonInvalidParameters)
-	waitCondition(t, rr, v1alpha1.ConditionResolvedRefs, metav1.ConditionFalse, v1alpha1.ReasonHintPolicyInvalid)
-	c := waitCondition(t, rr, v1alpha1.ConditionAccepted, metav1.ConditionFalse, v1alpha1.ReasonInvalidParameters)
+	update(t, hp, func(hp *v1alpha1.HintPolicy) { hp.Spec.Parameters = testenv.Params(map[string]any{"ttl_seconds": 0}) })
+	testenv.WaitCondition(t, k8s, timeout, hp, string(v1alpha1.ConditionAccepted), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonInvalidParameters)})
+	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionResolvedRefs), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonHintPolicyInvalid)})
+	c := testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionAccepted), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonInvalidParameters)})
 	if !strings.Contains(c.Message, "HintPolicy session-retain") || !strings.Contains(c.Message, "keeps running generation 1") {
 		t.Errorf("Accepted message %q; want it to name the HintPolicy and the generation that keeps running", c.Message)
 	}
-	waitConfigMap(t, ns, "chat", withConfig(func(cfg *hintsconfig.Config) error { return retainTTL(cfg, 1800) }))
+	testenv.WaitConfigMap(t, k8s, timeout, ns, "chat", withConfig(func(cfg *hintsconfig.Config) error { return retainTTL(cfg, 1800) }))
 
 	// Fixed.
-	update(t, hp, func(hp *v1alpha1.HintPolicy) { hp.Spec.Parameters = jsonParams(map[string]any{"ttl_seconds": 900}) })
-	waitCondition(t, rr, v1alpha1.ConditionResolvedRefs, metav1.ConditionTrue, v1alpha1.ReasonResolvedRefs)
-	waitConfigMap(t, ns, "chat", withConfig(func(cfg *hintsconfig.Config) error { return retainTTL(cfg, 900) }))
+	update(t, hp, func(hp *v1alpha1.HintPolicy) { hp.Spec.Parameters = testenv.Params(map[string]any{"ttl_seconds": 900}) })
+	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionResolvedRefs), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonResolvedRefs)})
+	testenv.WaitConfigMap(t, k8s, timeout, ns, "chat", withConfig(func(cfg *hintsconfig.Config) error { return retainTTL(cfg, 900) }))
 
 	// Deleted: the reference no longer resolves; the last good entry stays.
 	if err := k8s.Delete(context.Background(), hp); err != nil {
 		t.Fatal(err)
 	}
-	waitCondition(t, rr, v1alpha1.ConditionResolvedRefs, metav1.ConditionFalse, v1alpha1.ReasonHintPolicyNotFound)
-	waitCondition(t, rr, v1alpha1.ConditionAccepted, metav1.ConditionFalse, v1alpha1.ReasonUnresolvedRefs)
-	waitConfigMap(t, ns, "chat", withConfig(func(cfg *hintsconfig.Config) error { return retainTTL(cfg, 900) }))
+	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionResolvedRefs), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonHintPolicyNotFound)})
+	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionAccepted), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonUnresolvedRefs)})
+	testenv.WaitConfigMap(t, k8s, timeout, ns, "chat", withConfig(func(cfg *hintsconfig.Config) error { return retainTTL(cfg, 900) }))
 
 	// The role stops referencing it: usedBy of another policy follows.
-	other := newPolicy(ns, "evict", "kv-evict", nil)
-	create(t, other)
-	update(t, rr, func(rr *v1alpha1.RouterRole) { rr.Spec.Hints = []v1alpha1.HintItem{ref("evict")} })
+	other := testenv.HintPolicy(ns, "evict", "kv-evict", nil)
+	testenv.Create(t, k8s, other)
+	update(t, rr, func(rr *v1alpha1.RouterRole) { rr.Spec.Hints = []v1alpha1.HintItem{testenv.PolicyRef("evict")} })
 	waitUsedBy(t, other, "chat-decode")
-	waitCondition(t, rr, v1alpha1.ConditionAccepted, metav1.ConditionTrue, v1alpha1.ReasonAccepted)
-	update(t, rr, func(rr *v1alpha1.RouterRole) { rr.Spec.Hints = []v1alpha1.HintItem{inline("kv-evict", nil)} })
+	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionAccepted), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonAccepted)})
+	update(t, rr, func(rr *v1alpha1.RouterRole) { rr.Spec.Hints = []v1alpha1.HintItem{testenv.Hint("kv-evict", nil)} })
 	waitUsedBy(t, other)
 }
 
 func waitUsedBy(t *testing.T, hp *v1alpha1.HintPolicy, want ...string) {
 	t.Helper()
-	eventually(t, fmt.Sprintf("HintPolicy %s used by %v", hp.Name, want), func(ctx context.Context) error {
+	testenv.Eventually(t, timeout, fmt.Sprintf("HintPolicy %s used by %v", hp.Name, want), func(ctx context.Context) error {
 		if err := k8s.Get(ctx, keyOf(hp), hp); err != nil {
 			return err
 		}
@@ -329,7 +332,7 @@ func retainTTL(cfg *hintsconfig.Config, want int) error {
 // PresetOverridesParameters, not silence; the role's annotation naming
 // Dynamo 1.6, which has no presets, takes that back.
 func TestPresetOverridesParametersCondition(t *testing.T) {
-	ns := newNamespace(t)
+	ns := testenv.NewNamespace(t, testenv.Get(t).Client, "kvhint-test")
 	rr := newRole(ns, "decode", "agentic", "decode", "dynamo-default-cost-fn")
 	labels := map[string]string{v1alpha1.RouterLabel: "agentic", "app": "agentic"}
 	dep := &appsv1.Deployment{
@@ -343,22 +346,22 @@ func TestPresetOverridesParametersCondition(t *testing.T) {
 			}}}},
 		},
 	}
-	create(t, dep, rr)
-	waitConditionMessage(t, rr, v1alpha1.ConditionAccepted, metav1.ConditionTrue, v1alpha1.ReasonPresetOverridesParameters,
-		`--agentic of container "frontend" of Deployment agentic-frontend: a Dynamo 1.7 router preset`)
+	testenv.Create(t, k8s, dep, rr)
+	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionAccepted),
+		testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonPresetOverridesParameters), MessageContains: `--agentic of container "frontend" of Deployment agentic-frontend: a Dynamo 1.7 router preset`})
 
 	update(t, rr, func(rr *v1alpha1.RouterRole) {
 		rr.Annotations = map[string]string{v1alpha1.DynamoVersionAnnotation: "1.6"}
 	})
-	waitCondition(t, rr, v1alpha1.ConditionAccepted, metav1.ConditionTrue, v1alpha1.ReasonAccepted)
+	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionAccepted), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonAccepted)})
 
 	// Without the annotation, the router's declared catalog saying 1.6
 	// wins over the image's 1.7 tag.
 	update(t, rr, func(rr *v1alpha1.RouterRole) { rr.Annotations = nil })
-	waitCondition(t, rr, v1alpha1.ConditionAccepted, metav1.ConditionTrue, v1alpha1.ReasonPresetOverridesParameters)
-	create(t, catalogConfigMap(t, ns, "agentic-catalog", "agentic", "apiVersion: hints.kvrouter.io/v1alpha1\nkind: PolicyCatalog\n"+
+	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionAccepted), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonPresetOverridesParameters)})
+	testenv.Create(t, k8s, catalogConfigMap(t, ns, "agentic-catalog", "agentic", "apiVersion: hints.kvrouter.io/v1alpha1\nkind: PolicyCatalog\n"+
 		"dynamoVersion: \"1.6\"\nworkerSelections:\n  - type: dynamo-default-cost-fn\n    parameters: {type: object}\n"))
-	waitCondition(t, rr, v1alpha1.ConditionAccepted, metav1.ConditionTrue, v1alpha1.ReasonAccepted)
+	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionAccepted), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonAccepted)})
 }
 
 // TestRestartModeStockBuild: a restart-mode router that declares no
@@ -371,7 +374,7 @@ func TestPresetOverridesParametersCondition(t *testing.T) {
 // kv-retain) accepts the role, and the file then carries it as the
 // router's one kv_hint_policy, which both roles list.
 func TestRestartModeStockBuild(t *testing.T) {
-	ns := newNamespace(t)
+	ns := testenv.NewNamespace(t, testenv.Get(t).Client, "kvhint-test")
 	labels := map[string]string{v1alpha1.RouterLabel: "stock", "app": "stock"}
 	dep := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "stock-frontend", Labels: labels,
@@ -385,16 +388,16 @@ func TestRestartModeStockBuild(t *testing.T) {
 		},
 	}
 	decode := newRole(ns, "decode", "stock", "decode", "dynamo-default-cost-fn")
-	decode.Spec.Hints = []v1alpha1.HintItem{inline("kv-retain", map[string]any{"ttl_seconds": 120})}
+	decode.Spec.Hints = []v1alpha1.HintItem{testenv.Hint("kv-retain", map[string]any{"ttl_seconds": 120})}
 	prefill := newRole(ns, "prefill", "stock", "prefill", "dynamo-two-tier-cost-fn")
 	prefill.Spec.Hints = []v1alpha1.HintItem{}
-	create(t, dep, decode, prefill)
+	testenv.Create(t, k8s, dep, decode, prefill)
 
-	c := waitCondition(t, decode, v1alpha1.ConditionAccepted, metav1.ConditionFalse, v1alpha1.ReasonUnknownHintType)
+	c := testenv.WaitCondition(t, k8s, timeout, decode, string(v1alpha1.ConditionAccepted), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonUnknownHintType)})
 	if !strings.Contains(c.Message, `"kv-retain" is not linked into a stock Dynamo build`) {
 		t.Errorf("the message does not say the build does not link the type: %s", c.Message)
 	}
-	waitCondition(t, prefill, v1alpha1.ConditionAccepted, metav1.ConditionTrue, v1alpha1.ReasonAccepted)
+	testenv.WaitCondition(t, k8s, timeout, prefill, string(v1alpha1.ConditionAccepted), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonAccepted)})
 	cat := builtin.NewCatalog()
 	startsOn := func(wantHintPolicy bool) func(cm *corev1.ConfigMap) error {
 		return func(cm *corev1.ConfigMap) error {
@@ -414,9 +417,9 @@ func TestRestartModeStockBuild(t *testing.T) {
 			return nil
 		}
 	}
-	waitConfigMap(t, ns, "stock", startsOn(false))
+	testenv.WaitConfigMap(t, k8s, timeout, ns, "stock", startsOn(false))
 
-	create(t, catalogConfigMap(t, ns, "stock-catalog", "stock", `apiVersion: hints.kvrouter.io/v1alpha1
+	testenv.Create(t, k8s, catalogConfigMap(t, ns, "stock-catalog", "stock", `apiVersion: hints.kvrouter.io/v1alpha1
 kind: PolicyCatalog
 metadata:
   name: stock-plus-retain
@@ -435,8 +438,8 @@ hints:
 	// The released form carries one kv_hint_policy, which every KV role
 	// runs: the prefill role now lists it too.
 	update(t, prefill, func(rr *v1alpha1.RouterRole) { rr.Spec.Hints = decode.Spec.Hints })
-	waitCondition(t, decode, v1alpha1.ConditionAccepted, metav1.ConditionTrue, v1alpha1.ReasonAccepted)
-	waitConfigMap(t, ns, "stock", startsOn(true))
+	testenv.WaitCondition(t, k8s, timeout, decode, string(v1alpha1.ConditionAccepted), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonAccepted)})
+	testenv.WaitConfigMap(t, k8s, timeout, ns, "stock", startsOn(true))
 }
 
 // customRouterCatalog declares types of a router's own build that the
@@ -470,23 +473,23 @@ func readFile(t *testing.T, path string) string {
 // get. A router without a declaration in the same namespace still knows
 // only the linked types.
 func TestDeclaredCatalogRules(t *testing.T) {
-	ns := newNamespace(t)
-	create(t, catalogConfigMap(t, ns, "dynamo-catalog", "dynamo", readFile(t, customRouterCatalog)))
+	ns := testenv.NewNamespace(t, testenv.Get(t).Client, "kvhint-test")
+	testenv.Create(t, k8s, catalogConfigMap(t, ns, "dynamo-catalog", "dynamo", readFile(t, customRouterCatalog)))
 
 	decode := newRole(ns, "decode", "dynamo", "decode", "kv-share")
-	decode.Spec.WorkerSelection.Parameters = jsonParams(map[string]any{"shared_cache_multiplier": 0.25})
-	decode.Spec.Hints = []v1alpha1.HintItem{inline("harness_prefetch", map[string]any{"max_blocks": 128})}
+	decode.Spec.WorkerSelection.Parameters = testenv.Params(map[string]any{"shared_cache_multiplier": 0.25})
+	decode.Spec.Hints = []v1alpha1.HintItem{testenv.Hint("harness_prefetch", map[string]any{"max_blocks": 128})}
 	prefill := newRole(ns, "prefill", "dynamo", "prefill", "kv-share")
-	prefill.Spec.Hints = []v1alpha1.HintItem{inline("harness_prefetch", map[string]any{"max_block": 64})}
+	prefill.Spec.Hints = []v1alpha1.HintItem{testenv.Hint("harness_prefetch", map[string]any{"max_block": 64})}
 	aggregated := newRole(ns, "aggregated", "dynamo", "aggregated", "kv-share")
-	aggregated.Spec.WorkerSelection.Parameters = jsonParams(map[string]any{"shared_cache_multiplier": 1.5})
+	aggregated.Spec.WorkerSelection.Parameters = testenv.Params(map[string]any{"shared_cache_multiplier": 1.5})
 	encode := newRole(ns, "encode", "dynamo", "encode", "kv-share")
-	encode.Spec.Hints = []v1alpha1.HintItem{inline("harness_prefetch", nil), inline("peer-pull", nil)}
+	encode.Spec.Hints = []v1alpha1.HintItem{testenv.Hint("harness_prefetch", nil), testenv.Hint("peer-pull", nil)}
 	linked := newRole(ns, "linked", "sidecar-router", "decode", "kv-share")
-	create(t, decode, prefill, aggregated, encode, linked)
+	testenv.Create(t, k8s, decode, prefill, aggregated, encode, linked)
 
-	waitCondition(t, decode, v1alpha1.ConditionAccepted, metav1.ConditionTrue, v1alpha1.ReasonAccepted)
-	cm := waitConfigMap(t, ns, "dynamo", func(cm *corev1.ConfigMap) error {
+	testenv.WaitCondition(t, k8s, timeout, decode, string(v1alpha1.ConditionAccepted), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonAccepted)})
+	cm := testenv.WaitConfigMap(t, k8s, timeout, ns, "dynamo", func(cm *corev1.ConfigMap) error {
 		if !strings.Contains(cm.Data[v1alpha1.HintsConfigKey], "harness_prefetch") {
 			return fmt.Errorf("hints.yaml does not hold harness_prefetch yet:\n%s", cm.Data[v1alpha1.HintsConfigKey])
 		}
@@ -506,7 +509,7 @@ func TestDeclaredCatalogRules(t *testing.T) {
 		{encode, v1alpha1.ReasonKVCopySenderDuplicate, `spec.hints (kv-share): worker-selection kv-share commits KV copies, and 2 hint policies send them (harness_prefetch, peer-pull); keep exactly one`},
 		{linked, v1alpha1.ReasonUnknownWorkerSelection, `spec.workerSelection.type (kv-share): worker-selection type "kv-share" is not linked into this build`},
 	} {
-		c := waitCondition(t, tc.rr, v1alpha1.ConditionAccepted, metav1.ConditionFalse, tc.reason)
+		c := testenv.WaitCondition(t, k8s, timeout, tc.rr, string(v1alpha1.ConditionAccepted), testenv.Want{Status: metav1.ConditionFalse, Reason: string(tc.reason)})
 		if !strings.HasPrefix(c.Message, tc.msg) {
 			t.Errorf("RouterRole %s Accepted:\n  %s\nwant it to start with:\n  %s", tc.rr.Name, c.Message, tc.msg)
 		}
@@ -515,9 +518,9 @@ func TestDeclaredCatalogRules(t *testing.T) {
 	// A wrong type on the accepted role: refused, and the router keeps the
 	// last good entry, checked again by the declared catalog.
 	update(t, decode, func(rr *v1alpha1.RouterRole) {
-		rr.Spec.Hints = []v1alpha1.HintItem{inline("harness_prefetch", map[string]any{"max_blocks": "lots"})}
+		rr.Spec.Hints = []v1alpha1.HintItem{testenv.Hint("harness_prefetch", map[string]any{"max_blocks": "lots"})}
 	})
-	c := waitCondition(t, decode, v1alpha1.ConditionAccepted, metav1.ConditionFalse, v1alpha1.ReasonInvalidParameters)
+	c := testenv.WaitCondition(t, k8s, timeout, decode, string(v1alpha1.ConditionAccepted), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonInvalidParameters)})
 	if want := `spec.hints[0] (harness_prefetch): parameter "max_blocks": "lots" is not an integer. The router keeps running generation 1`; c.Message != want {
 		t.Errorf("Accepted:\n  %s\nwant:\n  %s", c.Message, want)
 	}
@@ -528,93 +531,93 @@ func TestDeclaredCatalogRules(t *testing.T) {
 // and the router's ConfigMap is not written: the router keeps its last
 // good config, and Programmed still counts the pods that run it.
 func TestDeclaredCatalogLastGood(t *testing.T) {
-	ns := newNamespace(t)
+	ns := testenv.NewNamespace(t, testenv.Get(t).Client, "kvhint-test")
 	good := readFile(t, customRouterCatalog)
 	decl := catalogConfigMap(t, ns, "dynamo-catalog", "dynamo", good)
-	create(t, decl)
+	testenv.Create(t, k8s, decl)
 	rr := newRole(ns, "decode", "dynamo", "decode", "kv-share")
 	prefill := newRole(ns, "prefill", "dynamo", "prefill", "dynamo-default-cost-fn")
-	create(t, rr, prefill)
-	waitCondition(t, prefill, v1alpha1.ConditionAccepted, metav1.ConditionTrue, v1alpha1.ReasonAccepted)
-	cm := waitConfigMap(t, ns, "dynamo", func(cm *corev1.ConfigMap) error {
+	testenv.Create(t, k8s, rr, prefill)
+	testenv.WaitCondition(t, k8s, timeout, prefill, string(v1alpha1.ConditionAccepted), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonAccepted)})
+	cm := testenv.WaitConfigMap(t, k8s, timeout, ns, "dynamo", func(cm *corev1.ConfigMap) error {
 		if !strings.Contains(cm.Data[v1alpha1.HintsConfigKey], "prefill:") || !strings.Contains(cm.Data[v1alpha1.HintsConfigKey], "decode:") {
 			return fmt.Errorf("hints.yaml does not hold both roles yet:\n%s", cm.Data[v1alpha1.HintsConfigKey])
 		}
 		return nil
 	})
-	pod0 := routerPod(t, ns, "dynamo", "dynamo-0", cm.Annotations[v1alpha1.HashAnnotation])
-	waitCondition(t, rr, v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonReady)
+	pod0 := testenv.CreateRouterPod(t, k8s, ns, "dynamo", "dynamo-0", cm.Annotations[v1alpha1.HashAnnotation])
+	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionReady), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonReady)})
 
 	update(t, decl, func(cm *corev1.ConfigMap) {
 		cm.Data[v1alpha1.CatalogKey] = strings.Replace(good, "commitsKVCopies: params.shared_cache_multiplier > 0", "commitsKVCopies: params.shared > 0", 1)
 	})
-	c := waitCondition(t, rr, v1alpha1.ConditionAccepted, metav1.ConditionFalse, v1alpha1.ReasonInvalidCatalog)
+	c := testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionAccepted), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonInvalidCatalog)})
 	for _, want := range []string{"spec.router (ConfigMap dynamo-catalog): ConfigMap dynamo-catalog declares the catalog of router dynamo, but it cannot be used",
 		"workerSelections[1].commitsKVCopies: does not compile", "The router keeps running generation 1"} {
 		if !strings.Contains(c.Message, want) {
 			t.Errorf("Accepted message %q does not say %q", c.Message, want)
 		}
 	}
-	waitCondition(t, rr, v1alpha1.ConditionProgrammed, metav1.ConditionTrue, v1alpha1.ReasonProgrammed)
+	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionProgrammed), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonProgrammed), Generation: testenv.AnyGeneration})
 	// A change that would rewrite the config (a role goes) waits for a
 	// usable declaration too: nothing is written.
-	eventually(t, "deleting RouterRole prefill", func(ctx context.Context) error { return k8s.Delete(ctx, prefill) })
+	testenv.Eventually(t, timeout, "deleting RouterRole prefill", func(ctx context.Context) error { return k8s.Delete(ctx, prefill) })
 	// A second pod is the barrier: the reconcile that counts it comes
 	// after the one the delete caused.
-	pod1 := routerPod(t, ns, "dynamo", "dynamo-1", cm.Annotations[v1alpha1.HashAnnotation])
-	waitConditionMessage(t, rr, v1alpha1.ConditionProgrammed, metav1.ConditionTrue, v1alpha1.ReasonProgrammed, "2/2 router pods")
+	pod1 := testenv.CreateRouterPod(t, k8s, ns, "dynamo", "dynamo-1", cm.Annotations[v1alpha1.HashAnnotation])
+	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionProgrammed), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonProgrammed), MessageContains: "2/2 router pods", Generation: testenv.AnyGeneration})
 	if after := get(t, ns, cm.Name, &corev1.ConfigMap{}); after.ResourceVersion != cm.ResourceVersion {
 		t.Errorf("the ConfigMap was written (resourceVersion %s -> %s) while the declaration was broken:\n%s", cm.ResourceVersion, after.ResourceVersion, after.Data[v1alpha1.HintsConfigKey])
 	}
 
 	// Fixed: what waited is written (prefill is gone), then declared twice.
 	update(t, decl, func(cm *corev1.ConfigMap) { cm.Data[v1alpha1.CatalogKey] = good })
-	cm = waitConfigMap(t, ns, "dynamo", func(cm *corev1.ConfigMap) error {
+	cm = testenv.WaitConfigMap(t, k8s, timeout, ns, "dynamo", func(cm *corev1.ConfigMap) error {
 		if strings.Contains(cm.Data[v1alpha1.HintsConfigKey], "prefill:") {
 			return fmt.Errorf("hints.yaml still holds prefill")
 		}
 		return nil
 	})
-	reportHash(t, pod0, cm.Annotations[v1alpha1.HashAnnotation])
-	reportHash(t, pod1, cm.Annotations[v1alpha1.HashAnnotation])
-	waitCondition(t, rr, v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonReady)
-	create(t, catalogConfigMap(t, ns, "dynamo-catalog-2", "dynamo", good))
-	c = waitCondition(t, rr, v1alpha1.ConditionAccepted, metav1.ConditionFalse, v1alpha1.ReasonCatalogConflict)
+	testenv.ReportHash(t, k8s, pod0, cm.Annotations[v1alpha1.HashAnnotation])
+	testenv.ReportHash(t, k8s, pod1, cm.Annotations[v1alpha1.HashAnnotation])
+	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionReady), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonReady)})
+	testenv.Create(t, k8s, catalogConfigMap(t, ns, "dynamo-catalog-2", "dynamo", good))
+	c = testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionAccepted), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonCatalogConflict)})
 	if want := "2 ConfigMaps declare the catalog of router dynamo (label hints.kvrouter.io/catalog-for=dynamo): dynamo-catalog, dynamo-catalog-2; keep one"; !strings.Contains(c.Message, want) {
 		t.Errorf("Accepted message %q does not say %q", c.Message, want)
 	}
 	if after := get(t, ns, cm.Name, &corev1.ConfigMap{}); after.ResourceVersion != cm.ResourceVersion {
 		t.Errorf("the ConfigMap was written while two declarations conflicted")
 	}
-	eventually(t, "deleting the second declaration", func(ctx context.Context) error {
+	testenv.Eventually(t, timeout, "deleting the second declaration", func(ctx context.Context) error {
 		return k8s.Delete(ctx, catalogConfigMap(t, ns, "dynamo-catalog-2", "dynamo", ""))
 	})
-	waitCondition(t, rr, v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonReady)
+	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionReady), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonReady)})
 }
 
 // TestDeclaredHintPolicy: a HintPolicy whose type only a declared catalog
 // of its namespace holds is checked against that declaration, and says
 // which router's it is; with no declaration the type is unknown.
 func TestDeclaredHintPolicy(t *testing.T) {
-	ns := newNamespace(t)
-	good := newPolicy(ns, "prefetch", "harness_prefetch", map[string]any{"max_blocks": 8})
-	bad := newPolicy(ns, "prefetch-zero", "harness_prefetch", map[string]any{"max_blocks": 0})
-	create(t, good, bad)
-	waitCondition(t, good, v1alpha1.ConditionAccepted, metav1.ConditionFalse, v1alpha1.ReasonUnknownHintType)
+	ns := testenv.NewNamespace(t, testenv.Get(t).Client, "kvhint-test")
+	good := testenv.HintPolicy(ns, "prefetch", "harness_prefetch", map[string]any{"max_blocks": 8})
+	bad := testenv.HintPolicy(ns, "prefetch-zero", "harness_prefetch", map[string]any{"max_blocks": 0})
+	testenv.Create(t, k8s, good, bad)
+	testenv.WaitCondition(t, k8s, timeout, good, string(v1alpha1.ConditionAccepted), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonUnknownHintType)})
 
-	create(t, catalogConfigMap(t, ns, "dynamo-catalog", "dynamo", readFile(t, customRouterCatalog)))
-	waitConditionMessage(t, good, v1alpha1.ConditionAccepted, metav1.ConditionTrue, v1alpha1.ReasonAccepted,
-		"hint policy type harness_prefetch accepts the parameters (declared by the catalog of router dynamo, not linked into the manager)")
-	waitConditionMessage(t, bad, v1alpha1.ConditionAccepted, metav1.ConditionFalse, v1alpha1.ReasonInvalidParameters,
-		`checked against the declared catalog of router dynamo: spec.parameters (harness_prefetch): parameter "max_blocks": 0 is out of range 1..4096`)
+	testenv.Create(t, k8s, catalogConfigMap(t, ns, "dynamo-catalog", "dynamo", readFile(t, customRouterCatalog)))
+	testenv.WaitCondition(t, k8s, timeout, good, string(v1alpha1.ConditionAccepted),
+		testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonAccepted), MessageContains: "hint policy type harness_prefetch accepts the parameters (declared by the catalog of router dynamo, not linked into the manager)"})
+	testenv.WaitCondition(t, k8s, timeout, bad, string(v1alpha1.ConditionAccepted),
+		testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonInvalidParameters), MessageContains: `checked against the declared catalog of router dynamo: spec.parameters (harness_prefetch): parameter "max_blocks": 0 is out of range 1..4096`})
 
 	// The router's roles resolve references to them with its own catalog.
 	rr := newRole(ns, "decode", "dynamo", "decode", "kv-share")
-	rr.Spec.Hints = []v1alpha1.HintItem{ref("prefetch")}
-	create(t, rr)
-	waitCondition(t, rr, v1alpha1.ConditionAccepted, metav1.ConditionTrue, v1alpha1.ReasonAccepted)
-	waitCondition(t, rr, v1alpha1.ConditionResolvedRefs, metav1.ConditionTrue, v1alpha1.ReasonResolvedRefs)
-	cm := waitConfigMap(t, ns, "dynamo", anyConfigMap)
+	rr.Spec.Hints = []v1alpha1.HintItem{testenv.PolicyRef("prefetch")}
+	testenv.Create(t, k8s, rr)
+	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionAccepted), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonAccepted)})
+	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionResolvedRefs), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonResolvedRefs)})
+	cm := testenv.WaitConfigMap(t, k8s, timeout, ns, "dynamo", nil)
 	if got := cm.Data[v1alpha1.HintsConfigKey]; !strings.Contains(got, "max_blocks: 8") {
 		t.Errorf("hints.yaml does not run HintPolicy prefetch's parameters:\n%s", got)
 	}
@@ -626,17 +629,17 @@ func TestDeclaredHintPolicy(t *testing.T) {
 // running config and its hash stay as they were, and once the declaration
 // is fixed the role is accepted again with the same config.
 func TestDeclaredCatalogBrokenAcrossRestart(t *testing.T) {
-	ns := newNamespace(t)
+	ns := testenv.NewNamespace(t, testenv.Get(t).Client, "kvhint-test")
 	good := readFile(t, customRouterCatalog)
 	decl := catalogConfigMap(t, ns, "dynamo-catalog", "dynamo", good)
-	create(t, decl)
+	testenv.Create(t, k8s, decl)
 	rr := newRole(ns, "decode", "dynamo", "decode", "kv-share")
-	rr.Spec.Hints = []v1alpha1.HintItem{inline("harness_prefetch", map[string]any{"max_blocks": 32})}
-	create(t, rr)
-	waitCondition(t, rr, v1alpha1.ConditionAccepted, metav1.ConditionTrue, v1alpha1.ReasonAccepted)
-	before := waitConfigMap(t, ns, "dynamo", anyConfigMap)
-	routerPod(t, ns, "dynamo", "dynamo-0", before.Annotations[v1alpha1.HashAnnotation])
-	waitCondition(t, rr, v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonReady)
+	rr.Spec.Hints = []v1alpha1.HintItem{testenv.Hint("harness_prefetch", map[string]any{"max_blocks": 32})}
+	testenv.Create(t, k8s, rr)
+	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionAccepted), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonAccepted)})
+	before := testenv.WaitConfigMap(t, k8s, timeout, ns, "dynamo", nil)
+	testenv.CreateRouterPod(t, k8s, ns, "dynamo", "dynamo-0", before.Annotations[v1alpha1.HashAnnotation])
+	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionReady), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonReady)})
 
 	stopManager()
 	update(t, decl, func(cm *corev1.ConfigMap) {
@@ -646,16 +649,16 @@ func TestDeclaredCatalogBrokenAcrossRestart(t *testing.T) {
 	if stopManager, err = startManager(); err != nil {
 		t.Fatalf("restarting the manager: %v", err)
 	}
-	waitCondition(t, rr, v1alpha1.ConditionAccepted, metav1.ConditionFalse, v1alpha1.ReasonInvalidCatalog)
-	waitConditionMessage(t, rr, v1alpha1.ConditionProgrammed, metav1.ConditionFalse, v1alpha1.ReasonNotAccepted,
-		"ConfigMap dynamo-hints is left as it is, so router pods run what it holds")
+	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionAccepted), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonInvalidCatalog)})
+	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionProgrammed),
+		testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonNotAccepted), MessageContains: "ConfigMap dynamo-hints is left as it is, so router pods run what it holds", Generation: testenv.AnyGeneration})
 	after := get(t, ns, before.Name, &corev1.ConfigMap{})
 	if after.ResourceVersion != before.ResourceVersion {
 		t.Errorf("the ConfigMap was written across the restart:\n%s\nbecame\n%s", before.Data[v1alpha1.HintsConfigKey], after.Data[v1alpha1.HintsConfigKey])
 	}
 
 	update(t, decl, func(cm *corev1.ConfigMap) { cm.Data[v1alpha1.CatalogKey] = good })
-	waitCondition(t, rr, v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonReady)
+	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionReady), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonReady)})
 	if got := get(t, ns, before.Name, &corev1.ConfigMap{}); got.Annotations[v1alpha1.HashAnnotation] != before.Annotations[v1alpha1.HashAnnotation] {
 		t.Errorf("the hash changed: %s became %s", before.Annotations[v1alpha1.HashAnnotation], got.Annotations[v1alpha1.HashAnnotation])
 	}
@@ -711,19 +714,19 @@ func slowCatalog(t *testing.T, version int) string {
 // Before, twelve edits left eleven loads held by nothing, for good, and
 // near the budget every new declaration was refused until a restart.
 func TestDeclaredCatalogEditsLeaveNoLoads(t *testing.T) {
-	ns := newNamespace(t)
+	ns := testenv.NewNamespace(t, testenv.Get(t).Client, "kvhint-test")
 	ctx := context.Background()
 	baseN, baseBytes := catalogUse(t)
 	cm := catalogConfigMap(t, ns, "edited-catalog", "edited", slowCatalog(t, 0))
 	rr := newRole(ns, "decode", "edited", "decode", "kv-share")
-	rr.Spec.Hints = []v1alpha1.HintItem{inline("harness_prefetch", map[string]any{"max_blocks": 8})}
-	create(t, cm, rr)
+	rr.Spec.Hints = []v1alpha1.HintItem{testenv.Hint("harness_prefetch", map[string]any{"max_blocks": 8})}
+	testenv.Create(t, k8s, cm, rr)
 	const versions = 12
 	var most float64
 	for v := 1; v <= versions; v++ {
 		n, _ := catalogUse(t)
 		most = max(most, n-baseN)
-		eventually(t, fmt.Sprintf("version %d of the declaration written", v), func(ctx context.Context) error {
+		testenv.Eventually(t, timeout, fmt.Sprintf("version %d of the declaration written", v), func(ctx context.Context) error {
 			if err := k8s.Get(ctx, client.ObjectKeyFromObject(cm), cm); err != nil {
 				return err
 			}
@@ -731,8 +734,8 @@ func TestDeclaredCatalogEditsLeaveNoLoads(t *testing.T) {
 			return k8s.Update(ctx, cm)
 		})
 	}
-	waitCondition(t, rr, v1alpha1.ConditionAccepted, metav1.ConditionTrue, v1alpha1.ReasonAccepted)
-	eventually(t, "one declaration kept for the last version", func(context.Context) error {
+	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionAccepted), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonAccepted)})
+	testenv.Eventually(t, timeout, "one declaration kept for the last version", func(context.Context) error {
 		n, bytes := catalogUse(t)
 		if n != baseN+1 || bytes <= baseBytes {
 			return fmt.Errorf("%g declarations (%g bytes) kept; before the test %g (%g bytes), want one more", n, bytes, baseN, baseBytes)
@@ -745,7 +748,7 @@ func TestDeclaredCatalogEditsLeaveNoLoads(t *testing.T) {
 	if err := k8s.Delete(ctx, cm); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the store back to what it held before", func(context.Context) error {
+	testenv.Eventually(t, timeout, "the store back to what it held before", func(context.Context) error {
 		if n, bytes := catalogUse(t); n != baseN || bytes != baseBytes {
 			return fmt.Errorf("%g declarations (%g bytes) kept after the ConfigMap was deleted; want %g (%g bytes), as before", n, bytes, baseN, baseBytes)
 		}
@@ -757,14 +760,14 @@ func TestDeclaredCatalogEditsLeaveNoLoads(t *testing.T) {
 // defaults) and "hints: []" (none) survive the API server and mean what
 // they say.
 func TestHintsAbsentVersusEmpty(t *testing.T) {
-	ns := newNamespace(t)
+	ns := testenv.NewNamespace(t, testenv.Get(t).Client, "kvhint-test")
 	defaults := newRole(ns, "defaults", "lists", "decode", "kvcr")
 	none := newRole(ns, "none", "lists", "prefill", "dynamo-default-cost-fn")
 	none.Spec.Hints = []v1alpha1.HintItem{}
-	create(t, defaults, none)
+	testenv.Create(t, k8s, defaults, none)
 
-	waitCondition(t, defaults, v1alpha1.ConditionAccepted, metav1.ConditionTrue, v1alpha1.ReasonAccepted)
-	waitCondition(t, none, v1alpha1.ConditionAccepted, metav1.ConditionTrue, v1alpha1.ReasonAccepted)
+	testenv.WaitCondition(t, k8s, timeout, defaults, string(v1alpha1.ConditionAccepted), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonAccepted)})
+	testenv.WaitCondition(t, k8s, timeout, none, string(v1alpha1.ConditionAccepted), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonAccepted)})
 	if defaults.Spec.Hints != nil {
 		t.Errorf("absent hints read back as %#v", defaults.Spec.Hints)
 	}

@@ -1,113 +1,19 @@
 package controllers_test
 
 import (
-	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
-	"github.com/kvrouter/kv-hint-operator/internal/rolegraph"
-	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 )
-
-// TestSamplesBecomeReady applies config/samples and runs router pods that
-// report the compiled hash, as sidecars would: every RouterRole becomes
-// Ready and every HintPolicy Accepted.
-func TestSamplesBecomeReady(t *testing.T) {
-	ns := newNamespace(t)
-	files, err := filepath.Glob("../config/samples/*.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var roles, policies []string
-	routers := map[string]bool{}
-	for _, f := range files {
-		if filepath.Base(f) == "kustomization.yaml" {
-			continue
-		}
-		objs, err := applyFile(t, ns, f)
-		if err != nil {
-			t.Fatalf("%s: %v", f, err)
-		}
-		for _, o := range objs {
-			switch o.GetKind() {
-			case "RouterRole":
-				roles = append(roles, o.GetName())
-				router, _, _ := unstructured.NestedString(o.Object, "spec", "router")
-				routers[router] = true
-			case "HintPolicy":
-				policies = append(policies, o.GetName())
-			}
-		}
-	}
-	if len(roles) < 4 || len(policies) < 2 {
-		t.Fatalf("samples hold %d RouterRoles and %d HintPolicies; want the three scenarios", len(roles), len(policies))
-	}
-
-	// Before any router pod runs, nothing is Ready: Programmed says so.
-	for _, name := range roles {
-		waitCondition(t, &v1alpha1.RouterRole{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}},
-			v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonNoRouterPods)
-	}
-	// The manager writes, byte for byte, what `kvhint compile` prints for
-	// the same files: both run rolegraph.Compile.
-	offline := rolegraph.Input{}
-	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := rolegraph.ReadManifests(data, &offline); err != nil {
-			t.Fatal(err)
-		}
-	}
-	compiled := rolegraph.Compile(builtin.NewCatalog(), offline)
-	for router := range routers {
-		want := compiled.Router(router)
-		cm := waitConfigMap(t, ns, router, func(cm *corev1.ConfigMap) error {
-			if got := cm.Data[v1alpha1.HintsConfigKey]; got != string(want.Config) {
-				return fmt.Errorf("hints.yaml:\n%s\nwant, as compiled offline:\n%s", got, want.Config)
-			}
-			if got, want := cm.Data[v1alpha1.RolesKey], want.ConfigMap.Data[v1alpha1.RolesKey]; got != want {
-				return fmt.Errorf("roles.yaml:\n%s\nwant, as compiled offline:\n%s", got, want)
-			}
-			if got := cm.Annotations[v1alpha1.HashAnnotation]; got != want.Hash {
-				return fmt.Errorf("hash %q, want %q as compiled offline", got, want.Hash)
-			}
-			return nil
-		})
-		for i := range 2 {
-			routerPod(t, ns, router, fmt.Sprintf("%s-router-%d", router, i), cm.Annotations[v1alpha1.HashAnnotation])
-		}
-	}
-	for _, name := range roles {
-		waitConditionMessage(t, &v1alpha1.RouterRole{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}},
-			v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonReady, "2/2 router pods run")
-	}
-	for _, name := range policies {
-		hp := &v1alpha1.HintPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
-		waitCondition(t, hp, v1alpha1.ConditionAccepted, metav1.ConditionTrue, v1alpha1.ReasonAccepted)
-		eventually(t, "HintPolicy "+name+" used by chat-decode", func(ctx context.Context) error {
-			if err := k8s.Get(ctx, keyOf(hp), hp); err != nil {
-				return err
-			}
-			if !slices.Equal(hp.Status.UsedBy, []string{"chat-decode"}) {
-				return fmt.Errorf("usedBy %v", hp.Status.UsedBy)
-			}
-			return nil
-		})
-	}
-}
 
 // invalidSample is what one file of config/samples/invalid must produce.
 type invalidSample struct {
@@ -154,7 +60,7 @@ var invalidSamples = []invalidSample{
 // catalog and graph rules, the API server's refusal for the rules the CRD
 // enforces.
 func TestInvalidSamples(t *testing.T) {
-	requireAPIServer(t)
+	testenv.Get(t)
 	entries, err := os.ReadDir("../config/samples/invalid")
 	if err != nil {
 		t.Fatal(err)
@@ -169,9 +75,9 @@ func TestInvalidSamples(t *testing.T) {
 		t.Run(strings.TrimSuffix(s.file, ".yaml")+"/"+s.object, func(t *testing.T) {
 			ns, ok := applied[s.file]
 			if !ok {
-				ns = newNamespace(t)
+				ns = testenv.NewNamespace(t, testenv.Get(t).Client, "kvhint-test")
 				applied[s.file] = ns
-				_, err := applyFile(t, ns, filepath.Join("../config/samples/invalid", s.file))
+				_, err := testenv.CreateFile(t, k8s, ns, filepath.Join("../config/samples/invalid", s.file))
 				switch {
 				case s.rejected != "" && err == nil:
 					t.Fatalf("the API server accepted it; want %q", s.rejected)
@@ -190,9 +96,18 @@ func TestInvalidSamples(t *testing.T) {
 			if s.policy {
 				obj = &v1alpha1.HintPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: s.object}}
 			}
-			waitCondition(t, obj, s.condition, metav1.ConditionFalse, s.reason)
+			waitFalse := func(typ v1alpha1.ConditionType, reason v1alpha1.ConditionReason) {
+				t.Helper()
+				want := testenv.Want{Status: metav1.ConditionFalse, Reason: string(reason)}
+				if typ == v1alpha1.ConditionProgrammed {
+					// Programmed reports the generation that runs.
+					want.Generation = testenv.AnyGeneration
+				}
+				testenv.WaitCondition(t, k8s, timeout, obj, string(typ), want)
+			}
+			waitFalse(s.condition, s.reason)
 			for typ, reason := range s.also {
-				waitCondition(t, obj, typ, metav1.ConditionFalse, reason)
+				waitFalse(typ, reason)
 			}
 			if !s.policy {
 				// Ready repeats the reason of the first condition that fails.
@@ -200,7 +115,7 @@ func TestInvalidSamples(t *testing.T) {
 				if r, ok := s.also[v1alpha1.ConditionAccepted]; ok {
 					first = r
 				}
-				waitCondition(t, obj, v1alpha1.ConditionReady, metav1.ConditionFalse, first)
+				testenv.WaitCondition(t, k8s, timeout, obj, string(v1alpha1.ConditionReady), testenv.Want{Status: metav1.ConditionFalse, Reason: string(first)})
 			}
 		})
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
 	"github.com/kvrouter/kv-hint-operator/controllers"
 	"github.com/kvrouter/kv-hint-operator/internal/managermetrics"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 )
 
 // series gathers g and returns each series of the families named
@@ -59,17 +60,17 @@ func closed() <-chan struct{} {
 // says, read from the API at scrape time: one series per condition, the
 // router's pod counts, and nothing of a role once it is gone.
 func TestStatusMetrics(t *testing.T) {
-	ns := newNamespace(t)
+	ns := testenv.NewNamespace(t, testenv.Get(t).Client, "kvhint-test")
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(managermetrics.NewCollector(managermetrics.Sources{Reader: k8s, Elected: closed()}))
 
 	rr := newRole(ns, "decode", "metrics", "decode", "dynamo-default-cost-fn")
-	create(t, rr)
-	cm := waitConfigMap(t, ns, "metrics", anyConfigMap)
+	testenv.Create(t, k8s, rr)
+	cm := testenv.WaitConfigMap(t, k8s, timeout, ns, "metrics", nil)
 	hash := cm.Annotations[v1alpha1.HashAnnotation]
-	routerPod(t, ns, "metrics", "metrics-router-0", hash)
-	routerPod(t, ns, "metrics", "metrics-router-1", "")
-	waitConditionMessage(t, rr, v1alpha1.ConditionProgrammed, metav1.ConditionFalse, v1alpha1.ReasonPending, "1/2 router pods run "+hash)
+	testenv.CreateRouterPod(t, k8s, ns, "metrics", "metrics-router-0", hash)
+	testenv.CreateRouterPod(t, k8s, ns, "metrics", "metrics-router-1", "")
+	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionProgrammed), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonPending), MessageContains: "1/2 router pods run " + hash, Generation: testenv.AnyGeneration})
 
 	role := "role=decode,router=metrics,routerrole=decode"
 	want := []string{
@@ -90,7 +91,7 @@ func TestStatusMetrics(t *testing.T) {
 	if err := k8s.Delete(context.Background(), rr); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "no series for the deleted role", func(context.Context) error {
+	testenv.Eventually(t, timeout, "no series for the deleted role", func(context.Context) error {
 		if got := series(t, reg, ns); len(got) != 0 {
 			return fmt.Errorf("still exported: %v", got)
 		}

@@ -15,40 +15,41 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 )
 
 // TestProgrammedCountsRouterPods runs three router pods through their
 // reports: Programmed counts those that run the current hash, ignores pods
 // of other routers and pods being deleted, and turns True at 3/3.
 func TestProgrammedCountsRouterPods(t *testing.T) {
-	ns := newNamespace(t)
+	ns := testenv.NewNamespace(t, testenv.Get(t).Client, "kvhint-test")
 	rr := newRole(ns, "decode", "count", "decode", "dynamo-default-cost-fn")
-	create(t, rr)
-	cm := waitConfigMap(t, ns, "count", anyConfigMap)
+	testenv.Create(t, k8s, rr)
+	cm := testenv.WaitConfigMap(t, k8s, timeout, ns, "count", nil)
 	hash := cm.Annotations[v1alpha1.HashAnnotation]
 
-	c := waitCondition(t, rr, v1alpha1.ConditionProgrammed, metav1.ConditionFalse, v1alpha1.ReasonNoRouterPods)
+	c := testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionProgrammed), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonNoRouterPods), Generation: testenv.AnyGeneration})
 	if want := fmt.Sprintf("ConfigMap count-hints holds config %s, but no router pods (label hints.kvrouter.io/router=count) run it yet", hash); c.Message != want {
 		t.Errorf("Programmed message %q; want %q", c.Message, want)
 	}
 
 	var pods []*corev1.Pod
 	for i := range 3 {
-		pods = append(pods, routerPod(t, ns, "count", fmt.Sprintf("count-router-%d", i), ""))
+		pods = append(pods, testenv.CreateRouterPod(t, k8s, ns, "count", fmt.Sprintf("count-router-%d", i), ""))
 	}
-	routerPod(t, ns, "elsewhere", "elsewhere-router-0", hash)
-	waitConditionMessage(t, rr, v1alpha1.ConditionProgrammed, metav1.ConditionFalse, v1alpha1.ReasonPending, "0/3 router pods run "+hash)
+	testenv.CreateRouterPod(t, k8s, ns, "elsewhere", "elsewhere-router-0", hash)
+	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionProgrammed), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonPending), MessageContains: "0/3 router pods run " + hash, Generation: testenv.AnyGeneration})
 
-	reportHash(t, pods[0], "0123456789abcdef") // an older config
-	reportHash(t, pods[1], hash)
-	waitConditionMessage(t, rr, v1alpha1.ConditionProgrammed, metav1.ConditionFalse, v1alpha1.ReasonPending, "1/3 router pods run "+hash)
-	reportHash(t, pods[0], hash)
-	reportHash(t, pods[2], hash)
-	c = waitConditionMessage(t, rr, v1alpha1.ConditionProgrammed, metav1.ConditionTrue, v1alpha1.ReasonProgrammed, "3/3 router pods run "+hash)
+	testenv.ReportHash(t, k8s, pods[0], "0123456789abcdef") // an older config
+	testenv.ReportHash(t, k8s, pods[1], hash)
+	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionProgrammed), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonPending), MessageContains: "1/3 router pods run " + hash, Generation: testenv.AnyGeneration})
+	testenv.ReportHash(t, k8s, pods[0], hash)
+	testenv.ReportHash(t, k8s, pods[2], hash)
+	c = testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionProgrammed), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonProgrammed), MessageContains: "3/3 router pods run " + hash, Generation: testenv.AnyGeneration})
 	if c.ObservedGeneration != rr.Generation {
 		t.Errorf("Programmed observedGeneration %d; want %d", c.ObservedGeneration, rr.Generation)
 	}
-	waitCondition(t, rr, v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonReady)
+	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionReady), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonReady)})
 	if got := rr.Status.RouterPods; got == nil || *got != (v1alpha1.RouterPods{Hash: hash, Total: 3, UpToDate: 3, Summary: "3/3"}) {
 		t.Errorf("routerPods %+v; want 3/3 at %s", got, hash)
 	}
@@ -57,47 +58,47 @@ func TestProgrammedCountsRouterPods(t *testing.T) {
 	if err := k8s.Delete(context.Background(), pods[2]); err != nil {
 		t.Fatal(err)
 	}
-	waitConditionMessage(t, rr, v1alpha1.ConditionProgrammed, metav1.ConditionTrue, v1alpha1.ReasonProgrammed, "2/2 router pods run "+hash)
+	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionProgrammed), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonProgrammed), MessageContains: "2/2 router pods run " + hash, Generation: testenv.AnyGeneration})
 
 	// A new config needs the pods to report it again.
 	update(t, rr, func(rr *v1alpha1.RouterRole) { rr.Spec.Hints = []v1alpha1.HintItem{} })
-	waitConditionMessage(t, rr, v1alpha1.ConditionProgrammed, metav1.ConditionFalse, v1alpha1.ReasonPending, "0/2 router pods run")
-	waitCondition(t, rr, v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonPending)
+	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionProgrammed), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonPending), MessageContains: "0/2 router pods run", Generation: testenv.AnyGeneration})
+	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionReady), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonPending)})
 }
 
 // TestTerminatedPodsNotCounted: a router pod that failed (evicted, say)
 // stays in the API with the hash it ran last; it is not a router pod that
 // could run the config, so it does not hold Programmed back.
 func TestTerminatedPodsNotCounted(t *testing.T) {
-	ns := newNamespace(t)
+	ns := testenv.NewNamespace(t, testenv.Get(t).Client, "kvhint-test")
 	rr := newRole(ns, "decode", "evict", "decode", "dynamo-default-cost-fn")
-	create(t, rr)
-	hash := waitConfigMap(t, ns, "evict", anyConfigMap).Annotations[v1alpha1.HashAnnotation]
-	routerPod(t, ns, "evict", "evict-router-0", hash)
-	old := routerPod(t, ns, "evict", "evict-router-1", "0123456789abcdef")
-	waitConditionMessage(t, rr, v1alpha1.ConditionProgrammed, metav1.ConditionFalse, v1alpha1.ReasonPending, "1/2 router pods")
+	testenv.Create(t, k8s, rr)
+	hash := testenv.WaitConfigMap(t, k8s, timeout, ns, "evict", nil).Annotations[v1alpha1.HashAnnotation]
+	testenv.CreateRouterPod(t, k8s, ns, "evict", "evict-router-0", hash)
+	old := testenv.CreateRouterPod(t, k8s, ns, "evict", "evict-router-1", "0123456789abcdef")
+	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionProgrammed), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonPending), MessageContains: "1/2 router pods", Generation: testenv.AnyGeneration})
 
 	old.Status.Phase = corev1.PodFailed
 	old.Status.Reason = "Evicted"
 	if err := k8s.Status().Update(context.Background(), old); err != nil {
 		t.Fatal(err)
 	}
-	waitConditionMessage(t, rr, v1alpha1.ConditionProgrammed, metav1.ConditionTrue, v1alpha1.ReasonProgrammed, "1/1 router pods")
+	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionProgrammed), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonProgrammed), MessageContains: "1/1 router pods", Generation: testenv.AnyGeneration})
 }
 
 // TestProgrammedEventsForANewRole: a new role on a router that has pods
 // waits for them quietly (no Pending event) and gets one Programmed event
 // when they run its config.
 func TestProgrammedEventsForANewRole(t *testing.T) {
-	ns := newNamespace(t)
-	pod := routerPod(t, ns, "quiet", "quiet-router-0", "")
+	ns := testenv.NewNamespace(t, testenv.Get(t).Client, "kvhint-test")
+	pod := testenv.CreateRouterPod(t, k8s, ns, "quiet", "quiet-router-0", "")
 	rr := newRole(ns, "decode", "quiet", "decode", "dynamo-default-cost-fn")
-	create(t, rr)
-	waitConditionMessage(t, rr, v1alpha1.ConditionProgrammed, metav1.ConditionFalse, v1alpha1.ReasonPending, "0/1 router pods run")
-	cm := waitConfigMap(t, ns, "quiet", anyConfigMap)
-	reportHash(t, pod, cm.Annotations[v1alpha1.HashAnnotation])
-	waitCondition(t, rr, v1alpha1.ConditionProgrammed, metav1.ConditionTrue, v1alpha1.ReasonProgrammed)
-	eventually(t, "one Programmed event", func(ctx context.Context) error {
+	testenv.Create(t, k8s, rr)
+	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionProgrammed), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonPending), MessageContains: "0/1 router pods run", Generation: testenv.AnyGeneration})
+	cm := testenv.WaitConfigMap(t, k8s, timeout, ns, "quiet", nil)
+	testenv.ReportHash(t, k8s, pod, cm.Annotations[v1alpha1.HashAnnotation])
+	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionProgrammed), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonProgrammed), Generation: testenv.AnyGeneration})
+	testenv.Eventually(t, timeout, "one Programmed event", func(ctx context.Context) error {
 		n, err := countEvents(ctx, ns, rr.Name, string(v1alpha1.ReasonProgrammed))
 		if err == nil && n != 1 {
 			err = fmt.Errorf("%d Programmed events", n)
@@ -117,26 +118,26 @@ func TestProgrammedEventsForANewRole(t *testing.T) {
 // created after the forgery, so by the time the manager counts two pods it
 // has seen the forgery too: 0/2, where a counted forgery reads 1/2.
 func TestForgedAppliedHashIgnored(t *testing.T) {
-	ns := newNamespace(t)
+	ns := testenv.NewNamespace(t, testenv.Get(t).Client, "kvhint-test")
 	rr := newRole(ns, "decode", "forged", "decode", "dynamo-default-cost-fn")
-	create(t, rr)
-	hash := waitConfigMap(t, ns, "forged", anyConfigMap).Annotations[v1alpha1.HashAnnotation]
-	forged := routerPod(t, ns, "forged", "forged-router-0", "")
-	waitConditionMessage(t, rr, v1alpha1.ConditionProgrammed, metav1.ConditionFalse, v1alpha1.ReasonPending, "0/1 router pods run "+hash)
+	testenv.Create(t, k8s, rr)
+	hash := testenv.WaitConfigMap(t, k8s, timeout, ns, "forged", nil).Annotations[v1alpha1.HashAnnotation]
+	forged := testenv.CreateRouterPod(t, k8s, ns, "forged", "forged-router-0", "")
+	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionProgrammed), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonPending), MessageContains: "0/1 router pods run " + hash, Generation: testenv.AnyGeneration})
 
-	annotatePod(t, forged, hash, "kubectl-annotate")
-	honest := routerPod(t, ns, "forged", "forged-router-1", "")
-	waitConditionMessage(t, rr, v1alpha1.ConditionProgrammed, metav1.ConditionFalse, v1alpha1.ReasonPending, "0/2 router pods run "+hash)
-	reportHash(t, honest, hash)
-	waitConditionMessage(t, rr, v1alpha1.ConditionProgrammed, metav1.ConditionFalse, v1alpha1.ReasonPending, "1/2 router pods run "+hash)
+	testenv.AnnotateHash(t, k8s, forged, hash, "kubectl-annotate")
+	honest := testenv.CreateRouterPod(t, k8s, ns, "forged", "forged-router-1", "")
+	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionProgrammed), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonPending), MessageContains: "0/2 router pods run " + hash, Generation: testenv.AnyGeneration})
+	testenv.ReportHash(t, k8s, honest, hash)
+	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionProgrammed), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonPending), MessageContains: "1/2 router pods run " + hash, Generation: testenv.AnyGeneration})
 
 	// The forged pod's own sidecar reports. Reporting the value already
 	// there would be a no-op patch that leaves the annotation kubectl's
 	// (the pod stays uncounted until the next config: failing safe); a
 	// report that changes the value makes it the sidecar's.
-	reportHash(t, forged, "0123456789abcdef")
-	reportHash(t, forged, hash)
-	waitConditionMessage(t, rr, v1alpha1.ConditionProgrammed, metav1.ConditionTrue, v1alpha1.ReasonProgrammed, "2/2 router pods run "+hash)
+	testenv.ReportHash(t, k8s, forged, "0123456789abcdef")
+	testenv.ReportHash(t, k8s, forged, hash)
+	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionProgrammed), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonProgrammed), MessageContains: "2/2 router pods run " + hash, Generation: testenv.AnyGeneration})
 }
 
 // TestStatusWaitsForPodReports: a new role on a router whose pod reports
@@ -144,8 +145,8 @@ func TestForgedAppliedHashIgnored(t *testing.T) {
 // status write, Programmed True, not Pending first and True a moment
 // later; a router whose pod never reports still gets Pending.
 func TestStatusWaitsForPodReports(t *testing.T) {
-	requireAPIServer(t)
-	ns := newNamespace(t)
+	testenv.Get(t)
+	ns := testenv.NewNamespace(t, testenv.Get(t).Client, "kvhint-test")
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	wc, err := client.NewWithWatch(restCfg, client.Options{Scheme: scheme})
@@ -154,7 +155,7 @@ func TestStatusWaitsForPodReports(t *testing.T) {
 	}
 
 	// The sidecar's part: report each config the moment it is written.
-	pod := routerPod(t, ns, "prompt", "prompt-router-0", "")
+	pod := testenv.CreateRouterPod(t, k8s, ns, "prompt", "prompt-router-0", "")
 	cms, err := wc.Watch(ctx, &corev1.ConfigMapList{}, client.InNamespace(ns))
 	if err != nil {
 		t.Fatal(err)
@@ -188,7 +189,7 @@ func TestStatusWaitsForPodReports(t *testing.T) {
 	}
 	defer roles.Stop()
 	rr := newRole(ns, "decode", "prompt", "decode", "dynamo-default-cost-fn")
-	create(t, rr)
+	testenv.Create(t, k8s, rr)
 	var programmed []string
 	for done := false; !done; {
 		select {
@@ -218,11 +219,11 @@ func TestStatusWaitsForPodReports(t *testing.T) {
 	}
 
 	// A pod that never reports: Pending, within the wait.
-	routerPod(t, ns, "silent", "silent-router-0", "")
+	testenv.CreateRouterPod(t, k8s, ns, "silent", "silent-router-0", "")
 	silent := newRole(ns, "decode", "silent", "decode", "dynamo-default-cost-fn")
 	silent.Name = "silent-decode"
-	create(t, silent)
-	waitConditionMessage(t, silent, v1alpha1.ConditionProgrammed, metav1.ConditionFalse, v1alpha1.ReasonPending, "0/1")
+	testenv.Create(t, k8s, silent)
+	testenv.WaitCondition(t, k8s, timeout, silent, string(v1alpha1.ConditionProgrammed), testenv.Want{Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonPending), MessageContains: "0/1", Generation: testenv.AnyGeneration})
 }
 
 // TestPolicyEjectedNamesThePolicy: a router pod's sidecar that reports a
@@ -231,20 +232,20 @@ func TestStatusWaitsForPodReports(t *testing.T) {
 // why; Ready stays True. The same annotation written by another field
 // manager is ignored, and the condition goes once the sidecar clears it.
 func TestPolicyEjectedNamesThePolicy(t *testing.T) {
-	ns := newNamespace(t)
+	ns := testenv.NewNamespace(t, testenv.Get(t).Client, "kvhint-test")
 	rr := newRole(ns, "decode", "eject", "decode", "dynamo-default-cost-fn")
-	rr.Spec.Hints = []v1alpha1.HintItem{named("audit", "kv-retain", map[string]any{"ttl_seconds": 600}), inline("kv-evict", nil)}
-	create(t, rr)
-	hash := waitConfigMap(t, ns, "eject", anyConfigMap).Annotations[v1alpha1.HashAnnotation]
-	pods := []*corev1.Pod{routerPod(t, ns, "eject", "eject-router-0", hash), routerPod(t, ns, "eject", "eject-router-1", hash)}
-	waitCondition(t, rr, v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonReady)
+	rr.Spec.Hints = []v1alpha1.HintItem{testenv.NamedHint("audit", "kv-retain", map[string]any{"ttl_seconds": 600}), testenv.Hint("kv-evict", nil)}
+	testenv.Create(t, k8s, rr)
+	hash := testenv.WaitConfigMap(t, k8s, timeout, ns, "eject", nil).Annotations[v1alpha1.HashAnnotation]
+	pods := []*corev1.Pod{testenv.CreateRouterPod(t, k8s, ns, "eject", "eject-router-0", hash), testenv.CreateRouterPod(t, k8s, ns, "eject", "eject-router-1", hash)}
+	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionReady), testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonReady)})
 
 	// Forged: not the sidecar's field manager. A later honest report on
 	// the other pod shows the manager has seen the forgery by then.
 	reportEjected(t, pods[1], "decode/audit=busy", "kubectl-annotate")
 	reportEjected(t, pods[0], "decode/audit=overrun", v1alpha1.SidecarFieldManager)
-	c := waitConditionMessage(t, rr, v1alpha1.ConditionPolicyEjected, metav1.ConditionTrue, v1alpha1.ReasonPolicyEjected,
-		"hint policy audit is ejected on 1/2 router pods (overrun)")
+	c := testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionPolicyEjected),
+		testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonPolicyEjected), MessageContains: "hint policy audit is ejected on 1/2 router pods (overrun)"})
 	t.Logf("PolicyEjected: %s", c.Message)
 	if r := meta.FindStatusCondition(rr.Status.Conditions, string(v1alpha1.ConditionReady)); r == nil || r.Status != metav1.ConditionTrue {
 		t.Errorf("Ready %+v while a policy is ejected; want True (the spec runs on every pod)", r)
@@ -255,13 +256,13 @@ func TestPolicyEjectedNamesThePolicy(t *testing.T) {
 	}
 
 	reportEjected(t, pods[1], "decode/audit=abandoned", v1alpha1.SidecarFieldManager)
-	waitConditionMessage(t, rr, v1alpha1.ConditionPolicyEjected, metav1.ConditionTrue, v1alpha1.ReasonPolicyEjected,
-		"hint policy audit is ejected on 2/2 router pods (abandoned, overrun)")
+	testenv.WaitCondition(t, k8s, timeout, rr, string(v1alpha1.ConditionPolicyEjected),
+		testenv.Want{Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonPolicyEjected), MessageContains: "hint policy audit is ejected on 2/2 router pods (abandoned, overrun)"})
 
 	for _, p := range pods {
 		reportEjected(t, p, "", v1alpha1.SidecarFieldManager)
 	}
-	eventually(t, "PolicyEjected gone", func(ctx context.Context) error {
+	testenv.Eventually(t, timeout, "PolicyEjected gone", func(ctx context.Context) error {
 		if err := k8s.Get(ctx, client.ObjectKeyFromObject(rr), rr); err != nil {
 			return err
 		}

@@ -8,8 +8,6 @@
 package rollout
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -21,14 +19,12 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/kvrouter/kv-hint-operator/controllers"
 	"github.com/kvrouter/kv-hint-operator/internal/dev/controlplane"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/managertest"
 	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
-	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
 	"github.com/kvrouter/kv-hint-operator/test/dynamo"
 )
 
@@ -158,37 +154,10 @@ func resourceOf(path string) string {
 func startManager() (func(), error) {
 	cfg := rest.CopyConfig(restCfg)
 	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return countWrites{rt} }
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                 scheme,
-		Cache:                  controllers.CacheOptions(nil),
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-	})
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithCancel(context.Background())
 	// The DGD CRD is looked for every 200 ms, not every 10 s: it is
 	// installed after the manager starts (run).
 	opts := controllers.Options{CatalogLimits: controllers.DefaultCatalogLimits(), GraphDiscoveryInterval: 200 * time.Millisecond}
-	if err := controllers.SetupWithOptions(ctx, mgr, builtin.NewCatalog(), opts); err != nil {
-		cancel()
-		return nil, err
-	}
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	syncCtx, syncCancel := context.WithTimeout(ctx, 30*time.Second)
-	defer syncCancel()
-	if !mgr.GetCache().WaitForCacheSync(syncCtx) {
-		cancel()
-		return nil, errors.New("the manager's caches did not sync")
-	}
-	return func() {
-		cancel()
-		if err := <-done; err != nil {
-			fmt.Fprintln(os.Stderr, "rollout: manager stopped with:", err)
-		}
-	}, nil
+	return managertest.Start(cfg, managertest.Options{Name: "rollout", Scheme: scheme, Controllers: &opts})
 }
 
 func requireEnv(t testing.TB) {

@@ -1,12 +1,19 @@
 package testenv
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"os"
 	"strings"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -40,6 +47,25 @@ func Create(t testing.TB, c client.Client, objs ...client.Object) {
 	for _, o := range objs {
 		if err := c.Create(context.Background(), o); err != nil {
 			t.Fatalf("creating %T %s/%s: %v", o, o.GetNamespace(), o.GetName(), err)
+		}
+	}
+}
+
+// Objects decodes every document of a YAML or JSON stream (a manifest,
+// kustomize's output), skipping empty ones.
+func Objects(data []byte) ([]*unstructured.Unstructured, error) {
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	var out []*unstructured.Unstructured
+	for {
+		u := &unstructured.Unstructured{}
+		if err := dec.Decode(&u.Object); err != nil {
+			if errors.Is(err, io.EOF) {
+				return out, nil
+			}
+			return out, fmt.Errorf("document %d: %w", len(out)+1, err)
+		}
+		if len(u.Object) > 0 {
+			out = append(out, u)
 		}
 	}
 }
@@ -143,6 +169,20 @@ func Hint(typ string, params map[string]any) v1alpha1.HintItem {
 	return h
 }
 
+// NamedHint is Hint with a name, as a role that runs a type twice names
+// each instance.
+func NamedHint(name, typ string, params map[string]any) v1alpha1.HintItem {
+	h := Hint(typ, params)
+	h.Name = name
+	return h
+}
+
+// PolicyRef is a hint item that runs the HintPolicy name of the role's
+// namespace.
+func PolicyRef(name string) v1alpha1.HintItem {
+	return v1alpha1.HintItem{PolicyRef: &v1alpha1.HintPolicyReference{Name: name}}
+}
+
 // RouterRole is a RouterRole of router for role in ns, named name, with
 // Dynamo's default worker selection and hints.
 func RouterRole(ns, name, router, role string, hints ...v1alpha1.HintItem) *v1alpha1.RouterRole {
@@ -224,3 +264,74 @@ func RouterDeployment(ns, router string, replicas int32, args ...string) *appsv1
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// CreateRouterPod creates RouterPod(ns, name, router) and, with hash set,
+// reports that hash on it as its sidecar does (ReportHash). No kubelet
+// runs it: the pod stays Pending, which is all Programmed looks at.
+func CreateRouterPod(t testing.TB, c client.Client, ns, router, name, hash string) *corev1.Pod {
+	t.Helper()
+	pod := RouterPod(ns, name, router)
+	Create(t, c, pod)
+	if hash != "" {
+		ReportHash(t, c, pod, hash)
+	}
+	return pod
+}
+
+// ReportHash does what the sidecar does once it runs a config: it writes
+// the config's hash on its own pod, as field manager kvhint-sidecar.
+func ReportHash(t testing.TB, c client.Client, pod *corev1.Pod, hash string) {
+	t.Helper()
+	AnnotateHash(t, c, pod, hash, v1alpha1.SidecarFieldManager)
+}
+
+// AnnotateHash writes the applied-hash annotation on pod as fieldManager.
+func AnnotateHash(t testing.TB, c client.Client, pod *corev1.Pod, hash, fieldManager string) {
+	t.Helper()
+	patch := client.MergeFrom(pod.DeepCopy())
+	if pod.Annotations == nil {
+		pod.Annotations = map[string]string{}
+	}
+	pod.Annotations[v1alpha1.AppliedHashAnnotation] = hash
+	if err := c.Patch(context.Background(), pod, patch, client.FieldOwner(fieldManager)); err != nil {
+		t.Fatalf("annotating pod %s: %v", pod.Name, err)
+	}
+}
+
+// WaitConfigMap waits until router's hints ConfigMap in ns satisfies
+// check (nil: exists), and returns it.
+func WaitConfigMap(t testing.TB, c client.Client, timeout time.Duration, ns, router string, check func(*corev1.ConfigMap) error) *corev1.ConfigMap {
+	t.Helper()
+	cm := &corev1.ConfigMap{}
+	Eventually(t, timeout, "ConfigMap "+v1alpha1.HintsConfigMapName(router), func(ctx context.Context) error {
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: v1alpha1.HintsConfigMapName(router)}, cm); err != nil {
+			return err
+		}
+		if check == nil {
+			return nil
+		}
+		return check(cm)
+	})
+	return cm
+}
+
+// CreateFile creates every object of a YAML file in ns, as `kubectl
+// create -n ns -f FILE` does, and returns them with the first refusal.
+func CreateFile(t testing.TB, c client.Client, ns, path string) ([]*unstructured.Unstructured, error) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := Objects(data)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	for _, o := range objs {
+		o.SetNamespace(ns)
+		if err := c.Create(context.Background(), o); err != nil {
+			return objs, err
+		}
+	}
+	return objs, nil
+}

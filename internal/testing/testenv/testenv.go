@@ -372,11 +372,23 @@ func Poll(timeout time.Duration, check func(ctx context.Context) error) error {
 // an error fails t with that output.
 func (e *Env) Kubectl(t testing.TB, args ...string) string {
 	t.Helper()
-	out, err := exec.Command(filepath.Join(e.Assets, "kubectl"), append([]string{"--kubeconfig", e.Kubeconfig}, args...)...).CombinedOutput()
+	out, err := e.kubectl(args...)
 	if err != nil {
 		t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 	return string(out)
+}
+
+// RunKubectl is Kubectl for a test that checks a refusal, or that runs
+// kubectl off the test's goroutine: it returns kubectl's output, spaces
+// trimmed, and its error.
+func (e *Env) RunKubectl(args ...string) (string, error) {
+	out, err := e.kubectl(args...)
+	return strings.TrimSpace(string(out)), err
+}
+
+func (e *Env) kubectl(args ...string) ([]byte, error) {
+	return exec.Command(filepath.Join(e.Assets, "kubectl"), append([]string{"--kubeconfig", e.Kubeconfig}, args...)...).CombinedOutput()
 }
 
 // Build builds the module's commands named (kvhint, kvhint-dev: folders of

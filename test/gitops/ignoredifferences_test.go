@@ -1,15 +1,13 @@
-package controllers
+package gitops_test
 
 import (
 	"bytes"
 	"encoding/json"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/itchyny/gojq"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -23,14 +21,7 @@ import (
 // expression e is run with gojq, Argo CD's jq, as del(e).
 func argoIgnored(t *testing.T, key string, obj map[string]any) map[string]any {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join("..", "config", "argocd", "argocd-cm.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cm corev1.ConfigMap
-	if err := yaml.Unmarshal(data, &cm); err != nil {
-		t.Fatal(err)
-	}
+	cm := argoCM(t)
 	text, ok := cm.Data["resource.customizations.ignoreDifferences."+key]
 	if !ok {
 		t.Fatalf("argocd-cm.yaml has no ignoreDifferences for %s", key)
@@ -146,11 +137,11 @@ func TestArgoIgnoresOnlyTheEntries(t *testing.T) {
 		template        func(obj map[string]any) map[string]any
 		container       string
 	}{
-		{"nvidia.com_DynamoGraphDeployment", "../config/samples/dynamo-graph/graph.yaml", "DynamoGraphDeployment",
+		{"nvidia.com_DynamoGraphDeployment", "../../config/samples/dynamo-graph/graph.yaml", "DynamoGraphDeployment",
 			func(obj map[string]any) map[string]any {
 				return obj["spec"].(map[string]any)["components"].([]any)[0].(map[string]any)["podTemplate"].(map[string]any)
 			}, "main"},
-		{"apps_Deployment", "../config/samples/dynamo-router/router.yaml", "Deployment",
+		{"apps_Deployment", "../../config/samples/dynamo-router/router.yaml", "Deployment",
 			func(obj map[string]any) map[string]any {
 				return obj["spec"].(map[string]any)["template"].(map[string]any)
 			}, "frontend"},

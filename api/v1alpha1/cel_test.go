@@ -1,4 +1,4 @@
-package controllers_test
+package v1alpha1_test
 
 import (
 	"context"
@@ -9,16 +9,17 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 )
 
 // TestCELRejections checks that the API server itself refuses each
 // per-object rule, with the message the CRD gives it.
 func TestCELRejections(t *testing.T) {
-	ns := newNamespace(t)
+	ns := testenv.NewNamespace(t, testenv.Get(t).Client, "kvhint-test")
 	retains := func(n int) []v1alpha1.HintItem {
 		var items []v1alpha1.HintItem
 		for i := range n {
-			items = append(items, named(fmt.Sprintf("retain-%d", i), "kv-retain", nil))
+			items = append(items, testenv.NamedHint(fmt.Sprintf("retain-%d", i), "kv-retain", nil))
 		}
 		return items
 	}
@@ -44,8 +45,8 @@ func TestCELRejections(t *testing.T) {
 		{
 			name: "parameters on a policyRef",
 			spec: func(s *v1alpha1.RouterRoleSpec) {
-				item := ref("retain")
-				item.Parameters = jsonParams(map[string]any{"ttl_seconds": 60})
+				item := testenv.PolicyRef("retain")
+				item.Parameters = testenv.Params(map[string]any{"ttl_seconds": 60})
 				s.Hints = []v1alpha1.HintItem{item}
 			},
 			want: `spec.hints[0]: Invalid value: a policyRef item takes no parameters: they belong to the referenced HintPolicy`,
@@ -53,21 +54,21 @@ func TestCELRejections(t *testing.T) {
 		{
 			name: "repeated name",
 			spec: func(s *v1alpha1.RouterRoleSpec) {
-				s.Hints = []v1alpha1.HintItem{named("retain", "kv-retain", nil), named("retain", "kv-retain", map[string]any{"ttl_seconds": 60})}
+				s.Hints = []v1alpha1.HintItem{testenv.NamedHint("retain", "kv-retain", nil), testenv.NamedHint("retain", "kv-retain", map[string]any{"ttl_seconds": 60})}
 			},
 			want: `spec.hints: Invalid value: hint names must be unique within a role: an item is known by its name, or by its type when it has no name; give each instance of a repeated type a distinct name`,
 		},
 		{
 			name: "repeated type without names",
 			spec: func(s *v1alpha1.RouterRoleSpec) {
-				s.Hints = []v1alpha1.HintItem{inline("kv-retain", nil), inline("kv-retain", nil)}
+				s.Hints = []v1alpha1.HintItem{testenv.Hint("kv-retain", nil), testenv.Hint("kv-retain", nil)}
 			},
 			want: `spec.hints: Invalid value: hint names must be unique within a role`,
 		},
 		{
 			name: "a name that is another item's type",
 			spec: func(s *v1alpha1.RouterRoleSpec) {
-				s.Hints = []v1alpha1.HintItem{inline("kv-evict", nil), named("kv-evict", "kv-retain", nil)}
+				s.Hints = []v1alpha1.HintItem{testenv.Hint("kv-evict", nil), testenv.NamedHint("kv-evict", "kv-retain", nil)}
 			},
 			want: `spec.hints: Invalid value: hint names must be unique within a role`,
 		},
@@ -76,7 +77,7 @@ func TestCELRejections(t *testing.T) {
 			spec: func(s *v1alpha1.RouterRoleSpec) {
 				s.RouterMode = v1alpha1.RouterModeRoundRobin
 				s.WorkerSelection.Type = "dynamo-round-robin"
-				s.Hints = []v1alpha1.HintItem{inline("kv-evict", nil)}
+				s.Hints = []v1alpha1.HintItem{testenv.Hint("kv-evict", nil)}
 			},
 			want: `spec: Invalid value: hints run only on the KV path: with a routerMode other than kv, leave hints out or set hints: []`,
 		},
@@ -103,7 +104,7 @@ func TestCELRejections(t *testing.T) {
 		{
 			name: "hint name not a DNS label",
 			spec: func(s *v1alpha1.RouterRoleSpec) {
-				s.Hints = []v1alpha1.HintItem{named("Retain_Long", "kv-retain", nil)}
+				s.Hints = []v1alpha1.HintItem{testenv.NamedHint("Retain_Long", "kv-retain", nil)}
 			},
 			want: `spec.hints[0].name: Invalid value: "Retain_Long": spec.hints[0].name in body should match '^[a-z0-9]([-a-z0-9]*[a-z0-9])?$'`,
 		},
@@ -125,15 +126,15 @@ func TestCELRejections(t *testing.T) {
 		{
 			name: "a repeated type with distinct names, and two policyRefs without",
 			spec: func(s *v1alpha1.RouterRoleSpec) {
-				s.Hints = []v1alpha1.HintItem{inline("kv-retain", nil), named("retain-long", "kv-retain", nil), ref("a"), ref("b")}
+				s.Hints = []v1alpha1.HintItem{testenv.Hint("kv-retain", nil), testenv.NamedHint("retain-long", "kv-retain", nil), testenv.PolicyRef("a"), testenv.PolicyRef("b")}
 			},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			rr := newRole(ns, "", "cel", "decode", "dynamo-default-cost-fn")
+			rr := testenv.RouterRole(ns, "", "cel", "decode")
 			rr.GenerateName = "cel-"
 			tc.spec(&rr.Spec)
-			err := k8s.Create(context.Background(), rr)
+			err := testenv.Get(t).Client.Create(context.Background(), rr)
 			switch {
 			case tc.want == "" && err != nil:
 				t.Fatalf("refused: %v", err)
