@@ -38,7 +38,7 @@ func Health(scripts string, u *unstructured.Unstructured) (status, message strin
 	}
 	l.SetGlobal("obj", luaValue(l, u.Object))
 	if err := l.DoString(string(script)); err != nil {
-		return "", "", fmt.Errorf("Argo CD health script %s for %s %s: %w", file, u.GetKind(), u.GetName(), err)
+		return "", "", fmt.Errorf("the Argo CD health script %s for %s %s: %w", file, u.GetKind(), u.GetName(), err)
 	}
 	hs, ok := l.Get(-1).(*lua.LTable)
 	if !ok {
