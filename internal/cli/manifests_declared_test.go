@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvrouter/kv-hint-operator/internal/dynamopolicy"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/dynamopolicy"
 )
 
 // dynamoSample is the shipped Dynamo router sample: a declared catalog, a

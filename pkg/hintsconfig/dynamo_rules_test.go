@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvrouter/kv-hint-operator/internal/dynamopolicy"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/dynamopolicy"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
 	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
 )
@@ -12,7 +12,7 @@ import (
 // dynamoRule is one case of a rule a released Dynamo Frontend applies to
 // its policy file (the reference page "What Dynamo's own code checks in a
 // policy file"), held against kvhint's dynamo target and against the
-// model of Dynamo written apart from it (internal/dynamopolicy).
+// model of Dynamo written apart from it (internal/testing/dynamopolicy).
 type dynamoRule struct {
 	name string // rule/direction
 	doc  string
