@@ -1,12 +1,9 @@
 package observability_test
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
@@ -14,19 +11,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
-	"k8s.io/client-go/rest"
-	ctrl "sigs.k8s.io/controller-runtime"
-	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"github.com/kvrouter/kv-hint-operator/controllers"
-	"github.com/kvrouter/kv-hint-operator/internal/sidecar"
-	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
+	"github.com/kvrouter/kv-hint-operator/internal/dev/registries"
 )
 
 // The metric names the product exports, from its real registries: a
@@ -79,31 +69,11 @@ func gatherKnown() (map[string]string, error) {
 // sidecarNames starts a real sidecar on loopback with a small hints
 // config, scrapes its /metrics, and adds its registry's descriptors.
 func sidecarNames() (map[string]bool, error) {
-	dir, err := os.MkdirTemp("", "kvhint-observability-")
+	s, stop, err := registries.Sidecar()
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(dir)
-	cfg := filepath.Join(dir, "hints.yaml")
-	if err := os.WriteFile(cfg, []byte("worker_selection:\n  decode:\n    type: kvcr\n    parameters: {shared_cache_multiplier: 0.5}\n"), 0o644); err != nil {
-		return nil, err
-	}
-	s, err := sidecar.New(sidecar.Options{Catalog: builtin.NewCatalog(), ConfigFile: cfg, Poll: 50 * time.Millisecond,
-		Listen: "127.0.0.1:0", OpsListen: "127.0.0.1:0", Log: logr.Discard()})
-	if err != nil {
-		return nil, err
-	}
-	if err := s.Start(context.Background()); err != nil {
-		return nil, err
-	}
-	defer s.Shutdown(context.Background())
-	deadline := time.Now().Add(10 * time.Second)
-	for !s.Dispatcher.Ready() {
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("the sidecar did not load %s", cfg)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	defer stop()
 	resp, err := (&http.Client{Timeout: 10 * time.Second}).Get("http://" + s.OpsAddr() + "/metrics")
 	if err != nil {
 		return nil, err
@@ -126,28 +96,17 @@ func sidecarNames() (map[string]bool, error) {
 // manager's own collector registered with controllers.RegisterMetrics on a
 // manager (built, not started: it needs no API server for that).
 func managerNames() (map[string]bool, error) {
-	mgr, err := ctrl.NewManager(&rest.Config{Host: "https://127.0.0.1:1"}, ctrl.Options{
-		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
-	})
+	g, d, err := registries.Manager()
 	if err != nil {
 		return nil, err
 	}
-	if err := controllers.RegisterMetrics(ctrlmetrics.Registry, mgr); err != nil {
-		return nil, err
-	}
-	families, err := ctrlmetrics.Registry.Gather()
+	families, err := g.Gather()
 	if err != nil {
 		return nil, err
 	}
 	names := map[string]bool{}
 	for _, f := range families {
 		addFamily(names, f)
-	}
-	d, ok := ctrlmetrics.Registry.(interface {
-		Describe(chan<- *prometheus.Desc)
-	})
-	if !ok {
-		return nil, fmt.Errorf("controller-runtime's registry (%T) cannot describe its metrics", ctrlmetrics.Registry)
 	}
 	addDescribed(names, d)
 	return names, nil

@@ -2,26 +2,16 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
-	"time"
 
-	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
-	"k8s.io/client-go/rest"
-	ctrl "sigs.k8s.io/controller-runtime"
-	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"github.com/kvrouter/kv-hint-operator/controllers"
-	"github.com/kvrouter/kv-hint-operator/internal/sidecar"
-	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
+	"github.com/kvrouter/kv-hint-operator/internal/dev/registries"
 )
 
 // metricDoc is one metric family of a registry.
@@ -85,51 +75,20 @@ alerts read too. How Prometheus scrapes them is in
 }
 
 func sidecarMetrics() ([]metricDoc, error) {
-	dir, err := os.MkdirTemp("", "kvhint-docgen-")
+	s, stop, err := registries.Sidecar()
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(dir)
-	cfg := filepath.Join(dir, "hints.yaml")
-	if err := os.WriteFile(cfg, []byte("worker_selection:\n  decode:\n    type: kvcr\n    parameters: {shared_cache_multiplier: 0.5}\n"), 0o644); err != nil {
-		return nil, err
-	}
-	s, err := sidecar.New(sidecar.Options{Catalog: builtin.NewCatalog(), ConfigFile: cfg, Poll: 50 * time.Millisecond,
-		Listen: "127.0.0.1:0", OpsListen: "127.0.0.1:0", Log: logr.Discard()})
-	if err != nil {
-		return nil, err
-	}
-	if err := s.Start(context.Background()); err != nil {
-		return nil, err
-	}
-	defer s.Shutdown(context.Background())
-	deadline := time.Now().Add(10 * time.Second)
-	for !s.Dispatcher.Ready() {
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("the sidecar did not load %s", cfg)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	defer stop()
 	return described(s.Metrics, s.Metrics, "kvhint_")
 }
 
 func managerMetrics() ([]metricDoc, error) {
-	mgr, err := ctrl.NewManager(&rest.Config{Host: "https://127.0.0.1:1"}, ctrl.Options{
-		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
-	})
+	g, d, err := registries.Manager()
 	if err != nil {
 		return nil, err
 	}
-	if err := controllers.RegisterMetrics(ctrlmetrics.Registry, mgr); err != nil {
-		return nil, err
-	}
-	d, ok := ctrlmetrics.Registry.(interface {
-		Describe(chan<- *prometheus.Desc)
-	})
-	if !ok {
-		return nil, fmt.Errorf("controller-runtime's registry (%T) cannot describe its metrics", ctrlmetrics.Registry)
-	}
-	return described(d, ctrlmetrics.Registry, "kvhint_")
+	return described(d, g, "kvhint_")
 }
 
 // described lists the metrics c describes whose name has the prefix. A
@@ -137,7 +96,7 @@ func managerMetrics() ([]metricDoc, error) {
 // a vector with no series yet (not gathered) the one its name's suffix
 // means by Prometheus's naming rules (_total a counter, _seconds and
 // _bytes a histogram when not gathered, else a gauge).
-func described(c interface{ Describe(chan<- *prometheus.Desc) }, g prometheus.Gatherer, prefix string) ([]metricDoc, error) {
+func described(c registries.Describer, g prometheus.Gatherer, prefix string) ([]metricDoc, error) {
 	types := map[string]string{}
 	fams, err := g.Gather()
 	if err != nil {
