@@ -17,7 +17,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
-	"github.com/kvrouter/kv-hint-operator/internal/dev/devenv"
 	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 )
 
@@ -168,7 +167,7 @@ func goodRouterCompiled(t *testing.T, c client.Client, namespace, router string)
 // limits at 0 (no limit) this test fails, as the figures say.
 func TestTenantCatalogsBoundManagerMemory(t *testing.T) {
 	cp := testenv.Start(t, testenv.Options{Name: "fault", ProductCRDs: true})
-	dir, c := cp.Dir, cp.Client
+	c := cp.Client
 	ctx := context.Background()
 	const tenant, atBudget, other = "tenant", "tenant-b", "other"
 	for _, ns := range []string{tenant, atBudget, other} {
@@ -179,35 +178,7 @@ func TestTenantCatalogsBoundManagerMemory(t *testing.T) {
 
 	// The manager as config/manager runs it, watching every namespace:
 	// no GOMEMLIMIT, the default budget.
-	probe, err := devenv.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	args := []string{"manager", "--kubeconfig", cp.Kubeconfig, "--metrics-bind-address", "0",
-		"--health-probe-bind-address", "127.0.0.1:" + strconv.Itoa(probe)}
-	if extra := os.Getenv("KVHINT_FAULT_MANAGER_FLAGS"); extra != "" {
-		args = append(args, strings.Fields(extra)...)
-		t.Logf("manager flags added: %s", extra)
-	}
-	mgr := devenv.NewProcess("manager", kvhint, args, []string{"GOMEMLIMIT=", "GOGC="}, dir)
-	startManager := func() int {
-		t.Helper()
-		if err := mgr.Start(); err != nil {
-			t.Fatal(err)
-		}
-		wctx, cancel := context.WithTimeout(ctx, time.Minute)
-		defer cancel()
-		if err := mgr.WaitHTTP(wctx, "http://127.0.0.1:"+strconv.Itoa(probe)+"/readyz"); err != nil {
-			t.Fatal(err)
-		}
-		return mgr.PID()
-	}
-	t.Cleanup(func() {
-		mgr.Kill()
-		if t.Failed() {
-			t.Logf("manager log ends:\n%s", mgr.Tail(4096))
-		}
-	})
+	mgr, startManager := startFaultManager(t, cp)
 	pid := startManager()
 	baseRSS, _, err := procMemory(pid)
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/kvrouter/kv-hint-operator/internal/dev/devenv"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 )
 
 // sidecar is a standalone kvhint sidecar process.
@@ -364,3 +365,42 @@ func (s *silentServer) counts() (open, peak, accepted int) {
 }
 
 func (s *silentServer) addr() string { return s.ln.Addr().String() }
+
+// startFaultManager is the manager binary as config/manager runs it,
+// watching every namespace of env's control plane: no GOMEMLIMIT, the
+// default budget, plus the flags of $KVHINT_FAULT_MANAGER_FLAGS. start
+// starts it (again, after a Kill) and waits until it is ready, returning
+// its pid; the process is killed when the test ends, its log's tail
+// printed if the test failed.
+func startFaultManager(t *testing.T, env *testenv.Env) (mgr *devenv.Process, start func() int) {
+	t.Helper()
+	probe, err := devenv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"manager", "--kubeconfig", env.Kubeconfig, "--metrics-bind-address", "0",
+		"--health-probe-bind-address", "127.0.0.1:" + strconv.Itoa(probe)}
+	if extra := os.Getenv("KVHINT_FAULT_MANAGER_FLAGS"); extra != "" {
+		args = append(args, strings.Fields(extra)...)
+		t.Logf("manager flags added: %s", extra)
+	}
+	mgr = devenv.NewProcess("manager", kvhint, args, []string{"GOMEMLIMIT=", "GOGC="}, env.Dir)
+	t.Cleanup(func() {
+		mgr.Kill()
+		if t.Failed() {
+			t.Logf("manager log ends:\n%s", mgr.Tail(4096))
+		}
+	})
+	return mgr, func() int {
+		t.Helper()
+		if err := mgr.Start(); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := mgr.WaitHTTP(ctx, "http://127.0.0.1:"+strconv.Itoa(probe)+"/readyz"); err != nil {
+			t.Fatal(err)
+		}
+		return mgr.PID()
+	}
+}

@@ -3,8 +3,6 @@ package fault
 import (
 	"context"
 	"fmt"
-	"os"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +13,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
-	"github.com/kvrouter/kv-hint-operator/internal/dev/devenv"
 	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 )
 
@@ -48,38 +45,14 @@ func regexCatalog(tag string, types, props int) string {
 // and the manager must stay under half of its 256Mi limit throughout.
 func TestRegexCatalogManagerRSS(t *testing.T) {
 	cp := testenv.Start(t, testenv.Options{Name: "fault", ProductCRDs: true})
-	dir, c := cp.Dir, cp.Client
+	c := cp.Client
 	ctx := context.Background()
 	const ns = "tenant"
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		t.Fatal(err)
 	}
-	probe, err := devenv.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	args := []string{"manager", "--kubeconfig", cp.Kubeconfig, "--metrics-bind-address", "0",
-		"--health-probe-bind-address", "127.0.0.1:" + strconv.Itoa(probe)}
-	if extra := os.Getenv("KVHINT_FAULT_MANAGER_FLAGS"); extra != "" {
-		args = append(args, strings.Fields(extra)...)
-		t.Logf("manager flags added: %s", extra)
-	}
-	mgr := devenv.NewProcess("manager", kvhint, args, []string{"GOMEMLIMIT=", "GOGC="}, dir)
-	if err := mgr.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		mgr.Kill()
-		if t.Failed() {
-			t.Logf("manager log ends:\n%s", mgr.Tail(4096))
-		}
-	})
-	wctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	if err := mgr.WaitHTTP(wctx, "http://127.0.0.1:"+strconv.Itoa(probe)+"/readyz"); err != nil {
-		t.Fatal(err)
-	}
-	pid := mgr.PID()
+	_, startManager := startFaultManager(t, cp)
+	pid := startManager()
 	// settled reads VmRSS once the manager has had a moment with nothing
 	// to do.
 	settled := func() float64 {
