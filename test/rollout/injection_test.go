@@ -15,12 +15,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	appsv1 "k8s.io/api/apps/v1"
-	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -305,7 +302,10 @@ func TestInjectedSidecar(t *testing.T) {
 	pod = waitReadyPods(t, ns, "llama-router", 1)[0]
 	sc := pod.Spec.InitContainers[0]
 	podIP := "127.25.0.1" // loopback: this test listens nowhere else
-	env := resolveEnv(t, &pod, &sc, podIP)
+	env, err := testenv.ContainerEnv(&pod, &sc, podIP)
+	if err != nil {
+		t.Fatal(err)
+	}
 	kubeconfigFile := boundKubeconfig(t, &pod)
 	bin := buildKvhint(t)
 	cmd := exec.Command(bin, sc.Args...)
@@ -359,38 +359,6 @@ func TestInjectedSidecar(t *testing.T) {
 	t.Logf("Programmed: %s", c.Message)
 }
 
-// resolveEnv is the container's environment as the kubelet would give it:
-// fieldRefs from the pod (status.podIP replaced by podIP), the memory
-// limit in bytes.
-func resolveEnv(t *testing.T, pod *corev1.Pod, c *corev1.Container, podIP string) []string {
-	t.Helper()
-	var env []string
-	for _, e := range c.Env {
-		v := e.Value
-		switch {
-		case e.ValueFrom == nil:
-		case e.ValueFrom.FieldRef != nil:
-			switch e.ValueFrom.FieldRef.FieldPath {
-			case "metadata.name":
-				v = pod.Name
-			case "metadata.namespace":
-				v = pod.Namespace
-			case "status.podIP":
-				v = podIP
-			default:
-				t.Fatalf("env %s: field %s not resolved here", e.Name, e.ValueFrom.FieldRef.FieldPath)
-			}
-		case e.ValueFrom.ResourceFieldRef != nil && e.ValueFrom.ResourceFieldRef.Resource == "limits.memory":
-			q := c.Resources.Limits[corev1.ResourceMemory]
-			v = strconv.FormatInt(q.Value(), 10)
-		default:
-			t.Fatalf("env %s: source %+v not resolved here", e.Name, e.ValueFrom)
-		}
-		env = append(env, e.Name+"="+v)
-	}
-	return env
-}
-
 // boundKubeconfig writes a kubeconfig with a token of the pod's
 // ServiceAccount bound to the pod: what the injected projected volume
 // mounts in the sidecar.
@@ -400,23 +368,8 @@ func boundKubeconfig(t *testing.T, pod *corev1.Pod) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	exp := int64(3607)
-	tr, err := cs.CoreV1().ServiceAccounts(pod.Namespace).CreateToken(context.Background(), pod.Spec.ServiceAccountName, &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{
-			ExpirationSeconds: &exp,
-			BoundObjectRef:    &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID},
-		},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("TokenRequest for %s: %v", pod.Spec.ServiceAccountName, err)
-	}
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["c"] = &clientcmdapi.Cluster{Server: restCfg.Host, CertificateAuthorityData: restCfg.CAData}
-	cfg.AuthInfos["u"] = &clientcmdapi.AuthInfo{Token: tr.Status.Token}
-	cfg.Contexts["c"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "u"}
-	cfg.CurrentContext = "c"
 	path := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+	if err := testenv.WriteBoundKubeconfig(context.Background(), cs, restCfg, pod, path); err != nil {
 		t.Fatal(err)
 	}
 	return path

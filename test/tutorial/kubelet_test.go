@@ -16,14 +16,13 @@ import (
 	"testing"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 )
 
 // kubelet runs, as child processes of the test, the containers of the pods
@@ -188,7 +187,7 @@ func (k *kubelet) start(ctx context.Context, pod *corev1.Pod) error {
 		for i, a := range c.Args {
 			args[i] = inPod(a, ip)
 		}
-		env, err := resolveEnv(pod, &c, ip)
+		env, err := testenv.ContainerEnv(pod, &c, ip)
 		if err != nil {
 			return fmt.Errorf("container %s: %w", c.Name, err)
 		}
@@ -253,55 +252,11 @@ func inPod(arg, ip string) string {
 	return arg
 }
 
-// resolveEnv is the container's environment as the kubelet gives it.
-func resolveEnv(pod *corev1.Pod, c *corev1.Container, ip string) ([]string, error) {
-	var env []string
-	for _, e := range c.Env {
-		v := e.Value
-		switch {
-		case e.ValueFrom == nil:
-		case e.ValueFrom.FieldRef != nil:
-			switch e.ValueFrom.FieldRef.FieldPath {
-			case "metadata.name":
-				v = pod.Name
-			case "metadata.namespace":
-				v = pod.Namespace
-			case "status.podIP":
-				v = ip
-			default:
-				return nil, fmt.Errorf("env %s: field %s not resolved here", e.Name, e.ValueFrom.FieldRef.FieldPath)
-			}
-		case e.ValueFrom.ResourceFieldRef != nil && e.ValueFrom.ResourceFieldRef.Resource == "limits.memory":
-			q := c.Resources.Limits[corev1.ResourceMemory]
-			v = strconv.FormatInt(q.Value(), 10)
-		default:
-			return nil, fmt.Errorf("env %s: source %+v not resolved here", e.Name, e.ValueFrom)
-		}
-		env = append(env, e.Name+"="+v)
-	}
-	return env, nil
-}
-
 // boundKubeconfig writes a kubeconfig with a token of the pod's
 // ServiceAccount bound to the pod.
 func (k *kubelet) boundKubeconfig(ctx context.Context, pod *corev1.Pod) (string, error) {
-	exp := int64(3607)
-	tr, err := k.cs.CoreV1().ServiceAccounts(pod.Namespace).CreateToken(ctx, pod.Spec.ServiceAccountName, &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{
-			ExpirationSeconds: &exp,
-			BoundObjectRef:    &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID},
-		},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		return "", fmt.Errorf("TokenRequest for %s/%s: %w", pod.Namespace, pod.Spec.ServiceAccountName, err)
-	}
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["c"] = &clientcmdapi.Cluster{Server: k.cfg.Host, CertificateAuthorityData: k.cfg.CAData}
-	cfg.AuthInfos["u"] = &clientcmdapi.AuthInfo{Token: tr.Status.Token}
-	cfg.Contexts["c"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "u"}
-	cfg.CurrentContext = "c"
 	path := filepath.Join(k.dir, pod.Namespace+"_"+pod.Name+".kubeconfig")
-	return path, clientcmd.WriteToFile(*cfg, path)
+	return path, testenv.WriteBoundKubeconfig(ctx, k.cs, k.cfg, pod, path)
 }
 
 // forward is `kubectl port-forward`'s part that needs a kubelet: it

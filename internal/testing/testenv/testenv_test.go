@@ -5,10 +5,13 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
@@ -142,5 +145,30 @@ func TestBuildNamesWhatFailed(t *testing.T) {
 	_, err := Build(t.TempDir(), "no-such-command")
 	if err == nil || !strings.Contains(err.Error(), "building no-such-command") {
 		t.Fatalf("building a command the module lacks: %v; want an error naming it", err)
+	}
+}
+
+// TestContainerEnv: the downward API's fields and the memory limit are
+// resolved as the kubelet resolves them; a source it does not resolve is
+// an error naming the variable.
+func TestContainerEnv(t *testing.T) {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns"}}
+	c := &corev1.Container{
+		Env: []corev1.EnvVar{
+			{Name: "A", Value: "x"},
+			{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
+			{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}},
+			{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}},
+			{Name: "MEM", ValueFrom: &corev1.EnvVarSource{ResourceFieldRef: &corev1.ResourceFieldSelector{Resource: "limits.memory"}}},
+		},
+		Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("256Mi")}},
+	}
+	env, err := ContainerEnv(pod, c, "127.0.0.2")
+	if want := []string{"A=x", "POD_NAME=p", "POD_NAMESPACE=ns", "POD_IP=127.0.0.2", "MEM=268435456"}; err != nil || !slices.Equal(env, want) {
+		t.Errorf("ContainerEnv = %q, %v; want %q", env, err, want)
+	}
+	c.Env = []corev1.EnvVar{{Name: "NODE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}}}
+	if _, err := ContainerEnv(pod, c, ""); err == nil || !strings.Contains(err.Error(), "env NODE: field spec.nodeName not resolved here") {
+		t.Errorf("an unresolved field: %v", err)
 	}
 }
