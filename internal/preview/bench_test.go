@@ -39,22 +39,13 @@ const benchHead = `worker_selection:
 // (tracesynth defaults, seed 1), read and replayed under two disaggregated
 // configs with 8 workers per role.
 func BenchmarkPreview(b *testing.B) {
-	o := tracesynth.Defaults()
-	o.Rows = 10000
-	rows, err := tracesynth.Generate(o)
-	if err != nil {
-		b.Fatal(err)
-	}
-	var tr bytes.Buffer
-	if err := tracesynth.Write(&tr, rows); err != nil {
-		b.Fatal(err)
-	}
+	tr := []byte(synthTrace(b, 10000, tracesynth.Defaults().BlockSize))
 	cat := builtin.NewCatalog()
 	a := DefaultAssumptions()
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
-		if _, err := Run(cat, Config{Name: "base", Doc: []byte(benchBase)}, Config{Name: "head", Doc: []byte(benchHead)}, bytes.NewReader(tr.Bytes()), a); err != nil {
+		if _, err := Run(cat, Config{Name: "base", Doc: []byte(benchBase)}, Config{Name: "head", Doc: []byte(benchHead)}, bytes.NewReader(tr), a); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -86,16 +77,7 @@ func BenchmarkRecordedChoicesManyWorkers(b *testing.B) {
 // hash ids of 512 tokens, and engine blocks of 512 or of 16 tokens with the
 // same cache in tokens.
 func BenchmarkPreview100k(b *testing.B) {
-	o := tracesynth.Defaults()
-	o.Rows = 100000
-	rows, err := tracesynth.Generate(o)
-	if err != nil {
-		b.Fatal(err)
-	}
-	var tr bytes.Buffer
-	if err := tracesynth.Write(&tr, rows); err != nil {
-		b.Fatal(err)
-	}
+	tr := []byte(synthTrace(b, 100000, tracesynth.Defaults().BlockSize))
 	cat := builtin.NewCatalog()
 	for _, engine := range []int{512, 16} {
 		b.Run(fmt.Sprintf("engine-block-%d", engine), func(b *testing.B) {
@@ -105,7 +87,7 @@ func BenchmarkPreview100k(b *testing.B) {
 			a.Topology.Default.CacheBlocks = DefaultCacheBlocks * DefaultBlockSize / engine
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := Run(cat, Config{Name: "base", Doc: []byte(benchBase)}, Config{Name: "head", Doc: []byte(benchHead)}, bytes.NewReader(tr.Bytes()), a); err != nil {
+				if _, err := Run(cat, Config{Name: "base", Doc: []byte(benchBase)}, Config{Name: "head", Doc: []byte(benchHead)}, bytes.NewReader(tr), a); err != nil {
 					b.Fatal(err)
 				}
 			}

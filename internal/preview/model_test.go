@@ -190,18 +190,22 @@ func TestPlantedDisaggregatedFetch(t *testing.T) {
 	within(t, "decode hit ratio without a source", got.HitRatio(), 0, 1e-9)
 }
 
-func synth(t *testing.T, rows int) string {
-	t.Helper()
+func synth(t *testing.T, rows int) string { return synthTrace(t, rows, testBlock) }
+
+// synthTrace is a synthesized trace (tracesynth's defaults, seed 1) of
+// rows rows with blockSize tokens an id.
+func synthTrace(tb testing.TB, rows, blockSize int) string {
+	tb.Helper()
 	o := tracesynth.Defaults()
 	o.Rows = rows
-	o.BlockSize = testBlock
+	o.BlockSize = blockSize
 	r, err := tracesynth.Generate(o)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	var b bytes.Buffer
 	if err := tracesynth.Write(&b, r); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	return b.String()
 }
@@ -336,22 +340,13 @@ func TestRecordedTraceReplaysItsActions(t *testing.T) {
 // renewed before they end (a session's turns) and blocks evicted while
 // retained.
 func TestRetainedPartition(t *testing.T) {
-	o := tracesynth.Defaults()
-	o.Rows = 2000
-	rows, err := tracesynth.Generate(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var tr bytes.Buffer
-	if err := tracesynth.Write(&tr, rows); err != nil {
-		t.Fatal(err)
-	}
+	tr := synthTrace(t, 2000, tracesynth.Defaults().BlockSize)
 	doc := "worker_selection:\n  aggregated:\n    type: dynamo-default-cost-fn\n    hints:\n      - type: kv-retain\n        parameters: {ttl_seconds: 30}\n      - type: kv-evict\n"
 	for _, mode := range []EvictInUse{EvictKeep, EvictFree} {
 		a := DefaultAssumptions()
 		a.EvictInUse = mode
 		a.Topology.Default.CacheBlocks = 64
-		st := replay(t, doc, tr.String(), a).Roles["aggregated"]
+		st := replay(t, doc, tr, a).Roles["aggregated"]
 		if st.RetainedBlocks == 0 || st.RetainedReused == 0 || st.RetainedExpiredUnused == 0 {
 			t.Fatalf("%s: retained %d, read %d, unread %d; want all above 0", mode, st.RetainedBlocks, st.RetainedReused, st.RetainedExpiredUnused)
 		}
@@ -365,20 +360,12 @@ func TestRetainedPartition(t *testing.T) {
 // booking's TTFT, its decode booking's, and one output token; a router
 // without both roles has none.
 func TestEndToEndTTFT(t *testing.T) {
-	o := tracesynth.Defaults()
-	o.Rows = 1000
-	rows, err := tracesynth.Generate(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var tr bytes.Buffer
-	if err := tracesynth.Write(&tr, rows); err != nil {
-		t.Fatal(err)
-	}
+	const rows = 1000
 	a := DefaultAssumptions()
-	res := replay(t, benchBase, tr.String(), a)
-	if res.EndToEnd == nil || res.EndToEnd.Requests != o.Rows {
-		t.Fatalf("end to end %+v; want %d requests", res.EndToEnd, o.Rows)
+	tr := synthTrace(t, rows, tracesynth.Defaults().BlockSize)
+	res := replay(t, benchBase, tr, a)
+	if res.EndToEnd == nil || res.EndToEnd.Requests != rows {
+		t.Fatalf("end to end %+v; want %d requests", res.EndToEnd, rows)
 	}
 	sum := map[string]float64{}
 	for _, b := range res.Bookings {
@@ -392,7 +379,7 @@ func TestEndToEndTTFT(t *testing.T) {
 	if res.EndToEnd.P50MS > res.EndToEnd.P90MS || res.EndToEnd.P90MS > res.EndToEnd.P99MS {
 		t.Errorf("percentiles out of order: %+v", res.EndToEnd)
 	}
-	if agg := replay(t, "worker_selection:\n  aggregated:\n    type: dynamo-default-cost-fn\n", tr.String(), a); agg.EndToEnd != nil {
+	if agg := replay(t, "worker_selection:\n  aggregated:\n    type: dynamo-default-cost-fn\n", tr, a); agg.EndToEnd != nil {
 		t.Errorf("an aggregated router has an end-to-end TTFT: %+v", agg.EndToEnd)
 	}
 }
