@@ -330,7 +330,8 @@ func TestLeaderHandover(t *testing.T) {
 	testEnv(t)
 	rolesReady(t, 90*time.Second)
 	if err := env.Manager.Stop(10 * time.Second); err != nil {
-		t.Fatal(err)
+		// What it was doing when SIGTERM found it.
+		t.Fatalf("%v; its log ends:\n%s", err, env.Manager.Tail(8192))
 	}
 	t.Cleanup(func() {
 		if err := env.StartManager(context.Background()); err != nil {
