@@ -12,6 +12,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
@@ -19,6 +21,7 @@ import (
 	"github.com/kvrouter/kv-hint-operator/internal/compiled"
 	"github.com/kvrouter/kv-hint-operator/internal/rollout"
 	"github.com/kvrouter/kv-hint-operator/internal/rolloutapi"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/argocd"
 	"github.com/kvrouter/kv-hint-operator/internal/testing/managertest"
 	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 )
@@ -284,6 +287,7 @@ func TestRolloutStagesShadowThenPromotes(t *testing.T) {
 		t.Fatalf("candidate ConfigMap: immutable %v, hash %s, owners %v", kept.Immutable, compiled.Hash(kept.Data), kept.OwnerReferences)
 	}
 	testenv.WaitCondition(t, k8s, timeout, f.ro, "Paused", testenv.Want{Status: metav1.ConditionTrue, Reason: "Paused", MessageContains: "step 1/3 (shadow): 2 of 2 pods on candidate " + h})
+	waitRolloutGitops(t, f.ro, status.InProgressStatus, "Suspended", "Paused: step 1/3 (shadow)")
 	if n := j.count(rolloutapi.Stage{Candidate: h, Stage: rolloutapi.StageShadow}); n != 0 {
 		t.Errorf("%d measurements while paused", n)
 	}
@@ -305,6 +309,7 @@ func TestRolloutStagesShadowThenPromotes(t *testing.T) {
 		}
 	}
 	testenv.WaitCondition(t, k8s, timeout, f.ro, "Ready", testenv.Want{Status: metav1.ConditionTrue, Reason: "Promoted"})
+	waitRolloutGitops(t, f.ro, status.CurrentStatus, "Healthy", "stable config "+h)
 	testenv.WaitCondition(t, k8s, timeout, f.role, "Ready", testenv.Want{Status: metav1.ConditionTrue})
 }
 
@@ -342,6 +347,7 @@ func TestRolloutFailedRollsBack(t *testing.T) {
 	}
 	testenv.WaitCondition(t, k8s, timeout, f.role, "Ready", testenv.Want{Status: metav1.ConditionFalse, Reason: "RolledBack"})
 	testenv.WaitCondition(t, k8s, timeout, f.ro, "Stalled", testenv.Want{Status: metav1.ConditionTrue, Reason: "PrefixHitDrop"})
+	waitRolloutGitops(t, f.ro, status.FailedStatus, "Degraded", "PrefixHitDrop: candidate "+h+" rolled back at step 2")
 	// The candidate is kept for inspection.
 	get(t, f.ns, "r-hints-"+h, &corev1.ConfigMap{})
 	waitEvent(t, f.ns, f.ro.Name, "PrefixHitDrop", "samples 4520/498")
@@ -379,6 +385,7 @@ func TestRolloutInconclusivePausesAndResumes(t *testing.T) {
 	update(t, f.ro, func(ro *v1alpha1.RouterRollout) { ro.Spec.Paused = false })
 
 	testenv.WaitCondition(t, k8s, timeout, f.ro, "Paused", testenv.Want{Status: metav1.ConditionTrue, Reason: "Inconclusive", MessageContains: "fewer than 100"})
+	waitRolloutGitops(t, f.ro, status.InProgressStatus, "Suspended", "Inconclusive: ")
 	// Neither promoted nor rolled back, and no measurement while paused.
 	time.Sleep(2500 * time.Millisecond) // over two intervals
 	if n := j.count(shadow); n != 1 {
@@ -494,4 +501,30 @@ func TestRolloutResumesAfterManagerRestart(t *testing.T) {
 		t.Errorf("candidate staged %d times, want 1", staged)
 	}
 	t.Logf("canary step started %s, first measurement %s, restart after it; promoted", started.Format(time.RFC3339Nano), first.Format(time.RFC3339Nano))
+}
+
+// waitRolloutGitops waits until kstatus (Flux, kpt) and Argo CD's health
+// check (config/argocd/health-routerrollout.lua, run as Argo CD runs it)
+// read the RouterRollout, as the API server serves it, as want says.
+func waitRolloutGitops(t *testing.T, ro *v1alpha1.RouterRollout, kstatus status.Status, argo, argoMessage string) {
+	t.Helper()
+	testenv.Eventually(t, timeout, fmt.Sprintf("RouterRollout %s: kstatus %s, Argo CD %s", ro.Name, kstatus, argo), func(ctx context.Context) error {
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("RouterRollout"))
+		if err := k8s.Get(ctx, keyOf(ro), u); err != nil {
+			return err
+		}
+		res, err := status.Compute(u)
+		if err != nil {
+			return err
+		}
+		health, msg, err := argocd.Health("../config/argocd", u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Status != kstatus || health != argo || !strings.Contains(msg, argoMessage) {
+			return fmt.Errorf("kstatus %s (%s), Argo CD %s (%s)", res.Status, res.Message, health, msg)
+		}
+		return nil
+	})
 }
