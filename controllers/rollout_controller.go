@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -85,6 +86,13 @@ func (r *RolloutReconciler) Reconcile(ctx context.Context, req reconcile.Request
 		return ctrl.Result{}, fmt.Errorf("listing the pods of router %s: %w", req.Name, err)
 	}
 	obs.Pods = pods.Items
+	deps := &appsv1.DeploymentList{}
+	if err := r.Client.List(ctx, deps, client.InNamespace(req.Namespace), client.MatchingLabels{v1alpha1.RouterLabel: req.Name}); err != nil {
+		return ctrl.Result{}, fmt.Errorf("listing the Deployments of router %s: %w", req.Name, err)
+	}
+	for _, d := range deps.Items {
+		obs.RestartMode = obs.RestartMode || v1alpha1.OptedIn(d.Annotations)
+	}
 
 	d, err := rollout.Advance(ro, obs, r.measure(ctx, ro, obs))
 	if err != nil {

@@ -24,6 +24,9 @@ type Observed struct {
 	Pods []corev1.Pod
 	// Now is the time of the observation.
 	Now time.Time
+	// RestartMode is set when the router's pods read their config only
+	// at start-up (an opted-in workload): nothing can be staged in them.
+	RestartMode bool
 }
 
 // Measure takes one measurement of the current step: it fetches the

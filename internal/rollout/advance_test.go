@@ -307,3 +307,11 @@ func TestSettingsDefaults(t *testing.T) {
 		t.Errorf("bad significance: %v", err)
 	}
 }
+
+func TestAdvanceRestartModeRouter(t *testing.T) {
+	ro := testRollout()
+	step(t, ro, Observed{Stable: stableH, Now: t0, RestartMode: true}, (&script{}).measure)
+	if ro.Status.Phase != v1alpha1.RolloutIdle || cond(ro, v1alpha1.ConditionReady) != "True/RestartModeRouter" {
+		t.Fatalf("%+v", ro.Status)
+	}
+}

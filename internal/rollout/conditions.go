@@ -65,6 +65,13 @@ func (a *advance) conditions() {
 		reason, msg = a.promotedBy, fmt.Sprintf("stable config %s runs on %d of %d pods", st.StableHash, a.pods.OnStable, a.pods.Total)
 	case v1alpha1.RolloutRolledBack:
 		reason, msg = v1alpha1.ReasonRolledBack, RollbackMessage(st.LastRollback)
+	case v1alpha1.RolloutIdle, "":
+		if !a.obs.RestartMode {
+			reason, msg = v1alpha1.ReasonIdle, fmt.Sprintf("no candidate staged; stable config %s runs on %d of %d pods", st.StableHash, a.pods.OnStable, a.pods.Total)
+			break
+		}
+		reason, msg = v1alpha1.ReasonRestartModeRouter, "the router's pods read their config only at start-up (an opted-in workload): "+
+			"nothing is staged, and each config reaches them by the workload's own rolling update"
 	default:
 		reason, msg = v1alpha1.ReasonIdle, fmt.Sprintf("no candidate staged; stable config %s runs on %d of %d pods", st.StableHash, a.pods.OnStable, a.pods.Total)
 	}
