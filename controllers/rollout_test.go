@@ -351,9 +351,28 @@ func TestRolloutFailedRollsBack(t *testing.T) {
 	// The candidate is kept for inspection.
 	get(t, f.ns, "r-hints-"+h, &corev1.ConfigMap{})
 	waitEvent(t, f.ns, f.ro.Name, "PrefixHitDrop", "samples 4520/498")
-	// Nothing stages it again while the spec stays.
+	// Nothing stages it again while the spec stays, and the role's
+	// status, computed again, is not written again.
+	rv := get(t, f.ns, f.role.Name, &v1alpha1.RouterRole{}).ResourceVersion
 	time.Sleep(2 * time.Second) // a reconcile or two, to see that none stages it
 	f.waitStable(t, f.h0)
+	if now := get(t, f.ns, f.role.Name, &v1alpha1.RouterRole{}).ResourceVersion; now != rv {
+		t.Errorf("the rolled-back role's status was written again (resourceVersion %s -> %s)", rv, now)
+	}
+}
+
+// Two RouterRollouts for one router: the older runs, the other says so.
+func TestRolloutConflict(t *testing.T) {
+	withRolloutManager(t, newJudge())
+	f := newRolloutFixture(t, 1, shadowStep())
+	second := &v1alpha1.RouterRollout{
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "r-again"},
+		Spec:       v1alpha1.RouterRolloutSpec{Router: "r", Steps: []v1alpha1.RolloutStep{shadowStep()}},
+	}
+	testenv.Create(t, k8s, second)
+	testenv.WaitCondition(t, k8s, timeout, second, "Stalled", testenv.Want{Status: metav1.ConditionTrue, Reason: "RolloutConflict", MessageContains: "RouterRollout r, older"})
+	waitRolloutGitops(t, second, status.FailedStatus, "Degraded", "RolloutConflict: ")
+	testenv.WaitCondition(t, k8s, timeout, f.ro, "Ready", testenv.Want{Status: metav1.ConditionTrue, Reason: "Idle"})
 }
 
 func waitEvent(t *testing.T, ns, name, reason, contains string) {

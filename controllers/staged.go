@@ -136,6 +136,6 @@ func markRolledBack(out *rolegraph.Output, roles []v1alpha1.RouterRole, st rollo
 		if res == nil || !st.RolledBackRoles[rr.Name] {
 			continue
 		}
-		rollout.MarkRolledBack(&res.Status, rr.Generation, st.RolledBack, now)
+		rollout.MarkRolledBack(&res.Status, rr.Status.Conditions, rr.Generation, st.RolledBack, now)
 	}
 }

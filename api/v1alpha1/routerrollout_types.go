@@ -253,9 +253,10 @@ const (
 
 // Measurement is one judgement of a step.
 type Measurement struct {
-	// at is when the measurement was taken.
+	// at is when the measurement was taken, to the microsecond (the next
+	// one is due an interval after it).
 	// +required
-	At metav1.Time `json:"at"`
+	At metav1.MicroTime `json:"at"`
 
 	// verdict is Successful, Failed or Inconclusive.
 	// +required
@@ -319,7 +320,7 @@ type Rollback struct {
 
 	// at is when it was rolled back.
 	// +required
-	At metav1.Time `json:"at"`
+	At metav1.MicroTime `json:"at"`
 
 	// step is the index of the step it failed at.
 	// +optional
@@ -419,9 +420,10 @@ type RouterRolloutStatus struct {
 	// +kubebuilder:validation:Minimum=0
 	CurrentStep int32 `json:"currentStep,omitempty"`
 
-	// stepStartedAt is when the current step started.
+	// stepStartedAt is when the current step started, to the microsecond:
+	// its measurements judge the outcomes since then.
 	// +optional
-	StepStartedAt *metav1.Time `json:"stepStartedAt,omitempty"`
+	StepStartedAt *metav1.MicroTime `json:"stepStartedAt,omitempty"`
 
 	// measurements are those taken in the current step, oldest first; at
 	// most 20.

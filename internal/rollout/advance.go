@@ -66,7 +66,7 @@ func Advance(ro *v1alpha1.RouterRollout, obs Observed, measure Measure) (Decisio
 	if len(ro.Spec.Steps) == 0 {
 		return Decision{}, fmt.Errorf("spec.steps is empty")
 	}
-	a := &advance{ro: ro, set: set, obs: obs, now: metav1.NewTime(obs.Now)}
+	a := &advance{ro: ro, set: set, obs: obs, now: metav1.NewTime(obs.Now), at: metav1.NewMicroTime(obs.Now)}
 	a.d.Status = *ro.Status.DeepCopy()
 	a.st = &a.d.Status
 	a.st.ObservedGeneration = ro.Generation
@@ -80,8 +80,10 @@ type advance struct {
 	set Settings
 	obs Observed
 	now metav1.Time
-	d   Decision
-	st  *v1alpha1.RouterRolloutStatus
+	// at is now as the status records it, to the microsecond.
+	at metav1.MicroTime
+	d  Decision
+	st *v1alpha1.RouterRolloutStatus
 	// pods are counted against the current step once it is known.
 	pods Pods
 	// pausedBy is the reason of the pause (Paused, Inconclusive).
@@ -210,8 +212,8 @@ func (a *advance) resume(why string) {
 
 func (a *advance) startStep(i int32) {
 	a.st.CurrentStep = i
-	now := a.now
-	a.st.StepStartedAt = &now
+	at := a.at
+	a.st.StepStartedAt = &at
 	a.st.Measurements = nil
 }
 
@@ -228,8 +230,8 @@ func (a *advance) clearCandidate() {
 func (a *advance) progress(measure Measure, step v1alpha1.RolloutStep, stage rolloutapi.Stage) {
 	st := a.st
 	if st.StepStartedAt == nil {
-		now := a.now
-		st.StepStartedAt = &now
+		at := a.at
+		st.StepStartedAt = &at
 	}
 	since := st.StepStartedAt.Time
 	if a.pods.OnCandidate < a.pods.Total {
@@ -250,7 +252,7 @@ func (a *advance) progress(measure Measure, step v1alpha1.RolloutStep, stage rol
 		}
 		r := measure(stage, since, a.pods)
 		st.Measurements = append(st.Measurements, v1alpha1.Measurement{
-			At: a.now, Verdict: r.Verdict, Reason: r.Reason, Metric: r.Metric,
+			At: a.at, Verdict: r.Verdict, Reason: r.Reason, Metric: r.Metric,
 			Baseline: r.Baseline, Canary: r.Canary, PValue: r.PValue, Samples: r.Samples, Message: clip(r.Message, 1024),
 		})
 		if over := len(st.Measurements) - v1alpha1.MaxMeasurements; over > 0 {
@@ -322,7 +324,7 @@ func (a *advance) rollback(r Result) {
 		reason = "Failed"
 	}
 	st.LastRollback = &v1alpha1.Rollback{
-		Hash: st.CandidateHash, At: a.now, Step: st.CurrentStep, Reason: reason,
+		Hash: st.CandidateHash, At: a.at, Step: st.CurrentStep, Reason: reason,
 		Metric: r.Metric, Baseline: r.Baseline, Canary: r.Canary, PValue: r.PValue, Samples: r.Samples,
 		Message:   clip(r.Message, 1024),
 		ConfigMap: v1alpha1.RevisionConfigMapName(a.ro.Spec.Router, st.CandidateHash),

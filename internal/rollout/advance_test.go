@@ -277,10 +277,10 @@ func TestAdvanceManualControl(t *testing.T) {
 // recorded is not taken again, and the next is due an interval after it.
 func TestAdvanceResumesFromStatus(t *testing.T) {
 	ro := testRollout()
-	started := metav1.NewTime(t0)
+	started := metav1.NewMicroTime(t0)
 	ro.Status = v1alpha1.RouterRolloutStatus{
 		Phase: v1alpha1.RolloutProgressing, StableHash: stableH, CandidateHash: candH, CurrentStep: 1, StepStartedAt: &started,
-		Measurements: []v1alpha1.Measurement{{At: metav1.NewTime(t0.Add(10 * time.Second)), Verdict: v1alpha1.VerdictSuccessful}},
+		Measurements: []v1alpha1.Measurement{{At: metav1.NewMicroTime(t0.Add(10 * time.Second)), Verdict: v1alpha1.VerdictSuccessful}},
 	}
 	on := []corev1.Pod{onStage("p0", rolloutapi.Stage{Candidate: candH, Stage: rolloutapi.StageCanary, Weight: 10})}
 	s := &script{}

@@ -143,7 +143,11 @@ func changedRoles(sources, stableSources string) map[string]bool {
 // rolled back the config its current spec compiled into: Programmed and
 // Ready False with reason RolledBack, Stalled True (waiting cannot fix
 // it: a change of the spec can), Reconciling gone.
-func MarkRolledBack(st *v1alpha1.RouterRoleStatus, gen int64, rb *v1alpha1.Rollback, now metav1.Time) {
+//
+// prev are the conditions the role has now: a condition whose status does
+// not change keeps its lastTransitionTime, so that the same status
+// computed again is not a write.
+func MarkRolledBack(st *v1alpha1.RouterRoleStatus, prev []metav1.Condition, gen int64, rb *v1alpha1.Rollback, now metav1.Time) {
 	msg := RollbackMessage(rb) + "; the router pods run the stable config"
 	prog := meta.FindStatusCondition(st.Conditions, string(v1alpha1.ConditionProgrammed))
 	progGen := gen
@@ -159,6 +163,10 @@ func MarkRolledBack(st *v1alpha1.RouterRoleStatus, gen int64, rb *v1alpha1.Rollb
 			c.Status = metav1.ConditionFalse
 		}
 		c.Reason, c.Message, c.LastTransitionTime = string(v1alpha1.ReasonRolledBack), msg, now
+		if p := meta.FindStatusCondition(prev, c.Type); p != nil && p.Status == c.Status {
+			c.LastTransitionTime = p.LastTransitionTime
+		}
+		meta.RemoveStatusCondition(&st.Conditions, c.Type)
 		meta.SetStatusCondition(&st.Conditions, c)
 	}
 	meta.RemoveStatusCondition(&st.Conditions, string(v1alpha1.ConditionReconciling))
