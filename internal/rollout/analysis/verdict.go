@@ -82,6 +82,9 @@ type Finding struct {
 	Statistic float64 `json:"statistic"`
 	P         float64 `json:"p"`
 	Exact     bool    `json:"exact,omitempty"`
+	// Level is what P was compared with: the significance divided by
+	// the number of metrics tested (Bonferroni).
+	Level float64 `json:"level,omitempty"`
 	// Message says what was seen, for a person.
 	Message string `json:"message"`
 }
@@ -122,8 +125,10 @@ type Verdict struct {
 
 // Judge judges one measurement: Inconclusive when either arm holds fewer
 // than MinSamples requests; otherwise each metric is tested one-sided in
-// its harmful direction and fails when p < Significance and its change is
-// beyond its threshold. Failed when any metric failed (with answering
+// its harmful direction and fails when its p is below Significance/m (m
+// the number of metrics tested, a Bonferroni correction: a harmless
+// candidate fails a measurement with probability at most Significance)
+// and its change is beyond its threshold. Failed when any metric failed (with answering
 // pods only, too); Inconclusive when a pod did not answer or a metric one
 // arm reported is missing from the other; Successful otherwise.
 func Judge(t Thresholds, in Input) Verdict {
@@ -142,11 +147,22 @@ func Judge(t Thresholds, in Input) Verdict {
 		return v
 	}
 	b, c := &in.Baseline, &in.Canary
+	// Several metrics are tested at once; each at Significance/m
+	// (Bonferroni) keeps the chance that a harmless candidate fails a
+	// measurement at Significance, not m times it.
+	tests := 2 // the rates: both arms hold requests
+	if len(b.HitRatios) > 0 && len(c.HitRatios) > 0 {
+		tests++
+	}
+	if len(b.TTFTs) > 0 && len(c.TTFTs) > 0 && b.TTFTP90 > 0 {
+		tests++
+	}
+	level := t.Significance / float64(tests)
 	v.Findings = []Finding{
-		judgeRank(MetricPrefixHitRatio, t, b.HitRatios, c.HitRatios, b.PrefixHitRatio(), c.PrefixHitRatio()),
-		judgeRank(MetricTTFTP90, t, b.TTFTs, c.TTFTs, b.TTFTP90, c.TTFTP90),
-		judgeRate(MetricErrorRate, t, b.Errors, b.Requests, c.Errors, c.Requests),
-		judgeRate(MetricHintRejectedRate, t, b.HintsRejected, b.Requests, c.HintsRejected, c.Requests),
+		judgeRank(MetricPrefixHitRatio, t, level, b.HitRatios, c.HitRatios, b.PrefixHitRatio(), c.PrefixHitRatio()),
+		judgeRank(MetricTTFTP90, t, level, b.TTFTs, c.TTFTs, b.TTFTP90, c.TTFTP90),
+		judgeRate(MetricErrorRate, t, level, b.Errors, b.Requests, c.Errors, c.Requests),
+		judgeRate(MetricHintRejectedRate, t, level, b.HintsRejected, b.Requests, c.HintsRejected, c.Requests),
 	}
 	var failed, inconclusive []string
 	for i := range v.Findings {
@@ -182,7 +198,7 @@ func Judge(t Thresholds, in Input) Verdict {
 // judgeRank judges a metric by the Mann-Whitney U test of its
 // observations: lower is harmful for the prefix-hit ratio (absolute
 // drop), higher for TTFT (relative increase of the p90).
-func judgeRank(m Metric, t Thresholds, base, canary []float64, bFig, cFig float64) Finding {
+func judgeRank(m Metric, t Thresholds, level float64, base, canary []float64, bFig, cFig float64) Finding {
 	f := Finding{Metric: m, Baseline: bFig, Canary: cFig, Test: TestMannWhitneyU,
 		BaselineSamples: int64(len(base)), CanarySamples: int64(len(canary)), P: 1}
 	name := metricName(m)
@@ -211,18 +227,19 @@ func judgeRank(m Metric, t Thresholds, base, canary []float64, bFig, cFig float6
 	r := MannWhitneyU(canary, base, alt)
 	f.Statistic, f.P, f.Exact = r.U, r.P, r.Exact
 	f.Phase = Successful
-	if r.P < t.Significance && harm > f.Threshold {
+	f.Level = level
+	if r.P < level && harm > f.Threshold {
 		f.Phase, f.Reason = Failed, reason
 	}
-	f.Message = fmt.Sprintf("%s %s from %s (baseline, %d) to %s (canary, %d): %s %s, tolerated %s; %s U=%g p=%.3g (significance %g)",
+	f.Message = fmt.Sprintf("%s %s from %s (baseline, %d) to %s (canary, %d): %s %s, tolerated %s; %s U=%g p=%.3g (level %.3g)",
 		name, verbFor(harm, verb), figure(m, bFig), len(base), figure(m, cFig), len(canary),
-		harmWord(m), amount(m, harm), amount(m, f.Threshold), f.Test, r.U, r.P, t.Significance)
+		harmWord(m), amount(m, harm), amount(m, f.Threshold), f.Test, r.U, r.P, level)
 	return f
 }
 
 // judgeRate judges a rate by the two-proportion z-test: higher is
 // harmful, by the absolute increase.
-func judgeRate(m Metric, t Thresholds, bx, bn, cx, cn int64) Finding {
+func judgeRate(m Metric, t Thresholds, level float64, bx, bn, cx, cn int64) Finding {
 	bRate, cRate := ratio(bx, bn), ratio(cx, cn)
 	f := Finding{Metric: m, Baseline: bRate, Canary: cRate, Change: cRate - bRate, Test: TestTwoProportionZ,
 		BaselineSamples: bn, CanarySamples: cn, Threshold: t.MaxErrorRateIncrease}
@@ -233,11 +250,12 @@ func judgeRate(m Metric, t Thresholds, bx, bn, cx, cn int64) Finding {
 	r := TwoProportionZ(bx, bn, cx, cn, Greater)
 	f.Statistic, f.P = r.Z, r.P
 	f.Phase = Successful
-	if r.P < t.Significance && f.Change > f.Threshold {
+	f.Level = level
+	if r.P < level && f.Change > f.Threshold {
 		f.Phase, f.Reason = Failed, reason
 	}
-	f.Message = fmt.Sprintf("%s %s from %.4f (baseline, %d of %d) to %.4f (canary, %d of %d): increase %+.4f, tolerated %.4f; %s z=%.3g p=%.3g (significance %g)",
-		metricName(m), verbFor(f.Change, "rose"), bRate, bx, bn, cRate, cx, cn, f.Change, f.Threshold, f.Test, r.Z, r.P, t.Significance)
+	f.Message = fmt.Sprintf("%s %s from %.4f (baseline, %d of %d) to %.4f (canary, %d of %d): increase %+.4f, tolerated %.4f; %s z=%.3g p=%.3g (level %.3g)",
+		metricName(m), verbFor(f.Change, "rose"), bRate, bx, bn, cRate, cx, cn, f.Change, f.Threshold, f.Test, r.Z, r.P, level)
 	return f
 }
 
