@@ -17,7 +17,8 @@ type Arm struct {
 	Requests int64
 	// Errors counts the failed requests.
 	Errors int64
-	// HintsRejected counts the requests whose hint the worker rejected.
+	// HintsRejected counts the requests, not failed, whose hint the
+	// worker rejected.
 	HintsRejected int64
 	// PromptTokens and CachedTokens sum the prompt tokens of the requests
 	// that did not fail and those the engines served from a prefix cache.
@@ -55,18 +56,19 @@ func ratio(a, b int64) float64 {
 }
 
 // add counts one request's sample into the arm. A failed request counts
-// for the error rate only: its tokens and its TTFT (if any) say nothing
-// about the cache. Negative counts are read as 0 and cached tokens are
+// for the error rate only: its tokens, TTFT and hint say nothing about
+// the cache (the sidecar's kvhint_outcome_requests_total counts it as an
+// error only, too). Negative counts are read as 0 and cached tokens are
 // capped at the prompt's, so a wrong report cannot push a ratio out of
 // [0, 1].
 func (a *Arm) add(s *rolloutapi.Sample) {
 	a.Requests++
-	if s.HintRejected {
-		a.HintsRejected++
-	}
 	if s.Error {
 		a.Errors++
 		return
+	}
+	if s.HintRejected {
+		a.HintsRejected++
 	}
 	if prompt := max(s.Prompt, 0); prompt > 0 {
 		cached := min(max(s.Cached, 0), prompt)

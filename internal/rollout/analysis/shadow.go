@@ -49,11 +49,12 @@ type ShadowVerdict struct {
 }
 
 // JudgeShadow judges a shadow step of candidate from the router pods'
-// config status and the shadow counts their sidecars served. A refusal
-// of the candidate by any pod fails the step at once; a refusal of some
-// other candidate (an earlier one) does not count.
-func JudgeShadow(candidate string, pods []PodStatus, outcomes []rolloutapi.Outcomes) ShadowVerdict {
-	v := ShadowVerdict{Pods: len(pods)}
+// config status, and reports counts, the pods' shadow comparisons (from
+// SumShadow or a Prometheus provider). A refusal of the candidate by any
+// pod fails the step at once; a refusal of some other candidate (an
+// earlier one) does not count.
+func JudgeShadow(candidate string, pods []PodStatus, counts rolloutapi.ShadowCounts) ShadowVerdict {
+	v := ShadowVerdict{Pods: len(pods), Counts: counts}
 	for _, p := range pods {
 		var cs *rolloutapi.CandidateStatus
 		if p.Status != nil {
@@ -70,7 +71,6 @@ func JudgeShadow(candidate string, pods []PodStatus, outcomes []rolloutapi.Outco
 	}
 	slices.SortFunc(v.Refused, func(a, b Refusal) int { return strings.Compare(a.Pod, b.Pod) })
 	slices.Sort(v.Waiting)
-	v.Counts = sumShadow(candidate, outcomes)
 	switch {
 	case len(v.Refused) > 0:
 		v.Phase, v.Reason = Failed, ReasonCandidateRefused
@@ -96,8 +96,8 @@ func JudgeShadow(candidate string, pods []PodStatus, outcomes []rolloutapi.Outco
 	return v
 }
 
-// sumShadow adds up the pods' shadow counts of candidate.
-func sumShadow(candidate string, outcomes []rolloutapi.Outcomes) rolloutapi.ShadowCounts {
+// SumShadow adds up the pods' shadow counts of candidate.
+func SumShadow(candidate string, outcomes []rolloutapi.Outcomes) rolloutapi.ShadowCounts {
 	var sum rolloutapi.ShadowCounts
 	for i := range outcomes {
 		c := outcomes[i].Shadow[candidate]

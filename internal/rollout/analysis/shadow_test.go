@@ -58,7 +58,7 @@ func TestJudgeShadow(t *testing.T) {
 	}}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got := JudgeShadow(cand, c.pods, outcomes)
+			got := JudgeShadow(cand, c.pods, SumShadow(cand, outcomes))
 			if d := cmp.Diff(c.want, got); d != "" {
 				t.Fatalf("(-want +got)\n%s", d)
 			}
@@ -68,7 +68,7 @@ func TestJudgeShadow(t *testing.T) {
 	t.Run("a canary-stage status is not shadow", func(t *testing.T) {
 		p := onShadow("r-1")
 		p.Status.Candidate.Stage, p.Status.Candidate.Weight = rolloutapi.StageCanary, 10
-		if v := JudgeShadow(cand, []PodStatus{p}, nil); v.Phase != Inconclusive || v.OnCandidate != 0 {
+		if v := JudgeShadow(cand, []PodStatus{p}, rolloutapi.ShadowCounts{}); v.Phase != Inconclusive || v.OnCandidate != 0 {
 			t.Fatalf("%+v", v)
 		}
 	})
@@ -77,7 +77,7 @@ func TestJudgeShadow(t *testing.T) {
 		for _, n := range []string{"e", "d", "c", "b", "a"} {
 			pods = append(pods, refusing(n, cand, "x"))
 		}
-		v := JudgeShadow(cand, pods, nil)
+		v := JudgeShadow(cand, pods, rolloutapi.ShadowCounts{})
 		if want := "5 of 5 pods refused candidate 000000000000000b: pod a: x; pod b: x; pod c: x and 2 more"; v.Message != want {
 			t.Fatalf("message %q, want %q", v.Message, want)
 		}
