@@ -48,7 +48,12 @@ type PrometheusOptions struct {
 // sidecars export from a Prometheus server: counts over the window for
 // the rates and the minimum sample size, and one observation per Step for
 // the rank tests, the way Kayenta compares a canary's time series with
-// the baseline's.
+// the baseline's. Its limit: a rank test over n steps per arm cannot
+// reach a p-value below 1/C(2n, n) (n = 4: 0.014, above the default
+// level of 0.05/4), so a window needs at least 5 steps for a metric to
+// fail; the analysis calls fewer Inconclusive. Counts come from
+// increase(), which extrapolates to the window's edges: near the true
+// count, rarely equal.
 type Prometheus struct {
 	opts   PrometheusOptions
 	base   *url.URL
@@ -136,7 +141,9 @@ func (p *Prometheus) Queries(q Query, until time.Time) (Queries, error) {
 	if q.Namespace == "" || q.Router == "" {
 		return Queries{}, errors.New("a Prometheus query needs the router's namespace and name")
 	}
-	window := until.Sub(q.Since).Truncate(time.Second)
+	// Whole seconds, rounded up so the range reaches back to the step's
+	// start: increase() counts from the last sample before it.
+	window := (until.Sub(q.Since) + time.Second - 1).Truncate(time.Second)
 	if window < time.Second {
 		return Queries{}, fmt.Errorf("router %s/%s: window %v from %s to %s is shorter than 1s", q.Namespace, q.Router, window,
 			q.Since.UTC().Format(time.RFC3339), until.UTC().Format(time.RFC3339))

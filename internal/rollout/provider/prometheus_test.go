@@ -26,17 +26,17 @@ func TestPrometheusQueries(t *testing.T) {
 	}
 	sel := `{namespace="inference",router="llama",config_hash=~"00000000000000aa|00000000000000bb"}`
 	want := Queries{
-		Requests:       `sum by (config_hash, result) (increase(kvhint_outcome_requests_total` + sel + `[300s]))`,
-		PromptTokens:   `sum by (config_hash) (increase(kvhint_outcome_prompt_tokens_total` + sel + `[300s]))`,
-		CachedTokens:   `sum by (config_hash) (increase(kvhint_outcome_cached_tokens_total` + sel + `[300s]))`,
-		TTFTP50:        `histogram_quantile(0.5, sum by (config_hash, le) (increase(kvhint_outcome_ttft_seconds_bucket` + sel + `[300s])))`,
-		TTFTP90:        `histogram_quantile(0.9, sum by (config_hash, le) (increase(kvhint_outcome_ttft_seconds_bucket` + sel + `[300s])))`,
-		ShadowBookings: `sum by (role, result) (increase(kvhint_shadow_bookings_total{namespace="inference",router="llama"}[300s]))`,
-		ShadowActions:  `sum by (action) (increase(kvhint_shadow_action_diff_total{namespace="inference",router="llama"}[300s]))`,
+		Requests:       `sum by (config_hash, result) (increase(kvhint_outcome_requests_total` + sel + `[301s]))`,
+		PromptTokens:   `sum by (config_hash) (increase(kvhint_outcome_prompt_tokens_total` + sel + `[301s]))`,
+		CachedTokens:   `sum by (config_hash) (increase(kvhint_outcome_cached_tokens_total` + sel + `[301s]))`,
+		TTFTP50:        `histogram_quantile(0.5, sum by (config_hash, le) (increase(kvhint_outcome_ttft_seconds_bucket` + sel + `[301s])))`,
+		TTFTP90:        `histogram_quantile(0.9, sum by (config_hash, le) (increase(kvhint_outcome_ttft_seconds_bucket` + sel + `[301s])))`,
+		ShadowBookings: `sum by (role, result) (increase(kvhint_shadow_bookings_total{namespace="inference",router="llama"}[301s]))`,
+		ShadowActions:  `sum by (action) (increase(kvhint_shadow_action_diff_total{namespace="inference",router="llama"}[301s]))`,
 		HitRatioSteps: `sum by (config_hash) (increase(kvhint_outcome_cached_tokens_total` + sel + `[15s]))` +
 			` / sum by (config_hash) (increase(kvhint_outcome_prompt_tokens_total` + sel + `[15s]))`,
 		TTFTP90Steps: `histogram_quantile(0.9, sum by (config_hash, le) (increase(kvhint_outcome_ttft_seconds_bucket` + sel + `[15s])))`,
-		Window:       5 * time.Minute,
+		Window:       5*time.Minute + time.Second, // rounded up
 	}
 	if d := cmp.Diff(want, qs); d != "" {
 		t.Fatalf("(-want +got)\n%s", d)
