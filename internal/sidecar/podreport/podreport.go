@@ -85,10 +85,15 @@ func (p *Reporter) Report(hash string) {
 // ReportEjected queues the list of ejected policies for writing without
 // waiting; an empty list removes the annotation.
 func (p *Reporter) ReportEjected(list []Ejected) {
-	v := FormatEjected(list)
+	p.set(&p.ejected, FormatEjected(list))
+}
+
+// set sets *field, guarded by mu, to v, and wakes the writer if it
+// changed.
+func (p *Reporter) set(field *string, v string) {
 	p.mu.Lock()
-	changed := v != p.ejected
-	p.ejected = v
+	changed := v != *field
+	*field = v
 	p.mu.Unlock()
 	if changed {
 		p.wake()
@@ -99,14 +104,7 @@ func (p *Reporter) ReportEjected(list []Ejected) {
 // waiting, when it changed. Errors are cut so that the annotation fits
 // rolloutapi.MaxConfigStatusBytes.
 func (p *Reporter) ReportConfigStatus(cs rolloutapi.ConfigStatus) {
-	v := FormatConfigStatus(cs)
-	p.mu.Lock()
-	changed := v != p.status
-	p.status = v
-	p.mu.Unlock()
-	if changed {
-		p.wake()
-	}
+	p.set(&p.status, FormatConfigStatus(cs))
 }
 
 // maxStatusErrorBytes is the most of each error the config status keeps:
