@@ -45,9 +45,13 @@ type Stage struct {
 
 	cur atomic.Pointer[candidate]
 
-	// mu serialises Load, Refuse and Clear, and guards status.
+	// mu serialises Load, Refuse and Clear, and guards status and
+	// refused.
 	mu     sync.Mutex
 	status *rolloutapi.CandidateStatus
+	// refused is the hash of the candidate whose config did not load, the
+	// error in status; "" when none was.
+	refused string
 
 	// bufs lend the shadow's Build the memory of its message.
 	bufs sync.Pool
@@ -247,9 +251,18 @@ func (s *Stage) Load(cfg dispatch.Config, st rolloutapi.Stage, origin string) er
 		s.status = &rolloutapi.CandidateStatus{Assigned: st.Candidate, Active: st.Candidate, Stage: st.Stage, Weight: st.Weight}
 		return nil
 	}
+	if s.refused != "" && s.refused == st.Candidate && s.status != nil {
+		// Refused already: the same config fails the same way; a source
+		// that rereads it (a poll) neither compiles nor logs it again.
+		err := errors.New(s.status.Error)
+		s.refuseLocked(st, err)
+		s.refused = st.Candidate
+		return err
+	}
 	d := dispatch.NewDispatcher(s.opts)
 	if err := d.LoadConfig(cfg, origin); err != nil {
 		s.refuseLocked(st, err)
+		s.refused = st.Candidate
 		return err
 	}
 	s.cur.Store(&candidate{d: d, hash: st.Candidate, stage: st.Stage, weight: uint64(st.Weight), counts: &counts{}})
@@ -270,6 +283,7 @@ func (s *Stage) Refuse(st rolloutapi.Stage, err error) {
 
 func (s *Stage) refuseLocked(st rolloutapi.Stage, err error) {
 	s.cur.Store(nil)
+	s.refused = ""
 	s.status = &rolloutapi.CandidateStatus{Assigned: st.Candidate, Stage: st.Stage, Weight: st.Weight, Error: err.Error()}
 }
 
@@ -279,7 +293,7 @@ func (s *Stage) Clear() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.cur.Store(nil)
-	s.status = nil
+	s.status, s.refused = nil, ""
 }
 
 // Status is what the stage does with the candidate: nil when none is

@@ -180,11 +180,24 @@ func TestRefusedCandidate(t *testing.T) {
 	if cs == nil || cs.Assigned != candHash || cs.Active != "" || !strings.Contains(cs.Error, "no-such-policy") {
 		t.Fatalf("status %+v, want assigned %s, not active, the error naming the policy", cs, candHash)
 	}
+	// Reread (a poll), the refused candidate is refused again with the
+	// same error, in the stage the source now names.
+	st.Stage, st.Weight = rolloutapi.StageCanary, 5
+	if err2 := s.Load(dispatch.Config{Doc: []byte("worker_selection:\n  decode:\n    type: no-such-policy\n")}, st, "test"); err2 == nil || err2.Error() != err.Error() {
+		t.Fatalf("the refused candidate reread: %v, want %v", err2, err)
+	}
+	if cs := s.Status(); cs.Stage != rolloutapi.StageCanary || cs.Weight != 5 || cs.Error != err.Error() {
+		t.Fatalf("status %+v after the reread", cs)
+	}
+	st.Stage, st.Weight = rolloutapi.StageShadow, 0
 	h, err := s.Book(context.Background(), booking("r1", "s1", true))
 	if err != nil || h.ConfigHash != s.stable.ConfigHash() {
 		t.Fatalf("booking with a refused candidate: %v, config %s", err, h.ConfigHash)
 	}
 
+	// Once cleared, a candidate is read afresh. (The test gives a working
+	// config the refused one's hash; a real hash is of the content.)
+	s.Clear()
 	if err := s.Load(dispatch.Config{Doc: []byte(noFetchDoc)}, st, "test"); err != nil {
 		t.Fatal(err)
 	}
