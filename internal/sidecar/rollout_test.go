@@ -2,17 +2,23 @@ package sidecar
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/kvrouter/kv-hint-operator/internal/compiled"
 	"github.com/kvrouter/kv-hint-operator/internal/rolloutapi"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/booking"
 	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
+	"github.com/kvrouter/kv-hint-operator/pkg/wellknown"
 )
 
 // The configs of a staged rollout: the stable one fetches the booking's
@@ -220,5 +226,124 @@ func TestStagedRolloutDir(t *testing.T) {
 	}
 	if resp := post(t, s, booking.Path, stagedBooking("after-1", "x", 2, true)); resp.header.Get(booking.HeaderConfigHash) != stableHash {
 		t.Errorf("a booking after the rollout answered with config %q, want %s", resp.header.Get(booking.HeaderConfigHash), stableHash)
+	}
+}
+
+// TestKubernetesConfigStatus runs a staged rollout through the watched
+// ConfigMap against a real API server and reads what the sidecar writes
+// on its own Pod (rolloutapi.ConfigStatusAnnotation): the stable config
+// assigned and active; a refused candidate with its error while the
+// stable config answers every booking (Kvhint-Config-Hash on a 204 as
+// well); a canary's candidate active with its stage; the candidate gone
+// with its stage; and a refused stable config that stays on its last good
+// one and says why.
+func TestKubernetesConfigStatus(t *testing.T) {
+	env := testenv.Get(t)
+	kc := env.Kube
+	ns := testenv.NewNamespace(t, env.Client, "rollout")
+	ctx := context.Background()
+	pods := kc.CoreV1().Pods(ns)
+	if _, err := pods.Create(ctx, testPod("router-0", map[string]string{wellknown.RouterLabel: "llama"}, nil), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cms := kc.CoreV1().ConfigMaps(ns)
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: wellknown.ConfigMapName("llama")}, Data: compiledData(fetchConfig, decodeRoles)}
+	if _, err := cms.Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Options{
+		Catalog: testCatalog(t), ConfigMap: cm.Name, Namespace: ns, PodName: "router-0", PodNamespace: ns, Kube: kc,
+		Listen: "127.0.0.1:0", OpsListen: "127.0.0.1:0", Log: testLogger(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Shutdown(context.Background()) })
+
+	stableHash, candHash, brokenHash := compiledHashOf(fetchConfig), compiledHashOf(noFetchConfig), compiledHashOf(invalidConfig)
+	update := func(data map[string]string) {
+		t.Helper()
+		cm.Data = data
+		if _, err := cms.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitStatus := func(what string, want rolloutapi.ConfigStatus, errHas string) {
+		t.Helper()
+		testenv.Eventually(t, 10*time.Second, what, func(context.Context) error {
+			p, err := pods.Get(ctx, "router-0", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			raw := p.Annotations[rolloutapi.ConfigStatusAnnotation]
+			var got rolloutapi.ConfigStatus
+			if err := json.Unmarshal([]byte(raw), &got); err != nil {
+				return fmt.Errorf("annotation %s = %q: %v", rolloutapi.ConfigStatusAnnotation, raw, err)
+			}
+			if len(raw) > rolloutapi.MaxConfigStatusBytes {
+				return fmt.Errorf("annotation is %d bytes, over %d", len(raw), rolloutapi.MaxConfigStatusBytes)
+			}
+			// The errors are checked by what they name.
+			gotErr := got.Error
+			if got.Candidate != nil {
+				c := *got.Candidate
+				gotErr += c.Error
+				c.Error = ""
+				got.Candidate = &c
+			}
+			got.Error = ""
+			if diff := cmp.Diff(want, got); diff != "" {
+				return fmt.Errorf("config status (-want +got):\n%s", diff)
+			}
+			if !strings.Contains(gotErr, errHas) || (errHas == "" && gotErr != "") {
+				return fmt.Errorf("config status errors %q, want one naming %q", gotErr, errHas)
+			}
+			if h := p.Annotations[wellknown.AppliedHashAnnotation]; h != want.Active {
+				return fmt.Errorf("applied hash %q, want %q", h, want.Active)
+			}
+			return nil
+		})
+	}
+	book := func(id string) string {
+		t.Helper()
+		resp := post(t, s, booking.Path, stagedBooking(id, id, 1, true))
+		if resp.status != http.StatusNoContent { // no worker is registered: unknown_worker
+			t.Fatalf("booking %s: %d %s", id, resp.status, resp.body)
+		}
+		return resp.header.Get(booking.HeaderConfigHash)
+	}
+
+	stable := rolloutapi.ConfigStatus{Assigned: stableHash, Active: stableHash, LastKnownGood: stableHash}
+	waitStatus("the stable config reported", stable, "")
+
+	update(stagedData(t, fetchConfig, invalidConfig, rolloutapi.Stage{Stage: rolloutapi.StageShadow}))
+	refused := stable
+	refused.Candidate = &rolloutapi.CandidateStatus{Assigned: brokenHash, Stage: rolloutapi.StageShadow}
+	waitStatus("the broken candidate refused", refused, "no-such-policy")
+	for i := range 5 {
+		if h := book(fmt.Sprintf("refused-%d", i)); h != stableHash {
+			t.Fatalf("a booking beside the refused candidate answered with config %q, want %s", h, stableHash)
+		}
+	}
+
+	update(stagedData(t, fetchConfig, noFetchConfig, rolloutapi.Stage{Stage: rolloutapi.StageCanary, Weight: 10}))
+	canary := stable
+	canary.Candidate = &rolloutapi.CandidateStatus{Assigned: candHash, Active: candHash, Stage: rolloutapi.StageCanary, Weight: 10}
+	waitStatus("the candidate in a 10% canary", canary, "")
+
+	update(compiledData(fetchConfig, decodeRoles))
+	waitStatus("the candidate gone", stable, "")
+	if s.Stage.Candidate() != nil {
+		t.Error("the candidate's dispatcher outlives its stage")
+	}
+
+	update(compiledData(invalidConfig, decodeRoles))
+	broken := rolloutapi.ConfigStatus{Assigned: brokenHash, Active: stableHash, LastKnownGood: stableHash}
+	waitStatus("the broken stable config refused", broken, "no-such-policy")
+	if h := book("after-broken"); h != stableHash {
+		t.Errorf("a booking after a refused stable config answered with config %q, want %s", h, stableHash)
 	}
 }

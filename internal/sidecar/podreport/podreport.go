@@ -182,10 +182,10 @@ func (p *Reporter) Run(ctx context.Context, log logr.Logger) {
 				p.mu.Lock()
 				p.reported = ejected != ""
 				p.mu.Unlock()
-				log.V(1).Info("Reported on the pod", "hash", hash, "ejectedPolicies", ejected)
+				log.V(1).Info("Reported on the pod", "hash", hash, "ejectedPolicies", ejected, "configStatus", status)
 				break
 			}
-			log.Error(err, "Cannot write the report on the pod; retrying", "hash", hash, "ejectedPolicies", ejected, "retryIn", backoff.String())
+			log.Error(err, "Cannot write the report on the pod; retrying", "hash", hash, "ejectedPolicies", ejected, "configStatus", status, "retryIn", backoff.String())
 			select {
 			case <-ctx.Done():
 				return
