@@ -10,14 +10,18 @@
 //   - delivery: queues, byte budget, poster and connections;
 //   - endpoint: the hint endpoint checks;
 //   - configsource: the policy file, mounted directory and ConfigMap;
-//   - podreport: the applied hash on the sidecar's own Pod;
+//   - stage: a staged rollout's candidate beside the stable config
+//     (shadow, canary);
+//   - podreport: the applied hash and config status on the sidecar's own
+//     Pod;
 //   - ops: the metrics registry, health, readiness and pprof;
 //   - listen, filewatch, jsonbody: listeners and their caps, file
 //     watching, strict JSON bodies.
 //
-// A booking's path: booking.API.Book decodes the body, Dispatcher.Book
-// runs the policies and calls workers.Worker.Deliver, which queues the
-// message for the worker's sender (delivery).
+// A booking's path: booking.API.Book decodes the body, stage.Stage.Book
+// picks the config (the stable one unless a rollout stages a candidate),
+// Dispatcher.Book runs the policies and calls workers.Worker.Deliver,
+// which queues the message for the worker's sender (delivery).
 //
 // It may import every room; no room imports it.
 package sidecar
@@ -37,6 +41,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/kvrouter/kv-hint-operator/internal/rolloutapi"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/admin"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/booking"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/configsource"
@@ -46,6 +51,7 @@ import (
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/ops"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/podreport"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/record"
+	"github.com/kvrouter/kv-hint-operator/internal/sidecar/stage"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/workers"
 	"github.com/kvrouter/kv-hint-operator/pkg/dispatch"
 
@@ -250,6 +256,9 @@ type Sidecar struct {
 	bookingBudget *booking.Budget
 	// recorder records sampled bookings; nil unless Options.Record.
 	recorder *record.Recorder
+	// Stage books through the stable dispatcher and a staged rollout's
+	// candidate; its Shadow method serves the shadow comparisons.
+	Stage *stage.Stage
 
 	bookingLn, opsLn, pprofLn net.Listener
 	// booking serves the booking API on bookingConns (the booking
@@ -313,9 +322,10 @@ func New(o Options) (*Sidecar, error) {
 	if o.MaxBookingBytes <= 0 {
 		o.MaxBookingBytes = dispatch.DefaultMaxBookingBytes
 	}
-	d := dispatch.NewDispatcher(dispatch.Options{Catalog: o.Catalog, Workers: reg, Metrics: dispatch.NewMetrics(m), PolicyDeadline: o.PolicyDeadline,
-		PolicyDeadlinePerBlock: o.PolicyDeadlinePerBlock, Isolation: o.PolicyIsolation, MaxBookingBytes: o.MaxBookingBytes, RouterMode: o.RouterMode, Log: o.Log.WithName("dispatcher")})
-	s := &Sidecar{opts: o, Metrics: m, Dispatcher: d, Workers: reg, Delivery: del, endpoints: eps, listeners: listen.NewMetrics(m),
+	dopts := dispatch.Options{Catalog: o.Catalog, Workers: reg, Metrics: dispatch.NewMetrics(m), PolicyDeadline: o.PolicyDeadline,
+		PolicyDeadlinePerBlock: o.PolicyDeadlinePerBlock, Isolation: o.PolicyIsolation, MaxBookingBytes: o.MaxBookingBytes, RouterMode: o.RouterMode, Log: o.Log.WithName("dispatcher")}
+	d := dispatch.NewDispatcher(dopts)
+	s := &Sidecar{opts: o, Metrics: m, Dispatcher: d, Stage: stage.New(d, dopts, m), Workers: reg, Delivery: del, endpoints: eps, listeners: listen.NewMetrics(m),
 		bookingBudget: booking.NewBudget(o.MaxBookingMemory, m)}
 	if o.WorkersFile != "" {
 		s.file = &workers.FileSource{Path: o.WorkersFile, Poll: o.Poll}
@@ -392,7 +402,7 @@ func (s *Sidecar) Start(ctx context.Context) error {
 		log.Info("Hint endpoints on loopback are allowed (--allow-loopback-hint-endpoints): for development only; a worker's word can then send hints to this machine")
 	}
 	book := &booking.API{Dispatcher: s.Dispatcher, Log: log.WithName("api"), MaxBookingBytes: s.opts.MaxBookingBytes, OtherBodyLimit: admin.BodyLimit,
-		Budget: s.bookingBudget}
+		Budget: s.bookingBudget, Stage: s.Stage}
 	if s.recorder != nil {
 		book.Record = s.recorder.Record
 		log.Info("Recording sampled bookings as a trace", "path", s.opts.Record.Path, "sampleRate", s.opts.Record.SampleRate)
@@ -420,10 +430,11 @@ func (s *Sidecar) Start(ctx context.Context) error {
 			configsource.FileSource{Path: o.ConfigFile, Poll: o.Poll}.Run(ctx, s.Dispatcher, log.WithName("config"))
 		case o.ConfigDir != "":
 			src := configsource.DirSource(o.ConfigDir, o.Poll)
-			src.OnWorkerSelectors = s.applyPools
+			src.OnWorkerSelectors, src.Candidates, src.OnStatus = s.applyPools, s.Stage, s.reportStatus
 			src.Run(ctx, s.Dispatcher, log.WithName("config"))
 		default:
-			configsource.ConfigMapSource{Client: o.Kube, Namespace: o.Namespace, Name: o.ConfigMap, OnWorkerSelectors: s.applyPools}.Run(ctx, s.Dispatcher, log.WithName("config"))
+			configsource.ConfigMapSource{Client: o.Kube, Namespace: o.Namespace, Name: o.ConfigMap, OnWorkerSelectors: s.applyPools,
+				Candidates: s.Stage, OnStatus: s.reportStatus}.Run(ctx, s.Dispatcher, log.WithName("config"))
 		}
 	})
 	if s.file != nil {
@@ -522,6 +533,14 @@ func (s *Sidecar) applyPools(pools map[string]labels.Selector) {
 	}
 	slices.Sort(names)
 	s.opts.Log.V(1).Info("Applied worker pools", "pools", names, "othersAdmitted", open)
+}
+
+// reportStatus writes the config status on the sidecar's pod, when it
+// reports on one.
+func (s *Sidecar) reportStatus(cs rolloutapi.ConfigStatus) {
+	if s.reporter != nil {
+		s.reporter.ReportConfigStatus(cs)
+	}
 }
 
 func (s *Sidecar) goRun(f func()) {
