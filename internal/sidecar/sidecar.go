@@ -11,6 +11,9 @@
 //   - endpoint: the hint endpoint checks;
 //   - configsource: the policy file, mounted directory and ConfigMap;
 //   - podreport: the applied hash on the sidecar's own Pod;
+//   - outcomes: the request outcomes routers report, by config hash, for
+//     a staged rollout's analysis (POST /v1/outcomes on the booking
+//     listener, GET /v1/rollout/outcomes on the ops listener);
 //   - ops: the metrics registry, health, readiness and pprof;
 //   - listen, filewatch, jsonbody: listeners and their caps, file
 //     watching, strict JSON bodies.
@@ -37,6 +40,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/kvrouter/kv-hint-operator/internal/rolloutapi"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/admin"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/booking"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/configsource"
@@ -44,6 +48,7 @@ import (
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/endpoint"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/listen"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/ops"
+	"github.com/kvrouter/kv-hint-operator/internal/sidecar/outcomes"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/podreport"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/record"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/workers"
@@ -250,6 +255,11 @@ type Sidecar struct {
 	bookingBudget *booking.Budget
 	// recorder records sampled bookings; nil unless Options.Record.
 	recorder *record.Recorder
+	// Outcomes holds the request outcomes the router reports.
+	Outcomes *outcomes.Store
+	// shadow gives the shadow counts the outcome route serves beside
+	// them; nil serves none.
+	shadow outcomes.ShadowSource
 
 	bookingLn, opsLn, pprofLn net.Listener
 	// booking serves the booking API on bookingConns (the booking
@@ -316,7 +326,7 @@ func New(o Options) (*Sidecar, error) {
 	d := dispatch.NewDispatcher(dispatch.Options{Catalog: o.Catalog, Workers: reg, Metrics: dispatch.NewMetrics(m), PolicyDeadline: o.PolicyDeadline,
 		PolicyDeadlinePerBlock: o.PolicyDeadlinePerBlock, Isolation: o.PolicyIsolation, MaxBookingBytes: o.MaxBookingBytes, RouterMode: o.RouterMode, Log: o.Log.WithName("dispatcher")})
 	s := &Sidecar{opts: o, Metrics: m, Dispatcher: d, Workers: reg, Delivery: del, endpoints: eps, listeners: listen.NewMetrics(m),
-		bookingBudget: booking.NewBudget(o.MaxBookingMemory, m)}
+		bookingBudget: booking.NewBudget(o.MaxBookingMemory, m), Outcomes: outcomes.NewStore(outcomes.Options{Metrics: outcomes.NewMetrics(m)})}
 	if o.WorkersFile != "" {
 		s.file = &workers.FileSource{Path: o.WorkersFile, Poll: o.Poll}
 	}
@@ -397,7 +407,8 @@ func (s *Sidecar) Start(ctx context.Context) error {
 		book.Record = s.recorder.Record
 		log.Info("Recording sampled bookings as a trace", "path", s.opts.Record.Path, "sampleRate", s.opts.Record.SampleRate)
 	}
-	book.Other = (&admin.API{Dispatcher: s.Dispatcher, Workers: s.Workers, Log: log.WithName("api"), Book: book.Book, RegistrationOff: s.registrationOff()}).Handler()
+	book.Other = (&admin.API{Dispatcher: s.Dispatcher, Workers: s.Workers, Log: log.WithName("api"), Book: book.Book, RegistrationOff: s.registrationOff(),
+		Outcomes: s.Outcomes}).Handler()
 	var checks []func() error
 	if s.pods != nil {
 		checks = append(checks, s.pods.Synced)
@@ -455,7 +466,10 @@ func (s *Sidecar) Start(ctx context.Context) error {
 		h    http.Handler
 		lim  listen.Limits
 	}
-	servers := []server{{"ops", s.opsLn, s.opts.MaxOpsConns, ops.Handler(s.Metrics, s.Dispatcher, ready), lim}}
+	opsMux := http.NewServeMux()
+	opsMux.Handle("/", ops.Handler(s.Metrics, s.Dispatcher, ready))
+	opsMux.Handle(rolloutapi.OutcomesPath, outcomes.Handler(s.Outcomes, s.opts.PodName, s.shadow))
+	servers := []server{{"ops", s.opsLn, s.opts.MaxOpsConns, opsMux, lim}}
 	if s.pprofLn != nil {
 		servers = append(servers, server{"pprof", s.pprofLn, listen.MaxPprofConns, ops.PprofHandler(), pprofLim})
 	}
