@@ -51,6 +51,19 @@ func Create(t testing.TB, c client.Client, objs ...client.Object) {
 	}
 }
 
+// Update re-reads obj, applies change and writes it back, retrying on a
+// conflict with the manager's status writes.
+func Update[T client.Object](t testing.TB, c client.Client, timeout time.Duration, obj T, change func(T)) {
+	t.Helper()
+	Eventually(t, timeout, "updating "+obj.GetName(), func(ctx context.Context) error {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+			return err
+		}
+		change(obj)
+		return c.Update(ctx, obj)
+	})
+}
+
 // Objects decodes every document of a YAML or JSON stream (a manifest,
 // kustomize's output), skipping empty ones.
 func Objects(data []byte) ([]*unstructured.Unstructured, error) {
