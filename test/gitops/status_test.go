@@ -106,9 +106,7 @@ func TestGitopsStatus(t *testing.T) {
 			}
 			c.ns = testenv.NewNamespace(t, k8s, "kvhint-test")
 			files[c.file] = c.ns
-			if _, err := testenv.CreateFile(t, k8s, c.ns, filepath.Join(env.Repo, invalidsamples.Dir, c.file)); err != nil {
-				t.Fatalf("%s: %v", c.file, err)
-			}
+			testenv.MustCreateFile(t, k8s, c.ns, filepath.Join(env.Repo, invalidsamples.Dir, c.file))
 			continue
 		}
 		if c == policy {

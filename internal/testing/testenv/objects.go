@@ -329,8 +329,9 @@ func WaitConfigMap(t testing.TB, c client.Client, timeout time.Duration, ns, rou
 }
 
 // CreateFile creates every object of a YAML file in ns, as `kubectl
-// create -n ns -f FILE` does, and returns them with the first refusal.
-func CreateFile(t testing.TB, c client.Client, ns, path string) ([]*unstructured.Unstructured, error) {
+// create -n ns -f FILE` does, each after edits, and returns them with the
+// first refusal.
+func CreateFile(t testing.TB, c client.Client, ns, path string, edits ...func(*unstructured.Unstructured)) ([]*unstructured.Unstructured, error) {
 	t.Helper()
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -342,9 +343,23 @@ func CreateFile(t testing.TB, c client.Client, ns, path string) ([]*unstructured
 	}
 	for _, o := range objs {
 		o.SetNamespace(ns)
+		for _, edit := range edits {
+			edit(o)
+		}
 		if err := c.Create(context.Background(), o); err != nil {
-			return objs, err
+			return objs, fmt.Errorf("%s: creating %s %s: %w", path, o.GetKind(), o.GetName(), err)
 		}
 	}
 	return objs, nil
+}
+
+// MustCreateFile is CreateFile for a file that must be accepted: a
+// refusal fails t.
+func MustCreateFile(t testing.TB, c client.Client, ns, path string, edits ...func(*unstructured.Unstructured)) []*unstructured.Unstructured {
+	t.Helper()
+	objs, err := CreateFile(t, c, ns, path, edits...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs
 }
