@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/kvrouter/kv-hint-operator/internal/rollout/analysis"
-	"github.com/kvrouter/kv-hint-operator/internal/rolloutapi"
 )
 
 // PrometheusOptions configure the Prometheus provider.
@@ -135,8 +134,8 @@ type Queries struct {
 
 // Queries builds the PromQL for q over [since, until].
 func (p *Prometheus) Queries(q Query, until time.Time) (Queries, error) {
-	if !rolloutapi.ValidHash(q.Stable) || !rolloutapi.ValidHash(q.Candidate) {
-		return Queries{}, fmt.Errorf("router %s/%s: stable %q and candidate %q must be config hashes", q.Namespace, q.Router, q.Stable, q.Candidate)
+	if err := q.check(); err != nil {
+		return Queries{}, err
 	}
 	if q.Namespace == "" || q.Router == "" {
 		return Queries{}, errors.New("a Prometheus query needs the router's namespace and name")
