@@ -189,6 +189,34 @@ func TestPrometheusProviderAgainstPrometheus(t *testing.T) {
 		t.Errorf("llama: shadow counts %+v", m.Shadow)
 	}
 
+	// The same figures through query overrides written as a user would.
+	sel := `{namespace="{{namespace}}",router="{{router}}",config_hash="{{hash}}"}`
+	over, err := provider.NewPrometheus(provider.PrometheusOptions{Address: srv.URL, Step: 2 * time.Second, AllowLoopback: true,
+		Queries: map[string]string{
+			provider.OverridePrefixHit: `sum(increase(kvhint_outcome_cached_tokens_total` + sel + `[{{window}}])) / sum(increase(kvhint_outcome_prompt_tokens_total` + sel + `[{{window}}]))`,
+			provider.OverrideErrorRate: `sum(increase(kvhint_outcome_requests_total{result="error",` + sel[1:] + `[{{window}}])) / sum(increase(kvhint_outcome_requests_total` + sel + `[{{window}}]))`,
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mo, err := over.Measure(context.Background(), provider.Query{Namespace: "inference", Router: "llama",
+		Stable: stable, Candidate: candidate, Since: since, Until: until})
+	if err != nil || mo.Sources[0].Error != "" {
+		t.Fatalf("overrides: %v %+v", err, mo.Sources)
+	}
+	for name, pair := range map[string][2]analysis.Arm{"baseline": {b, mo.Input.Baseline}, "canary": {c, mo.Input.Canary}} {
+		def, ovr := pair[0], pair[1]
+		if mo.Input.Baseline.HitRatio == nil || math.Abs(def.PrefixHitRatio()-ovr.PrefixHitRatio()) > 0.002 || len(ovr.HitRatios) != len(def.HitRatios) {
+			t.Errorf("override %s: prefix hit %v (%d steps), default %v (%d steps)", name, ovr.PrefixHitRatio(), len(ovr.HitRatios), def.PrefixHitRatio(), len(def.HitRatios))
+		}
+		if d := ovr.Errors - def.Errors; d < -1 || d > 1 {
+			t.Errorf("override %s: %d errors, default %d", name, ovr.Errors, def.Errors)
+		}
+	}
+	if vo := analysis.Judge(th, mo.Input); vo.Phase != analysis.Failed || vo.Metric != analysis.MetricPrefixHitRatio {
+		t.Errorf("overrides: %s %s: %s", vo.Phase, vo.Reason, vo.Message)
+	}
+
 	m, v = measure("mistral", mistral)
 	if d := m.Input.Baseline.PrefixHitRatio() - m.Input.Canary.PrefixHitRatio(); math.Abs(d) > 1e-9 {
 		t.Errorf("mistral: the arms' prefix-hit ratios differ by %v", d)
