@@ -72,7 +72,8 @@ const MaxOverrideBytes = 4096
 // level of 0.05/4), so a window needs at least 5 steps for a metric to
 // fail; the analysis calls fewer Inconclusive. Counts come from
 // increase(), which extrapolates to the window's edges: near the true
-// count, rarely equal.
+// count, rarely equal. The prompt-token series count failed requests too,
+// which the sidecar provider leaves out of the prefix-hit ratio.
 type Prometheus struct {
 	opts   PrometheusOptions
 	base   *url.URL
