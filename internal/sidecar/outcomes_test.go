@@ -1,0 +1,116 @@
+package sidecar
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvrouter/kv-hint-operator/internal/rolloutapi"
+	"github.com/kvrouter/kv-hint-operator/pkg/bookingapi"
+	"github.com/kvrouter/kv-hint-operator/pkg/hints"
+)
+
+// TestOutcomes books through bookingapi's client against a running
+// sidecar, reports each request's outcome under the config hash the
+// booking answered, and reads them back from the ops listener and the
+// metrics; oversized and invalid outcomes are refused with what is wrong.
+func TestOutcomes(t *testing.T) {
+	s := startSidecarWithConfig(t, testCatalog(t), dispatchConfig, func(o *Options) { o.PodName = "" })
+	w := startWorker(t, "w")
+	registerWorker(t, s, w)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := bookingapi.NewClient("http://"+s.BookingAddr(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now().UnixMilli()
+	var hash string
+	for i, cached := range []int{0, 48, 64} {
+		b := &bookingapi.Booking{RequestID: fmt.Sprint("r", i), Role: "decode", Worker: "w", PromptTokens: 64, BlockSize: 16}
+		if i < 2 {
+			// A final turn: the config answers a hint (200); the last
+			// booking has none (204). Both carry the hash.
+			b.Session = hints.Session{ID: fmt.Sprint("s", i), Turn: 1, Final: true}
+		}
+		a, err := c.BookAnswer(ctx, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := s.Dispatcher.ConfigHash(); a.ConfigHash != want || (a.Message != nil) != (i < 2) {
+			t.Fatalf("booking %d answered config hash %q and hint %s; want %q and a hint only on a final turn", i, a.ConfigHash, a.Message, want)
+		}
+		hash = a.ConfigHash
+		o := &bookingapi.Outcome{RequestID: fmt.Sprint("r", i), Role: "decode", Worker: "w", ConfigHash: a.ConfigHash,
+			PromptTokens: 64, CachedTokens: cached, TTFTSeconds: 0.01 * float64(i+1)}
+		if i == 2 {
+			o.Error = "worker answered 503"
+		}
+		if err := c.ReportOutcome(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	resp, err := http.Get("http://" + s.OpsAddr() + rolloutapi.OutcomesPath + fmt.Sprint("?since=", start))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got rolloutapi.Outcomes
+	err = json.NewDecoder(resp.Body).Decode(&got)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	co := got.Configs[hash]
+	if co == nil || len(got.Configs) != 1 || len(co.Samples) != 3 {
+		t.Fatalf("outcomes served: %+v; want 3 samples of config %s", got.Configs, hash)
+	}
+	var cached, errs int64
+	for _, smp := range co.Samples {
+		cached += smp.Cached
+		if smp.Error {
+			errs++
+		}
+		if smp.At < start || smp.Prompt != 64 || smp.Role != "decode" {
+			t.Errorf("sample %+v: want at or after %d, 64 prompt tokens, role decode", smp, start)
+		}
+	}
+	if cached != 112 || errs != 1 || co.Samples[1].TTFTMicros != 20000 {
+		t.Errorf("samples %+v: want 112 cached tokens in all, 1 error, the second's TTFT 20000 µs", co.Samples)
+	}
+	for _, c := range []struct {
+		metric string
+		labels map[string]string
+		want   float64
+	}{
+		{"kvhint_outcome_requests_total", map[string]string{"role": "decode", "config_hash": hash, "result": "ok"}, 2},
+		{"kvhint_outcome_requests_total", map[string]string{"role": "decode", "config_hash": hash, "result": "error"}, 1},
+		{"kvhint_outcome_prompt_tokens_total", map[string]string{"role": "decode", "config_hash": hash}, 192},
+		{"kvhint_outcome_cached_tokens_total", map[string]string{"role": "decode", "config_hash": hash}, 112},
+	} {
+		if got := gathered(t, s.Metrics, c.metric, c.labels); got != c.want {
+			t.Errorf("%s%v = %v, want %v", c.metric, c.labels, got, c.want)
+		}
+	}
+
+	big := fmt.Sprintf(`{"role":"decode","config_hash":%q,"prompt_tokens":1,"error":%q}`, hash, strings.Repeat("x", bookingapi.MaxOutcomeBytes))
+	if r := post(t, s, bookingapi.OutcomesPath, big); r.status != http.StatusRequestEntityTooLarge || !strings.Contains(r.body, fmt.Sprintf("over the %d-byte limit", bookingapi.MaxOutcomeBytes)) {
+		t.Errorf("an oversized outcome: %d %s; want 413 naming the limit", r.status, r.body)
+	}
+	for body, want := range map[string]string{
+		`{"role":"decode","config_hash":"nothex","prompt_tokens":1}`:                         `config_hash \"nothex\" is not a config hash`,
+		`{"role":"decode","config_hash":"` + hash + `","prompt_tokens":1,"cached_tokens":2}`: "cached_tokens 2 is not within 0 and prompt_tokens (1)",
+		`{"role":"decode","config_hash":"` + hash + `","prompt_tokns":1}`:                    "prompt_tokns",
+	} {
+		if r := post(t, s, bookingapi.OutcomesPath, body); r.status != http.StatusBadRequest || !strings.Contains(r.body, want) {
+			t.Errorf("outcome %s: %d %s; want 400 saying %s", body, r.status, r.body, want)
+		}
+	}
+	if n := len(s.Outcomes.Since(0)[hash].Samples); n != 3 {
+		t.Errorf("%d outcomes kept after the refused ones, want 3", n)
+	}
+}
