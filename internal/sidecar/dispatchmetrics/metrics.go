@@ -34,7 +34,12 @@ type Metrics struct {
 var _ dispatch.Metrics = (*Metrics)(nil)
 
 // New creates the dispatcher's metrics and registers them with reg; a nil
-// reg keeps them unregistered (counted, never exported).
+// reg keeps them unregistered (counted, never exported). One Metrics
+// serves one dispatcher: a second one on the same registry would register
+// the same names again (MustRegister panics), so another dispatcher of the
+// sidecar takes Options.Metrics nil, or a Metrics of its own on a
+// registry of its own or wrapped with a constant label
+// (prometheus.WrapRegistererWith).
 func New(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{}
 	m.bookings = prometheus.NewCounterVec(prometheus.CounterOpts{
