@@ -101,8 +101,10 @@ type Observer interface {
 // once, in NewDispatcher), and keeps them for the bookings on that config:
 // the methods of Metrics may take their time (label lookups, locks), while
 // the series they return are called on every booking, from many goroutines
-// at once, and must be cheap and safe for concurrent use. A nil series
-// counts nothing.
+// at once, and must be cheap and safe for concurrent use. The dispatcher
+// calls the methods of Metrics one at a time: NewDispatcher, then loads,
+// which it serialises. A nil series, or a nil RoleMetrics, PolicyMetrics
+// or IsolationMetrics, counts nothing.
 type Metrics interface {
 	// Refusals counts the bookings refused for reason.
 	Refusals(reason Refusal) Counter
