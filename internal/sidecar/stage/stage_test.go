@@ -336,3 +336,32 @@ func TestScanActionsAgainstJSON(t *testing.T) {
 		}
 	}
 }
+
+// TestCandidateWithoutTheRole: a candidate without the booked role fails
+// the booking; in shadow that counts as candidate_error, in a canary the
+// stable config books it.
+func TestCandidateWithoutTheRole(t *testing.T) {
+	const prefillOnly = "worker_selection:\n  prefill:\n    type: dynamo-default-cost-fn\n    hints: [{type: kv-retain}]\n"
+	s := newStage(t, nil)
+	ctx := context.Background()
+	if err := s.Load(dispatch.Config{Doc: []byte(prefillOnly)}, rolloutapi.Stage{Candidate: candHash, Stage: rolloutapi.StageShadow}, "test"); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if h, err := s.Book(ctx, booking(fmt.Sprint(i), "s", true)); err != nil || h.ConfigHash != s.stable.ConfigHash() {
+			t.Fatalf("shadow booking: %v, config %s", err, h.ConfigHash)
+		}
+	}
+	if got := s.Shadow()[candHash]; got.Bookings != 3 || got.CandidateErrors != 3 || got.Differ != 0 {
+		t.Errorf("shadow counts %+v, want 3 bookings, 3 candidate errors", *got)
+	}
+	if v := testutil.ToFloat64(s.metrics.bookings.WithLabelValues("decode", resultCandidateError)); v != 3 {
+		t.Errorf("kvhint_shadow_bookings_total{result=candidate_error} = %v, want 3", v)
+	}
+	if err := s.Load(dispatch.Config{Doc: []byte(prefillOnly)}, rolloutapi.Stage{Candidate: candHash, Stage: rolloutapi.StageCanary, Weight: 100}, "test"); err != nil {
+		t.Fatal(err)
+	}
+	if h, err := s.Book(ctx, booking("c1", "s", true)); err != nil || h.ConfigHash != s.stable.ConfigHash() {
+		t.Errorf("a canary booking of a role the candidate lacks: %v, config %s, want the stable config's", err, h.ConfigHash)
+	}
+}
