@@ -10,7 +10,10 @@
 //   - delivery: queues, byte budget, poster and connections;
 //   - endpoint: the hint endpoint checks;
 //   - configsource: the policy file, mounted directory and ConfigMap;
-//   - podreport: the applied hash on the sidecar's own Pod;
+//   - stage: a staged rollout's candidate beside the stable config
+//     (shadow, canary);
+//   - podreport: the applied hash and config status on the sidecar's own
+//     Pod;
 //   - outcomes: the request outcomes routers report, by config hash, for
 //     a staged rollout's analysis (POST /v1/outcomes on the booking
 //     listener, GET /v1/rollout/outcomes on the ops listener);
@@ -18,9 +21,10 @@
 //   - listen, filewatch, jsonbody: listeners and their caps, file
 //     watching, strict JSON bodies.
 //
-// A booking's path: booking.API.Book decodes the body, Dispatcher.Book
-// runs the policies and calls workers.Worker.Deliver, which queues the
-// message for the worker's sender (delivery).
+// A booking's path: booking.API.Book decodes the body, stage.Stage.Book
+// picks the config (the stable one unless a rollout stages a candidate),
+// Dispatcher.Book runs the policies and calls workers.Worker.Deliver,
+// which queues the message for the worker's sender (delivery).
 //
 // It may import every room; no room imports it.
 package sidecar
@@ -51,6 +55,7 @@ import (
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/outcomes"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/podreport"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/record"
+	"github.com/kvrouter/kv-hint-operator/internal/sidecar/stage"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/workers"
 	"github.com/kvrouter/kv-hint-operator/pkg/dispatch"
 
@@ -255,11 +260,11 @@ type Sidecar struct {
 	bookingBudget *booking.Budget
 	// recorder records sampled bookings; nil unless Options.Record.
 	recorder *record.Recorder
+	// Stage books through the stable dispatcher and a staged rollout's
+	// candidate; its Shadow method serves the shadow comparisons.
+	Stage *stage.Stage
 	// Outcomes holds the request outcomes the router reports.
 	Outcomes *outcomes.Store
-	// shadow gives the shadow counts the outcome route serves beside
-	// them; nil serves none.
-	shadow outcomes.ShadowSource
 
 	bookingLn, opsLn, pprofLn net.Listener
 	// booking serves the booking API on bookingConns (the booking
@@ -323,9 +328,10 @@ func New(o Options) (*Sidecar, error) {
 	if o.MaxBookingBytes <= 0 {
 		o.MaxBookingBytes = dispatch.DefaultMaxBookingBytes
 	}
-	d := dispatch.NewDispatcher(dispatch.Options{Catalog: o.Catalog, Workers: reg, Metrics: dispatch.NewMetrics(m), PolicyDeadline: o.PolicyDeadline,
-		PolicyDeadlinePerBlock: o.PolicyDeadlinePerBlock, Isolation: o.PolicyIsolation, MaxBookingBytes: o.MaxBookingBytes, RouterMode: o.RouterMode, Log: o.Log.WithName("dispatcher")})
-	s := &Sidecar{opts: o, Metrics: m, Dispatcher: d, Workers: reg, Delivery: del, endpoints: eps, listeners: listen.NewMetrics(m),
+	dopts := dispatch.Options{Catalog: o.Catalog, Workers: reg, Metrics: dispatch.NewMetrics(m), PolicyDeadline: o.PolicyDeadline,
+		PolicyDeadlinePerBlock: o.PolicyDeadlinePerBlock, Isolation: o.PolicyIsolation, MaxBookingBytes: o.MaxBookingBytes, RouterMode: o.RouterMode, Log: o.Log.WithName("dispatcher")}
+	d := dispatch.NewDispatcher(dopts)
+	s := &Sidecar{opts: o, Metrics: m, Dispatcher: d, Stage: stage.New(d, dopts, m), Workers: reg, Delivery: del, endpoints: eps, listeners: listen.NewMetrics(m),
 		bookingBudget: booking.NewBudget(o.MaxBookingMemory, m), Outcomes: outcomes.NewStore(outcomes.Options{Metrics: outcomes.NewMetrics(m)})}
 	if o.WorkersFile != "" {
 		s.file = &workers.FileSource{Path: o.WorkersFile, Poll: o.Poll}
@@ -402,7 +408,7 @@ func (s *Sidecar) Start(ctx context.Context) error {
 		log.Info("Hint endpoints on loopback are allowed (--allow-loopback-hint-endpoints): for development only; a worker's word can then send hints to this machine")
 	}
 	book := &booking.API{Dispatcher: s.Dispatcher, Log: log.WithName("api"), MaxBookingBytes: s.opts.MaxBookingBytes, OtherBodyLimit: admin.BodyLimit,
-		Budget: s.bookingBudget}
+		Budget: s.bookingBudget, Stage: s.Stage}
 	if s.recorder != nil {
 		book.Record = s.recorder.Record
 		log.Info("Recording sampled bookings as a trace", "path", s.opts.Record.Path, "sampleRate", s.opts.Record.SampleRate)
@@ -431,10 +437,11 @@ func (s *Sidecar) Start(ctx context.Context) error {
 			configsource.FileSource{Path: o.ConfigFile, Poll: o.Poll}.Run(ctx, s.Dispatcher, log.WithName("config"))
 		case o.ConfigDir != "":
 			src := configsource.DirSource(o.ConfigDir, o.Poll)
-			src.OnWorkerSelectors = s.applyPools
+			src.OnWorkerSelectors, src.Candidates, src.OnStatus = s.applyPools, s.Stage, s.reportStatus
 			src.Run(ctx, s.Dispatcher, log.WithName("config"))
 		default:
-			configsource.ConfigMapSource{Client: o.Kube, Namespace: o.Namespace, Name: o.ConfigMap, OnWorkerSelectors: s.applyPools}.Run(ctx, s.Dispatcher, log.WithName("config"))
+			configsource.ConfigMapSource{Client: o.Kube, Namespace: o.Namespace, Name: o.ConfigMap, OnWorkerSelectors: s.applyPools,
+				Candidates: s.Stage, OnStatus: s.reportStatus}.Run(ctx, s.Dispatcher, log.WithName("config"))
 		}
 	})
 	if s.file != nil {
@@ -468,7 +475,7 @@ func (s *Sidecar) Start(ctx context.Context) error {
 	}
 	opsMux := http.NewServeMux()
 	opsMux.Handle("/", ops.Handler(s.Metrics, s.Dispatcher, ready))
-	opsMux.Handle(rolloutapi.OutcomesPath, outcomes.Handler(s.Outcomes, s.opts.PodName, s.shadow))
+	opsMux.Handle(rolloutapi.OutcomesPath, outcomes.Handler(s.Outcomes, s.opts.PodName, s.Stage))
 	servers := []server{{"ops", s.opsLn, s.opts.MaxOpsConns, opsMux, lim}}
 	if s.pprofLn != nil {
 		servers = append(servers, server{"pprof", s.pprofLn, listen.MaxPprofConns, ops.PprofHandler(), pprofLim})
@@ -536,6 +543,14 @@ func (s *Sidecar) applyPools(pools map[string]labels.Selector) {
 	}
 	slices.Sort(names)
 	s.opts.Log.V(1).Info("Applied worker pools", "pools", names, "othersAdmitted", open)
+}
+
+// reportStatus writes the config status on the sidecar's pod, when it
+// reports on one.
+func (s *Sidecar) reportStatus(cs rolloutapi.ConfigStatus) {
+	if s.reporter != nil {
+		s.reporter.ReportConfigStatus(cs)
+	}
 }
 
 func (s *Sidecar) goRun(f func()) {

@@ -69,6 +69,15 @@ type API struct {
 	// Record, when set, is handed every booking the dispatcher answered
 	// (the trace recorder); it must not block or keep the booking.
 	Record func(b *dispatch.Booking, h dispatch.Hint)
+	// Stage, when set, books in place of Dispatcher: the rollout's stage
+	// (package stage), which books with the stable config or a candidate.
+	// The answer's Kvhint-Config-Hash names the config that booked.
+	Stage Booker
+}
+
+// Booker books one booking, as Dispatcher.Book does.
+type Booker interface {
+	Book(ctx context.Context, b *dispatch.Booking) (dispatch.Hint, error)
 }
 
 // Handler serves the booking listener: POST /v1/bookings, a booking, 200
@@ -189,7 +198,12 @@ func (a *API) Book(ctx *fasthttp.RequestCtx) {
 	// (a policy may watch its context), and it is reused once the handler
 	// returns. net/http's request context was not cancelled by a shutdown
 	// either. A policy's time is bounded by the dispatcher's deadline.
-	h, err := a.Dispatcher.Book(context.Background(), b)
+	var h dispatch.Hint
+	if a.Stage != nil {
+		h, err = a.Stage.Book(context.Background(), b)
+	} else {
+		h, err = a.Dispatcher.Book(context.Background(), b)
+	}
 	switch {
 	case errors.Is(err, dispatch.ErrNotReady):
 		ctx.Response.Header.SetCanonical(headerRetryAfter, valueOne)

@@ -2,9 +2,11 @@ package configsource
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 
 	"github.com/kvrouter/kv-hint-operator/pkg/dispatch"
 
@@ -18,6 +20,7 @@ import (
 
 	"github.com/kvrouter/kv-hint-operator/internal/apiwatch"
 	"github.com/kvrouter/kv-hint-operator/internal/compiled"
+	"github.com/kvrouter/kv-hint-operator/internal/rolloutapi"
 )
 
 // ConfigMapSource loads the hints config from a ConfigMap through a watch
@@ -34,6 +37,12 @@ type ConfigMapSource struct {
 	// the role settings, wellknown.RolesKey) with every load of the
 	// config, as compiledLoader says: every role has one (poolsOf).
 	OnWorkerSelectors func(map[string]labels.Selector)
+	// Candidates, when set, takes the candidate of a staged rollout (the
+	// ConfigMap's candidate keys and stage); nil ignores it.
+	Candidates Candidates
+	// OnStatus, when set, receives the config status after every load:
+	// the stable config assigned and in force, and the candidate's.
+	OnStatus func(rolloutapi.ConfigStatus)
 }
 
 // Run loads the ConfigMap into d on every change until ctx is done. A
@@ -41,7 +50,7 @@ type ConfigMapSource struct {
 func (s ConfigMapSource) Run(ctx context.Context, d *dispatch.Dispatcher, log logr.Logger) {
 	origin := fmt.Sprintf("configmap %s/%s", s.Namespace, s.Name)
 	log = log.WithValues("configmap", s.Namespace+"/"+s.Name)
-	var loader compiledLoader
+	loader := compiledLoader{candidates: s.Candidates, onStatus: s.OnStatus}
 	apply := func(obj any) {
 		cm, ok := obj.(*corev1.ConfigMap)
 		if !ok {
@@ -60,7 +69,7 @@ func (s ConfigMapSource) Run(ctx context.Context, d *dispatch.Dispatcher, log lo
 			AddFunc:    apply,
 			UpdateFunc: func(_, obj any) { apply(obj) },
 			DeleteFunc: func(any) {
-				d.RecordSourceError(origin, fmt.Errorf("%w: the ConfigMap was deleted", dispatch.ErrConfigRejected))
+				loader.sourceError(d, origin, fmt.Errorf("%w: the ConfigMap was deleted", dispatch.ErrConfigRejected))
 			},
 		},
 	})
@@ -80,30 +89,124 @@ func (s ConfigMapSource) Run(ctx context.Context, d *dispatch.Dispatcher, log lo
 // (both selectors at once where both have one): no booking of the old
 // config or the new one can reach a worker outside the role's pool of
 // either, and a role new to the config is never without its pool.
+//
+// While a rollout runs, the data also holds a candidate and its stage
+// (compiled.Split). The stable config loads as it would alone, first; the
+// candidate then goes to candidates, in a dispatcher of its own: a
+// candidate that does not decode or load is refused there (a NACK) and
+// touches nothing of the stable path.
 type compiledLoader struct {
 	// pools are the pools of the config in force, as last applied.
 	pools map[string]labels.Selector
+	// candidates takes the rollout's candidate; nil ignores it.
+	candidates Candidates
+	// onStatus, when set, receives the config status after every load.
+	onStatus func(rolloutapi.ConfigStatus)
+	// assigned is the hash of the stable config last read; loadErr why
+	// it is not in force ("" when it is).
+	assigned, loadErr string
+}
+
+// Candidates takes a rollout's candidate config (package stage).
+type Candidates interface {
+	// Load stages cfg as the candidate in stage st; an error is a refusal
+	// that Status reports.
+	Load(cfg dispatch.Config, st rolloutapi.Stage, origin string) error
+	// Refuse refuses the candidate st names, for err.
+	Refuse(st rolloutapi.Stage, err error)
+	// Clear drops the candidate: no rollout runs.
+	Clear()
+	// Status is what runs of the candidate; nil when none is staged.
+	Status() *rolloutapi.CandidateStatus
 }
 
 func (l *compiledLoader) load(d *dispatch.Dispatcher, data map[string]string, origin string, onPools func(map[string]labels.Selector)) {
+	staged, stageErr := compiled.Split(data)
+	l.loadStable(d, staged.Stable, origin, onPools)
+	if l.candidates != nil {
+		switch {
+		case stageErr != nil:
+			l.candidates.Refuse(stageNamed(data), stageErr)
+		case staged.Stage == nil:
+			l.candidates.Clear()
+		default:
+			if dec, err := compiled.Decode(staged.Candidate); err != nil {
+				l.candidates.Refuse(*staged.Stage, err)
+			} else {
+				cfg := dispatch.Config{Doc: dec.Policy, Modes: dec.Modes(), Hash: dec.Hash, Form: dec.Form}
+				_ = l.candidates.Load(cfg, *staged.Stage, origin+" (candidate)") // the status says why it is refused
+			}
+		}
+	}
+	l.report(d)
+}
+
+func (l *compiledLoader) loadStable(d *dispatch.Dispatcher, data map[string]string, origin string, onPools func(map[string]labels.Selector)) {
+	l.assigned = compiled.Hash(data)
 	dec, err := compiled.Decode(data)
 	if err != nil {
-		d.RecordSourceError(origin, fmt.Errorf("%w: %w", dispatch.ErrConfigRejected, err))
+		err = fmt.Errorf("%w: %w", dispatch.ErrConfigRejected, err)
+		d.RecordSourceError(origin, err)
+		l.loadErr = err.Error()
 		return
 	}
 	cfg := dispatch.Config{Doc: dec.Policy, Modes: dec.Modes(), Hash: dec.Hash, Form: dec.Form}
 	if onPools == nil {
-		_ = d.LoadConfig(cfg, origin) // logged and counted by LoadConfig
+		err = d.LoadConfig(cfg, origin) // logged and counted by LoadConfig
+	} else {
+		pools := poolsOf(dec)
+		onPools(transitionPools(d.Roles(), l.pools, slices.Collect(maps.Keys(dec.Roles)), pools))
+		if err = d.LoadConfig(cfg, origin); err != nil {
+			onPools(l.pools) // the config in force stays, and so do its pools
+		} else {
+			onPools(pools)
+			l.pools = pools
+		}
+	}
+	l.loadErr = ""
+	if err != nil {
+		l.loadErr = err.Error()
+	}
+}
+
+// sourceError records a failure to read the source: the config in force
+// stays.
+func (l *compiledLoader) sourceError(d *dispatch.Dispatcher, origin string, err error) {
+	d.RecordSourceError(origin, err)
+	l.loadErr = err.Error()
+	l.report(d)
+}
+
+// report hands the config status to onStatus.
+func (l *compiledLoader) report(d *dispatch.Dispatcher) {
+	if l.onStatus == nil {
 		return
 	}
-	pools := poolsOf(dec)
-	onPools(transitionPools(d.Roles(), l.pools, slices.Collect(maps.Keys(dec.Roles)), pools))
-	if err := d.LoadConfig(cfg, origin); err != nil {
-		onPools(l.pools) // the config in force stays, and so do its pools
-		return
+	active := d.ConfigHash()
+	cs := rolloutapi.ConfigStatus{Assigned: l.assigned, Active: active, LastKnownGood: active, Error: l.loadErr}
+	if l.candidates != nil {
+		cs.Candidate = l.candidates.Status()
 	}
-	onPools(pools)
-	l.pools = pools
+	l.onStatus(cs)
+}
+
+// stageNamed is what a stage Split refused says, read leniently for the
+// status: the candidate it names, else the hash of the candidate keys.
+func stageNamed(data map[string]string) rolloutapi.Stage {
+	var st rolloutapi.Stage
+	if raw := data[compiled.StageKey]; len(raw) <= rolloutapi.MaxStageBytes {
+		_ = json.Unmarshal([]byte(raw), &st) // best effort: the refusal's error says what is wrong
+	}
+	if !rolloutapi.ValidHash(st.Candidate) {
+		cand := map[string]string{}
+		for k, v := range data {
+			if key, ok := strings.CutPrefix(k, compiled.CandidatePrefix); ok {
+				cand[key] = v
+			}
+		}
+		st.Candidate = compiled.Hash(cand)
+	}
+	return st
 }
 
 // poolsOf are the worker pools of a compiled config: one for every role,

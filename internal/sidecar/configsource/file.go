@@ -4,9 +4,13 @@
 // the API. Every source validates before it swaps and keeps the last good
 // config; a compiled config and its worker pools load as one unit.
 //
+// A compiled ConfigMap that stages a rollout's candidate (compiled.Split)
+// hands the candidate to a Candidates (package stage), after the stable
+// config, and reports both in a rolloutapi.ConfigStatus.
+//
 // It imports pkg/dispatch (Dispatcher.Load and LoadConfig), pkg/hintsconfig,
-// internal/compiled (the ConfigMap's format), internal/apiwatch, filewatch
-// and client-go; nothing else of the sidecar.
+// internal/compiled (the ConfigMap's format), internal/rolloutapi,
+// internal/apiwatch, filewatch and client-go; nothing else of the sidecar.
 package configsource
 
 import (
@@ -23,6 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/kvrouter/kv-hint-operator/internal/compiled"
+	"github.com/kvrouter/kv-hint-operator/internal/rolloutapi"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/filewatch"
 	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
 )
@@ -44,6 +49,10 @@ type FileSource struct {
 	// OnWorkerSelectors receives the roles' worker selectors of a Dir with
 	// every load, as compiledLoader says.
 	OnWorkerSelectors func(map[string]labels.Selector)
+	// Candidates and OnStatus are ConfigMapSource's, for a Dir: its
+	// candidate.* files and rollout.json stage a candidate.
+	Candidates Candidates
+	OnStatus   func(rolloutapi.ConfigStatus)
 }
 
 // DirSource is a FileSource for a mounted compiled ConfigMap directory.
@@ -69,9 +78,14 @@ func (s FileSource) Run(ctx context.Context, d *dispatch.Dispatcher, log logr.Lo
 	})
 }
 
+// dirKeys are the files of a mounted compiled ConfigMap: the stable
+// config's, the rollout's stage and the candidate's.
+var dirKeys = []string{compiled.PolicyKey, compiled.RolesKey, compiled.FormKey, compiled.StageKey,
+	compiled.CandidatePrefix + compiled.PolicyKey, compiled.CandidatePrefix + compiled.RolesKey, compiled.CandidatePrefix + compiled.FormKey}
+
 func (s FileSource) runDir(ctx context.Context, d *dispatch.Dispatcher, log logr.Logger) {
 	log = log.WithValues("dir", s.Dir)
-	var loader compiledLoader
+	loader := compiledLoader{candidates: s.Candidates, onStatus: s.OnStatus}
 	filewatch.Watch(ctx, filepath.Join(s.Dir, compiled.RolesKey), s.Poll, log, func() {
 		// Kubelet publishes a ConfigMap volume as a timestamped directory
 		// behind the ..data symlink, and swaps the link. Both files are
@@ -82,16 +96,16 @@ func (s FileSource) runDir(ctx context.Context, d *dispatch.Dispatcher, log logr
 			dir = real
 		}
 		data := map[string]string{}
-		for _, key := range []string{compiled.PolicyKey, compiled.RolesKey, compiled.FormKey} {
+		for _, key := range dirKeys {
 			b, err := filewatch.ReadLimited(filepath.Join(dir, key), hintsconfig.MaxConfigBytes)
 			switch {
-			case errors.Is(err, fs.ErrNotExist) && key == compiled.PolicyKey:
-				// No role is accepted: the ConfigMap holds the role
-				// settings alone.
-			case errors.Is(err, fs.ErrNotExist) && key == compiled.FormKey:
-				// The policy file is in the default form.
+			case errors.Is(err, fs.ErrNotExist) && key != compiled.RolesKey:
+				// No policy file: no role is accepted, the ConfigMap holds
+				// the role settings alone. No form: the policy file is in
+				// the default form. No stage or candidate: no rollout
+				// runs.
 			case err != nil:
-				d.RecordSourceError(s.Dir, fmt.Errorf("%w: %w", dispatch.ErrConfigRejected, err))
+				loader.sourceError(d, s.Dir, fmt.Errorf("%w: %w", dispatch.ErrConfigRejected, err))
 				return
 			default:
 				data[key] = string(b)

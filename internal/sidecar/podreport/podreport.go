@@ -3,9 +3,13 @@
 // operator counts the router pods that run a config (Programmed), and the
 // hint policies the dispatcher has ejected from their roles' paths
 // (hints.kvrouter.io/ejected-policies), from which it names them in the
-// RouterRoles' status.
+// RouterRoles' status; and the config status of a staged rollout
+// (rolloutapi.ConfigStatusAnnotation: the config assigned, in force, last
+// good, and the candidate's), from which the manager counts the pods on a
+// candidate and sees a refusal.
 //
-// It imports client-go and pkg/wellknown; nothing of the sidecar.
+// It imports client-go, internal/rolloutapi and pkg/wellknown; nothing of
+// the sidecar.
 package podreport
 
 import (
@@ -15,12 +19,14 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/go-logr/logr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/kvrouter/kv-hint-operator/internal/rolloutapi"
 	"github.com/kvrouter/kv-hint-operator/pkg/wellknown"
 )
 
@@ -53,7 +59,10 @@ type Reporter struct {
 	hashSet  bool
 	ejected  string
 	reported bool // the ejected-policies annotation may be on the pod
-	kick     chan struct{}
+	// status is the config status's annotation value; "" until one is
+	// reported.
+	status string
+	kick   chan struct{}
 }
 
 // New returns a reporter for the pod namespace/name (from the
@@ -76,14 +85,59 @@ func (p *Reporter) Report(hash string) {
 // ReportEjected queues the list of ejected policies for writing without
 // waiting; an empty list removes the annotation.
 func (p *Reporter) ReportEjected(list []Ejected) {
-	v := FormatEjected(list)
+	p.set(&p.ejected, FormatEjected(list))
+}
+
+// set sets *field, guarded by mu, to v, and wakes the writer if it
+// changed.
+func (p *Reporter) set(field *string, v string) {
 	p.mu.Lock()
-	changed := v != p.ejected
-	p.ejected = v
+	changed := v != *field
+	*field = v
 	p.mu.Unlock()
 	if changed {
 		p.wake()
 	}
+}
+
+// ReportConfigStatus queues the config status for writing without
+// waiting, when it changed. Errors are cut so that the annotation fits
+// rolloutapi.MaxConfigStatusBytes.
+func (p *Reporter) ReportConfigStatus(cs rolloutapi.ConfigStatus) {
+	p.set(&p.status, FormatConfigStatus(cs))
+}
+
+// maxStatusErrorBytes is the most of each error the config status keeps:
+// two of them, the hashes and the keys fit rolloutapi.MaxConfigStatusBytes.
+const maxStatusErrorBytes = 1600
+
+// FormatConfigStatus is the value of rolloutapi.ConfigStatusAnnotation:
+// cs as JSON, its errors cut to maxStatusErrorBytes.
+func FormatConfigStatus(cs rolloutapi.ConfigStatus) string {
+	cs.Error = cut(cs.Error, maxStatusErrorBytes)
+	if cs.Candidate != nil {
+		c := *cs.Candidate
+		c.Error = cut(c.Error, maxStatusErrorBytes)
+		cs.Candidate = &c
+	}
+	b, err := json.Marshal(cs)
+	if err != nil {
+		return "" // a struct of strings and ints always marshals
+	}
+	return string(b)
+}
+
+// cut returns s cut to at most n bytes on a rune boundary, marked with an
+// ellipsis when cut.
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	i := n - len("…")
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + "…"
 }
 
 func (p *Reporter) wake() {
@@ -122,16 +176,16 @@ func (p *Reporter) Run(ctx context.Context, log logr.Logger) {
 		}
 		backoff := reportBackoffMin
 		for {
-			hash, hashSet, ejected, removeEjected := p.pending()
-			err := p.patch(ctx, hash, hashSet, ejected, removeEjected)
+			hash, hashSet, ejected, removeEjected, status := p.pending()
+			err := p.patch(ctx, hash, hashSet, ejected, removeEjected, status)
 			if err == nil {
 				p.mu.Lock()
 				p.reported = ejected != ""
 				p.mu.Unlock()
-				log.V(1).Info("Reported on the pod", "hash", hash, "ejectedPolicies", ejected)
+				log.V(1).Info("Reported on the pod", "hash", hash, "ejectedPolicies", ejected, "configStatus", status)
 				break
 			}
-			log.Error(err, "Cannot write the report on the pod; retrying", "hash", hash, "ejectedPolicies", ejected, "retryIn", backoff.String())
+			log.Error(err, "Cannot write the report on the pod; retrying", "hash", hash, "ejectedPolicies", ejected, "configStatus", status, "retryIn", backoff.String())
 			select {
 			case <-ctx.Done():
 				return
@@ -146,19 +200,22 @@ func (p *Reporter) Run(ctx context.Context, log logr.Logger) {
 
 // pending reads what to write. An empty ejected list is written as a
 // removal of the annotation, once one may have been set.
-func (p *Reporter) pending() (hash string, hashSet bool, ejected string, removeEjected bool) {
+func (p *Reporter) pending() (hash string, hashSet bool, ejected string, removeEjected bool, status string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	removeEjected = p.ejected == "" && p.reported
-	return p.hash, p.hashSet, p.ejected, removeEjected
+	return p.hash, p.hashSet, p.ejected, removeEjected, p.status
 }
 
 // patch writes the annotations with a JSON merge patch: it touches nothing
 // else on the pod and needs no read first.
-func (p *Reporter) patch(ctx context.Context, hash string, hashSet bool, ejected string, removeEjected bool) error {
+func (p *Reporter) patch(ctx context.Context, hash string, hashSet bool, ejected string, removeEjected bool, status string) error {
 	annotations := map[string]any{}
 	if hashSet {
 		annotations[wellknown.AppliedHashAnnotation] = hash
+	}
+	if status != "" {
+		annotations[rolloutapi.ConfigStatusAnnotation] = status
 	}
 	switch {
 	case ejected != "":

@@ -1,0 +1,372 @@
+// Package stage books a router's bookings through its rollout stage. With
+// no candidate staged, a booking goes to the stable dispatcher alone, at
+// the cost of one atomic load. In a shadow stage the stable dispatcher
+// books and delivers, and the candidate's dispatcher builds the same
+// booking beside it (nothing is delivered): the two messages are compared
+// and the bookings whose hints would change are counted, by action type
+// and role. In a canary stage a hash of the booking's session (else its
+// request) picks the bookings the candidate makes, the stage's weight in
+// percent of them, so a session always runs on the same config.
+//
+// The candidate's dispatcher shares the stable one's worker registry: the
+// candidate's bookings reach the workers the stable config's pools admit
+// (a candidate's worker selectors take effect once it is promoted). A
+// candidate that does not load is refused (the sidecar's NACK): nothing of
+// the stable path changes, and Status says why.
+//
+// It imports pkg/dispatch, internal/rolloutapi and client_golang; nothing
+// of the sidecar.
+package stage
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"sync"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvrouter/kv-hint-operator/internal/rolloutapi"
+	"github.com/kvrouter/kv-hint-operator/pkg/dispatch"
+)
+
+// Stage books through the stable dispatcher and, while a rollout stages a
+// candidate, the candidate's. It is safe for concurrent use; Load, Refuse
+// and Clear are called by the config source, Book by every booking.
+type Stage struct {
+	stable *dispatch.Dispatcher
+	// opts are the options of every candidate's dispatcher.
+	opts    dispatch.Options
+	metrics *metrics
+
+	cur atomic.Pointer[candidate]
+
+	// mu serialises Load, Refuse and Clear, and guards status and
+	// refused.
+	mu     sync.Mutex
+	status *rolloutapi.CandidateStatus
+	// refused is the hash of the candidate whose config did not load, the
+	// error in status; "" when none was.
+	refused string
+
+	// bufs lend the shadow's Build the memory of its message.
+	bufs sync.Pool
+}
+
+// candidate is a loaded candidate and the stage it runs in; a new stage of
+// the same candidate is a new candidate value sharing d and counts.
+type candidate struct {
+	d      *dispatch.Dispatcher
+	hash   string
+	stage  rolloutapi.StageName
+	weight uint64
+	counts *counts
+}
+
+// New returns a stage that books through stable. Candidates get
+// dispatchers of their own with opts (its Metrics are ignored: a
+// candidate's dispatcher metrics are private, so that the stable series
+// keep their meaning); the shadow counters are registered with reg (nil
+// keeps them unregistered).
+func New(stable *dispatch.Dispatcher, opts dispatch.Options, reg prometheus.Registerer) *Stage {
+	opts.Metrics = nil
+	opts.Log = opts.Log.WithName("candidate")
+	s := &Stage{stable: stable, opts: opts, metrics: newMetrics(reg)}
+	s.bufs.New = func() any { b := make([]byte, 0, shadowBufBytes); return &b }
+	return s
+}
+
+// shadowBufBytes is the message memory a pooled shadow buffer starts
+// with; maxShadowBufBytes the most one keeps in the pool.
+const (
+	shadowBufBytes    = 4 << 10
+	maxShadowBufBytes = 256 << 10
+)
+
+// Book books b through the stage in force, as Dispatcher.Book does.
+// Hint.ConfigHash is the hash of the config that booked it.
+func (s *Stage) Book(ctx context.Context, b *dispatch.Booking) (dispatch.Hint, error) {
+	c := s.cur.Load()
+	if c == nil {
+		return s.stable.Book(ctx, b)
+	}
+	if c.stage == rolloutapi.StageCanary {
+		if Picks(b, c.weight) {
+			h, err := c.d.Book(ctx, b)
+			if err == nil {
+				return h, nil
+			}
+			// The candidate cannot book it (a role it lacks): the stable
+			// config does, as it would have without a rollout.
+		}
+		return s.stable.Book(ctx, b)
+	}
+	h, err := s.stable.Book(ctx, b)
+	if err != nil {
+		return h, err
+	}
+	s.shadow(ctx, c, b, h)
+	return h, nil
+}
+
+// Picks reports whether a canary of weight percent books b: FNV-1a of the
+// booking's session ID, else of its request ID, modulo 100, is below the
+// weight. A session's bookings are all on the same config.
+func Picks(b *dispatch.Booking, weight uint64) bool {
+	key := b.Session.ID
+	if key == "" {
+		key = b.RequestID
+	}
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(key); i++ {
+		h ^= uint64(key[i])
+		h *= 1099511628211
+	}
+	return h%100 < weight
+}
+
+// shadow builds b with the candidate and compares its message with the
+// one the stable config sent.
+func (s *Stage) shadow(ctx context.Context, c *candidate, b *dispatch.Booking, stable dispatch.Hint) {
+	bp := s.bufs.Get().(*[]byte)
+	h, err := c.d.BuildInto(ctx, b, (*bp)[:0])
+	rm := s.metrics.role(b.Role)
+	c.counts.bookings.Add(1)
+	switch {
+	case err != nil:
+		c.counts.candidateErrors.Add(1)
+		rm.candidateError.Inc()
+	case bytes.Equal(stable.Message, h.Message):
+		rm.same.Inc()
+	default:
+		types := differingActions(stable.Message, h.Message)
+		c.counts.differ.Add(1)
+		rm.differ.Inc()
+		c.counts.add(b.Role, types)
+		for _, t := range types {
+			s.metrics.actionDiff(b.Role, t).Inc()
+		}
+	}
+	if cap(h.Message) <= maxShadowBufBytes && cap(h.Message) > 0 {
+		*bp = h.Message[:0]
+	}
+	s.bufs.Put(bp)
+}
+
+// envelope is the part of a hint message the comparison reads.
+type envelope struct {
+	Actions []struct {
+		Type    string          `json:"action_type"`
+		Version string          `json:"action_version"`
+		Payload json.RawMessage `json:"payload"`
+	} `json:"actions"`
+}
+
+// unreadableAction is the action type counted when a message does not
+// parse (a dispatcher's own messages always do).
+const unreadableAction = "unreadable"
+
+// differingActions are the action types whose actions differ between two
+// messages, in the order they first appear: a type differs when the two
+// messages hold a different sequence of its actions (version and payload;
+// the action IDs are positions, not content). A message that does not
+// parse counts as unreadableAction.
+func differingActions(a, b []byte) []string {
+	ea, okA := parseEnvelope(a)
+	eb, okB := parseEnvelope(b)
+	if !okA || !okB {
+		return []string{unreadableAction}
+	}
+	byType := func(e envelope) (map[string][]string, []string) {
+		m := map[string][]string{}
+		var order []string
+		for _, act := range e.Actions {
+			if _, ok := m[act.Type]; !ok {
+				order = append(order, act.Type)
+			}
+			m[act.Type] = append(m[act.Type], act.Version+"\x00"+string(act.Payload))
+		}
+		return m, order
+	}
+	ma, oa := byType(ea)
+	mb, ob := byType(eb)
+	var out []string
+	seen := map[string]bool{}
+	for _, t := range append(oa, ob...) {
+		if seen[t] {
+			continue
+		}
+		seen[t] = true
+		x, y := ma[t], mb[t]
+		if len(x) != len(y) {
+			out = append(out, t)
+			continue
+		}
+		for i := range x {
+			if x[i] != y[i] {
+				out = append(out, t)
+				break
+			}
+		}
+	}
+	return out
+}
+
+func parseEnvelope(msg []byte) (envelope, bool) {
+	var e envelope
+	if len(msg) == 0 {
+		return e, true // no message: no actions
+	}
+	if err := json.Unmarshal(msg, &e); err != nil {
+		return e, false
+	}
+	return e, true
+}
+
+// Load stages cfg as the candidate in stage st. The candidate in force,
+// if it has cfg's hash, keeps its dispatcher and its shadow counts and
+// only changes stage; another is replaced. A candidate that does not load
+// is refused: no candidate runs (the stable config books everything) and
+// Status carries the error.
+func (s *Stage) Load(cfg dispatch.Config, st rolloutapi.Stage, origin string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := st.Validate(); err != nil {
+		s.refuseLocked(st, err)
+		return err
+	}
+	if cfg.Hash != "" && cfg.Hash != st.Candidate {
+		err := fmt.Errorf("the stage names candidate %s but the candidate config hashes to %s", st.Candidate, cfg.Hash)
+		s.refuseLocked(st, err)
+		return err
+	}
+	cfg.Hash = st.Candidate
+	if cur := s.cur.Load(); cur != nil && cur.hash == st.Candidate {
+		next := &candidate{d: cur.d, hash: cur.hash, stage: st.Stage, weight: uint64(st.Weight), counts: cur.counts}
+		s.cur.Store(next)
+		s.status = &rolloutapi.CandidateStatus{Assigned: st.Candidate, Active: st.Candidate, Stage: st.Stage, Weight: st.Weight}
+		return nil
+	}
+	if s.refused != "" && s.refused == st.Candidate && s.status != nil {
+		// Refused already: the same config fails the same way; a source
+		// that rereads it (a poll) neither compiles nor logs it again.
+		err := errors.New(s.status.Error)
+		s.refuseLocked(st, err)
+		s.refused = st.Candidate
+		return err
+	}
+	d := dispatch.NewDispatcher(s.opts)
+	if err := d.LoadConfig(cfg, origin); err != nil {
+		s.refuseLocked(st, err)
+		s.refused = st.Candidate
+		return err
+	}
+	s.cur.Store(&candidate{d: d, hash: st.Candidate, stage: st.Stage, weight: uint64(st.Weight), counts: &counts{}})
+	s.status = &rolloutapi.CandidateStatus{Assigned: st.Candidate, Active: st.Candidate, Stage: st.Stage, Weight: st.Weight}
+	return nil
+}
+
+// Refuse refuses the candidate st names, for err (a candidate the config
+// source could not read): no candidate runs, and Status says why.
+func (s *Stage) Refuse(st rolloutapi.Stage, err error) {
+	if err == nil {
+		err = errors.New("refused")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.refuseLocked(st, err)
+}
+
+func (s *Stage) refuseLocked(st rolloutapi.Stage, err error) {
+	s.cur.Store(nil)
+	s.refused = ""
+	s.status = &rolloutapi.CandidateStatus{Assigned: st.Candidate, Stage: st.Stage, Weight: st.Weight, Error: err.Error()}
+}
+
+// Clear drops the candidate, if any: the stable config books everything
+// and the candidate's dispatcher is released.
+func (s *Stage) Clear() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cur.Store(nil)
+	s.status, s.refused = nil, ""
+}
+
+// Status is what the stage does with the candidate: nil when none is
+// staged.
+func (s *Stage) Status() *rolloutapi.CandidateStatus {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.status == nil {
+		return nil
+	}
+	st := *s.status
+	return &st
+}
+
+// Candidate is the candidate's dispatcher, or nil when none runs.
+func (s *Stage) Candidate() *dispatch.Dispatcher {
+	if c := s.cur.Load(); c != nil {
+		return c.d
+	}
+	return nil
+}
+
+// Shadow are the shadow comparisons of the candidate loaded, by its hash,
+// counted since it was loaded; nil when no candidate runs. The sidecar's
+// outcomes route serves them.
+func (s *Stage) Shadow() map[string]*rolloutapi.ShadowCounts {
+	c := s.cur.Load()
+	if c == nil {
+		return nil
+	}
+	return map[string]*rolloutapi.ShadowCounts{c.hash: c.counts.snapshot()}
+}
+
+// counts are a candidate's shadow comparisons.
+type counts struct {
+	bookings, differ, candidateErrors atomic.Int64
+
+	mu               sync.Mutex
+	byAction, byRole map[string]int64
+}
+
+// maxCountKeys bounds the action types and roles a candidate's counts
+// keep apart; the rest are counted under "other".
+const maxCountKeys = 64
+
+func (c *counts) add(role string, types []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.byAction == nil {
+		c.byAction, c.byRole = map[string]int64{}, map[string]int64{}
+	}
+	bump(c.byRole, role)
+	for _, t := range types {
+		bump(c.byAction, t)
+	}
+}
+
+func bump(m map[string]int64, k string) {
+	if _, ok := m[k]; !ok && len(m) >= maxCountKeys {
+		k = otherLabel
+	}
+	m[k]++
+}
+
+func (c *counts) snapshot() *rolloutapi.ShadowCounts {
+	out := &rolloutapi.ShadowCounts{Bookings: c.bookings.Load(), Differ: c.differ.Load(), CandidateErrors: c.candidateErrors.Load()}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.byAction) > 0 {
+		out.ByAction = maps.Clone(c.byAction)
+	}
+	if len(c.byRole) > 0 {
+		out.ByRole = maps.Clone(c.byRole)
+	}
+	return out
+}

@@ -1,0 +1,252 @@
+package stage
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/kvrouter/kv-hint-operator/internal/rolloutapi"
+	"github.com/kvrouter/kv-hint-operator/pkg/dispatch"
+	"github.com/kvrouter/kv-hint-operator/pkg/hints"
+	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
+)
+
+// The stable config fetches the committed copy and retains the session's
+// blocks; the candidate drops kv-fetch.
+const (
+	stableDoc = `
+worker_selection:
+  decode:
+    type: dynamo-default-cost-fn
+    hints:
+      - type: kv-fetch
+      - type: kv-retain
+        parameters: {ttl_seconds: 600}
+`
+	noFetchDoc = `
+worker_selection:
+  decode:
+    type: dynamo-default-cost-fn
+    hints:
+      - type: kv-retain
+        parameters: {ttl_seconds: 600}
+`
+	candHash = "00000000000000c1"
+)
+
+func newStage(t testing.TB, reg prometheus.Registerer) *Stage {
+	t.Helper()
+	opts := dispatch.Options{Catalog: builtin.NewCatalog(), Workers: dispatch.StaticWorkers{"w0": true}}
+	stable := dispatch.NewDispatcher(opts)
+	if err := stable.Load([]byte(stableDoc), "test"); err != nil {
+		t.Fatal(err)
+	}
+	return New(stable, opts, reg)
+}
+
+// booking is a session's turn with a committed copy when withCopy.
+func booking(id, session string, withCopy bool) *dispatch.Booking {
+	b := &dispatch.Booking{RequestID: id, Role: "decode", Worker: "w0", PromptTokens: 512, BlockSize: 64}
+	if session != "" {
+		b.Session = hints.Session{ID: session, Turn: 1}
+	}
+	if withCopy {
+		b.KVCopy = &hints.CommittedCopy{SourceEndpoint: "tcp://10.0.0.7:1", BlockHashes: []uint64{1, 2, 3}}
+	}
+	return b
+}
+
+// TestShadowCountsDroppedFetch: planted, a candidate without kv-fetch.
+// Every booking with a committed copy (the stable hint has a kv.fetch)
+// differs, by kv.fetch alone; those without one are the same. The stable
+// config's hints are what the bookings answer.
+func TestShadowCountsDroppedFetch(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	s := newStage(t, reg)
+	if err := s.Load(dispatch.Config{Doc: []byte(noFetchDoc)}, rolloutapi.Stage{Candidate: candHash, Stage: rolloutapi.StageShadow}, "test"); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	const n = 40
+	withCopy := 0
+	for i := range n {
+		b := booking(fmt.Sprintf("r%d", i), fmt.Sprintf("s%d", i), i%4 != 0)
+		if b.KVCopy != nil {
+			withCopy++
+		}
+		h, err := s.Book(ctx, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.ConfigHash != s.stable.ConfigHash() {
+			t.Fatalf("a shadow booking answered with config %s, want the stable %s", h.ConfigHash, s.stable.ConfigHash())
+		}
+		if got := strings.Contains(string(h.Message), `"kv.fetch"`); got != (b.KVCopy != nil) {
+			t.Fatalf("booking %d: kv.fetch in the answer = %v, want %v (the stable config's hint): %s", i, got, b.KVCopy != nil, h.Message)
+		}
+	}
+	got := s.Shadow()[candHash]
+	if got == nil {
+		t.Fatalf("no shadow counts for %s: %v", candHash, s.Shadow())
+	}
+	want := rolloutapi.ShadowCounts{Bookings: n, Differ: int64(withCopy), ByAction: map[string]int64{hints.ActionKVFetch: int64(withCopy)}, ByRole: map[string]int64{"decode": int64(withCopy)}}
+	if fmt.Sprint(*got) != fmt.Sprint(want) {
+		t.Errorf("shadow counts %+v, want %+v", *got, want)
+	}
+	if v := testutil.ToFloat64(s.metrics.bookings.WithLabelValues("decode", resultDiffer)); v != float64(withCopy) {
+		t.Errorf("kvhint_shadow_bookings_total{result=differ} = %v, want %d", v, withCopy)
+	}
+	if v := testutil.ToFloat64(s.metrics.bookings.WithLabelValues("decode", resultSame)); v != float64(n-withCopy) {
+		t.Errorf("kvhint_shadow_bookings_total{result=same} = %v, want %d", v, n-withCopy)
+	}
+	if v := testutil.ToFloat64(s.metrics.actionDiffs.WithLabelValues("decode", hints.ActionKVFetch)); v != float64(withCopy) {
+		t.Errorf("kvhint_shadow_action_diff_total{action=kv.fetch} = %v, want %d", v, withCopy)
+	}
+	if v := testutil.ToFloat64(s.metrics.actionDiffs.WithLabelValues("decode", hints.ActionKVRetain)); v != 0 {
+		t.Errorf("kvhint_shadow_action_diff_total{action=kv.retain} = %v, want 0: retain is the same in both", v)
+	}
+}
+
+// TestCanaryWeight: a canary of weight 10 books about 10% of sessions with
+// the candidate, and every booking of a session with the same config.
+func TestCanaryWeight(t *testing.T) {
+	s := newStage(t, nil)
+	if err := s.Load(dispatch.Config{Doc: []byte(noFetchDoc)}, rolloutapi.Stage{Candidate: candHash, Stage: rolloutapi.StageCanary, Weight: 10}, "test"); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	const sessions, turns = 2000, 3
+	onCandidate := 0
+	for i := range sessions {
+		var first string
+		for turn := range turns {
+			b := booking(fmt.Sprintf("r%d-%d", i, turn), fmt.Sprintf("session-%d", i), true)
+			h, err := s.Book(ctx, b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if turn == 0 {
+				first = h.ConfigHash
+			} else if h.ConfigHash != first {
+				t.Fatalf("session %d: turn %d booked with %s, turn 1 with %s", i, turn+1, h.ConfigHash, first)
+			}
+			// The config that booked it is the one whose hint it carries.
+			if fetch := strings.Contains(string(h.Message), `"kv.fetch"`); fetch != (h.ConfigHash != candHash) {
+				t.Fatalf("session %d: config %s answered a hint with kv.fetch=%v", i, h.ConfigHash, fetch)
+			}
+		}
+		if first == candHash {
+			onCandidate++
+		}
+	}
+	// Binomial(2000, 0.1): sd 13.4; 5 sd either side.
+	frac := float64(onCandidate) / sessions
+	if math.Abs(float64(onCandidate)-200) > 67 {
+		t.Errorf("%d of %d sessions (%.1f%%) on the candidate, want about 10%%", onCandidate, sessions, 100*frac)
+	}
+	t.Logf("%d of %d sessions (%.1f%%) on the candidate at weight 10", onCandidate, sessions, 100*frac)
+
+	// Without a session, the request ID picks.
+	hits := 0
+	for i := range 2000 {
+		if Picks(booking(fmt.Sprintf("req-%d", i), "", false), 10) {
+			hits++
+		}
+	}
+	if hits < 133 || hits > 267 {
+		t.Errorf("%d of 2000 requests without a session picked at weight 10", hits)
+	}
+}
+
+// TestRefusedCandidate: a candidate that does not compile is refused; the
+// stable config books as before and the status names the error. A stage
+// change of the loaded candidate keeps its counts; Clear removes it.
+func TestRefusedCandidate(t *testing.T) {
+	s := newStage(t, nil)
+	st := rolloutapi.Stage{Candidate: candHash, Stage: rolloutapi.StageShadow}
+	err := s.Load(dispatch.Config{Doc: []byte("worker_selection:\n  decode:\n    type: no-such-policy\n")}, st, "test")
+	if err == nil {
+		t.Fatal("a candidate with an unknown policy type loaded")
+	}
+	if s.Candidate() != nil {
+		t.Fatal("a refused candidate runs")
+	}
+	cs := s.Status()
+	if cs == nil || cs.Assigned != candHash || cs.Active != "" || !strings.Contains(cs.Error, "no-such-policy") {
+		t.Fatalf("status %+v, want assigned %s, not active, the error naming the policy", cs, candHash)
+	}
+	// Reread (a poll), the refused candidate is refused again with the
+	// same error, in the stage the source now names.
+	st.Stage, st.Weight = rolloutapi.StageCanary, 5
+	if err2 := s.Load(dispatch.Config{Doc: []byte("worker_selection:\n  decode:\n    type: no-such-policy\n")}, st, "test"); err2 == nil || err2.Error() != err.Error() {
+		t.Fatalf("the refused candidate reread: %v, want %v", err2, err)
+	}
+	if cs := s.Status(); cs.Stage != rolloutapi.StageCanary || cs.Weight != 5 || cs.Error != err.Error() {
+		t.Fatalf("status %+v after the reread", cs)
+	}
+	st.Stage, st.Weight = rolloutapi.StageShadow, 0
+	h, err := s.Book(context.Background(), booking("r1", "s1", true))
+	if err != nil || h.ConfigHash != s.stable.ConfigHash() {
+		t.Fatalf("booking with a refused candidate: %v, config %s", err, h.ConfigHash)
+	}
+
+	// Once cleared, a candidate is read afresh. (The test gives a working
+	// config the refused one's hash; a real hash is of the content.)
+	s.Clear()
+	if err := s.Load(dispatch.Config{Doc: []byte(noFetchDoc)}, st, "test"); err != nil {
+		t.Fatal(err)
+	}
+	d := s.Candidate()
+	if _, err := s.Book(context.Background(), booking("r2", "s2", true)); err != nil {
+		t.Fatal(err)
+	}
+	st.Stage, st.Weight = rolloutapi.StageCanary, 50
+	if err := s.Load(dispatch.Config{Doc: []byte(noFetchDoc)}, st, "test"); err != nil {
+		t.Fatal(err)
+	}
+	if s.Candidate() != d {
+		t.Error("a stage change of the same candidate replaced its dispatcher")
+	}
+	if got := s.Shadow()[candHash]; got == nil || got.Bookings != 1 {
+		t.Errorf("shadow counts after a stage change: %+v, want the 1 booking counted before", got)
+	}
+	if cs := s.Status(); cs.Stage != rolloutapi.StageCanary || cs.Weight != 50 || cs.Active != candHash || cs.Error != "" {
+		t.Errorf("status %+v after the stage change", cs)
+	}
+	s.Clear()
+	if s.Candidate() != nil || s.Status() != nil || s.Shadow() != nil {
+		t.Error("Clear left a candidate")
+	}
+}
+
+// TestDifferingActions: the action types compared by content, not by
+// position.
+func TestDifferingActions(t *testing.T) {
+	msg := func(actions ...string) []byte {
+		var parts []string
+		for i, a := range actions {
+			typ, payload, _ := strings.Cut(a, "=")
+			parts = append(parts, fmt.Sprintf(`{"action_id":"a%d","action_type":%q,"action_version":"1.0","payload":%s}`, i+1, typ, payload))
+		}
+		return []byte(`{"protocol_version":"0.1","message_id":"m","actions":[` + strings.Join(parts, ",") + `]}`)
+	}
+	for _, tc := range []struct {
+		a, b []byte
+		want string
+	}{
+		{msg(`kv.fetch={"x":1}`, `kv.retain={"t":1}`), msg(`kv.retain={"t":1}`), "[kv.fetch]"},
+		{msg(`kv.fetch={"x":1}`, `kv.retain={"t":1}`), msg(`kv.fetch={"x":1}`, `kv.retain={"t":2}`), "[kv.retain]"},
+		{msg(`kv.fetch={"x":1}`), nil, "[kv.fetch]"},
+		{nil, msg(`kv.evict={}`), "[kv.evict]"},
+		{[]byte("{"), msg(), "[unreadable]"},
+	} {
+		if got := fmt.Sprint(differingActions(tc.a, tc.b)); got != tc.want {
+			t.Errorf("differingActions(%s, %s) = %s, want %s", tc.a, tc.b, got, tc.want)
+		}
+	}
+}
