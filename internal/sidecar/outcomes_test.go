@@ -112,12 +112,8 @@ func TestOutcomes(t *testing.T) {
 // the outcomes reported under it come back apart by hash from the ops
 // route, and a shadow stage's counts are served beside them.
 func TestOutcomesStaged(t *testing.T) {
-	k := newKubeletDir(t, fetchConfig)
-	s := startSidecar(t, testCatalog(t), "", func(o *Options) { o.ConfigFile, o.ConfigDir, o.Poll = "", k.dir, 50*time.Millisecond })
+	k, s, _ := startStagedSidecar(t)
 	stableHash, candHash := compiledHashOf(fetchConfig), compiledHashOf(noFetchConfig)
-	waitHash(t, s.Dispatcher, stableHash)
-	w := startWorker(t, "decode-0")
-	registerWorker(t, s, w)
 	k.swapData(stagedData(t, fetchConfig, noFetchConfig, rolloutapi.Stage{Stage: rolloutapi.StageCanary, Weight: 50}))
 	waitCandidate(t, s, "the candidate in a 50% canary", func(cs *rolloutapi.CandidateStatus) bool {
 		return cs != nil && cs.Active == candHash && cs.Stage == rolloutapi.StageCanary
