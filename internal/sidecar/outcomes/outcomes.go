@@ -134,20 +134,22 @@ func (s *Store) Add(o *bookingapi.Outcome) error {
 		if len(s.rings) >= s.opts.MaxHashes {
 			s.forgetOldestLocked()
 		}
-		r = &ring{roles: map[string]bool{}}
+		r = &ring{roles: map[string]*series{}}
 		s.rings[o.ConfigHash] = r
 	}
-	if !r.roles[o.Role] {
+	sr, ok := r.roles[o.Role]
+	if !ok {
 		if len(r.roles) >= MaxRolesPerHash {
 			s.mu.Unlock()
 			return fmt.Errorf("role %q: config %s has outcomes of %d roles already: %w", o.Role, o.ConfigHash, MaxRolesPerHash, ErrTooManyRoles)
 		}
-		r.roles[o.Role] = true
+		sr = s.opts.Metrics.series(o.Role, o.ConfigHash)
+		r.roles[o.Role] = sr
 	}
 	r.add(smp, s.opts.PerHash)
 	// Under the lock: a hash forgotten meanwhile must not get its series
 	// back.
-	s.opts.Metrics.observe(o)
+	sr.observe(o)
 	s.mu.Unlock()
 	return nil
 }
@@ -213,7 +215,9 @@ func (s *Store) Hashes() []string {
 type ring struct {
 	samples []rolloutapi.Sample
 	first   int
-	roles   map[string]bool
+	// roles are the roles reported, with their series (nil without
+	// metrics).
+	roles map[string]*series
 	// dropped records the samples overwritten, as runs of the same At,
 	// oldest first: runs of at most maxRunsPerHash, past which the two
 	// oldest merge into one stamped with the later At, so that a query
