@@ -5,12 +5,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/kvrouter/kv-hint-operator/internal/rolloutapi"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/booking"
+	"github.com/kvrouter/kv-hint-operator/internal/sidecar/listen"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/sidecartest"
 	"github.com/kvrouter/kv-hint-operator/pkg/bookingapi"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 )
@@ -104,6 +107,20 @@ func TestOutcomes(t *testing.T) {
 	}
 	if n := len(s.Outcomes.Since(0)[hash].Samples); n != 3 {
 		t.Errorf("%d outcomes kept after the refused ones, want 3", n)
+	}
+
+	// Over the booking listener's Unix socket.
+	sock := filepath.Join(sidecartest.SocketDir(t), "booking.sock")
+	us := startSidecarWithConfig(t, testCatalog(t), dispatchConfig, func(o *Options) { o.Listen = listen.UnixScheme + sock })
+	uc, err := bookingapi.NewClient("unix://"+sock, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := uc.ReportOutcome(ctx, &bookingapi.Outcome{Role: "decode", ConfigHash: hash, PromptTokens: 8, CachedTokens: 8}); err != nil {
+		t.Fatal(err)
+	}
+	if got := us.Outcomes.Since(0)[hash]; got == nil || len(got.Samples) != 1 || got.Samples[0].Cached != 8 {
+		t.Errorf("the outcome reported over the socket: %+v", got)
 	}
 }
 
