@@ -20,7 +20,7 @@ const catalogFlagHelp = "a PolicyCatalog declaration (YAML) of the router's own 
 func addCatalogFlag(cmd *cobra.Command, file *string) *declared.Budget {
 	cmd.Flags().StringVar(file, "catalog", "", catalogFlagHelp)
 	b := declared.DefaultBudget()
-	addBudgetFlags(cmd.Flags(), &b)
+	b.AddFlags(cmd.Flags())
 	return &b
 }
 
