@@ -286,8 +286,8 @@ func TestValueSets(t *testing.T) {
 					}
 				}
 			}
-			if n != 2 {
-				t.Errorf("%s: %d CRDs", set, n)
+			if n != 3 {
+				t.Errorf("%s: %d CRDs, want 3 (RouterRole, HintPolicy, RouterRollout)", set, n)
 			}
 		}
 	})
