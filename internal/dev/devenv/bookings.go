@@ -2,6 +2,7 @@ package devenv
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"io"
@@ -24,11 +25,12 @@ type Traffic struct {
 	fronts []*FrontRouter
 }
 
-// Totals returns the counts of each front router, by router.
+// Totals returns the counts of the front routers, summed by router (a
+// router with several pods has a front router in each).
 func (t *Traffic) Totals() map[string]BookingTotals {
 	out := map[string]BookingTotals{}
 	for _, f := range t.fronts {
-		out[f.Router] = f.Totals()
+		out[f.Router] = out[f.Router].plus(f.Totals())
 	}
 	return out
 }
@@ -49,7 +51,7 @@ func (e *Env) DriveRequests(ctx context.Context, rate float64) *Traffic {
 
 func drive(ctx context.Context, f *FrontRouter, rate float64) {
 	client := &http.Client{Timeout: 30 * time.Second}
-	sessions := newSessions(f.Router)
+	sessions := newSessions(cmp.Or(f.Pod, f.Router))
 	route, chat := "/v1/completions", f.Router == "chat"
 	if chat {
 		route = "/v1/chat/completions"

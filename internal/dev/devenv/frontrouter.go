@@ -2,6 +2,7 @@ package devenv
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -41,6 +42,8 @@ import (
 type FrontRouter struct {
 	// Router is the sample router's name.
 	Router string
+	// Pod is the router pod whose sidecar it books through.
+	Pod string
 	// URL is the base URL it serves completion requests on.
 	URL string
 
@@ -102,6 +105,22 @@ type BookingTotals struct {
 	// answer without a config hash reports none.
 	Outcomes, OutcomeErrors int
 	LastOutcomeError        string
+}
+
+// plus returns the sum of two front routers' counts; the last errors are
+// b's where b has one.
+func (a BookingTotals) plus(b BookingTotals) BookingTotals {
+	a.Requests += b.Requests
+	a.Bookings += b.Bookings
+	a.Hints += b.Hints
+	a.Actions += b.Actions
+	a.Copies += b.Copies
+	a.Errors += b.Errors
+	a.Outcomes += b.Outcomes
+	a.OutcomeErrors += b.OutcomeErrors
+	a.LastError = cmp.Or(b.LastError, a.LastError)
+	a.LastOutcomeError = cmp.Or(b.LastOutcomeError, a.LastOutcomeError)
+	return a
 }
 
 // maxCopyBlocks bounds the blocks of a committed copy.
