@@ -61,7 +61,7 @@ envtest: ## Build (or reuse) kube-apiserver and etcd for the tests; prints their
 	@hack/envtest-assets.sh
 
 .PHONY: test
-test: ## Run every test against a real kube-apiserver and etcd (built on first use), the examples' and the tools/ modules (chart, observability) included.
+test: ## Run every test against a real kube-apiserver and etcd (built on first use), the examples' and the tools/ modules (chart, observability, promserver) included.
 	@# hack/test.sh runs the modules of their own beside the product's.
 	GO_TEST_FLAGS="$(GO_TEST_FLAGS)" hack/test.sh
 
@@ -213,6 +213,7 @@ verify: manifests generate docs reference-check imports-check api-check lint lin
 	@for m in $(dir $(EXAMPLES)); do (cd $$m && go vet ./...) || exit 1; done
 	cd $(OBSERVABILITY) && go vet ./...
 	cd tools/chart && go vet ./...
+	cd tools/promserver && go vet ./...
 	@git diff --exit-code -- api config docs/reference $(CHART)/files test/dynamo/crd test/dynamo/v1beta1 || { echo "generated files are stale: run make manifests generate docs and commit"; exit 1; }
 	@test -z "$$(git status --porcelain -- api config docs/reference $(CHART)/files test/dynamo/crd test/dynamo/v1beta1)" || { echo "untracked generated files:"; git status --porcelain -- api config docs/reference $(CHART)/files test/dynamo/crd test/dynamo/v1beta1; exit 1; }
 

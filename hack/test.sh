@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # make test: the product module's tests, and beside them, in a second lane,
-# the modules of their own (the examples, tools/chart, tools/observability).
+# the modules of their own (the examples, tools/chart, tools/observability,
+# tools/promserver).
 #
 # The product's suites spend most of their wall time waiting on processes
 # they start (API servers, managers, sidecars under attack), so the tools'
@@ -32,11 +33,15 @@ log="$(mktemp -d)/modules.log"
 	# check, promtool's rule cases and the apply to kube-apiserver.
 	echo "go test tools/observability"
 	(cd tools/observability && go test $flags ./...)
+	# The rollout's Prometheus provider against a real Prometheus, built
+	# from its Go module.
+	echo "go test tools/promserver"
+	(cd tools/promserver && go test $flags ./...)
 ) >"$log" 2>&1 &
 modules=$!
 trap 'kill "$modules" 2>/dev/null' EXIT
 
-echo "go test ./... (the modules of their own run beside it: examples, tools/chart, tools/observability)"
+echo "go test ./... (the modules of their own run beside it: examples, tools/chart, tools/observability, tools/promserver)"
 go test $flags ./...
 product=$?
 

@@ -26,6 +26,9 @@ type Arm struct {
 	// Dropped counts requests the source no longer held (a sidecar's
 	// ring wrapped); reported, not judged.
 	Dropped int64
+	// HitRatio, when set, is the prefix-hit ratio as a source gave it (a
+	// Prometheus query override), in place of the token counts'.
+	HitRatio *float64
 	// HitRatios are prefix-hit ratios (cached over prompt tokens), one
 	// per observation, ascending.
 	HitRatios []float64
@@ -37,9 +40,14 @@ type Arm struct {
 	TTFTP50, TTFTP90 float64
 }
 
-// PrefixHitRatio is the arm's cached over prompt tokens; 0 without
-// prompt tokens.
-func (a *Arm) PrefixHitRatio() float64 { return ratio(a.CachedTokens, a.PromptTokens) }
+// PrefixHitRatio is the arm's cached over prompt tokens (or HitRatio,
+// when set); 0 without prompt tokens.
+func (a *Arm) PrefixHitRatio() float64 {
+	if a.HitRatio != nil {
+		return *a.HitRatio
+	}
+	return ratio(a.CachedTokens, a.PromptTokens)
+}
 
 // ErrorRate is the share of requests that failed; 0 without requests.
 func (a *Arm) ErrorRate() float64 { return ratio(a.Errors, a.Requests) }

@@ -181,3 +181,21 @@ func TestQuantile(t *testing.T) {
 		t.Errorf("p90 of none = %v, want 0", got)
 	}
 }
+
+func TestMinRankP(t *testing.T) {
+	// 1/C(8,4) = 1/70 and 1/C(10,5) = 1/252: four steps per arm cannot
+	// reach 0.0125, five can.
+	if got := minRankP(4, 4, 0.0125); math.Abs(got-1.0/70) > 1e-15 {
+		t.Errorf("4, 4: %v, want 1/70", got)
+	}
+	if got := minRankP(5, 5, 1e-9); math.Abs(got-1.0/252) > 1e-15 {
+		t.Errorf("5, 5: %v, want 1/252", got)
+	}
+	// It stops once below the level: 1/126 after four of five factors.
+	if got := minRankP(5, 5, 0.0125); got >= 0.0125 {
+		t.Errorf("5, 5 at 0.0125: %v", got)
+	}
+	if got := minRankP(16384, 16384, 0.0125); got >= 0.0125 {
+		t.Errorf("16384 each: %v", got)
+	}
+}

@@ -165,6 +165,7 @@ func Judge(t Thresholds, in Input) Verdict {
 		judgeRate(MetricHintRejectedRate, t, level, b.HintsRejected, b.Requests, c.HintsRejected, c.Requests),
 	}
 	var failed, inconclusive []string
+	var inconclusiveReason string
 	for i := range v.Findings {
 		f := &v.Findings[i]
 		switch f.Phase {
@@ -174,6 +175,9 @@ func Judge(t Thresholds, in Input) Verdict {
 			}
 			failed = append(failed, f.Message)
 		case Inconclusive:
+			if inconclusive == nil {
+				inconclusiveReason = f.Reason
+			}
 			inconclusive = append(inconclusive, f.Message)
 		}
 	}
@@ -185,7 +189,7 @@ func Judge(t Thresholds, in Input) Verdict {
 		v.Phase, v.Reason = Inconclusive, ReasonPodsUnanswered
 		v.Message = unanswered
 	case len(inconclusive) > 0:
-		v.Phase, v.Reason = Inconclusive, ReasonMetricUnmeasured
+		v.Phase, v.Reason = Inconclusive, inconclusiveReason
 		v.Message = strings.Join(inconclusive, "; ")
 	default:
 		v.Phase, v.Reason = Successful, ReasonWithinThresholds
@@ -223,6 +227,14 @@ func judgeRank(m Metric, t Thresholds, level float64, base, canary []float64, bF
 		}
 		alt, harm, reason = Greater, (cFig-bFig)/bFig, ReasonTTFTIncrease
 		f.Change, f.Threshold, verb = harm, t.MaxTTFTIncrease, "rose"
+	}
+	if minP := minRankP(len(base), len(canary), level); minP >= level {
+		// Even the most extreme ranking would not be significant: a
+		// pass would mean nothing (a few Prometheus steps per arm).
+		f.Phase, f.Reason = Inconclusive, ReasonTooFewSamples
+		f.Message = fmt.Sprintf("%s: %d baseline and %d canary observations, too few for the test to reach p < %.3g (at best %.3g)",
+			name, len(base), len(canary), level, minP)
+		return f
 	}
 	r := MannWhitneyU(canary, base, alt)
 	f.Statistic, f.P, f.Exact = r.U, r.P, r.Exact
@@ -329,4 +341,15 @@ func listNames(names []string) string {
 		return strings.Join(names[:5], ", ") + fmt.Sprintf(" and %d more", len(names)-5)
 	}
 	return strings.Join(names, ", ")
+}
+
+// minRankP is the smallest one-sided p-value a rank test of n and m
+// observations can give, 1/C(n+m, m), computed until it is below level.
+func minRankP(n, m int, level float64) float64 {
+	k := min(n, m)
+	c := 1.0
+	for i := 1; i <= k && 1/c >= level; i++ {
+		c = c * float64(n+m-k+i) / float64(i)
+	}
+	return 1 / c
 }

@@ -303,3 +303,24 @@ func TestThresholdsValidate(t *testing.T) {
 		}
 	}
 }
+
+func TestFewObservationsAreInconclusive(t *testing.T) {
+	// Four Prometheus steps per arm: even a clean separation cannot be
+	// significant at 0.05/4, so the metric is Inconclusive, not passed.
+	arm := func(hits ...float64) Arm {
+		ttfts := make([]float64, len(hits))
+		for i := range ttfts {
+			ttfts[i] = 0.1
+		}
+		return Arm{Requests: 1000, PromptTokens: 1000, CachedTokens: int64(1000 * hits[0]), HitRatios: hits, TTFTs: ttfts, TTFTP90: 0.1}
+	}
+	v := Judge(DefaultThresholds(), Input{Baseline: arm(0.6, 0.61, 0.62, 0.63), Canary: arm(0.4, 0.41, 0.42, 0.43)})
+	if v.Phase != Inconclusive || v.Reason != ReasonTooFewSamples || !strings.Contains(v.Message, "too few for the test to reach p < 0.0125 (at best 0.0143)") {
+		t.Fatalf("%s %s: %s", v.Phase, v.Reason, v.Message)
+	}
+	// Five steps can: the same separation fails.
+	v = Judge(DefaultThresholds(), Input{Baseline: arm(0.6, 0.61, 0.62, 0.63, 0.64), Canary: arm(0.4, 0.41, 0.42, 0.43, 0.44)})
+	if v.Phase != Failed || v.Metric != MetricPrefixHitRatio || !v.Failure.Exact || math.Abs(v.Failure.P-1.0/252) > 1e-12 {
+		t.Fatalf("%s %s: %s", v.Phase, v.Reason, v.Message)
+	}
+}

@@ -12,6 +12,7 @@ package provider
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -38,6 +39,17 @@ type Query struct {
 	// end for a Prometheus query (zero: now); sidecars answer with what
 	// they hold when asked.
 	Since, Until time.Time
+}
+
+// check refuses a query whose arms are not two different config hashes.
+func (q *Query) check() error {
+	if !rolloutapi.ValidHash(q.Stable) || !rolloutapi.ValidHash(q.Candidate) {
+		return fmt.Errorf("router %s/%s: stable %q and candidate %q must be config hashes", q.Namespace, q.Router, q.Stable, q.Candidate)
+	}
+	if q.Stable == q.Candidate {
+		return fmt.Errorf("router %s/%s: stable and candidate are the same config %s: nothing to compare", q.Namespace, q.Router, q.Stable)
+	}
+	return nil
 }
 
 // Measurement is what a provider fetched.

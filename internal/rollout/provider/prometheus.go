@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/kvrouter/kv-hint-operator/internal/rollout/analysis"
-	"github.com/kvrouter/kv-hint-operator/internal/rolloutapi"
 )
 
 // PrometheusOptions configure the Prometheus provider.
@@ -42,20 +41,49 @@ type PrometheusOptions struct {
 	// local development setup). Unspecified, multicast and link-local
 	// addresses are always refused.
 	AllowLoopback bool
+	// Queries override the PromQL of a metric, by name: OverridePrefixHit,
+	// OverrideTTFTP90, OverrideErrorRate. Each is run per config hash and
+	// must give one series: its value over the window (the figure) and
+	// per Step (the observations). A query takes the placeholders
+	// {{hash}} (required), {{namespace}}, {{router}} (DNS labels, so they
+	// cannot break out of a quoted label value) and {{window}} (as 90s).
+	// The request counts, and so the minimum sample size, still come from
+	// kvhint_outcome_requests_total; an error-rate override's rate is
+	// applied to them.
+	Queries map[string]string
 }
+
+// Names of the metrics whose query can be overridden.
+const (
+	OverridePrefixHit = "prefixHit"
+	OverrideTTFTP90   = "ttftP90"
+	OverrideErrorRate = "errorRate"
+)
+
+// MaxOverrideBytes bounds an overriding query.
+const MaxOverrideBytes = 4096
 
 // Prometheus is the provider that reads the kvhint_outcome_* series the
 // sidecars export from a Prometheus server: counts over the window for
 // the rates and the minimum sample size, and one observation per Step for
 // the rank tests, the way Kayenta compares a canary's time series with
-// the baseline's.
+// the baseline's. Its limit: a rank test over n steps per arm cannot
+// reach a p-value below 1/C(2n, n) (n = 4: 0.014, above the default
+// level of 0.05/4), so a window needs at least 5 steps for a metric to
+// fail; the analysis calls fewer Inconclusive. Counts come from
+// increase(), which extrapolates to the window's edges: near the true
+// count, rarely equal. The prompt-token series count failed requests too,
+// which the sidecar provider leaves out of the prefix-hit ratio.
 type Prometheus struct {
 	opts   PrometheusOptions
 	base   *url.URL
 	client *http.Client
 }
 
-var labelName = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]*$`)
+var (
+	labelName = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]*$`)
+	dnsLabel  = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
+)
 
 // NewPrometheus checks the options and returns the provider.
 func NewPrometheus(o PrometheusOptions) (*Prometheus, error) {
@@ -92,6 +120,16 @@ func NewPrometheus(o PrometheusOptions) (*Prometheus, error) {
 	}
 	if o.Step < time.Second {
 		errs = append(errs, fmt.Errorf("prometheus step %v is shorter than 1s", o.Step))
+	}
+	for name, tmpl := range o.Queries {
+		switch {
+		case name != OverridePrefixHit && name != OverrideTTFTP90 && name != OverrideErrorRate:
+			errs = append(errs, fmt.Errorf("prometheus query %q: not one of %s, %s, %s", name, OverridePrefixHit, OverrideTTFTP90, OverrideErrorRate))
+		case !strings.Contains(tmpl, "{{hash}}"):
+			errs = append(errs, fmt.Errorf("prometheus query %s: no {{hash}}, so both configs would get the same figures", name))
+		case len(tmpl) > MaxOverrideBytes:
+			errs = append(errs, fmt.Errorf("prometheus query %s: %d bytes, over %d", name, len(tmpl), MaxOverrideBytes))
+		}
 	}
 	for _, l := range []string{o.NamespaceLabel, o.RouterLabel} {
 		if !labelName.MatchString(l) {
@@ -130,13 +168,15 @@ type Queries struct {
 
 // Queries builds the PromQL for q over [since, until].
 func (p *Prometheus) Queries(q Query, until time.Time) (Queries, error) {
-	if !rolloutapi.ValidHash(q.Stable) || !rolloutapi.ValidHash(q.Candidate) {
-		return Queries{}, fmt.Errorf("router %s/%s: stable %q and candidate %q must be config hashes", q.Namespace, q.Router, q.Stable, q.Candidate)
+	if err := q.check(); err != nil {
+		return Queries{}, err
 	}
-	if q.Namespace == "" || q.Router == "" {
-		return Queries{}, errors.New("a Prometheus query needs the router's namespace and name")
+	if !dnsLabel.MatchString(q.Namespace) || !dnsLabel.MatchString(q.Router) {
+		return Queries{}, fmt.Errorf("router %q in namespace %q: a Prometheus query needs names that are DNS labels", q.Router, q.Namespace)
 	}
-	window := until.Sub(q.Since).Truncate(time.Second)
+	// Whole seconds, rounded up so the range reaches back to the step's
+	// start: increase() counts from the last sample before it.
+	window := (until.Sub(q.Since) + time.Second - 1).Truncate(time.Second)
 	if window < time.Second {
 		return Queries{}, fmt.Errorf("router %s/%s: window %v from %s to %s is shorter than 1s", q.Namespace, q.Router, window,
 			q.Since.UTC().Format(time.RFC3339), until.UTC().Format(time.RFC3339))
@@ -261,6 +301,9 @@ func (p *Prometheus) measure(ctx context.Context, q Query, qs Queries, until tim
 			slices.Sort(*obs)
 		}
 	}
+	if err := p.overrides(ctx, q, qs, arms, start, until); err != nil {
+		return m, err
+	}
 	m.Input.Baseline, m.Input.Canary = *arms[q.Stable], *arms[q.Candidate]
 
 	bookings, err := p.instant(ctx, qs.ShadowBookings, until)
@@ -296,6 +339,67 @@ func (p *Prometheus) measure(ctx context.Context, q Query, qs Queries, until tim
 		}
 	}
 	return m, nil
+}
+
+// overrides runs the overriding queries, per config hash, and puts their
+// figures and observations in place of the defaults'.
+func (p *Prometheus) overrides(ctx context.Context, q Query, qs Queries, arms map[string]*analysis.Arm, start, until time.Time) error {
+	for _, name := range []string{OverridePrefixHit, OverrideTTFTP90, OverrideErrorRate} {
+		tmpl, ok := p.opts.Queries[name]
+		if !ok {
+			continue
+		}
+		for _, hash := range []string{q.Stable, q.Candidate} {
+			a := arms[hash]
+			render := func(window time.Duration) string {
+				return strings.NewReplacer("{{hash}}", hash, "{{namespace}}", q.Namespace, "{{router}}", q.Router,
+					"{{window}}", promDuration(window)).Replace(tmpl)
+			}
+			series, err := p.instant(ctx, render(qs.Window), until)
+			if err != nil {
+				return fmt.Errorf("query %s: %w", name, err)
+			}
+			if len(series) > 1 {
+				return fmt.Errorf("query %s for config %s gave %d series, want one", name, hash, len(series))
+			}
+			var figure float64
+			if len(series) == 1 {
+				figure = finite(series[0].Value)
+			}
+			var obs []float64
+			if !start.After(until) && name != OverrideErrorRate {
+				steps, err := p.rangeQuery(ctx, render(p.opts.Step), start, until)
+				if err != nil {
+					return fmt.Errorf("query %s: %w", name, err)
+				}
+				if len(steps) > 1 {
+					return fmt.Errorf("query %s per step for config %s gave %d series, want one", name, hash, len(steps))
+				}
+				for _, st := range steps {
+					for _, v := range st.Values {
+						if !math.IsNaN(v) && !math.IsInf(v, 0) {
+							obs = append(obs, v)
+						}
+					}
+				}
+				slices.Sort(obs)
+			}
+			switch name {
+			case OverridePrefixHit:
+				if len(series) == 1 {
+					a.HitRatio = &figure
+				}
+				a.HitRatios = obs
+			case OverrideTTFTP90:
+				a.TTFTP90, a.TTFTs = figure, obs
+			case OverrideErrorRate:
+				// The test of rates wants counts: the rate of the
+				// requests counted.
+				a.Errors = count(min(max(figure, 0), 1) * float64(a.Requests))
+			}
+		}
+	}
+	return nil
 }
 
 // count rounds an increase (Prometheus extrapolates it to the window's

@@ -26,25 +26,26 @@ func TestPrometheusQueries(t *testing.T) {
 	}
 	sel := `{namespace="inference",router="llama",config_hash=~"00000000000000aa|00000000000000bb"}`
 	want := Queries{
-		Requests:       `sum by (config_hash, result) (increase(kvhint_outcome_requests_total` + sel + `[300s]))`,
-		PromptTokens:   `sum by (config_hash) (increase(kvhint_outcome_prompt_tokens_total` + sel + `[300s]))`,
-		CachedTokens:   `sum by (config_hash) (increase(kvhint_outcome_cached_tokens_total` + sel + `[300s]))`,
-		TTFTP50:        `histogram_quantile(0.5, sum by (config_hash, le) (increase(kvhint_outcome_ttft_seconds_bucket` + sel + `[300s])))`,
-		TTFTP90:        `histogram_quantile(0.9, sum by (config_hash, le) (increase(kvhint_outcome_ttft_seconds_bucket` + sel + `[300s])))`,
-		ShadowBookings: `sum by (role, result) (increase(kvhint_shadow_bookings_total{namespace="inference",router="llama"}[300s]))`,
-		ShadowActions:  `sum by (action) (increase(kvhint_shadow_action_diff_total{namespace="inference",router="llama"}[300s]))`,
+		Requests:       `sum by (config_hash, result) (increase(kvhint_outcome_requests_total` + sel + `[301s]))`,
+		PromptTokens:   `sum by (config_hash) (increase(kvhint_outcome_prompt_tokens_total` + sel + `[301s]))`,
+		CachedTokens:   `sum by (config_hash) (increase(kvhint_outcome_cached_tokens_total` + sel + `[301s]))`,
+		TTFTP50:        `histogram_quantile(0.5, sum by (config_hash, le) (increase(kvhint_outcome_ttft_seconds_bucket` + sel + `[301s])))`,
+		TTFTP90:        `histogram_quantile(0.9, sum by (config_hash, le) (increase(kvhint_outcome_ttft_seconds_bucket` + sel + `[301s])))`,
+		ShadowBookings: `sum by (role, result) (increase(kvhint_shadow_bookings_total{namespace="inference",router="llama"}[301s]))`,
+		ShadowActions:  `sum by (action) (increase(kvhint_shadow_action_diff_total{namespace="inference",router="llama"}[301s]))`,
 		HitRatioSteps: `sum by (config_hash) (increase(kvhint_outcome_cached_tokens_total` + sel + `[15s]))` +
 			` / sum by (config_hash) (increase(kvhint_outcome_prompt_tokens_total` + sel + `[15s]))`,
 		TTFTP90Steps: `histogram_quantile(0.9, sum by (config_hash, le) (increase(kvhint_outcome_ttft_seconds_bucket` + sel + `[15s])))`,
-		Window:       5 * time.Minute,
+		Window:       5*time.Minute + time.Second, // rounded up
 	}
 	if d := cmp.Diff(want, qs); d != "" {
 		t.Fatalf("(-want +got)\n%s", d)
 	}
-	// A router name is quoted, never spliced: a quote cannot close the matcher.
-	qs, _ = p.Queries(Query{Namespace: "ns", Router: `a"}or vector(1)#`, Stable: stableHash, Candidate: candidateHash, Since: since}, since.Add(time.Minute))
-	if !strings.Contains(qs.ShadowActions, `router="a\"}or vector(1)#"`) {
-		t.Fatalf("router not quoted: %s", qs.ShadowActions)
+	// A router name that is not a DNS label (what Kubernetes allows) is
+	// refused: it could close the label matcher in an override.
+	if _, err := p.Queries(Query{Namespace: "ns", Router: `a"}or vector(1)#`, Stable: stableHash, Candidate: candidateHash, Since: since}, since.Add(time.Minute)); err == nil ||
+		!strings.Contains(err.Error(), "DNS labels") {
+		t.Fatalf("a router name with a quote: %v", err)
 	}
 	if _, err := p.Queries(Query{Namespace: "ns", Router: "r", Stable: "x", Candidate: candidateHash, Since: since}, since.Add(time.Minute)); err == nil {
 		t.Fatal("a bad hash: want an error")
@@ -69,6 +70,14 @@ func TestNewPrometheusRefuses(t *testing.T) {
 	} {
 		if _, err := NewPrometheus(PrometheusOptions{Address: addr}); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: %v, want %q", addr, err, want)
+		}
+	}
+	_, err := NewPrometheus(PrometheusOptions{Address: "http://p:9090", Queries: map[string]string{
+		"hitRate": "x{{hash}}", OverridePrefixHit: "sum(x)", OverrideTTFTP90: "{{hash}}" + strings.Repeat("x", MaxOverrideBytes)}})
+	for _, want := range []string{`query "hitRate": not one of prefixHit, ttftP90, errorRate`,
+		"query prefixHit: no {{hash}}", "query ttftP90: 4104 bytes, over 4096"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("overrides: %v, want %q", err, want)
 		}
 	}
 	if _, err := NewPrometheus(PrometheusOptions{Address: "http://p:9090", Step: time.Millisecond, RouterLabel: "a-b"}); err == nil ||
@@ -207,5 +216,69 @@ func TestPrometheusErrorsMakeTheServerUnanswered(t *testing.T) {
 				t.Fatalf("source %+v unanswered %v, want an error with %q", m.Sources[0], m.Input.Unanswered, c.want)
 			}
 		})
+	}
+}
+
+func TestPrometheusOverrides(t *testing.T) {
+	// Each override runs per config hash, over the window and per step,
+	// with the placeholders filled in.
+	s := &apiServer{answer: func(path, q string) (int, string) {
+		hashLabel := ""
+		for _, h := range []string{stableHash, candidateHash} {
+			if strings.Contains(q, h) && !strings.Contains(q, "|") {
+				hashLabel = h
+			}
+		}
+		val := map[string]string{stableHash: "0.6", candidateHash: "0.4"}[hashLabel]
+		if strings.HasPrefix(q, "my_errors") {
+			val = map[string]string{stableHash: "0.01", candidateHash: "0.1"}[hashLabel]
+		}
+		switch {
+		case hashLabel == "" && strings.Contains(q, "requests_total"):
+			return 200, vector(`{"metric":{"config_hash":"`+stableHash+`","result":"ok"},"value":[1,"1000"]}`,
+				`{"metric":{"config_hash":"`+candidateHash+`","result":"ok"},"value":[1,"500"]}`)
+		case hashLabel == "" && path == "/api/v1/query_range":
+			return 200, `{"status":"success","data":{"resultType":"matrix","result":[]}}`
+		case hashLabel == "":
+			return 200, vector()
+		case path == "/api/v1/query_range":
+			return 200, `{"status":"success","data":{"resultType":"matrix","result":[{"metric":{},"values":[[1,"` + val + `"],[2,"` + val + `"]]}]}}`
+		}
+		return 200, vector(`{"metric":{},"value":[1,"` + val + `"]}`)
+	}}
+	p, err := NewPrometheus(PrometheusOptions{Address: s.start(t), Step: 15 * time.Second, AllowLoopback: true, Queries: map[string]string{
+		OverridePrefixHit: `my_hits{ns="{{namespace}}",router="{{router}}",hash="{{hash}}"}[{{window}}]`,
+		OverrideErrorRate: `my_errors{hash="{{hash}}"}[{{window}}]`,
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	since := time.Unix(1_800_000_000, 0)
+	m, err := p.Measure(context.Background(), Query{Namespace: "inference", Router: "llama", Stable: stableHash, Candidate: candidateHash,
+		Since: since, Until: since.Add(time.Minute)})
+	if err != nil || m.Sources[0].Error != "" {
+		t.Fatalf("%v %+v", err, m.Sources)
+	}
+	b, c := m.Input.Baseline, m.Input.Canary
+	if b.PrefixHitRatio() != 0.6 || c.PrefixHitRatio() != 0.4 || len(b.HitRatios) != 2 || c.HitRatios[0] != 0.4 {
+		t.Errorf("prefix hit: baseline %v %v canary %v %v", b.PrefixHitRatio(), b.HitRatios, c.PrefixHitRatio(), c.HitRatios)
+	}
+	if b.Errors != 10 || c.Errors != 50 || b.Requests != 1000 || c.Requests != 500 {
+		t.Errorf("errors %d of %d, %d of %d", b.Errors, b.Requests, c.Errors, c.Requests)
+	}
+	var rendered []string
+	for _, q := range s.queries {
+		if strings.Contains(q, "my_hits") {
+			rendered = append(rendered, q)
+		}
+	}
+	want := []string{
+		`/api/v1/query my_hits{ns="inference",router="llama",hash="00000000000000aa"}[60s]`,
+		`/api/v1/query_range my_hits{ns="inference",router="llama",hash="00000000000000aa"}[15s]`,
+		`/api/v1/query my_hits{ns="inference",router="llama",hash="00000000000000bb"}[60s]`,
+		`/api/v1/query_range my_hits{ns="inference",router="llama",hash="00000000000000bb"}[15s]`,
+	}
+	if d := cmp.Diff(want, rendered); d != "" {
+		t.Errorf("rendered overrides (-want +got)\n%s", d)
 	}
 }

@@ -28,7 +28,10 @@ const OpsPortName = "kvhint-ops"
 type SidecarOptions struct {
 	// Timeout bounds one pod's answer, connection included. Default 5s.
 	Timeout time.Duration
-	// MaxBodyBytes bounds one pod's answer. Default 8 MiB.
+	// MaxBodyBytes bounds one pod's answer. Default 16 MiB: a sidecar
+	// holds at most 4 config hashes of 16,384 samples, about 128 bytes
+	// each in JSON with the longest of Dynamo's role names, 8.4 MB in
+	// all; a larger answer leaves the pod unanswered.
 	MaxBodyBytes int64
 	// Concurrency bounds the pods asked at once. Default 8.
 	Concurrency int
@@ -44,7 +47,7 @@ func (o SidecarOptions) withDefaults() SidecarOptions {
 		o.Timeout = 5 * time.Second
 	}
 	if o.MaxBodyBytes <= 0 {
-		o.MaxBodyBytes = 8 << 20
+		o.MaxBodyBytes = 16 << 20
 	}
 	if o.Concurrency <= 0 {
 		o.Concurrency = 8
@@ -276,8 +279,8 @@ func (s *Sidecars) fetchOne(ctx context.Context, pod string, target netip.AddrPo
 // the stable and the candidate arms; every pod that did not answer is
 // named in Input.Unanswered, which keeps the measurement from passing.
 func (s *Sidecars) Measure(ctx context.Context, q Query) (Measurement, error) {
-	if !rolloutapi.ValidHash(q.Stable) || !rolloutapi.ValidHash(q.Candidate) {
-		return Measurement{}, fmt.Errorf("router %s/%s: stable %q and candidate %q must be config hashes", q.Namespace, q.Router, q.Stable, q.Candidate)
+	if err := q.check(); err != nil {
+		return Measurement{}, err
 	}
 	outcomes, sources := s.Fetch(ctx, q.Pods, q.Since)
 	m := Measurement{Sources: sources, Shadow: analysis.SumShadow(q.Candidate, outcomes)}
