@@ -61,17 +61,9 @@ envtest: ## Build (or reuse) kube-apiserver and etcd for the tests; prints their
 	@hack/envtest-assets.sh
 
 .PHONY: test
-test: ## Run every test against a real kube-apiserver and etcd (built on first use), the examples' and the tools/ modules (chart, observability) included.
-	@# The assets first, on their own: were the script to fail inside the
-	@# test command, KUBEBUILDER_ASSETS would be empty and the tests that
-	@# need an API server would skip instead of failing.
-	assets="$$(hack/envtest-assets.sh)" && KUBEBUILDER_ASSETS="$$assets" go test $(GO_TEST_FLAGS) ./...
-	@for m in $(dir $(EXAMPLES)); do echo "go test $$m"; (cd $$m && go test $(GO_TEST_FLAGS) ./...) || exit 1; done
-	@# The chart's tests: Helm's SDK, in a module of its own (tools/chart).
-	assets="$$(hack/envtest-assets.sh)" && cd tools/chart && KUBEBUILDER_ASSETS="$$assets" go test $(GO_TEST_FLAGS) ./...
-	@# The rules parse, the metric-existence check, the generated files'
-	@# check, promtool's rule cases and the apply to kube-apiserver.
-	@echo "go test $(OBSERVABILITY)"; assets="$$(hack/envtest-assets.sh)" && cd $(OBSERVABILITY) && KUBEBUILDER_ASSETS="$$assets" go test $(GO_TEST_FLAGS) ./...
+test: ## Run every test against a real kube-apiserver and etcd (built on first use), the examples' and the tools/ modules (chart, observability, promserver) included.
+	@# hack/test.sh runs the modules of their own beside the product's.
+	GO_TEST_FLAGS="$(GO_TEST_FLAGS)" hack/test.sh
 
 .PHONY: observability-gen
 observability-gen: ## Regenerate the PrometheusRule and the Grafana dashboard (JSON, ConfigMap) from their sources in tools/observability.
@@ -221,6 +213,7 @@ verify: manifests generate docs reference-check imports-check api-check lint lin
 	@for m in $(dir $(EXAMPLES)); do (cd $$m && go vet ./...) || exit 1; done
 	cd $(OBSERVABILITY) && go vet ./...
 	cd tools/chart && go vet ./...
+	cd tools/promserver && go vet ./...
 	@git diff --exit-code -- api config docs/reference $(CHART)/files test/dynamo/crd test/dynamo/v1beta1 || { echo "generated files are stale: run make manifests generate docs and commit"; exit 1; }
 	@test -z "$$(git status --porcelain -- api config docs/reference $(CHART)/files test/dynamo/crd test/dynamo/v1beta1)" || { echo "untracked generated files:"; git status --porcelain -- api config docs/reference $(CHART)/files test/dynamo/crd test/dynamo/v1beta1; exit 1; }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -14,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+	"github.com/kvrouter/kv-hint-operator/internal/compiled"
 	"github.com/kvrouter/kv-hint-operator/internal/rolegraph"
 )
 
@@ -56,7 +58,22 @@ func holds(cm, want *corev1.ConfigMap) bool {
 		// The policy file goes away while no role is accepted; an apply
 		// without it removes it, since the manager owns it.
 		(hasKey(want.Data, v1alpha1.HintsConfigKey) || !hasKey(cm.Data, v1alpha1.HintsConfigKey)) &&
-		maps.Equal(roleOwners(cm.OwnerReferences), roleOwners(want.OwnerReferences))
+		maps.Equal(roleOwners(cm.OwnerReferences), roleOwners(want.OwnerReferences)) &&
+		// A candidate the rollout is done with goes, as the policy file
+		// does: an apply without its keys removes them.
+		!staleCandidateKeys(cm, want) &&
+		(hasKey(want.Annotations, compiled.CandidateHashAnnotation) || !hasKey(cm.Annotations, compiled.CandidateHashAnnotation))
+}
+
+// staleCandidateKeys reports whether a ConfigMap holds a rollout's key
+// (a candidate's, or its stage) that want does not.
+func staleCandidateKeys(cm, want *corev1.ConfigMap) bool {
+	for k := range cm.Data {
+		if (k == compiled.StageKey || strings.HasPrefix(k, compiled.CandidatePrefix)) && !hasKey(want.Data, k) {
+			return true
+		}
+	}
+	return false
 }
 
 func hasKey(m map[string]string, k string) bool { _, ok := m[k]; return ok }

@@ -1,7 +1,6 @@
 package controllers_test
 
 import (
-	"context"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -28,13 +27,7 @@ func newRole(ns, name, router, role, selection string) *v1alpha1.RouterRole {
 // conflict with the manager's status writes.
 func update[T client.Object](t *testing.T, obj T, change func(T)) {
 	t.Helper()
-	testenv.Eventually(t, timeout, "updating "+obj.GetName(), func(ctx context.Context) error {
-		if err := k8s.Get(ctx, keyOf(obj), obj); err != nil {
-			return err
-		}
-		change(obj)
-		return k8s.Update(ctx, obj)
-	})
+	testenv.Update(t, k8s, timeout, obj, change)
 }
 
 func rawMergePatch(data []byte) client.Patch { return client.RawPatch(types.MergePatchType, data) }

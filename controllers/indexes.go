@@ -23,8 +23,13 @@ func setupIndexes(ctx context.Context, indexer client.FieldIndexer) error {
 	}); err != nil {
 		return err
 	}
-	return indexer.IndexField(ctx, &v1alpha1.RouterRole{}, indexPolicyRef, func(o client.Object) []string {
+	if err := indexer.IndexField(ctx, &v1alpha1.RouterRole{}, indexPolicyRef, func(o client.Object) []string {
 		return policyRefs(o.(*v1alpha1.RouterRole))
+	}); err != nil {
+		return err
+	}
+	return indexer.IndexField(ctx, &v1alpha1.RouterRollout{}, indexRolloutRouter, func(o client.Object) []string {
+		return []string{o.(*v1alpha1.RouterRollout).Spec.Router}
 	})
 }
 

@@ -245,3 +245,34 @@ func catalogEvents(c *declared.Store) handler.TypedEventHandler[*corev1.ConfigMa
 		},
 	}
 }
+
+// routerOfRollout maps a RouterRollout to its router.
+func routerOfRollout(_ context.Context, o client.Object) []reconcile.Request {
+	ro, ok := o.(*v1alpha1.RouterRollout)
+	if !ok || ro.Spec.Router == "" {
+		return nil
+	}
+	return []reconcile.Request{routerRequest(ro.Namespace, ro.Spec.Router)}
+}
+
+// stagingChanged passes the RouterRollout events that change what the
+// router's ConfigMap stages: its steps, the candidate and its step, the
+// stable config, a rollback.
+var stagingChanged = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		o, ok1 := e.ObjectOld.(*v1alpha1.RouterRollout)
+		n, ok2 := e.ObjectNew.(*v1alpha1.RouterRollout)
+		if !ok1 || !ok2 {
+			return true
+		}
+		rb := func(r *v1alpha1.RouterRollout) string {
+			if r.Status.LastRollback == nil {
+				return ""
+			}
+			return r.Status.LastRollback.Hash
+		}
+		return o.Generation != n.Generation || o.Status.Phase != n.Status.Phase ||
+			o.Status.CandidateHash != n.Status.CandidateHash || o.Status.CurrentStep != n.Status.CurrentStep ||
+			o.Status.StableHash != n.Status.StableHash || rb(o) != rb(n)
+	},
+}

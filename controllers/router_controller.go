@@ -69,6 +69,7 @@ type RouterReconciler struct {
 // +kubebuilder:rbac:groups=hints.kvrouter.io,resources=routerroles,verbs=get;list;watch
 // +kubebuilder:rbac:groups=hints.kvrouter.io,resources=routerroles/status,verbs=get;patch
 // +kubebuilder:rbac:groups=hints.kvrouter.io,resources=hintpolicies,verbs=get;list;watch
+// +kubebuilder:rbac:groups=hints.kvrouter.io,resources=routerrollouts,verbs=get;list;watch
 // ConfigMaps: get reads a compiled ConfigMap whose labels were edited away
 // (configMap), list and watch fill the label-selected cache, create and
 // patch are server-side apply, delete removes the ConfigMap of a router
@@ -184,9 +185,20 @@ func (r *RouterReconciler) run(ctx context.Context, req reconcile.Request) (outc
 		ctrl.LoggerFrom(ctx).Info("Not writing hints config: the router's declared catalog cannot be used", "configMap", v1alpha1.HintsConfigMapName(req.Name), "problem", compiled.Held)
 		return o, nil
 	}
+	staged, rollout, err := r.stage(ctx, req.Namespace, current, compiled)
+	if err != nil {
+		return outcome{}, err
+	}
+	compiled.ConfigMap = staged.ConfigMap
+	markRolledBack(o.out, in.RouterRoles, staged, in.Now)
 	wrote, err := r.applyConfigMap(ctx, current, compiled)
 	if err != nil {
 		return outcome{}, err
+	}
+	if rollout != nil {
+		if err := r.applyCandidate(ctx, rollout, staged.Candidate); err != nil {
+			return outcome{}, err
+		}
 	}
 	rollErr := r.rollout.Roll(ctx, &in, ro, compiled)
 	recompile, refusal := r.noteRollout(ctx, req.NamespacedName, rollErr)
@@ -361,6 +373,10 @@ func (r *RouterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&v1alpha1.RouterRole{},
 			handler.EnqueueRequestsFromMapFunc(routerOfRole),
 			builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, dynamoVersionChanged))).
+		// A rollout's status says what the ConfigMap stages.
+		Watches(&v1alpha1.RouterRollout{},
+			handler.EnqueueRequestsFromMapFunc(routerOfRollout),
+			builder.WithPredicates(stagingChanged)).
 		Watches(&v1alpha1.HintPolicy{},
 			handler.EnqueueRequestsFromMapFunc(routersUsingPolicy(mgr.GetClient())),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).

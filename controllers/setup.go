@@ -28,6 +28,8 @@ import (
 	"github.com/kvrouter/kv-hint-operator/internal/apiwatch"
 	"github.com/kvrouter/kv-hint-operator/internal/declared"
 	"github.com/kvrouter/kv-hint-operator/internal/managermetrics"
+	"github.com/kvrouter/kv-hint-operator/internal/rollout"
+	"github.com/kvrouter/kv-hint-operator/internal/rolloutapi"
 	"github.com/kvrouter/kv-hint-operator/internal/workload"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 )
@@ -101,12 +103,12 @@ func trimPod(obj any) (any, error) {
 	trimmed := &corev1.Pod{TypeMeta: pod.TypeMeta, ObjectMeta: pod.ObjectMeta}
 	trimmed.ManagedFields = nil
 	for _, mf := range pod.ManagedFields {
-		if sidecarOwns(mf, v1alpha1.AppliedHashAnnotation) || sidecarOwns(mf, v1alpha1.EjectedPoliciesAnnotation) {
+		if slices.ContainsFunc(sidecarReports, func(key string) bool { return sidecarOwns(mf, key) }) {
 			trimmed.ManagedFields = append(trimmed.ManagedFields, mf)
 		}
 	}
 	cloned := false
-	for _, key := range []string{v1alpha1.AppliedHashAnnotation, v1alpha1.EjectedPoliciesAnnotation} {
+	for _, key := range sidecarReports {
 		if _, ok := pod.Annotations[key]; !ok || slices.ContainsFunc(trimmed.ManagedFields, func(mf metav1.ManagedFieldsEntry) bool { return sidecarOwns(mf, key) }) {
 			continue
 		}
@@ -116,6 +118,11 @@ func trimPod(obj any) (any, error) {
 		delete(trimmed.Annotations, key)
 	}
 	trimmed.Status.Phase = pod.Status.Phase
+	// What a rollout's measurement reads: where the sidecar's ops port
+	// is.
+	trimmed.Status.PodIP = pod.Status.PodIP
+	trimmed.Spec.Containers = opsPorts(pod.Spec.Containers)
+	trimmed.Spec.InitContainers = opsPorts(pod.Spec.InitContainers)
 	// What a restart-mode router's count reads: which config revision
 	// the pod mounts, and whether it is Ready.
 	trimmed.Spec.Volumes = configMapVolumes(pod.Spec.Volumes)
@@ -125,6 +132,27 @@ func trimPod(obj any) (any, error) {
 		}
 	}
 	return trimmed, nil
+}
+
+// sidecarReports are the annotations a sidecar writes on its own pod.
+var sidecarReports = []string{v1alpha1.AppliedHashAnnotation, v1alpha1.EjectedPoliciesAnnotation, rolloutapi.ConfigStatusAnnotation}
+
+// OpsPortName is the name of the sidecar container's port that serves
+// its ops routes, rolloutapi.OutcomesPath among them.
+const OpsPortName = "kvhint-ops"
+
+// opsPorts keeps of containers the name and the ports named OpsPortName
+// of those that have one.
+func opsPorts(cs []corev1.Container) []corev1.Container {
+	var out []corev1.Container
+	for _, c := range cs {
+		for _, p := range c.Ports {
+			if p.Name == OpsPortName {
+				out = append(out, corev1.Container{Name: c.Name, Ports: []corev1.ContainerPort{p}})
+			}
+		}
+	}
+	return out
 }
 
 // trimReplicaSet keeps of a cached ReplicaSet what config revision
@@ -204,6 +232,11 @@ type Options struct {
 	// DynamoGraphDeployment CRD until it is served; zero is
 	// DefaultGraphDiscoveryInterval.
 	GraphDiscoveryInterval time.Duration
+	// RolloutOutcomes and RolloutAnalysis judge the steps of
+	// RouterRollouts (RolloutReconciler); nil Analysis holds every
+	// candidate at its first step until promoted or aborted by hand.
+	RolloutOutcomes rollout.OutcomeSource
+	RolloutAnalysis rollout.Analysis
 }
 
 // ManagerMetricsNamespace prefixes the manager's own metrics
@@ -269,6 +302,10 @@ func SetupWithOptions(ctx context.Context, mgr manager.Manager, cat *hints.Catal
 	if err := (&RouterReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Catalog: cat, Recorder: rec,
 		catalogs: cats, catalogCache: catalogCache, graphs: graphs, rollout: rollout, loaded: loaded}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("router controller: %w", err)
+	}
+	if err := (&RolloutReconciler{Client: mgr.GetClient(), Recorder: rec,
+		Outcomes: o.RolloutOutcomes, Analysis: o.RolloutAnalysis}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("rollout controller: %w", err)
 	}
 	if err := (&HintPolicyReconciler{Client: mgr.GetClient(), Catalog: cat, Recorder: rec,
 		catalogs: cats, catalogCache: catalogCache}).SetupWithManager(mgr); err != nil {

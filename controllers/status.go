@@ -156,13 +156,13 @@ func recordTransitions(rec events.EventRecorder, obj runtime.Object, before, aft
 }
 
 // eventType is Warning for a condition that needs a person: a spec or a
-// reference that is wrong, or a ConfigMap in the way. Waiting for router
-// pods is Normal.
+// reference that is wrong, a ConfigMap in the way, or a config its
+// router's rollout rolled back. Waiting for router pods is Normal.
 func eventType(c metav1.Condition) string {
 	switch {
 	case c.Status == metav1.ConditionTrue:
 		return corev1.EventTypeNormal
-	case c.Type == string(v1alpha1.ConditionProgrammed) && c.Reason != string(v1alpha1.ReasonConfigMapConflict):
+	case c.Type == string(v1alpha1.ConditionProgrammed) && c.Reason != string(v1alpha1.ReasonConfigMapConflict) && c.Reason != string(v1alpha1.ReasonRolledBack):
 		return corev1.EventTypeNormal
 	}
 	return corev1.EventTypeWarning

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/gitopsview"
 	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 )
 
@@ -250,8 +251,8 @@ func TestPolicyEjectedNamesThePolicy(t *testing.T) {
 	if r := meta.FindStatusCondition(rr.Status.Conditions, string(v1alpha1.ConditionReady)); r == nil || r.Status != metav1.ConditionTrue {
 		t.Errorf("Ready %+v while a policy is ejected; want True (the spec runs on every pod)", r)
 	}
-	v := readGitops(t, ns, rr.Name, "RouterRole")
-	if v.kstatus != status.CurrentStatus || v.argo != "Healthy" || !strings.Contains(v.argoMessage, "PolicyEjected: hint policy audit is ejected") {
+	v := gitopsview.Read(t, k8s, ns, rr.Name, "RouterRole")
+	if v.KStatus != status.CurrentStatus || v.Argo != "Healthy" || !strings.Contains(v.ArgoMessage, "PolicyEjected: hint policy audit is ejected") {
 		t.Errorf("GitOps view while a policy is ejected: %v; want kstatus Current, Argo CD Healthy naming the policy", v)
 	}
 

@@ -250,3 +250,93 @@ const (
 	// It sets Stalled.
 	ReasonPolicyConfigNotWritten ConditionReason = "PolicyConfigNotWritten"
 )
+
+// Condition types of a RouterRollout, beside Ready, Reconciling and
+// Stalled.
+const (
+	// ConditionProgressing is True while a candidate config moves through
+	// the rollout's steps (reason Step, message such as "step 2/4 (canary
+	// 10%): 3 of 3 pods on candidate 0123456789abcdef"), and False when no
+	// candidate is in flight (reason Idle, Promoted or RolledBack) or the
+	// rollout waits (reason Paused or Inconclusive).
+	ConditionProgressing ConditionType = "Progressing"
+
+	// ConditionPaused is True while the rollout holds a candidate at its
+	// step: spec.paused (reason Paused) or an Inconclusive analysis
+	// (reason Inconclusive; resume with spec.paused toggled, or the
+	// annotation hints.kvrouter.io/resume naming the candidate).
+	ConditionPaused ConditionType = "Paused"
+
+	// ConditionPromoted is True when the last candidate passed every step
+	// (reason Promoted) or was promoted by hand (reason ManualPromote), and
+	// is the router's stable config.
+	ConditionPromoted ConditionType = "Promoted"
+
+	// ConditionRolledBack is True when the last candidate was rolled back:
+	// its reason is the failed measurement's (PrefixHitDrop,
+	// TTFTIncrease, ErrorRateIncrease, CandidateRefused, ...) or Aborted,
+	// and its message names the metric, the baseline and canary figures
+	// and the samples.
+	ConditionRolledBack ConditionType = "RolledBack"
+)
+
+// Reasons of a RouterRollout's conditions.
+const (
+	// ReasonStep: Progressing=True, a candidate is at a step; the message
+	// names the step, its stage and how many pods run the candidate.
+	ReasonStep ConditionReason = "Step"
+
+	// ReasonIdle: no candidate is in flight and none was promoted or
+	// rolled back yet (or the last one was withdrawn: the RouterRoles
+	// compile to the stable config again).
+	ReasonIdle ConditionReason = "Idle"
+
+	// ReasonPaused: spec.paused holds the candidate at its step.
+	ReasonPaused ConditionReason = "Paused"
+
+	// ReasonInconclusive: a measurement could not judge (too few samples,
+	// such as when the router has no traffic, or pods that did not
+	// answer): the candidate is held at its step, neither promoted nor
+	// rolled back. Toggle spec.paused or set the annotation
+	// hints.kvrouter.io/resume to the candidate's hash to go on.
+	ReasonInconclusive ConditionReason = "Inconclusive"
+
+	// ReasonPromoted: the candidate passed every step and is the stable
+	// config.
+	ReasonPromoted ConditionReason = "Promoted"
+
+	// ReasonManualPromote: the annotation hints.kvrouter.io/promote named
+	// the candidate, which skipped its remaining steps.
+	ReasonManualPromote ConditionReason = "ManualPromote"
+
+	// ReasonRolledBack: on a RouterRole, Programmed=False because the
+	// router's rollout rolled back the config the role's current spec
+	// compiled into; the router pods run the stable config. The message
+	// says why (the RouterRollout's status.lastRollback). Change the
+	// role's spec to try another config. On a RouterRollout, the reason
+	// of Ready=False and Stalled=True after a rollback.
+	ReasonRolledBack ConditionReason = "RolledBack"
+
+	// ReasonCandidateRefused: a router pod's sidecar refused the candidate
+	// (it does not load; the pod and the sidecar's error are named), which
+	// fails the step at once.
+	ReasonCandidateRefused ConditionReason = "CandidateRefused"
+
+	// ReasonAborted: the annotation hints.kvrouter.io/abort named the
+	// candidate, which was rolled back.
+	ReasonAborted ConditionReason = "Aborted"
+
+	// ReasonCandidateInFlight: Ready=False while a candidate is staged.
+	ReasonCandidateInFlight ConditionReason = "CandidateInFlight"
+
+	// ReasonRolloutConflict: another RouterRollout, older (or as old, with
+	// a name that sorts first), names the same router; this one does
+	// nothing. Delete one of them.
+	ReasonRolloutConflict ConditionReason = "RolloutConflict"
+
+	// ReasonRestartModeRouter: the router's pods read their config only
+	// at start-up (an opted-in Deployment or DynamoGraphDeployment), so
+	// configs cannot be staged inside them; changes reach them as before,
+	// by the workload's own rolling update.
+	ReasonRestartModeRouter ConditionReason = "RestartModeRouter"
+)

@@ -26,7 +26,7 @@ var (
 )
 
 func addKnownTypes(s *runtime.Scheme) error {
-	s.AddKnownTypes(GroupVersion, &RouterRole{}, &RouterRoleList{}, &HintPolicy{}, &HintPolicyList{})
+	s.AddKnownTypes(GroupVersion, &RouterRole{}, &RouterRoleList{}, &HintPolicy{}, &HintPolicyList{}, &RouterRollout{}, &RouterRolloutList{})
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil
 }

@@ -17,6 +17,9 @@ const (
 	SourceControlEndpointsAnnotation = wellknown.SourceControlEndpointsAnnotation
 	ManagedByLabel                   = wellknown.ManagedByLabel
 	ManagedBy                        = wellknown.ManagedBy
+	PromoteAnnotation                = wellknown.PromoteAnnotation
+	AbortAnnotation                  = wellknown.AbortAnnotation
+	ResumeAnnotation                 = wellknown.ResumeAnnotation
 )
 
 // HintsConfigMapName returns the name of the ConfigMap compiled for a

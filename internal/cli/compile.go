@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kvrouter/kv-hint-operator/internal/declared"
+	"github.com/kvrouter/kv-hint-operator/internal/filecheck"
 	"github.com/kvrouter/kv-hint-operator/internal/rolegraph"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
@@ -61,11 +62,11 @@ declared catalog (see kvhint validate --help).`,
 			if err != nil {
 				return err
 			}
-			form, routersForm, err := targetForms(tgt, form, declaredForm)
+			form, routersForm, err := filecheck.TargetForms(tgt, form, declaredForm)
 			if err != nil {
 				return err
 			}
-			return compileFiles(cat, files, router, mode, fileRead{form: form, target: tgt, declared: catalogFile != ""}, routersForm, cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
+			return compileFiles(cat, files, router, mode, filecheck.FileRead{Form: form, Target: tgt, Declared: catalogFile != ""}, routersForm, cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	cmd.Flags().StringArrayVarP(&files, "filename", "f", nil, "hints YAML or manifest file to compile (repeatable; - for stdin)")
@@ -77,7 +78,7 @@ declared catalog (see kvhint validate --help).`,
 	return cmd
 }
 
-func compileFiles(cat *hints.Catalog, files []string, router string, mode hintsconfig.RouterMode, form fileRead, routersForm hintsconfig.Form, stdin io.Reader, stdout, stderr io.Writer) error {
+func compileFiles(cat *hints.Catalog, files []string, router string, mode hintsconfig.RouterMode, form filecheck.FileRead, routersForm hintsconfig.Form, stdin io.Reader, stdout, stderr io.Writer) error {
 	configs, err := loadCompiled(cat, files, router, mode, form, routersForm, stdin, stderr)
 	if err != nil {
 		return err
@@ -123,30 +124,28 @@ type compiledConfig struct {
 // stderr; an input that breaks a rule returns ExitInvalid, an unreadable
 // one or a bad --router ExitUsage. With router set, only that router's
 // config is returned (and hints YAML files are ignored).
-func loadCompiled(cat *hints.Catalog, files []string, router string, mode hintsconfig.RouterMode, form fileRead, routersForm hintsconfig.Form, stdin io.Reader, stderr io.Writer) ([]compiledConfig, error) {
-	files, err := expandInputs(files)
+func loadCompiled(cat *hints.Catalog, files []string, router string, mode hintsconfig.RouterMode, form filecheck.FileRead, routersForm hintsconfig.Form, stdin io.Reader, stderr io.Writer) ([]compiledConfig, error) {
+	files, err := filecheck.ExpandInputs(files)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return nil, exitError{code: ExitUsage}
 	}
 	var out []compiledConfig
-	manifests := newManifestSet()
-	manifests.form = routersForm
-	manifests.target, manifests.declared = form.target, form.declared
+	manifests := filecheck.NewManifestSet(routersForm, form.Target, form.Declared)
 	for _, name := range files {
-		data, err := readInput(name, stdin)
+		data, err := filecheck.ReadInput(name, stdin)
 		if err != nil {
 			fmt.Fprintf(stderr, "%s: %v\n", name, err)
 			return nil, exitError{code: ExitUsage}
 		}
 		if rolegraph.IsManifest(data) {
-			manifests.add(name, data)
+			manifests.Add(name, data)
 			continue
 		}
 		if router != "" {
 			continue
 		}
-		g, probs := compileHintsYAML(cat, data, mode, form)
+		g, probs := filecheck.CompileHintsYAML(cat, data, modesOf(mode), form)
 		printProblems(stderr, name, probs)
 		if probs.HasErrors() {
 			return nil, exitError{code: ExitInvalid}
@@ -159,24 +158,24 @@ func loadCompiled(cat *hints.Catalog, files []string, router string, mode hintsc
 		out = append(out, compiledConfig{doc: doc, hash: hash, form: g.Form, modes: hintsconfig.Modes{Default: mode, Flag: "--router-mode"},
 			note: fmt.Sprintf("# %s: hash %s", name, hash)})
 	}
-	if len(manifests.files) > 0 {
-		routers := manifests.compile(cat)
-		manifests.print(stderr)
-		if manifests.failed {
+	if len(manifests.Files()) > 0 {
+		routers := manifests.Compile(cat)
+		manifests.Print(stderr)
+		if manifests.Failed() {
 			return nil, exitError{code: ExitInvalid}
 		}
 		var names []string
 		found := false
 		for _, r := range routers {
-			names = append(names, r.router.Name)
-			if router != "" && r.router.Name != router {
+			names = append(names, r.Router.Name)
+			if router != "" && r.Router.Name != router {
 				continue
 			}
-			c := compiledConfig{doc: r.router.Config, hash: r.router.Hash, note: r.note(), router: r.router.Name}
-			if r.router.Compiled != nil {
-				c.form = r.router.Compiled.Form
+			c := compiledConfig{doc: r.Router.Config, hash: r.Router.Hash, note: r.Note(), router: r.Router.Name}
+			if r.Router.Compiled != nil {
+				c.form = r.Router.Compiled.Form
 				c.modes = hintsconfig.Modes{Roles: map[string]hintsconfig.RouterMode{}}
-				for role, s := range r.router.Compiled.Roles {
+				for role, s := range r.Router.Compiled.Roles {
 					c.modes.Roles[role] = s.RouterMode
 				}
 			}
@@ -188,7 +187,7 @@ func loadCompiled(cat *hints.Catalog, files []string, router string, mode hintsc
 			return nil, exitError{code: ExitUsage}
 		}
 	}
-	if router != "" && len(manifests.files) == 0 {
+	if router != "" && len(manifests.Files()) == 0 {
 		fmt.Fprintln(stderr, "--router selects among the routers of manifests, and no file is a manifest")
 		return nil, exitError{code: ExitUsage}
 	}

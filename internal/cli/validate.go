@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/kvrouter/kv-hint-operator/internal/declared"
+	"github.com/kvrouter/kv-hint-operator/internal/filecheck"
 	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
 
 	"github.com/spf13/cobra"
@@ -94,11 +95,11 @@ rule, 2 on a usage or read error. "-" reads standard input.`,
 			if err != nil {
 				return err
 			}
-			form, routersForm, err := targetForms(tgt, form, declaredForm)
+			form, routersForm, err := filecheck.TargetForms(tgt, form, declaredForm)
 			if err != nil {
 				return err
 			}
-			return validateFiles(cat, files, output, mode, fileRead{form: form, target: tgt, declared: catalogFile != ""}, routersForm, cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
+			return validateFiles(cat, files, output, mode, filecheck.FileRead{Form: form, Target: tgt, Declared: catalogFile != ""}, routersForm, cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	cmd.Flags().StringArrayVarP(&files, "filename", "f", nil, "hints YAML or manifest file to check (repeatable; - for stdin)")
@@ -121,62 +122,60 @@ const (
 	reasonReadError = "ReadError"
 )
 
-func validateFiles(cat *hints.Catalog, files []string, output string, mode hintsconfig.RouterMode, form fileRead, routersForm hintsconfig.Form, stdin io.Reader, stdout, stderr io.Writer) error {
-	files, err := expandInputs(files)
+func validateFiles(cat *hints.Catalog, files []string, output string, mode hintsconfig.RouterMode, form filecheck.FileRead, routersForm hintsconfig.Form, stdin io.Reader, stdout, stderr io.Writer) error {
+	files, err := filecheck.ExpandInputs(files)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return exitError{code: ExitUsage}
 	}
 	code := ExitOK
-	var probs []problem
-	manifests := newManifestSet()
-	manifests.form = routersForm
-	manifests.target, manifests.declared = form.target, form.declared
+	var probs []filecheck.Problem
+	manifests := filecheck.NewManifestSet(routersForm, form.Target, form.Declared)
 	for _, name := range files {
-		data, err := readInput(name, stdin)
+		data, err := filecheck.ReadInput(name, stdin)
 		if err != nil {
 			if output == "text" {
 				fmt.Fprintf(stderr, "%s: %v\n", name, err)
 			}
-			probs = append(probs, problem{File: name, Reason: reasonReadError, Message: err.Error(), Severity: severityError})
+			probs = append(probs, filecheck.Problem{File: name, Reason: reasonReadError, Message: err.Error(), Severity: filecheck.SeverityError})
 			code = max(code, ExitUsage)
 			continue
 		}
 		if rolegraph.IsManifest(data) {
-			manifests.add(name, data)
+			manifests.Add(name, data)
 			continue
 		}
-		g, ps := compileHintsYAML(cat, data, mode, form)
+		g, ps := filecheck.CompileHintsYAML(cat, data, modesOf(mode), form)
 		for _, p := range ps {
-			probs = append(probs, hintsProblem(name, p))
+			probs = append(probs, filecheck.HintsProblem(name, p))
 		}
 		if ps.HasErrors() {
 			code = max(code, ExitInvalid)
 		} else if len(g.Roles) == 0 {
-			probs = append(probs, problem{File: name, Reason: reasonNoRoles, Severity: severityWarning, where: "config",
+			probs = append(probs, filecheck.Problem{File: name, Reason: reasonNoRoles, Severity: filecheck.SeverityWarning, Where: "config",
 				Message: "the file holds no role: a router running it runs no hints"})
 		}
 	}
-	if len(manifests.files) > 0 {
-		manifests.compile(cat)
-		probs = append(probs, manifests.all()...)
-		if manifests.failed {
+	if len(manifests.Files()) > 0 {
+		manifests.Compile(cat)
+		probs = append(probs, manifests.All()...)
+		if manifests.Failed() {
 			code = max(code, ExitInvalid)
 		}
-		if manifests.objects() == 0 {
-			probs = append(probs, problem{File: strings.Join(manifests.files, ", "), Reason: reasonNoObjects, Severity: severityWarning,
+		if manifests.Objects() == 0 {
+			probs = append(probs, filecheck.Problem{File: strings.Join(manifests.Files(), ", "), Reason: reasonNoObjects, Severity: filecheck.SeverityWarning,
 				Message: "the manifests hold no RouterRole and no HintPolicy; nothing was checked"})
 		}
 	}
 	if output == "json" {
-		if err := writeReport(stdout, report{Valid: code == ExitOK, Files: files, Problems: probs}); err != nil {
+		if err := filecheck.WriteReport(stdout, filecheck.Report{Valid: code == ExitOK, Files: files, Problems: probs}); err != nil {
 			fmt.Fprintln(stderr, err)
 			return exitError{code: ExitUsage}
 		}
 	} else {
 		for _, p := range probs {
 			if p.Reason != reasonReadError {
-				fmt.Fprintln(stdout, p.text())
+				fmt.Fprintln(stdout, p.Text())
 			}
 		}
 		if code == ExitOK {
@@ -189,31 +188,8 @@ func validateFiles(cat *hints.Catalog, files []string, output string, mode hints
 	return nil
 }
 
-// compileHintsYAML parses one hints YAML document as read says (its
-// policy-file form, empty: the file's own; for a Dynamo Frontend, Dynamo's
-// parse and start-up rules) and compiles it.
-func compileHintsYAML(cat *hints.Catalog, data []byte, mode hintsconfig.RouterMode, read fileRead) (*hintsconfig.Graph, hintsconfig.Problems) {
-	var cfg *hintsconfig.Config
-	var err error
-	if read.target == hintsconfig.TargetDynamo && read.form == hintsconfig.FormRouterWideHint {
-		cfg, err = hintsconfig.ParseConfigFor(data, hintsconfig.TargetDynamo)
-		if cfg != nil {
-			cfg.DeclaredCatalog = read.declared
-		}
-	} else {
-		cfg, err = hintsconfig.ParseConfigForm(data, read.form)
-	}
-	if err != nil {
-		if probs, ok := err.(hintsconfig.Problems); ok {
-			return nil, probs
-		}
-		return nil, hintsconfig.Problems{{Severity: hintsconfig.SeverityError, Reason: hintsconfig.ReasonInvalidConfig, Hint: hintsconfig.NoHint, Message: err.Error()}}
-	}
-	return hintsconfig.Compile(cat, cfg, modesOf(mode))
-}
-
 func printProblems(w io.Writer, file string, probs hintsconfig.Problems) {
 	for _, p := range probs {
-		fmt.Fprintln(w, hintsProblem(file, p).text())
+		fmt.Fprintln(w, filecheck.HintsProblem(file, p).Text())
 	}
 }

@@ -287,33 +287,18 @@ func RouterForm(declared hintsconfig.Form, workloads []*Workload) hintsconfig.Fo
 	return hintsconfig.FormPerRoleHints
 }
 
-// target is what reads a router's policy file, as its config is checked
-// and written for it.
-type target struct {
-	// form is the policy-file form the config is written in (RouterForm).
-	form hintsconfig.Form
-	// dynamo says a Dynamo Frontend reads the file in the released form
-	// (a restart-mode router), so its roles are held to the Frontend's
-	// own start-up checks (hintsconfig.TargetDynamo); declared says its
-	// build links what the router's declared catalog lists, else it is a
-	// stock build.
-	dynamo, declared bool
-}
-
-// routerTarget is the target of router, given its restart-mode workloads.
-func routerTarget(in Input, router string, workloads []*Workload) target {
-	t := target{form: RouterForm(in.PolicyFileForms[router], workloads), declared: in.DeclaredCatalogs[router]}
-	t.dynamo = (len(workloads) > 0 || in.Target == hintsconfig.TargetDynamo) && t.form == hintsconfig.FormRouterWideHint
-	return t
-}
-
-// config is an empty config for the target.
-func (t target) config() *hintsconfig.Config {
-	cfg := &hintsconfig.Config{WorkerSelection: map[string]*hintsconfig.RoleEntry{}, Form: t.form}
-	if t.dynamo {
-		cfg.Target, cfg.DeclaredCatalog = hintsconfig.TargetDynamo, t.declared
+// routerTarget is what reads router's policy file, given its
+// restart-mode workloads: the form its config is written in
+// (RouterForm) and, for a restart-mode router in the released form (or
+// any router with Input.Target TargetDynamo), a Dynamo Frontend whose own
+// start-up checks its roles are held to, with a build that links what
+// its declared catalog lists, else a stock build.
+func routerTarget(in Input, router string, workloads []*Workload) hintsconfig.Reader {
+	rd := hintsconfig.Reader{Form: RouterForm(in.PolicyFileForms[router], workloads)}
+	if (len(workloads) > 0 || in.Target == hintsconfig.TargetDynamo) && rd.Form == hintsconfig.FormRouterWideHint {
+		rd.Target, rd.DeclaredCatalog = hintsconfig.TargetDynamo, in.DeclaredCatalogs[router]
 	}
-	return cfg
+	return rd
 }
 
 // placement is how one RouterRole ended up in its router's config.
@@ -333,7 +318,7 @@ type placement struct {
 }
 
 // compileRouter builds one router's config from its RouterRoles.
-func compileRouter(cat *hints.Catalog, name string, t target, results []*roleResult, cm *corev1.ConfigMap, pods []corev1.Pod, held string, workloads []*Workload, refusal WriteRefusal) (*Router, []*placement) {
+func compileRouter(cat *hints.Catalog, name string, t hintsconfig.Reader, results []*roleResult, cm *corev1.ConfigMap, pods []corev1.Pod, held string, workloads []*Workload, refusal WriteRefusal) (*Router, []*placement) {
 	r := &Router{Name: name, Held: held, Workloads: workloads}
 	var prev *running
 	if cm != nil && !CreatedByManager(cm) {
@@ -353,9 +338,7 @@ func compileRouter(cat *hints.Catalog, name string, t target, results []*roleRes
 	for _, res := range results {
 		claims[res.rr.Spec.Role] = append(claims[res.rr.Spec.Role], res)
 	}
-	form := t.form
-	cfg := t.config()
-	modes := hintsconfig.Modes{Roles: map[string]hintsconfig.RouterMode{}}
+	runs := map[string]*hintsconfig.Role{}
 	sources := map[string]compiled.Source{}
 	selectors := map[string]*metav1.LabelSelector{}
 	var wl *Workload
@@ -365,8 +348,7 @@ func compileRouter(cat *hints.Catalog, name string, t target, results []*roleRes
 	// put places what a role runs in the config, or takes it out.
 	put := func(p *placement, sel *metav1.LabelSelector) {
 		role := p.res.rr.Spec.Role
-		delete(cfg.WorkerSelection, role)
-		delete(modes.Roles, role)
+		delete(runs, role)
 		delete(sources, role)
 		delete(selectors, role)
 		if p.runs == nil {
@@ -375,9 +357,19 @@ func compileRouter(cat *hints.Catalog, name string, t target, results []*roleRes
 		if sel != nil {
 			selectors[role] = sel
 		}
-		cfg.WorkerSelection[role] = entryInForm(p.runs, form)
-		modes.Roles[role] = p.runs.Mode
+		runs[role] = p.runs
 		sources[role] = compiled.Source{RouterRole: p.res.rr.Name, UID: p.res.rr.UID, Generation: p.generation}
+	}
+	// config writes what the roles run into the router's config, in its
+	// form, through the same compile step the sidecar runs on it: what is
+	// written is what routers accept, byte for byte the same for the same
+	// roles.
+	config := func() hintsconfig.RouterResult {
+		roles := make([]*hintsconfig.Role, 0, len(runs))
+		for _, role := range sortedKeys(runs) {
+			roles = append(roles, runs[role])
+		}
+		return hintsconfig.CompileRouter(cat, hintsconfig.RouterInput{Reader: t, Roles: roles})
 	}
 	var placements []*placement
 	for _, role := range sortedKeys(claims) {
@@ -408,37 +400,33 @@ func compileRouter(cat *hints.Catalog, name string, t target, results []*roleRes
 		}
 	}
 
-	// The config goes through the same compile step the sidecar runs on
-	// it, and is rendered by the core: what is written is what routers
-	// accept, byte for byte the same for the same roles.
-	graph, _ := hintsconfig.Compile(cat, cfg, modes)
-	if form == hintsconfig.FormRouterWideHint {
-		if _, prob := hintsconfig.RouterWideHintPolicy(graph.Roles); prob != nil {
-			// The roles on the KV path that run their current spec are
-			// refused together (what the form cannot carry is the set,
-			// not one of them) and run their last good entries, which
-			// a config in this form held before.
-			for _, p := range placements {
-				if p.winner != nil || p.runs == nil || p.runs != p.res.compiled || p.runs.Mode != hintsconfig.ModeKV {
-					continue
-				}
-				p.res.findings = append(p.res.findings, Finding{
-					Severity: hintsconfig.SeverityError, Condition: v1alpha1.ConditionAccepted,
-					Reason: v1alpha1.ReasonPolicyFormCannotCarry, Field: "spec.hints", Message: prob.Message,
-				})
-				p.res.compiled = nil
-				p.runs, p.generation = prev.lastGood(cat, p.res.rr, wl, t)
-				put(p, prev.selector(p.res.rr.Spec.Role))
+	res := config()
+	if res.CannotCarry != nil {
+		// The roles on the KV path that run their current spec are
+		// refused together (what the form cannot carry is the set, not
+		// one of them) and run their last good entries, which a config
+		// in this form held before.
+		for _, p := range placements {
+			if p.winner != nil || p.runs == nil || p.runs != p.res.compiled || p.runs.Mode != hintsconfig.ModeKV {
+				continue
 			}
-			graph, _ = hintsconfig.Compile(cat, cfg, modes)
-			if _, prob := hintsconfig.RouterWideHintPolicy(graph.Roles); prob != nil && held == "" {
-				// Not even the last good entries can be written in the
-				// form (the declared form changed): nothing is written.
-				held = prob.Message
-				r.Held = held
-			}
+			p.res.findings = append(p.res.findings, Finding{
+				Severity: hintsconfig.SeverityError, Condition: v1alpha1.ConditionAccepted,
+				Reason: v1alpha1.ReasonPolicyFormCannotCarry, Field: "spec.hints", Message: res.CannotCarry.Message,
+			})
+			p.res.compiled = nil
+			p.runs, p.generation = prev.lastGood(cat, p.res.rr, wl, t)
+			put(p, prev.selector(p.res.rr.Spec.Role))
+		}
+		res = config()
+		if res.CannotCarry != nil && held == "" {
+			// Not even the last good entries can be written in the form
+			// (the declared form changed): nothing is written.
+			held = res.CannotCarry.Message
+			r.Held = held
 		}
 	}
+	graph := res.Graph
 	out, err := compiled.New(graph, selectors)
 	var data map[string]string
 	var hash string
@@ -449,7 +437,7 @@ func compileRouter(cat *hints.Catalog, name string, t target, results []*roleRes
 		// compileRole refuses entries that do not marshal, so this is a
 		// broken plugin at worst: run nothing rather than half a config.
 		r.Notes = append(r.Notes, "encoding the compiled config: "+err.Error())
-		graph, _ = hintsconfig.Compile(cat, &hintsconfig.Config{}, hintsconfig.Modes{})
+		graph = hintsconfig.CompileRouter(cat, hintsconfig.RouterInput{}).Graph
 		out = &compiled.Config{}
 		data, hash, _ = out.Data()
 	}
@@ -494,20 +482,6 @@ func compileRouter(cat *hints.Catalog, name string, t target, results []*roleRes
 		r.Revision = revisionConfigMap(r.ConfigMap, name, hash, workloads)
 	}
 	return r, placements
-}
-
-// entryInForm is the entry a role runs, as the router's config holds it
-// in form. In hintsconfig.FormRouterWideHint a role off the KV path is
-// Dynamo's built-in selector, written as default: its router mode picks
-// the worker, and a released Frontend refuses to start with a selected
-// custom instance under any --router-mode but kv ("linked
-// worker-selection policies require --router-mode kv"). It runs no hints
-// off the KV path in either form.
-func entryInForm(r *hintsconfig.Role, form hintsconfig.Form) *hintsconfig.RoleEntry {
-	if form != hintsconfig.FormRouterWideHint || r.Mode == hintsconfig.ModeKV {
-		return r.Entry()
-	}
-	return &hintsconfig.RoleEntry{Type: hintsconfig.BuiltinSelectionType, Hints: &[]hintsconfig.HintSpec{}}
 }
 
 // configMapFor finds a router's ConfigMap by name, not by label: labels

@@ -168,3 +168,32 @@ func checkDynamoPolicyFile(t *testing.T, router string, doc []byte) {
 		t.Errorf("router %s: Dynamo's router would refuse the compiled hints.yaml: %v\n%s", router, err, doc)
 	}
 }
+
+// BenchmarkCompileGolden compiles every golden case's input once per
+// iteration: the walk of each RouterRole through the hints core, and of
+// each router's config.
+func BenchmarkCompileGolden(b *testing.B) {
+	ins, err := filepath.Glob("testdata/*.in.yaml")
+	if err != nil || len(ins) == 0 {
+		b.Fatalf("no golden cases: %v", err)
+	}
+	cat := builtin.NewCatalog()
+	inputs := make([]Input, 0, len(ins))
+	for _, inPath := range ins {
+		data, err := os.ReadFile(inPath)
+		if err != nil {
+			b.Fatal(err)
+		}
+		in := Input{Now: now}
+		if err := ReadManifests(data, &in); err != nil {
+			b.Fatalf("reading %s: %v", inPath, err)
+		}
+		inputs = append(inputs, in)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		for _, in := range inputs {
+			Compile(cat, in)
+		}
+	}
+}

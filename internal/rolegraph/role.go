@@ -63,7 +63,7 @@ func (res *roleResult) refNames() []string {
 // rather than spec.routerMode, and t says what reads the file (a Dynamo
 // Frontend's build, stock or declared). version is the Dynamo version the
 // router's declared catalog states, empty when none does (see DialectOf).
-func compileRole(cat *hints.Catalog, rr *v1alpha1.RouterRole, policies policyIndex, wl *Workload, t target, version string) *roleResult {
+func compileRole(cat *hints.Catalog, rr *v1alpha1.RouterRole, policies policyIndex, wl *Workload, t hintsconfig.Reader, version string) *roleResult {
 	res := &roleResult{rr: rr}
 	spec := &rr.Spec
 	if !dnsLabel.MatchString(spec.Router) || len(spec.Router) > hints.MaxNameLength {
@@ -102,14 +102,14 @@ func compileRole(cat *hints.Catalog, rr *v1alpha1.RouterRole, policies policyInd
 		return res
 	}
 
-	compiled, probs := compileEntry(cat, spec, entry, wl, t)
-	for _, p := range probs {
+	checked := hintsconfig.CheckRole(cat, hintsconfig.RoleInput{Reader: t, Name: spec.Role, Entry: entry, Modes: roleModes(spec.Role, roleMode(spec), wl)})
+	for _, p := range checked.Problems {
 		res.findings = append(res.findings, roleFinding(p, spec))
 	}
-	if compiled != nil {
+	if checked.Entry != nil {
 		// Parameters a plugin reports go into the config as JSON; one that
 		// reports something that is not JSON is refused here, alone.
-		if _, err := json.Marshal(compiled.Entry()); err != nil {
+		if _, err := json.Marshal(checked.Entry); err != nil {
 			res.findings = append(res.findings, errorf(v1alpha1.ConditionAccepted, v1alpha1.ReasonInvalidParameters, "spec",
 				"the policies report effective parameters that are not JSON: %v", err))
 		}
@@ -118,41 +118,21 @@ func compileRole(cat *hints.Catalog, rr *v1alpha1.RouterRole, policies policyInd
 		res.findings = append(res.findings, errorf(v1alpha1.ConditionAccepted, v1alpha1.ReasonInvalidConfig,
 			"metadata.annotations["+v1alpha1.DynamoVersionAnnotation+"]", "%v", err))
 	}
-	res.findings = append(res.findings, presetFindings(rr, version, compiled, wl)...)
+	res.findings = append(res.findings, presetFindings(rr, version, checked.Role, wl)...)
 	if len(res.findings.Errors()) == 0 {
-		res.compiled = compiled
+		res.compiled = checked.Role
 	}
 	return res
 }
 
-// compileEntry runs the hints core on a role's entry, under the role's
-// own mode or, for a restart-mode router, its template's.
-func compileEntry(cat *hints.Catalog, spec *v1alpha1.RouterRoleSpec, entry *hintsconfig.RoleEntry, wl *Workload, t target) (*hintsconfig.Role, hintsconfig.Problems) {
+// roleModes is the router mode a role is checked under: mode, or for a
+// restart-mode router (wl not nil) the one its pod template starts it
+// with, so that messages name the flag and the container it came from.
+func roleModes(role string, mode hintsconfig.RouterMode, wl *Workload) hintsconfig.Modes {
 	if wl != nil {
-		return compileUnder(cat, spec.Role, entry, wl.modes(), t)
+		return wl.modes()
 	}
-	if t.dynamo {
-		return compileUnder(cat, spec.Role, entry, hintsconfig.Modes{Roles: map[string]hintsconfig.RouterMode{spec.Role: roleMode(spec)}}, t)
-	}
-	return hintsconfig.CompileRole(cat, spec.Role, entry, roleMode(spec))
-}
-
-// compileUnder compiles one role's entry under modes (a restart-mode
-// workload's, so that messages name the flag and the container it came
-// from) and, where a Dynamo Frontend reads the file, with the Frontend's
-// checks of what its build links.
-func compileUnder(cat *hints.Catalog, role string, entry *hintsconfig.RoleEntry, modes hintsconfig.Modes, t target) (*hintsconfig.Role, hintsconfig.Problems) {
-	cfg := t.config()
-	// The role is checked as its entry says, hints and all, whatever
-	// the form: compileRouter writes it in the form.
-	cfg.Form = ""
-	cfg.WorkerSelection[role] = entry
-	g, probs := hintsconfig.Compile(cat, cfg, modes)
-	r, ok := g.Role(role)
-	if !ok || probs.HasErrors() {
-		return nil, probs
-	}
-	return r, probs
+	return hintsconfig.Modes{Roles: map[string]hintsconfig.RouterMode{role: mode}}
 }
 
 // roleMode is the router mode a RouterRole's spec runs under: kv when

@@ -53,7 +53,7 @@ func readRunning(cm *corev1.ConfigMap) (*running, error) {
 // mode is the one its pod template starts it with now, whatever the
 // entry was compiled under: a pod that starts with a file its mode
 // refuses does not start, and one its build does not link either (t).
-func (r *running) lastGood(cat *hints.Catalog, rr *v1alpha1.RouterRole, wl *Workload, t target) (*hintsconfig.Role, int64) {
+func (r *running) lastGood(cat *hints.Catalog, rr *v1alpha1.RouterRole, wl *Workload, t hintsconfig.Reader) (*hintsconfig.Role, int64) {
 	if r == nil {
 		return nil, 0
 	}
@@ -72,18 +72,9 @@ func (r *running) lastGood(cat *hints.Catalog, rr *v1alpha1.RouterRole, wl *Work
 	if entry == nil {
 		return nil, 0
 	}
-	var compiledRole *hintsconfig.Role
-	var probs hintsconfig.Problems
-	switch {
-	case wl != nil:
-		compiledRole, probs = compileUnder(cat, role, entry, wl.modes(), t)
-	case t.dynamo:
-		compiledRole, probs = compileUnder(cat, role, entry, hintsconfig.Modes{Roles: map[string]hintsconfig.RouterMode{role: mode}}, t)
-	default:
-		compiledRole, probs = hintsconfig.CompileRole(cat, role, entry, mode)
-	}
-	if compiledRole == nil || probs.HasErrors() {
+	checked := hintsconfig.CheckRole(cat, hintsconfig.RoleInput{Reader: t, Name: role, Entry: entry, Modes: roleModes(role, mode, wl)})
+	if checked.Role == nil {
 		return nil, 0
 	}
-	return compiledRole, src.Generation
+	return checked.Role, src.Generation
 }

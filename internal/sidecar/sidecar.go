@@ -14,6 +14,9 @@
 //     (shadow, canary);
 //   - podreport: the applied hash and config status on the sidecar's own
 //     Pod;
+//   - outcomes: the request outcomes routers report, by config hash, for
+//     a staged rollout's analysis (POST /v1/outcomes on the booking
+//     listener, GET /v1/rollout/outcomes on the ops listener);
 //   - ops: the metrics registry, health, readiness and pprof;
 //   - listen, filewatch, jsonbody: listeners and their caps, file
 //     watching, strict JSON bodies.
@@ -46,9 +49,11 @@ import (
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/booking"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/configsource"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/delivery"
+	"github.com/kvrouter/kv-hint-operator/internal/sidecar/dispatchmetrics"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/endpoint"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/listen"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/ops"
+	"github.com/kvrouter/kv-hint-operator/internal/sidecar/outcomes"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/podreport"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/record"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/stage"
@@ -259,6 +264,8 @@ type Sidecar struct {
 	// Stage books through the stable dispatcher and a staged rollout's
 	// candidate; its Shadow method serves the shadow comparisons.
 	Stage *stage.Stage
+	// Outcomes holds the request outcomes the router reports.
+	Outcomes *outcomes.Store
 
 	bookingLn, opsLn, pprofLn net.Listener
 	// booking serves the booking API on bookingConns (the booking
@@ -322,11 +329,11 @@ func New(o Options) (*Sidecar, error) {
 	if o.MaxBookingBytes <= 0 {
 		o.MaxBookingBytes = dispatch.DefaultMaxBookingBytes
 	}
-	dopts := dispatch.Options{Catalog: o.Catalog, Workers: reg, Metrics: dispatch.NewMetrics(m), PolicyDeadline: o.PolicyDeadline,
+	dopts := dispatch.Options{Catalog: o.Catalog, Workers: reg, Metrics: dispatchmetrics.New(m), PolicyDeadline: o.PolicyDeadline,
 		PolicyDeadlinePerBlock: o.PolicyDeadlinePerBlock, Isolation: o.PolicyIsolation, MaxBookingBytes: o.MaxBookingBytes, RouterMode: o.RouterMode, Log: o.Log.WithName("dispatcher")}
 	d := dispatch.NewDispatcher(dopts)
 	s := &Sidecar{opts: o, Metrics: m, Dispatcher: d, Stage: stage.New(d, dopts, m), Workers: reg, Delivery: del, endpoints: eps, listeners: listen.NewMetrics(m),
-		bookingBudget: booking.NewBudget(o.MaxBookingMemory, m)}
+		bookingBudget: booking.NewBudget(o.MaxBookingMemory, m), Outcomes: outcomes.NewStore(outcomes.Options{Metrics: outcomes.NewMetrics(m)})}
 	if o.WorkersFile != "" {
 		s.file = &workers.FileSource{Path: o.WorkersFile, Poll: o.Poll}
 	}
@@ -407,7 +414,8 @@ func (s *Sidecar) Start(ctx context.Context) error {
 		book.Record = s.recorder.Record
 		log.Info("Recording sampled bookings as a trace", "path", s.opts.Record.Path, "sampleRate", s.opts.Record.SampleRate)
 	}
-	book.Other = (&admin.API{Dispatcher: s.Dispatcher, Workers: s.Workers, Log: log.WithName("api"), Book: book.Book, RegistrationOff: s.registrationOff()}).Handler()
+	book.Other = (&admin.API{Dispatcher: s.Dispatcher, Workers: s.Workers, Log: log.WithName("api"), Book: book.Book, RegistrationOff: s.registrationOff(),
+		Outcomes: s.Outcomes}).Handler()
 	var checks []func() error
 	if s.pods != nil {
 		checks = append(checks, s.pods.Synced)
@@ -466,7 +474,10 @@ func (s *Sidecar) Start(ctx context.Context) error {
 		h    http.Handler
 		lim  listen.Limits
 	}
-	servers := []server{{"ops", s.opsLn, s.opts.MaxOpsConns, ops.Handler(s.Metrics, s.Dispatcher, ready), lim}}
+	opsMux := http.NewServeMux()
+	opsMux.Handle("/", ops.Handler(s.Metrics, s.Dispatcher, ready))
+	opsMux.Handle(rolloutapi.OutcomesPath, outcomes.Handler(s.Outcomes, s.opts.PodName, s.Stage))
+	servers := []server{{"ops", s.opsLn, s.opts.MaxOpsConns, opsMux, lim}}
 	if s.pprofLn != nil {
 		servers = append(servers, server{"pprof", s.pprofLn, listen.MaxPprofConns, ops.PprofHandler(), pprofLim})
 	}

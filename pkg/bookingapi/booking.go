@@ -2,7 +2,9 @@
 // it: Booking, the JSON body of POST /v1/bookings, declared once for the
 // sidecar that reads it, the routers that send it and the in-process
 // dispatcher that books it (pkg/dispatch.Booking is this type), and Client,
-// which posts one to a sidecar and returns the hint it answers.
+// which posts one to a sidecar and returns the hint it answers; Outcome,
+// the body of POST /v1/outcomes, what became of a booked request, which
+// Client reports to the sidecar for a staged rollout's analysis.
 //
 // It imports the plugin contract (pkg/hints, for the session and the
 // committed copy) and the standard library: a router that books over HTTP

@@ -19,11 +19,17 @@ const DefaultTimeout = 5 * time.Second
 // hint for the longest booking the sidecar accepts fits well within it.
 const maxAnswerBytes = 16 << 20
 
-// Client posts bookings to one sidecar's booking API. It is safe for
+// maxErrorBytes bounds the body of an answer that carries no hint: an
+// error message at most.
+const maxErrorBytes = 64 << 10
+
+// Client posts bookings, and the outcomes of the requests booked, to one
+// sidecar's booking API. It is safe for
 // concurrent use.
 type Client struct {
-	url  string
-	http *http.Client
+	// url and outcomesURL are the booking and outcome routes.
+	url, outcomesURL string
+	http             *http.Client
 }
 
 // NewClient returns a client of the booking API at base: http://HOST:PORT
@@ -42,13 +48,14 @@ func NewClient(base string, timeout time.Duration) (*Client, error) {
 		c.http.Transport = &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			return d.DialContext(ctx, "unix", sock)
 		}}
-		c.url = "http://localhost" + Path
+		c.url, c.outcomesURL = "http://localhost"+Path, "http://localhost"+OutcomesPath
 		return c, nil
 	}
 	if !strings.HasPrefix(base, "http://") && !strings.HasPrefix(base, "https://") {
 		return nil, fmt.Errorf("booking API address %q: want http://HOST:PORT or unix:///PATH", base)
 	}
-	c.url = strings.TrimSuffix(base, "/") + Path
+	base = strings.TrimSuffix(base, "/")
+	c.url, c.outcomesURL = base+Path, base+OutcomesPath
 	return c, nil
 }
 
@@ -57,29 +64,66 @@ func NewClient(base string, timeout time.Duration) (*Client, error) {
 // nil when the booking has no hint (a 204). Any other answer is an error
 // that carries the sidecar's status and message.
 func (c *Client) Book(ctx context.Context, b *Booking) ([]byte, error) {
+	a, err := c.BookAnswer(ctx, b)
+	return a.Message, err
+}
+
+// BookAnswer is Book with the hash of the config that booked b, which a
+// router reports back with the request's Outcome (ReportOutcome).
+func (c *Client) BookAnswer(ctx context.Context, b *Booking) (Answer, error) {
 	body, err := json.Marshal(b)
 	if err != nil {
-		return nil, err
+		return Answer{}, err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url, bytes.NewReader(body))
+	resp, msg, err := c.post(ctx, c.url, body, maxAnswerBytes)
 	if err != nil {
-		return nil, err
+		return Answer{}, err
+	}
+	a := Answer{ConfigHash: resp.Header.Get(HeaderConfigHash)}
+	switch resp.StatusCode {
+	case http.StatusOK:
+		a.Message = msg
+		return a, nil
+	case http.StatusNoContent:
+		return a, nil
+	}
+	return Answer{}, fmt.Errorf("the sidecar answered %s: %s", resp.Status, bytes.TrimSpace(msg))
+}
+
+// ReportOutcome posts o, what became of a booked request, to the sidecar
+// (POST /v1/outcomes); the sidecar answers 204. Any other answer is an
+// error that carries the sidecar's status and message.
+func (c *Client) ReportOutcome(ctx context.Context, o *Outcome) error {
+	body, err := json.Marshal(o)
+	if err != nil {
+		return err
+	}
+	resp, msg, err := c.post(ctx, c.outcomesURL, body, maxErrorBytes)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusNoContent {
+		return fmt.Errorf("the sidecar answered the outcome %s: %s", resp.Status, bytes.TrimSpace(msg))
+	}
+	return nil
+}
+
+// post posts a JSON body to url and returns the answer, its body read (at
+// most limit bytes) and closed.
+func (c *Client) post(ctx context.Context, url string, body []byte, limit int64) (*http.Response, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return nil, nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer resp.Body.Close()
-	msg, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes))
+	msg, err := io.ReadAll(io.LimitReader(resp.Body, limit))
 	if err != nil {
-		return nil, fmt.Errorf("reading the booking answer: %w", err)
+		return nil, nil, fmt.Errorf("reading the sidecar's answer: %w", err)
 	}
-	switch resp.StatusCode {
-	case http.StatusOK:
-		return msg, nil
-	case http.StatusNoContent:
-		return nil, nil
-	}
-	return nil, fmt.Errorf("the sidecar answered %s: %s", resp.Status, bytes.TrimSpace(msg))
+	return resp, msg, nil
 }

@@ -52,33 +52,7 @@ func Compile(cat *hints.Catalog, cfg *Config, modes Modes) (*Graph, Problems) {
 	}
 	roles := make([]*Role, 0, len(cfg.WorkerSelection))
 	for _, name := range slices.Sorted(maps.Keys(cfg.WorkerSelection)) {
-		entry := cfg.WorkerSelection[name]
-		if dynamo {
-			if p := cfg.dynamoSelected(name, entry, modes.For(name)); p != nil {
-				p.Line = cfg.source.line(*p)
-				probs = append(probs, *p)
-				continue
-			}
-		}
-		if cfg.Form == FormRouterWideHint && entry != nil && entry.Hints == nil {
-			// The role runs the file's one hint policy, on the KV path.
-			e := *entry
-			hs := []HintSpec{}
-			if routerWide != nil && modes.For(name) == ModeKV {
-				hs = []HintSpec{*routerWide}
-			}
-			e.Hints = &hs
-			entry = &e
-		}
-		c := roleCompiler{cat: cat, role: name, modes: modes, stock: dynamo && !cfg.DeclaredCatalog}
-		role := c.compile(entry, modes.For(name))
-		ps := c.probs
-		if ps.HasErrors() {
-			role = nil
-		}
-		if nf := cfg.source.checkNonFinite(name, entryTypes(entry), ps); len(nf) > 0 {
-			ps, role = append(ps, nf...), nil
-		}
+		role, ps := cfg.compileRole(cat, name, cfg.WorkerSelection[name], modes, routerWide)
 		probs = append(probs, ps...)
 		if role != nil {
 			roles = append(roles, role)
@@ -134,16 +108,47 @@ func (cfg *Config) routerWideHints(cat *hints.Catalog, modes Modes) (*HintSpec, 
 	return cfg.HintPolicy, c.probs
 }
 
+// compileRole checks one role of the config and resolves it: nil and the
+// problems when it breaks a rule, warnings come with a role too.
+// routerWide is the config's checked kv_hint_policy, which a role of a
+// FormRouterWideHint config that lists no hints runs on the KV path.
+func (cfg *Config) compileRole(cat *hints.Catalog, name string, entry *RoleEntry, modes Modes, routerWide *HintSpec) (*Role, Problems) {
+	dynamo := cfg.Target == TargetDynamo
+	if dynamo {
+		if p := cfg.dynamoSelected(name, entry, modes.For(name)); p != nil {
+			p.Line = cfg.source.line(*p)
+			return nil, Problems{*p}
+		}
+	}
+	if cfg.Form == FormRouterWideHint && entry != nil && entry.Hints == nil {
+		// The role runs the file's one hint policy, on the KV path.
+		e := *entry
+		hs := []HintSpec{}
+		if routerWide != nil && modes.For(name) == ModeKV {
+			hs = []HintSpec{*routerWide}
+		}
+		e.Hints = &hs
+		entry = &e
+	}
+	c := roleCompiler{cat: cat, role: name, modes: modes, stock: dynamo && !cfg.DeclaredCatalog}
+	role := c.compile(entry, modes.For(name))
+	ps := c.probs
+	if ps.HasErrors() {
+		role = nil
+	}
+	if nf := cfg.source.checkNonFinite(name, entryTypes(entry), ps); len(nf) > 0 {
+		ps, role = append(ps, nf...), nil
+	}
+	return role, ps
+}
+
 // CompileRole checks one role entry under a router mode and resolves it.
 // It returns nil and the errors when the role breaks a rule; warnings come
-// with a role too.
+// with a role too. CheckRole does the same for a role of a router whose
+// file a Dynamo Frontend reads.
 func CompileRole(cat *hints.Catalog, name string, e *RoleEntry, mode RouterMode) (*Role, Problems) {
-	c := roleCompiler{cat: cat, role: name, modes: Modes{Roles: map[string]RouterMode{name: mode}}}
-	r := c.compile(e, mode)
-	if c.probs.HasErrors() {
-		return nil, c.probs
-	}
-	return r, c.probs
+	res := CheckRole(cat, RoleInput{Name: name, Entry: e, Modes: Modes{Roles: map[string]RouterMode{name: mode}}})
+	return res.Role, res.Problems
 }
 
 type roleCompiler struct {

@@ -115,3 +115,17 @@ const (
 func ConfigMapName(router string) string {
 	return router + "-hints"
 }
+
+// Manual control of a RouterRollout: one-shot annotations on it whose value
+// is the hash of the candidate they act on, so that they cannot act on
+// another candidate. The manager removes each once it has acted on it.
+const (
+	// PromoteAnnotation promotes the candidate now, skipping the steps
+	// left.
+	PromoteAnnotation = "hints.kvrouter.io/promote"
+	// AbortAnnotation rolls the candidate back now (reason Aborted).
+	AbortAnnotation = "hints.kvrouter.io/abort"
+	// ResumeAnnotation continues a rollout paused by an Inconclusive
+	// analysis.
+	ResumeAnnotation = "hints.kvrouter.io/resume"
+)

@@ -6,11 +6,8 @@
 package admission
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,12 +19,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/podreport"
@@ -59,36 +53,6 @@ func TestMain(m *testing.M) {
 func requireEnv(t *testing.T) {
 	t.Helper()
 	testenv.Get(t)
-}
-
-// createFile creates every object of a YAML file in namespace ns.
-func createFile(t *testing.T, ns, path string) {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.New(restCfg, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-	for {
-		u := &unstructured.Unstructured{}
-		if err := dec.Decode(&u.Object); err != nil {
-			if errors.Is(err, io.EOF) {
-				return
-			}
-			t.Fatal(err)
-		}
-		if len(u.Object) == 0 {
-			continue
-		}
-		u.SetNamespace(ns)
-		if err := c.Create(context.Background(), u); err != nil {
-			t.Fatalf("creating %s %s: %v", u.GetKind(), u.GetName(), err)
-		}
-	}
 }
 
 func pod(name string, labels, annotations map[string]string) *corev1.Pod {
@@ -161,7 +125,7 @@ func TestSidecarWritesOnlyItsOwnReport(t *testing.T) {
 	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	createFile(t, ns, filepath.Join(repo, "config/router/rbac.yaml"))
+	testenv.MustCreateFile(t, suite.Client, ns, filepath.Join(repo, "config/router/rbac.yaml"))
 	suite.Kubectl(t, "apply", "-k", filepath.Join(repo, "config/admission"))
 
 	routerLabels := map[string]string{v1alpha1.RouterLabel: "llama"}

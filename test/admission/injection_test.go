@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 )
 
 // paramsName is the injection's parameters, a ConfigMap in kvhint-system
@@ -185,7 +186,7 @@ func TestInjectionRefusesRouterLabelsThatAreNoRouter(t *testing.T) {
 	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	createFile(t, ns, filepath.Join(repo, "config/router/rbac.yaml"))
+	testenv.MustCreateFile(t, suite.Client, ns, filepath.Join(repo, "config/router/rbac.yaml"))
 	for _, tc := range []struct {
 		router string
 		says   string

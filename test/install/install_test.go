@@ -40,6 +40,7 @@ func TestKustomizeDefaultDryRun(t *testing.T) {
 	for _, want := range []string{
 		"customresourcedefinition.apiextensions.k8s.io/routerroles.hints.kvrouter.io",
 		"customresourcedefinition.apiextensions.k8s.io/hintpolicies.hints.kvrouter.io",
+		"customresourcedefinition.apiextensions.k8s.io/routerrollouts.hints.kvrouter.io",
 		"clusterrole.rbac.authorization.k8s.io/kvhint-manager",
 		"deployment.apps/kvhint-manager",
 		"service/kvhint-manager-metrics",
@@ -106,6 +107,12 @@ func TestNamespacedInstallCannotTouchOtherNamespaces(t *testing.T) {
 		{authorizationv1.ResourceAttributes{Namespace: "routers", Verb: "patch", Resource: "configmaps"}, true},
 		{authorizationv1.ResourceAttributes{Namespace: "routers", Verb: "watch", Resource: "pods"}, true},
 		{authorizationv1.ResourceAttributes{Namespace: "routers", Verb: "list", Group: "hints.kvrouter.io", Resource: "routerroles"}, true},
+		// RouterRollouts: their status is the manager's; of the object it
+		// only removes the manual-control annotations it acted on.
+		{authorizationv1.ResourceAttributes{Namespace: "routers", Verb: "patch", Group: "hints.kvrouter.io", Resource: "routerrollouts", Subresource: "status"}, true},
+		{authorizationv1.ResourceAttributes{Namespace: "routers", Verb: "patch", Group: "hints.kvrouter.io", Resource: "routerrollouts"}, true},
+		{authorizationv1.ResourceAttributes{Namespace: "routers", Verb: "delete", Group: "hints.kvrouter.io", Resource: "routerrollouts"}, false},
+		{authorizationv1.ResourceAttributes{Namespace: "routers", Verb: "create", Group: "hints.kvrouter.io", Resource: "routerrollouts"}, false},
 		{authorizationv1.ResourceAttributes{Verb: "create", Group: "authentication.k8s.io", Resource: "tokenreviews"}, true},
 		{authorizationv1.ResourceAttributes{Namespace: "kube-system", Verb: "patch", Resource: "configmaps"}, false},
 		{authorizationv1.ResourceAttributes{Namespace: "kube-system", Verb: "delete", Resource: "configmaps"}, false},

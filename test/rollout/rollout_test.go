@@ -3,10 +3,7 @@ package rollout
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -18,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -453,32 +449,13 @@ func requireReleasedFile(t *testing.T, ns, rev string) {
 // each after edit, and returns its RouterRole.
 func applySample(t *testing.T, ns, file string, edit func(u *unstructured.Unstructured)) *v1alpha1.RouterRole {
 	t.Helper()
-	data, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rr *v1alpha1.RouterRole
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-	for {
-		u := &unstructured.Unstructured{}
-		if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
-			break
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		u.SetNamespace(ns)
-		edit(u)
-		if err := k8s.Create(context.Background(), u); err != nil {
-			t.Fatalf("creating %s %s: %v", u.GetKind(), u.GetName(), err)
-		}
+	for _, u := range testenv.MustCreateFile(t, k8s, ns, file, edit) {
 		if u.GetKind() == "RouterRole" {
-			rr = &v1alpha1.RouterRole{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: u.GetName()}}
+			return &v1alpha1.RouterRole{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: u.GetName()}}
 		}
 	}
-	if rr == nil {
-		t.Fatalf("%s has no RouterRole", file)
-	}
-	return rr
+	t.Fatalf("%s has no RouterRole", file)
+	return nil
 }
 
 // TestRevisionsOutliveRoles: a revision is the Deployment's, not the

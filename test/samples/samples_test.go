@@ -34,10 +34,7 @@ func TestSamplesBecomeReady(t *testing.T) {
 		if filepath.Base(f) == "kustomization.yaml" {
 			continue
 		}
-		objs, err := testenv.CreateFile(t, k8s, ns, f)
-		if err != nil {
-			t.Fatalf("%s: %v", f, err)
-		}
+		objs := testenv.MustCreateFile(t, k8s, ns, f)
 		for _, o := range objs {
 			switch o.GetKind() {
 			case "RouterRole":

@@ -1,7 +1,7 @@
 // Package samples_test applies config/samples to a real API server with
 // the manager running, as a user would, and checks that they become
-// Ready. What the manager makes of config/samples/invalid is tested in
-// controllers/, whose GitOps test reuses the same expectations.
+// Ready, and config/samples/invalid, each file with the reason it gets
+// (internal/testing/invalidsamples, which test/gitops reads too).
 package samples_test
 
 import (

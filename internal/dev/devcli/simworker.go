@@ -20,6 +20,7 @@ func newSimWorkerCommand() *cobra.Command {
 		listens, ids         []string
 		workerType, register string
 		printEndpoint, sink  bool
+		cache                simworker.Options
 	)
 	cmd := &cobra.Command{
 		Use:   "sim-worker --id ID [--listen ADDR] [--register SIDECAR_URL]",
@@ -33,6 +34,15 @@ to push to it. It checks every hint against the wire format an engine
 accepts (a malformed one is refused with 400 and counted) and records the
 good ones, in-band and pushed apart: GET /hints lists them, DELETE /hints
 forgets them.
+
+It keeps a simulated prefix cache: an LRU of --cache-blocks KV blocks,
+each --block-size tokens of the prompt's text (four bytes a token), the
+hash of a block chained on those before it. A completion is served from
+the longest prefix of its blocks the cache holds, answered in its
+usage.prompt_tokens_details.cached_tokens, and leaves its blocks cached; a
+kv.fetch in a hint brings the fetched copy's blocks in. The answer waits a
+simulated time to first token, --ttft-per-token for each prompt token not
+cached, at most --ttft-max.
 
 With --sink it is a throughput sink for load runs: it reads and counts every
 hint (GET /hints reports the count as "accepted") but neither checks nor
@@ -79,7 +89,8 @@ output once it listens: the whole line with --print-endpoint, for scripts.`,
 				}
 			}()
 			for i, id := range ids {
-				srv, err := simworker.Start(simworker.New(simworker.Options{ID: id, WorkerType: workerType, Sink: sink}), listens[i])
+				srv, err := simworker.Start(simworker.New(simworker.Options{ID: id, WorkerType: workerType, Sink: sink,
+					CacheBlocks: cache.CacheBlocks, BlockSize: cache.BlockSize, TTFTPerToken: cache.TTFTPerToken, TTFTMax: cache.TTFTMax}), listens[i])
 				if err != nil {
 					return fmt.Errorf("worker %s: %w", id, err)
 				}
@@ -117,6 +128,10 @@ output once it listens: the whole line with --print-endpoint, for scripts.`,
 		},
 	}
 	f := cmd.Flags()
+	f.IntVar(&cache.CacheBlocks, "cache-blocks", simworker.DefaultCacheBlocks, "capacity of the simulated prefix cache, in KV blocks (negative: no cache)")
+	f.IntVar(&cache.BlockSize, "block-size", simworker.DefaultBlockSize, "tokens per KV block of the simulated prefix cache")
+	f.DurationVar(&cache.TTFTPerToken, "ttft-per-token", simworker.DefaultTTFTPerToken, "simulated time to first token per prompt token not served from the cache (negative: none)")
+	f.DurationVar(&cache.TTFTMax, "ttft-max", simworker.DefaultTTFTMax, "the most a completion waits for its simulated first token")
 	f.StringArrayVar(&listens, "listen", nil, "address to listen on (port 0 picks a free port; default 127.0.0.1:0); once per --id with --sink")
 	f.StringArrayVar(&ids, "id", nil, "worker ID routers book (default: the host name); repeat with --sink for several workers in one process")
 	f.StringVar(&workerType, "worker-type", "decode", "router_hint_worker_type: aggregated, prefill or decode")

@@ -61,10 +61,20 @@ func InBandHint(body []byte) (json.RawMessage, dispatch.InBandPath, error) {
 
 func isNull(raw json.RawMessage) bool { return bytes.Equal(bytes.TrimSpace(raw), []byte("null")) }
 
+// HeaderTTFT, on a completion answer, is the simulated time to the first
+// token the worker waited, in seconds.
+const HeaderTTFT = "Simworker-Ttft-Seconds"
+
 // completionRequest is what the worker reads of a completion request
 // besides its hint.
 type completionRequest struct {
-	Model            string `json:"model"`
+	Model string `json:"model"`
+	// Prompt (completions) or the messages' contents (chat) are the
+	// prompt's text.
+	Prompt   string `json:"prompt"`
+	Messages []struct {
+		Content string `json:"content"`
+	} `json:"messages"`
 	KVTransferParams *struct {
 		DoRemoteDecode bool `json:"do_remote_decode"`
 	} `json:"kv_transfer_params"`
@@ -72,9 +82,11 @@ type completionRequest struct {
 
 // complete serves a completion request: it takes the hint carried in-band,
 // if any, checked as a pushed one is, and answers a small completion in
-// the OpenAI shape of the route. A request that asks for a remote decode
-// (kv_transfer_params.do_remote_decode) is answered, as a prefill worker
-// answers it, with the transfer parameters its decode worker needs.
+// the OpenAI shape of the route, its usage counting the prompt tokens
+// served from the prefix cache (usage.prompt_tokens_details.cached_tokens),
+// after a simulated time to first token. A request that asks for a remote
+// decode (kv_transfer_params.do_remote_decode) is answered, as a prefill
+// worker answers it, with the transfer parameters its decode worker needs.
 func (w *Worker) complete(rw http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(http.MaxBytesReader(rw, r.Body, maxRequestBytes))
 	if err != nil {
@@ -98,16 +110,39 @@ func (w *Worker) complete(rw http.ResponseWriter, r *http.Request) {
 		rw.Header().Set(HeaderHintPath, path.String())
 	}
 
+	text := req.Prompt
+	for _, m := range req.Messages {
+		text += m.Content
+	}
+	prompt, cached := PromptTokens(text), 0
+	hashes := BlockHashes(text, w.opts.BlockSize)
 	w.mu.Lock()
 	w.requests++
 	n := w.requests
+	if w.cache != nil {
+		// Served from the longest cached prefix; the request leaves all
+		// its blocks cached.
+		cached = min(w.cache.prefix(hashes)*w.opts.BlockSize, prompt)
+		w.cache.insert(hashes)
+	}
+	w.promptTokens += int64(prompt)
+	w.cachedTokens += int64(cached)
 	w.mu.Unlock()
+	if ttft := w.opts.ttft(prompt - cached); ttft > 0 {
+		select {
+		case <-time.After(ttft):
+		case <-r.Context().Done():
+			return
+		}
+		rw.Header().Set(HeaderTTFT, strconv.FormatFloat(ttft.Seconds(), 'f', -1, 64))
+	}
 	id := w.opts.ID + "-" + strconv.FormatInt(n, 10)
 	ans := map[string]any{
 		"id":      "cmpl-" + id,
 		"created": time.Now().Unix(),
 		"model":   req.Model,
-		"usage":   map[string]int{"prompt_tokens": len(body) / 4, "completion_tokens": 1, "total_tokens": len(body)/4 + 1},
+		"usage": map[string]any{"prompt_tokens": prompt, "completion_tokens": 1, "total_tokens": prompt + 1,
+			"prompt_tokens_details": map[string]int{"cached_tokens": cached}},
 	}
 	if r.URL.Path == ChatCompletionsPath {
 		ans["object"] = "chat.completion"

@@ -152,7 +152,8 @@ func TestInBandStatus(t *testing.T) {
 		return st
 	}
 	// The same message, pushed after it came in-band, is a duplicate.
-	want := Status{Worker: "p0", Accepted: 1, Requests: 2, Results: map[string]int64{ResultDuplicate: 1},
+	// Two requests with no prompt text: a token each.
+	want := Status{Worker: "p0", Accepted: 1, Requests: 2, PromptTokens: 2, Results: map[string]int64{ResultDuplicate: 1},
 		Hints: []Received{{MessageID: "r1", Body: json.RawMessage(good)}},
 		InBand: HintCounts{Accepted: 1, Results: map[string]int64{ResultDeferred: 1},
 			Hints: []Received{{MessageID: "r1", Body: json.RawMessage(good), Path: "kv_transfer_params.kv_hint"}}}}

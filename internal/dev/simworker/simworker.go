@@ -4,7 +4,10 @@
 // hints pushed to its own hint endpoint, for the sidecar's opt-in push. It
 // checks every hint against the wire format an engine accepts (docs/design.md, 8a)
 // and records it, the in-band and the pushed ones apart, so that a test or
-// a person can read exactly what arrived and how.
+// a person can read exactly what arrived and how. It keeps a simulated
+// prefix cache (an LRU of KV block hashes, keyed by the prompt's text and
+// filled by the kv.fetch actions of the hints it takes) and answers, as
+// engines do, how many prompt tokens it served from it.
 package simworker
 
 import (
@@ -78,7 +81,18 @@ type Options struct {
 	// answers, counting it as accepted, but neither checks nor records it.
 	// For load runs only, where the worker's own parsing would compete with
 	// the sidecar for the CPU; Hints and InBandHints are then always empty.
+	// A sink has no prefix cache and answers at once.
 	Sink bool
+	// CacheBlocks is the capacity of the worker's simulated prefix cache,
+	// in KV blocks; 0 means DefaultCacheBlocks, negative no cache.
+	CacheBlocks int
+	// BlockSize is the tokens per KV block the cache keys prompts by
+	// (BlockHashes); 0 means DefaultBlockSize.
+	BlockSize int
+	// TTFTPerToken is the simulated prefill time of an uncached prompt
+	// token, TTFTMax the most a completion waits for it; 0 means
+	// DefaultTTFTPerToken and DefaultTTFTMax, negative no wait.
+	TTFTPerToken, TTFTMax time.Duration
 }
 
 // hintLog is a ring of at most a worker's MaxRecorded hints, the oldest at
@@ -148,6 +162,11 @@ type Worker struct {
 	// seen are the message IDs of the hints taken, for ResultDuplicate,
 	// at most maxSeen of them (cleared whole when full).
 	seen map[string]bool
+	// cache is the simulated prefix cache; nil for a sink or without one.
+	cache *prefixCache
+	// promptTokens and cachedTokens count the completions' prompt tokens
+	// and those served from the cache.
+	promptTokens, cachedTokens int64
 }
 
 // maxSeen bounds the message IDs a worker remembers.
@@ -159,12 +178,29 @@ func New(o Options) *Worker {
 	if o.MaxRecorded <= 0 {
 		o.MaxRecorded = 10000
 	}
+	if o.BlockSize <= 0 {
+		o.BlockSize = DefaultBlockSize
+	}
+	if o.TTFTPerToken == 0 {
+		o.TTFTPerToken = DefaultTTFTPerToken
+	}
+	if o.TTFTMax == 0 {
+		o.TTFTMax = DefaultTTFTMax
+	}
 	if o.Sink {
 		// A sink reads hints without checking them: it has no results to
-		// give.
+		// give, and no cache.
+		o.TTFTPerToken = -1
 		return &Worker{opts: o, status: http.StatusNoContent}
 	}
-	return &Worker{opts: o, status: http.StatusOK}
+	w := &Worker{opts: o, status: http.StatusOK}
+	switch {
+	case o.CacheBlocks == 0:
+		w.cache = newPrefixCache(DefaultCacheBlocks)
+	case o.CacheBlocks > 0:
+		w.cache = newPrefixCache(o.CacheBlocks)
+	}
+	return w
 }
 
 // take records an accepted message in l and returns its results: each
@@ -178,6 +214,11 @@ func (w *Worker) take(l *hintLog, m *Message, h Received) Results {
 	dup := w.seen[m.MessageID]
 	w.seen[m.MessageID] = true
 	r := resultsOf(m, dup)
+	if !dup && w.cache != nil {
+		// The transfer a kv.fetch asks for brings the copy's blocks in
+		// (ResultApplied: on arrival).
+		w.cache.insert(fetchedBlocks(m))
+	}
 	if l.results == nil {
 		l.results = map[string]int64{}
 	}
@@ -216,6 +257,10 @@ func (w *Worker) SetBehaviour(status int, delay time.Duration) {
 //	POST   /v1/completions       a completion request, with or without a
 //	POST   /v1/chat/completions  hint in-band (400 if the hint breaks the
 //	                             wire format); answers a small completion
+//	                             whose usage counts the prompt's tokens
+//	                             served from the prefix cache, after a
+//	                             time to first token that grows with the
+//	                             others
 //	POST   /v1/hints             take a pushed hint: 200 and the results
 //	                             of its actions (Results: applied,
 //	                             deferred, duplicate, unsupported), or 400
@@ -224,8 +269,12 @@ func (w *Worker) SetBehaviour(status int, delay time.Duration) {
 //	                             as JSON, with the counts accepted (recorded
 //	                             or not) and rejected; under "in_band" the
 //	                             same for the hints carried on requests, and
-//	                             under "requests" the requests answered
-//	DELETE /hints                forget them all and reset the counts
+//	                             under "requests" the requests answered,
+//	                             "prompt_tokens" and "cached_tokens" their
+//	                             tokens and those served from the cache,
+//	                             "cache_blocks" the blocks it holds
+//	DELETE /hints                forget them all and reset the counts (the
+//	                             cache keeps its blocks)
 //	GET    /healthz              liveness, with the worker's ID
 func (w *Worker) Handler() http.Handler {
 	mux := http.NewServeMux()
@@ -237,7 +286,11 @@ func (w *Worker) Handler() http.Handler {
 		w.mu.Lock()
 		st := Status{Worker: w.opts.ID, Sink: w.opts.Sink, Requests: w.requests,
 			Hints: w.pushed.list(), Accepted: w.pushed.accepted, Rejected: w.pushed.rejected, Results: maps.Clone(w.pushed.results),
-			InBand: HintCounts{Hints: w.inBand.list(), Accepted: w.inBand.accepted, Rejected: w.inBand.rejected, Results: maps.Clone(w.inBand.results)}}
+			InBand:       HintCounts{Hints: w.inBand.list(), Accepted: w.inBand.accepted, Rejected: w.inBand.rejected, Results: maps.Clone(w.inBand.results)},
+			PromptTokens: w.promptTokens, CachedTokens: w.cachedTokens}
+		if w.cache != nil {
+			st.CacheBlocks = w.cache.lru.Len()
+		}
 		w.mu.Unlock()
 		json.NewEncoder(rw).Encode(st)
 	})
@@ -265,7 +318,12 @@ type Status struct {
 	InBand HintCounts `json:"in_band"`
 	// Requests counts the completion requests answered.
 	Requests int64 `json:"requests"`
-	Sink     bool  `json:"sink"`
+	// PromptTokens and CachedTokens count their prompt tokens and those
+	// served from the prefix cache; CacheBlocks is the blocks it holds.
+	PromptTokens int64 `json:"prompt_tokens"`
+	CachedTokens int64 `json:"cached_tokens"`
+	CacheBlocks  int   `json:"cache_blocks"`
+	Sink         bool  `json:"sink"`
 }
 
 // HintCounts are the hints of one kind a worker took.
@@ -466,14 +524,32 @@ func (w *Worker) Requests() int64 {
 	return w.requests
 }
 
-// Reset forgets the hints received and resets the counts.
+// Reset forgets the hints received and resets the counts; the prefix
+// cache keeps its blocks (ResetCache empties it).
 func (w *Worker) Reset() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.pushed.reset()
 	w.inBand.reset()
-	w.requests = 0
+	w.requests, w.promptTokens, w.cachedTokens = 0, 0, 0
 	w.seen = nil
+}
+
+// ResetCache empties the prefix cache.
+func (w *Worker) ResetCache() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.cache != nil {
+		w.cache.reset()
+	}
+}
+
+// CachedTokens counts the completions' prompt tokens served from the
+// prefix cache since the last Reset.
+func (w *Worker) CachedTokens() int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.cachedTokens
 }
 
 // WaitForHints waits until at least n pushed hints have been accepted

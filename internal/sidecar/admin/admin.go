@@ -6,6 +6,7 @@
 //	PUT    /v1/workers/{id}   register a worker (standalone mode only)
 //	DELETE /v1/workers/{id}   remove a worker registered over the API
 //	GET    /v1/config         the policy file in force, the config's hash in Kvhint-Config-Hash
+//	POST   /v1/outcomes       a booked request's outcome (bookingapi.Outcome), kept by config hash; 204
 //
 // The ServeMux does all the routing: path cleaning and its redirects, 404,
 // 405 with Allow, HEAD for GET. The routes share the booking listener, so
@@ -14,9 +15,9 @@
 // is read only as far as its limit (fasthttpadaptor would buffer it whole
 // first).
 //
-// It imports workers, booking (Book, for the spellings of the booking path
-// only the ServeMux matches, and WriteError), jsonbody, listen, pkg/dispatch
-// and fasthttp.
+// It imports workers, outcomes, booking (Book, for the spellings of the
+// booking path only the ServeMux matches, and WriteError), jsonbody,
+// listen, pkg/dispatch, pkg/bookingapi and fasthttp.
 package admin
 
 import (
@@ -36,7 +37,9 @@ import (
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/booking"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/jsonbody"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/listen"
+	"github.com/kvrouter/kv-hint-operator/internal/sidecar/outcomes"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/workers"
+	"github.com/kvrouter/kv-hint-operator/pkg/bookingapi"
 	"github.com/kvrouter/kv-hint-operator/pkg/dispatch"
 )
 
@@ -57,14 +60,21 @@ type API struct {
 	// roles' selectors pick, and nobody who reaches the listener may add
 	// one.
 	RegistrationOff string
+	// Outcomes keeps the outcomes routers report; nil answers POST
+	// /v1/outcomes 404.
+	Outcomes *outcomes.Store
 }
 
 // BodyLimit is the body limit of a request the routes serve, for
-// booking.API.OtherBodyLimit: MaxWorkerBytes for a registration, 0 (the
-// booking limit) for anything else.
+// booking.API.OtherBodyLimit: MaxWorkerBytes for a registration,
+// bookingapi.MaxOutcomeBytes for an outcome, 0 (the booking limit) for
+// anything else.
 func BodyLimit(method, path string) int {
-	if method == http.MethodPut && strings.HasPrefix(path, "/v1/workers/") {
+	switch {
+	case method == http.MethodPut && strings.HasPrefix(path, "/v1/workers/"):
 		return MaxWorkerBytes
+	case method == http.MethodPost && path == bookingapi.OutcomesPath:
+		return bookingapi.MaxOutcomeBytes
 	}
 	return 0
 }
@@ -81,6 +91,7 @@ func (a *API) Mux() *http.ServeMux {
 	mux.HandleFunc("PUT /v1/workers/{id}", a.putWorker)
 	mux.HandleFunc("DELETE /v1/workers/{id}", a.deleteWorker)
 	mux.HandleFunc("GET /v1/config", a.config)
+	mux.HandleFunc("POST "+bookingapi.OutcomesPath, a.reportOutcome)
 	return mux
 }
 
@@ -136,18 +147,7 @@ func (a *API) putWorker(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var spec workers.WorkerSpec
-	ctx := fastCtx(r)
-	if status, err := jsonbody.Read(r.Body, ctx.Request.Header.ContentLength(), MaxWorkerBytes, &spec); err != nil {
-		switch status {
-		case http.StatusRequestEntityTooLarge:
-			// The rest of the body is not read: the connection cannot
-			// carry another request.
-			ctx.SetConnectionClose()
-			listen.LingerOnClose(ctx.Conn())
-		case http.StatusRequestTimeout:
-			ctx.SetConnectionClose()
-		}
-		writeError(w, status, err)
+	if !readBody(w, r, MaxWorkerBytes, &spec) {
 		return
 	}
 	if spec.ID != "" && spec.ID != id {
@@ -162,6 +162,50 @@ func (a *API) putWorker(w http.ResponseWriter, r *http.Request) {
 	a.Log.Info("Registered worker", "worker", id, "endpoint", spec.HintEndpoint, "hintCapable", spec.HintCapable())
 	wk, _ := a.Workers.Get(id)
 	writeJSON(w, http.StatusOK, wk)
+}
+
+// readBody decodes r's body, of at most limit bytes, into dst (strictly,
+// jsonbody.Read), or answers the error and reports false.
+func readBody(w http.ResponseWriter, r *http.Request, limit int, dst any) bool {
+	ctx := fastCtx(r)
+	status, err := jsonbody.Read(r.Body, ctx.Request.Header.ContentLength(), limit, dst)
+	if err == nil {
+		return true
+	}
+	switch status {
+	case http.StatusRequestEntityTooLarge:
+		// The rest of the body is not read: the connection cannot
+		// carry another request.
+		ctx.SetConnectionClose()
+		listen.LingerOnClose(ctx.Conn())
+	case http.StatusRequestTimeout:
+		ctx.SetConnectionClose()
+	}
+	writeError(w, status, err)
+	return false
+}
+
+// reportOutcome keeps a request's outcome: 204, or 400 with what is wrong
+// with it (422 when its config hash has too many roles).
+func (a *API) reportOutcome(w http.ResponseWriter, r *http.Request) {
+	if a.Outcomes == nil {
+		fastCtx(r).SetConnectionClose() // the body is not read
+		writeError(w, http.StatusNotFound, errors.New("this sidecar keeps no outcomes"))
+		return
+	}
+	var o bookingapi.Outcome
+	if !readBody(w, r, bookingapi.MaxOutcomeBytes, &o) {
+		return
+	}
+	if err := a.Outcomes.Add(&o); err != nil {
+		status := http.StatusBadRequest
+		if errors.Is(err, outcomes.ErrTooManyRoles) {
+			status = http.StatusUnprocessableEntity
+		}
+		writeError(w, status, fmt.Errorf("outcome: %w", err))
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }
 
 func (a *API) deleteWorker(w http.ResponseWriter, r *http.Request) {

@@ -6,6 +6,7 @@ package sidecartest
 
 import (
 	"os"
+	"sync/atomic"
 	"testing"
 
 	"github.com/go-logr/logr"
@@ -14,12 +15,46 @@ import (
 )
 
 // Logger logs through t, so a failing test shows the logs; a benchmark's
-// are discarded.
+// are discarded. Once the test's cleanups run it discards too: a
+// dispatcher's timers (a policy re-admitted after its ejection) may log
+// after the test that started them has ended, which t.Log refuses with a
+// panic.
 func Logger(t testing.TB) logr.Logger {
-	if tt, ok := t.(*testing.T); ok {
-		return testr.NewWithOptions(tt, testr.Options{Verbosity: 1})
+	tt, ok := t.(*testing.T)
+	if !ok {
+		return logr.Discard()
 	}
-	return logr.Discard()
+	done := new(atomic.Bool)
+	t.Cleanup(func() { done.Store(true) })
+	return logr.New(untilDone{LogSink: testr.NewWithOptions(tt, testr.Options{Verbosity: 1}).GetSink(), done: done})
+}
+
+// untilDone passes logs to its sink until done is set.
+type untilDone struct {
+	logr.LogSink
+	done *atomic.Bool
+}
+
+func (u untilDone) Enabled(level int) bool { return !u.done.Load() && u.LogSink.Enabled(level) }
+
+func (u untilDone) Info(level int, msg string, kv ...any) {
+	if !u.done.Load() {
+		u.LogSink.Info(level, msg, kv...)
+	}
+}
+
+func (u untilDone) Error(err error, msg string, kv ...any) {
+	if !u.done.Load() {
+		u.LogSink.Error(err, msg, kv...)
+	}
+}
+
+func (u untilDone) WithValues(kv ...any) logr.LogSink {
+	return untilDone{LogSink: u.LogSink.WithValues(kv...), done: u.done}
+}
+
+func (u untilDone) WithName(name string) logr.LogSink {
+	return untilDone{LogSink: u.LogSink.WithName(name), done: u.done}
 }
 
 // WriteFile writes data to path atomically (write and rename), so a

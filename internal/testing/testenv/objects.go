@@ -51,6 +51,19 @@ func Create(t testing.TB, c client.Client, objs ...client.Object) {
 	}
 }
 
+// Update re-reads obj, applies change and writes it back, retrying on a
+// conflict with the manager's status writes.
+func Update[T client.Object](t testing.TB, c client.Client, timeout time.Duration, obj T, change func(T)) {
+	t.Helper()
+	Eventually(t, timeout, "updating "+obj.GetName(), func(ctx context.Context) error {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+			return err
+		}
+		change(obj)
+		return c.Update(ctx, obj)
+	})
+}
+
 // Objects decodes every document of a YAML or JSON stream (a manifest,
 // kustomize's output), skipping empty ones.
 func Objects(data []byte) ([]*unstructured.Unstructured, error) {
@@ -316,8 +329,9 @@ func WaitConfigMap(t testing.TB, c client.Client, timeout time.Duration, ns, rou
 }
 
 // CreateFile creates every object of a YAML file in ns, as `kubectl
-// create -n ns -f FILE` does, and returns them with the first refusal.
-func CreateFile(t testing.TB, c client.Client, ns, path string) ([]*unstructured.Unstructured, error) {
+// create -n ns -f FILE` does, each after edits, and returns them with the
+// first refusal.
+func CreateFile(t testing.TB, c client.Client, ns, path string, edits ...func(*unstructured.Unstructured)) ([]*unstructured.Unstructured, error) {
 	t.Helper()
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -329,9 +343,23 @@ func CreateFile(t testing.TB, c client.Client, ns, path string) ([]*unstructured
 	}
 	for _, o := range objs {
 		o.SetNamespace(ns)
+		for _, edit := range edits {
+			edit(o)
+		}
 		if err := c.Create(context.Background(), o); err != nil {
-			return objs, err
+			return objs, fmt.Errorf("%s: creating %s %s: %w", path, o.GetKind(), o.GetName(), err)
 		}
 	}
 	return objs, nil
+}
+
+// MustCreateFile is CreateFile for a file that must be accepted: a
+// refusal fails t.
+func MustCreateFile(t testing.TB, c client.Client, ns, path string, edits ...func(*unstructured.Unstructured)) []*unstructured.Unstructured {
+	t.Helper()
+	objs, err := CreateFile(t, c, ns, path, edits...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs
 }
