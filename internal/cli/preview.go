@@ -257,12 +257,12 @@ func previewConfig(cat *hints.Catalog, form hintsconfig.Form, flag, path string,
 	var names []string
 	for _, c := range configs {
 		name := path
-		if c.router != "" {
-			name = path + " (router " + c.router + ")"
-			names = append(names, c.router)
+		if c.Router != "" {
+			name = path + " (router " + c.Router + ")"
+			names = append(names, c.Router)
 		}
-		if c.doc != nil {
-			found = append(found, preview.Config{Name: name, Doc: c.doc, Modes: c.modes, Hash: c.hash, Form: c.form})
+		if c.Doc != nil {
+			found = append(found, preview.Config{Name: name, Doc: c.Doc, Modes: c.Modes, Hash: c.Hash, Form: c.Form})
 		}
 	}
 	switch {

@@ -3,16 +3,13 @@ package cli
 import (
 	"fmt"
 	"io"
-	"strings"
-
-	"github.com/kvrouter/kv-hint-operator/internal/declared"
-	"github.com/kvrouter/kv-hint-operator/internal/filecheck"
-	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
 
 	"github.com/spf13/cobra"
 
-	"github.com/kvrouter/kv-hint-operator/internal/rolegraph"
+	"github.com/kvrouter/kv-hint-operator/internal/declared"
+	"github.com/kvrouter/kv-hint-operator/internal/filecheck"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
+	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
 )
 
 func newValidateCommand(cat *hints.Catalog) *cobra.Command {
@@ -111,70 +108,30 @@ rule, 2 on a usage or read error. "-" reads standard input.`,
 	return cmd
 }
 
-// Reasons of the warnings only validate reports.
-const (
-	// reasonNoRoles: a hints YAML with no role (instances or profiles
-	// alone).
-	reasonNoRoles = "NoRoles"
-	// reasonNoObjects: manifests with no RouterRole or HintPolicy.
-	reasonNoObjects = "NoObjects"
-	// reasonReadError: a file that could not be read (exit 2).
-	reasonReadError = "ReadError"
-)
-
 func validateFiles(cat *hints.Catalog, files []string, output string, mode hintsconfig.RouterMode, form filecheck.FileRead, routersForm hintsconfig.Form, stdin io.Reader, stdout, stderr io.Writer) error {
 	files, err := filecheck.ExpandInputs(files)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return exitError{code: ExitUsage}
 	}
+	res := filecheck.Validate(cat, files, modesOf(mode), form, routersForm, stdin)
 	code := ExitOK
-	var probs []filecheck.Problem
-	manifests := filecheck.NewManifestSet(routersForm, form.Target, form.Declared)
-	for _, name := range files {
-		data, err := filecheck.ReadInput(name, stdin)
-		if err != nil {
-			if output == "text" {
-				fmt.Fprintf(stderr, "%s: %v\n", name, err)
-			}
-			probs = append(probs, filecheck.Problem{File: name, Reason: reasonReadError, Message: err.Error(), Severity: filecheck.SeverityError})
-			code = max(code, ExitUsage)
-			continue
-		}
-		if rolegraph.IsManifest(data) {
-			manifests.Add(name, data)
-			continue
-		}
-		g, ps := filecheck.CompileHintsYAML(cat, data, modesOf(mode), form)
-		for _, p := range ps {
-			probs = append(probs, filecheck.HintsProblem(name, p))
-		}
-		if ps.HasErrors() {
-			code = max(code, ExitInvalid)
-		} else if len(g.Roles) == 0 {
-			probs = append(probs, filecheck.Problem{File: name, Reason: reasonNoRoles, Severity: filecheck.SeverityWarning, Where: "config",
-				Message: "the file holds no role: a router running it runs no hints"})
-		}
+	if res.Invalid {
+		code = ExitInvalid
 	}
-	if len(manifests.Files()) > 0 {
-		manifests.Compile(cat)
-		probs = append(probs, manifests.All()...)
-		if manifests.Failed() {
-			code = max(code, ExitInvalid)
-		}
-		if manifests.Objects() == 0 {
-			probs = append(probs, filecheck.Problem{File: strings.Join(manifests.Files(), ", "), Reason: reasonNoObjects, Severity: filecheck.SeverityWarning,
-				Message: "the manifests hold no RouterRole and no HintPolicy; nothing was checked"})
-		}
+	if res.Unreadable {
+		code = ExitUsage
 	}
 	if output == "json" {
-		if err := filecheck.WriteReport(stdout, filecheck.Report{Valid: code == ExitOK, Files: files, Problems: probs}); err != nil {
+		if err := filecheck.WriteReport(stdout, filecheck.Report{Valid: code == ExitOK, Files: files, Problems: res.Problems}); err != nil {
 			fmt.Fprintln(stderr, err)
 			return exitError{code: ExitUsage}
 		}
 	} else {
-		for _, p := range probs {
-			if p.Reason != reasonReadError {
+		for _, p := range res.Problems {
+			if p.Reason == filecheck.ReasonReadError {
+				fmt.Fprintf(stderr, "%s: %s\n", p.File, p.Message)
+			} else {
 				fmt.Fprintln(stdout, p.Text())
 			}
 		}
@@ -186,10 +143,4 @@ func validateFiles(cat *hints.Catalog, files []string, output string, mode hints
 		return exitError{code: code}
 	}
 	return nil
-}
-
-func printProblems(w io.Writer, file string, probs hintsconfig.Problems) {
-	for _, p := range probs {
-		fmt.Fprintln(w, filecheck.HintsProblem(file, p).Text())
-	}
 }
