@@ -21,7 +21,10 @@
 # A sidecar run is valid only if it built hints (bookings answered
 # "hinted", 200 with a body), pushed none (hints_sent_total 0) and counted
 # no booking error. Pinning as in hack/bench-lib.sh: the generator on core
-# 0, the server on core 1.
+# 0, the server on core 1. SIDECAR_CONFIG (hack/bench-lib.sh) gives the
+# sidecar another config source with the same policies; with EXPECT_SHADOW
+# set a run is valid only if a staged candidate compared every booking
+# (hack/bench-shadow.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -86,6 +89,8 @@ run() {
 		berr=$(metric kvhint_router_booking_errors_total)
 		# Hints built, answered 200 with the message, none pushed.
 		if [ "${hints:-0}" -le 0 ] || [ "$hinted" != "$hints" ] || [ "$sent" != 0 ] || [ "$berr" != 0 ]; then ok=0; fi
+		# With EXPECT_SHADOW set, a staged candidate compared every booking.
+		if [ -n "${EXPECT_SHADOW:-}" ] && [ "$(metric kvhint_shadow_bookings_total)" != "$completed" ]; then ok=0; fi
 	fi
 	stop_server
 	if [ -z "$completed" ] || [ "$completed" != "$offered" ] || [ "$errors" != 0 ]; then ok=0; fi

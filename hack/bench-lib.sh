@@ -70,14 +70,17 @@ all_registered() {
 
 # start_server SERVER TRANSPORT: start the sidecar (metrics on
 # 127.0.0.1:9471) or the floor pinned to core 1, wait until it serves, and
-# set SERVER_PID. The floor answers 204, or with FLOOR_BODY set the
+# set SERVER_PID. SIDECAR_CONFIG, when set, is the sidecar's config flag
+# in place of --config-file $W/hints.yaml (a --config-dir with the same
+# roles and policies, say). The floor answers 204, or with FLOOR_BODY set the
 # bodies it names in turn (TestFloorServer's KVHINT_FLOOR_BODY).
 start_server() {
 	local server=$1 transport=$2 listen
 	listen=$(target "$transport")
 	listen=${listen#http://}
 	if [ "$server" = sidecar ]; then
-		taskset -c 1 "$W/kvhint" sidecar --config-file "$W/hints.yaml" --workers-file "$W/workers.yaml" \
+		# shellcheck disable=SC2086
+		taskset -c 1 "$W/kvhint" sidecar ${SIDECAR_CONFIG:---config-file "$W/hints.yaml"} --workers-file "$W/workers.yaml" \
 			--allow-loopback-hint-endpoints --listen "$listen" --metrics-listen 127.0.0.1:9471 ${SIDECAR_ARGS:-} >"$W/server.log" 2>&1 &
 		SERVER_PID=$!
 		wait_for curl -sf http://127.0.0.1:9471/readyz

@@ -23,10 +23,10 @@ for mod in examples/*/go.mod; do
     exit 1
   fi
 done
-# The Go router links only the public dispatch core: nothing internal, and
-# no Kubernetes client, at any depth.
+# The Go router links only the public dispatch core: nothing internal, no
+# Kubernetes client and no metrics library, at any depth.
 deps=$(cd examples/go-router && go list -deps ./...)
-if grep -E "^$module/internal/|^k8s.io/client-go|^github.com/fsnotify" <<<"$deps"; then
+if grep -E "^$module/internal/|^k8s.io/client-go|^github.com/fsnotify|^github.com/prometheus/" <<<"$deps"; then
   echo "imports-check: examples/go-router depends on the packages above" >&2
   exit 1
 fi

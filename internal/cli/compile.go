@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -8,7 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kvrouter/kv-hint-operator/internal/declared"
-	"github.com/kvrouter/kv-hint-operator/internal/rolegraph"
+	"github.com/kvrouter/kv-hint-operator/internal/filecheck"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
 )
@@ -61,11 +62,11 @@ declared catalog (see kvhint validate --help).`,
 			if err != nil {
 				return err
 			}
-			form, routersForm, err := targetForms(tgt, form, declaredForm)
+			form, routersForm, err := filecheck.TargetForms(tgt, form, declaredForm)
 			if err != nil {
 				return err
 			}
-			return compileFiles(cat, files, router, mode, fileRead{form: form, target: tgt, declared: catalogFile != ""}, routersForm, cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
+			return compileFiles(cat, files, router, mode, filecheck.FileRead{Form: form, Target: tgt, Declared: catalogFile != ""}, routersForm, cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	cmd.Flags().StringArrayVarP(&files, "filename", "f", nil, "hints YAML or manifest file to compile (repeatable; - for stdin)")
@@ -77,7 +78,7 @@ declared catalog (see kvhint validate --help).`,
 	return cmd
 }
 
-func compileFiles(cat *hints.Catalog, files []string, router string, mode hintsconfig.RouterMode, form fileRead, routersForm hintsconfig.Form, stdin io.Reader, stdout, stderr io.Writer) error {
+func compileFiles(cat *hints.Catalog, files []string, router string, mode hintsconfig.RouterMode, form filecheck.FileRead, routersForm hintsconfig.Form, stdin io.Reader, stdout, stderr io.Writer) error {
 	configs, err := loadCompiled(cat, files, router, mode, form, routersForm, stdin, stderr)
 	if err != nil {
 		return err
@@ -85,9 +86,9 @@ func compileFiles(cat *hints.Catalog, files []string, router string, mode hintsc
 	var docs [][]byte
 	var notes []string
 	for _, c := range configs {
-		notes = append(notes, c.note)
-		if c.doc != nil {
-			docs = append(docs, c.doc)
+		notes = append(notes, c.Note)
+		if c.Doc != nil {
+			docs = append(docs, c.Doc)
 		}
 	}
 	for i, d := range docs {
@@ -105,92 +106,17 @@ func compileFiles(cat *hints.Catalog, files []string, router string, mode hintsc
 	return nil
 }
 
-// compiledConfig is one config `kvhint compile -f` reads from its inputs:
-// the policy file and the modes its roles run under, as a router would
-// load it. A router with no accepted role has a nil doc and only a note.
-type compiledConfig struct {
-	doc    []byte
-	modes  hintsconfig.Modes
-	form   hintsconfig.Form // the doc's policy-file form
-	hash   string
-	note   string
-	router string // the router's name, for manifests
-}
-
-// loadCompiled reads the -f inputs the way `kvhint compile -f` does (hints
-// YAML files one by one, manifests together as the manager compiles them)
-// and returns the configs they compile to, in order. Problems go to
-// stderr; an input that breaks a rule returns ExitInvalid, an unreadable
-// one or a bad --router ExitUsage. With router set, only that router's
-// config is returned (and hints YAML files are ignored).
-func loadCompiled(cat *hints.Catalog, files []string, router string, mode hintsconfig.RouterMode, form fileRead, routersForm hintsconfig.Form, stdin io.Reader, stderr io.Writer) ([]compiledConfig, error) {
-	files, err := expandInputs(files)
-	if err != nil {
-		fmt.Fprintln(stderr, err)
+// loadCompiled reads the -f inputs as filecheck.Load does, with the
+// roles of a hints YAML file under --router-mode, and turns its refusals
+// into exit codes: ExitInvalid for an input that breaks a rule,
+// ExitUsage for an unreadable one or a bad --router.
+func loadCompiled(cat *hints.Catalog, files []string, router string, mode hintsconfig.RouterMode, form filecheck.FileRead, routersForm hintsconfig.Form, stdin io.Reader, stderr io.Writer) ([]filecheck.Config, error) {
+	configs, err := filecheck.Load(cat, files, router, modesOf(mode), form, routersForm, stdin, stderr)
+	switch {
+	case errors.Is(err, filecheck.ErrInvalid):
+		return nil, exitError{code: ExitInvalid}
+	case err != nil:
 		return nil, exitError{code: ExitUsage}
 	}
-	var out []compiledConfig
-	manifests := newManifestSet()
-	manifests.form = routersForm
-	manifests.target, manifests.declared = form.target, form.declared
-	for _, name := range files {
-		data, err := readInput(name, stdin)
-		if err != nil {
-			fmt.Fprintf(stderr, "%s: %v\n", name, err)
-			return nil, exitError{code: ExitUsage}
-		}
-		if rolegraph.IsManifest(data) {
-			manifests.add(name, data)
-			continue
-		}
-		if router != "" {
-			continue
-		}
-		g, probs := compileHintsYAML(cat, data, mode, form)
-		printProblems(stderr, name, probs)
-		if probs.HasErrors() {
-			return nil, exitError{code: ExitInvalid}
-		}
-		doc, hash, err := g.Encode()
-		if err != nil {
-			fmt.Fprintf(stderr, "%s: %v\n", name, err)
-			return nil, exitError{code: ExitInvalid}
-		}
-		out = append(out, compiledConfig{doc: doc, hash: hash, form: g.Form, modes: hintsconfig.Modes{Default: mode, Flag: "--router-mode"},
-			note: fmt.Sprintf("# %s: hash %s", name, hash)})
-	}
-	if len(manifests.files) > 0 {
-		routers := manifests.compile(cat)
-		manifests.print(stderr)
-		if manifests.failed {
-			return nil, exitError{code: ExitInvalid}
-		}
-		var names []string
-		found := false
-		for _, r := range routers {
-			names = append(names, r.router.Name)
-			if router != "" && r.router.Name != router {
-				continue
-			}
-			c := compiledConfig{doc: r.router.Config, hash: r.router.Hash, note: r.note(), router: r.router.Name}
-			if r.router.Compiled != nil {
-				c.form = r.router.Compiled.Form
-				c.modes = hintsconfig.Modes{Roles: map[string]hintsconfig.RouterMode{}}
-				for role, s := range r.router.Compiled.Roles {
-					c.modes.Roles[role] = s.RouterMode
-				}
-			}
-			found = found || c.doc != nil
-			out = append(out, c)
-		}
-		if router != "" && !found {
-			fmt.Fprintf(stderr, "no router %q in the manifests; routers: %s\n", router, strings.Join(names, ", "))
-			return nil, exitError{code: ExitUsage}
-		}
-	}
-	if router != "" && len(manifests.files) == 0 {
-		fmt.Fprintln(stderr, "--router selects among the routers of manifests, and no file is a manifest")
-		return nil, exitError{code: ExitUsage}
-	}
-	return out, nil
+	return configs, nil
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kvrouter/kv-hint-operator/internal/declared"
+	"github.com/kvrouter/kv-hint-operator/internal/filecheck"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
 )
@@ -20,7 +21,7 @@ const catalogFlagHelp = "a PolicyCatalog declaration (YAML) of the router's own 
 func addCatalogFlag(cmd *cobra.Command, file *string) *declared.Budget {
 	cmd.Flags().StringVar(file, "catalog", "", catalogFlagHelp)
 	b := declared.DefaultBudget()
-	addBudgetFlags(cmd.Flags(), &b)
+	b.AddFlags(cmd.Flags())
 	return &b
 }
 
@@ -36,7 +37,7 @@ func withCatalog(linked *hints.Catalog, file string, budget *declared.Budget, fo
 	if file == "" {
 		return linked, form, nil
 	}
-	data, err := readInput(file, stdin)
+	data, err := filecheck.ReadInput(file, stdin)
 	if err != nil {
 		fmt.Fprintf(stderr, "--catalog %s: %v\n", file, err)
 		return nil, "", exitError{code: ExitUsage}
@@ -44,7 +45,7 @@ func withCatalog(linked *hints.Catalog, file string, budget *declared.Budget, fo
 	cat, err := budget.Load(data)
 	if derr, ok := errors.AsType[*declared.Error](err); ok {
 		for _, p := range derr.Problems {
-			fmt.Fprintln(stderr, declarationProblem(file, p))
+			fmt.Fprintln(stderr, filecheck.DeclarationProblem(file, p))
 		}
 		return nil, "", exitError{code: ExitUsage}
 	}
@@ -83,14 +84,3 @@ func (f formFlag) Set(s string) error {
 }
 
 func (formFlag) Type() string { return "form" }
-
-func declarationProblem(file string, p declared.Problem) string {
-	where := file
-	if p.Line > 0 {
-		where = fmt.Sprintf("%s:%d", file, p.Line)
-	}
-	if p.Path != "" {
-		where += ": " + p.Path
-	}
-	return fmt.Sprintf("%s: InvalidCatalog: %s", where, p.Message)
-}

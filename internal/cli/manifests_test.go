@@ -13,6 +13,7 @@ import (
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
 	"github.com/kvrouter/kv-hint-operator/internal/compiled"
+	"github.com/kvrouter/kv-hint-operator/internal/filecheck"
 	"github.com/kvrouter/kv-hint-operator/internal/rolegraph"
 	"github.com/kvrouter/kv-hint-operator/internal/testing/dynamopolicy"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
@@ -305,7 +306,7 @@ spec:
 		t.Fatalf("exit %d:\n%s%s", code, out, errOut)
 	}
 	var rep struct {
-		Problems []problem `json:"problems"`
+		Problems []filecheck.Problem `json:"problems"`
 	}
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatalf("%v:\n%s", err, out)

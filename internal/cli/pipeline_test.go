@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/kvrouter/kv-hint-operator/internal/filecheck"
 	"github.com/kvrouter/kv-hint-operator/pkg/dispatch"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
 )
@@ -25,14 +26,14 @@ func TestValidateJSON(t *testing.T) {
 	if code != ExitInvalid || errOut != "" {
 		t.Fatalf("exit %d, stderr %q", code, errOut)
 	}
-	var got report
+	var got filecheck.Report
 	if err := json.Unmarshal([]byte(out), &got); err != nil {
 		t.Fatalf("not JSON: %v\n%s", err, out)
 	}
-	want := report{
+	want := filecheck.Report{
 		Valid: false,
 		Files: []string{"testdata/golden/kvcr-defaults.in.yaml", "../../config/samples/invalid/kvcopy-sender-duplicate.yaml", "testdata/golden/non-finite.in.yaml"},
-		Problems: []problem{
+		Problems: []filecheck.Problem{
 			{File: "testdata/golden/kvcr-defaults.in.yaml", Line: 5, Object: "role aggregated", Location: "worker_selection.aggregated", Type: "kvcr",
 				Reason: "KVCopySenderUnused", Severity: "warning"},
 			{File: "testdata/golden/non-finite.in.yaml", Line: 5, Object: "role decode", Location: "worker_selection.decode.parameters.shared_cache_multiplier", Type: "kvcr", Key: "shared_cache_multiplier",
@@ -49,7 +50,7 @@ func TestValidateJSON(t *testing.T) {
 		}
 		got.Problems[i].Message = ""
 	}
-	if diff := cmp.Diff(want, got, cmp.AllowUnexported(problem{}), cmp.FilterPath(func(p cmp.Path) bool { return p.Last().String() == ".where" }, cmp.Ignore())); diff != "" {
+	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("report (-want +got):\n%s", diff)
 	}
 

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kvrouter/kv-hint-operator/internal/declared"
+	"github.com/kvrouter/kv-hint-operator/internal/filecheck"
 	"github.com/kvrouter/kv-hint-operator/internal/preview"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
@@ -247,7 +248,7 @@ func runPreview(cat *hints.Catalog, f *previewFlags, stdin io.Reader, stdout, st
 // previewConfig loads one side the way compile -f does, and requires it
 // to come to exactly one config with a policy file.
 func previewConfig(cat *hints.Catalog, form hintsconfig.Form, flag, path string, f *previewFlags, stdin io.Reader, stderr io.Writer) (preview.Config, error) {
-	configs, err := loadCompiled(cat, []string{path}, f.router, f.mode, fileRead{form: form}, "", stdin, stderr)
+	configs, err := loadCompiled(cat, []string{path}, f.router, f.mode, filecheck.FileRead{Form: form}, "", stdin, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "kvhint preview: %s %s does not compile (see above)\n", flag, path)
 		return preview.Config{}, err
@@ -256,12 +257,12 @@ func previewConfig(cat *hints.Catalog, form hintsconfig.Form, flag, path string,
 	var names []string
 	for _, c := range configs {
 		name := path
-		if c.router != "" {
-			name = path + " (router " + c.router + ")"
-			names = append(names, c.router)
+		if c.Router != "" {
+			name = path + " (router " + c.Router + ")"
+			names = append(names, c.Router)
 		}
-		if c.doc != nil {
-			found = append(found, preview.Config{Name: name, Doc: c.doc, Modes: c.modes, Hash: c.hash, Form: c.form})
+		if c.Doc != nil {
+			found = append(found, preview.Config{Name: name, Doc: c.Doc, Modes: c.Modes, Hash: c.Hash, Form: c.Form})
 		}
 	}
 	switch {

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/kvrouter/kv-hint-operator/internal/memlimit"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/listen"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/record"
@@ -93,7 +94,7 @@ pod IP only, where probes and scrapers reach them; pprof is on loopback.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.Log = newLogger(cmd.ErrOrStderr(), verbosity)
-			if err := setMemoryLimit(o.Log, memoryFraction); err != nil {
+			if err := memlimit.Set(o.Log, memoryFraction); err != nil {
 				return err
 			}
 			if cmd.Flags().Changed("router-mode") && o.ConfigFile == "" {
@@ -159,7 +160,7 @@ pod IP only, where probes and scrapers reach them; pprof is on loopback.`,
 	_ = f.MarkDeprecated("worker-selector", "each RouterRole's spec.workerSelector, compiled into the ConfigMap, makes its role's worker pool")
 	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, then $KUBECONFIG and ~/.kube/config)")
 	f.StringVar(&listenMode, "listen-mode", fmt.Sprintf("%#o", listen.DefaultListenMode), "file mode (octal) of the --listen unix:///PATH socket: connecting needs write permission, so it says which users and groups may book")
-	f.Float64Var(&memoryFraction, "memory-limit-fraction", DefaultMemoryLimitFraction, "GOMEMLIMIT as a fraction of the container's memory limit given in $"+MemoryLimitEnv+" (downward API limits.memory); an explicit GOMEMLIMIT wins")
+	f.Float64Var(&memoryFraction, "memory-limit-fraction", memlimit.DefaultFraction, "GOMEMLIMIT as a fraction of the container's memory limit given in $"+memlimit.Env+" (downward API limits.memory); an explicit GOMEMLIMIT wins")
 	f.IntVarP(&verbosity, "verbosity", "v", 0, "log verbosity (0 info, 1 debug)")
 	return cmd
 }

@@ -3,15 +3,13 @@ package cli
 import (
 	"fmt"
 	"io"
-	"strings"
-
-	"github.com/kvrouter/kv-hint-operator/internal/declared"
-	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
 
 	"github.com/spf13/cobra"
 
-	"github.com/kvrouter/kv-hint-operator/internal/rolegraph"
+	"github.com/kvrouter/kv-hint-operator/internal/declared"
+	"github.com/kvrouter/kv-hint-operator/internal/filecheck"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
+	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
 )
 
 func newValidateCommand(cat *hints.Catalog) *cobra.Command {
@@ -94,11 +92,11 @@ rule, 2 on a usage or read error. "-" reads standard input.`,
 			if err != nil {
 				return err
 			}
-			form, routersForm, err := targetForms(tgt, form, declaredForm)
+			form, routersForm, err := filecheck.TargetForms(tgt, form, declaredForm)
 			if err != nil {
 				return err
 			}
-			return validateFiles(cat, files, output, mode, fileRead{form: form, target: tgt, declared: catalogFile != ""}, routersForm, cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
+			return validateFiles(cat, files, output, mode, filecheck.FileRead{Form: form, Target: tgt, Declared: catalogFile != ""}, routersForm, cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	cmd.Flags().StringArrayVarP(&files, "filename", "f", nil, "hints YAML or manifest file to check (repeatable; - for stdin)")
@@ -110,73 +108,31 @@ rule, 2 on a usage or read error. "-" reads standard input.`,
 	return cmd
 }
 
-// Reasons of the warnings only validate reports.
-const (
-	// reasonNoRoles: a hints YAML with no role (instances or profiles
-	// alone).
-	reasonNoRoles = "NoRoles"
-	// reasonNoObjects: manifests with no RouterRole or HintPolicy.
-	reasonNoObjects = "NoObjects"
-	// reasonReadError: a file that could not be read (exit 2).
-	reasonReadError = "ReadError"
-)
-
-func validateFiles(cat *hints.Catalog, files []string, output string, mode hintsconfig.RouterMode, form fileRead, routersForm hintsconfig.Form, stdin io.Reader, stdout, stderr io.Writer) error {
-	files, err := expandInputs(files)
+func validateFiles(cat *hints.Catalog, files []string, output string, mode hintsconfig.RouterMode, form filecheck.FileRead, routersForm hintsconfig.Form, stdin io.Reader, stdout, stderr io.Writer) error {
+	files, err := filecheck.ExpandInputs(files)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return exitError{code: ExitUsage}
 	}
+	res := filecheck.Validate(cat, files, modesOf(mode), form, routersForm, stdin)
 	code := ExitOK
-	var probs []problem
-	manifests := newManifestSet()
-	manifests.form = routersForm
-	manifests.target, manifests.declared = form.target, form.declared
-	for _, name := range files {
-		data, err := readInput(name, stdin)
-		if err != nil {
-			if output == "text" {
-				fmt.Fprintf(stderr, "%s: %v\n", name, err)
-			}
-			probs = append(probs, problem{File: name, Reason: reasonReadError, Message: err.Error(), Severity: severityError})
-			code = max(code, ExitUsage)
-			continue
-		}
-		if rolegraph.IsManifest(data) {
-			manifests.add(name, data)
-			continue
-		}
-		g, ps := compileHintsYAML(cat, data, mode, form)
-		for _, p := range ps {
-			probs = append(probs, hintsProblem(name, p))
-		}
-		if ps.HasErrors() {
-			code = max(code, ExitInvalid)
-		} else if len(g.Roles) == 0 {
-			probs = append(probs, problem{File: name, Reason: reasonNoRoles, Severity: severityWarning, where: "config",
-				Message: "the file holds no role: a router running it runs no hints"})
-		}
+	if res.Invalid {
+		code = ExitInvalid
 	}
-	if len(manifests.files) > 0 {
-		manifests.compile(cat)
-		probs = append(probs, manifests.all()...)
-		if manifests.failed {
-			code = max(code, ExitInvalid)
-		}
-		if manifests.objects() == 0 {
-			probs = append(probs, problem{File: strings.Join(manifests.files, ", "), Reason: reasonNoObjects, Severity: severityWarning,
-				Message: "the manifests hold no RouterRole and no HintPolicy; nothing was checked"})
-		}
+	if res.Unreadable {
+		code = ExitUsage
 	}
 	if output == "json" {
-		if err := writeReport(stdout, report{Valid: code == ExitOK, Files: files, Problems: probs}); err != nil {
+		if err := filecheck.WriteReport(stdout, filecheck.Report{Valid: code == ExitOK, Files: files, Problems: res.Problems}); err != nil {
 			fmt.Fprintln(stderr, err)
 			return exitError{code: ExitUsage}
 		}
 	} else {
-		for _, p := range probs {
-			if p.Reason != reasonReadError {
-				fmt.Fprintln(stdout, p.text())
+		for _, p := range res.Problems {
+			if p.Reason == filecheck.ReasonReadError {
+				fmt.Fprintf(stderr, "%s: %s\n", p.File, p.Message)
+			} else {
+				fmt.Fprintln(stdout, p.Text())
 			}
 		}
 		if code == ExitOK {
@@ -187,33 +143,4 @@ func validateFiles(cat *hints.Catalog, files []string, output string, mode hints
 		return exitError{code: code}
 	}
 	return nil
-}
-
-// compileHintsYAML parses one hints YAML document as read says (its
-// policy-file form, empty: the file's own; for a Dynamo Frontend, Dynamo's
-// parse and start-up rules) and compiles it.
-func compileHintsYAML(cat *hints.Catalog, data []byte, mode hintsconfig.RouterMode, read fileRead) (*hintsconfig.Graph, hintsconfig.Problems) {
-	var cfg *hintsconfig.Config
-	var err error
-	if read.target == hintsconfig.TargetDynamo && read.form == hintsconfig.FormRouterWideHint {
-		cfg, err = hintsconfig.ParseConfigFor(data, hintsconfig.TargetDynamo)
-		if cfg != nil {
-			cfg.DeclaredCatalog = read.declared
-		}
-	} else {
-		cfg, err = hintsconfig.ParseConfigForm(data, read.form)
-	}
-	if err != nil {
-		if probs, ok := err.(hintsconfig.Problems); ok {
-			return nil, probs
-		}
-		return nil, hintsconfig.Problems{{Severity: hintsconfig.SeverityError, Reason: hintsconfig.ReasonInvalidConfig, Hint: hintsconfig.NoHint, Message: err.Error()}}
-	}
-	return hintsconfig.Compile(cat, cfg, modesOf(mode))
-}
-
-func printProblems(w io.Writer, file string, probs hintsconfig.Problems) {
-	for _, p := range probs {
-		fmt.Fprintln(w, hintsProblem(file, p).text())
-	}
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvrouter/kv-hint-operator/internal/sidecar/dispatchmetrics"
 	"github.com/kvrouter/kv-hint-operator/internal/testing/sidecartest"
 	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 
@@ -19,7 +20,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvrouter/kv-hint-operator/internal/dev/simworker"
-	"github.com/kvrouter/kv-hint-operator/pkg/dispatch"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
 )
@@ -307,13 +307,13 @@ func gathered(t testing.TB, g prometheus.Gatherer, metric string, want map[strin
 
 // sidecarCounters are the sidecar's counter vectors, for counter.
 var sidecarCounters = map[string]sidecartest.Series{
-	"failures":        {Metric: dispatch.MetricsNamespace + "_policy_failures_total", Labels: []string{"role", "policy", "policy_type", "reason"}},
-	"dropped":         {Metric: dispatch.MetricsNamespace + "_actions_dropped_total", Labels: []string{"role", "policy", "policy_type", "reason"}},
-	"actions":         {Metric: dispatch.MetricsNamespace + "_actions_total", Labels: []string{"role", "policy", "policy_type"}},
-	"bookings":        {Metric: dispatch.MetricsNamespace + "_bookings_total", Labels: []string{"role", "outcome"}},
-	"hints_dropped":   {Metric: dispatch.MetricsNamespace + "_hints_dropped_total", Labels: []string{"reason"}},
-	"delivery_errors": {Metric: dispatch.MetricsNamespace + "_delivery_errors_total", Labels: []string{"reason"}},
-	"reloads":         {Metric: dispatch.MetricsNamespace + "_config_reloads_total", Labels: []string{"result"}},
+	"failures":        {Metric: dispatchmetrics.Namespace + "_policy_failures_total", Labels: []string{"role", "policy", "policy_type", "reason"}},
+	"dropped":         {Metric: dispatchmetrics.Namespace + "_actions_dropped_total", Labels: []string{"role", "policy", "policy_type", "reason"}},
+	"actions":         {Metric: dispatchmetrics.Namespace + "_actions_total", Labels: []string{"role", "policy", "policy_type"}},
+	"bookings":        {Metric: dispatchmetrics.Namespace + "_bookings_total", Labels: []string{"role", "outcome"}},
+	"hints_dropped":   {Metric: dispatchmetrics.Namespace + "_hints_dropped_total", Labels: []string{"reason"}},
+	"delivery_errors": {Metric: dispatchmetrics.Namespace + "_delivery_errors_total", Labels: []string{"reason"}},
+	"reloads":         {Metric: dispatchmetrics.Namespace + "_config_reloads_total", Labels: []string{"result"}},
 }
 
 // counter reads one series of a counter vector from the sidecar's registry,

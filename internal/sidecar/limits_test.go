@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/booking"
+	"github.com/kvrouter/kv-hint-operator/internal/sidecar/dispatchmetrics"
 	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 	"github.com/kvrouter/kv-hint-operator/pkg/dispatch"
 )
@@ -90,7 +91,7 @@ func TestOversizeBookingRefusedAtOnce(t *testing.T) {
 	if resp.StatusCode != http.StatusRequestEntityTooLarge || !resp.Close || !strings.Contains(string(b), booking.MaxBookingBytesFlag) {
 		t.Errorf("got %d (close %v) %s, want 413, closed, naming %s", resp.StatusCode, resp.Close, b, booking.MaxBookingBytesFlag)
 	}
-	if n := gathered(t, s.Metrics, dispatch.MetricsNamespace+"_booking_errors_total", map[string]string{"reason": "too_large"}); n != 1 {
+	if n := gathered(t, s.Metrics, dispatchmetrics.Namespace+"_booking_errors_total", map[string]string{"reason": "too_large"}); n != 1 {
 		t.Errorf("too_large booking errors = %v, want 1", n)
 	}
 }
@@ -116,7 +117,7 @@ func TestOversizeBookingExpectContinue(t *testing.T) {
 	if resp.StatusCode != http.StatusRequestEntityTooLarge || !resp.Close {
 		t.Errorf("got %d (close %v), want 413 and the connection closed, without 100 Continue first", resp.StatusCode, resp.Close)
 	}
-	if n := gathered(t, s.Metrics, dispatch.MetricsNamespace+"_booking_errors_total", map[string]string{"reason": "too_large"}); n != 1 {
+	if n := gathered(t, s.Metrics, dispatchmetrics.Namespace+"_booking_errors_total", map[string]string{"reason": "too_large"}); n != 1 {
 		t.Errorf("too_large booking errors = %v, want 1", n)
 	}
 	// A body within the limit is invited as before.
@@ -148,7 +149,7 @@ func TestTricklingBookingTimesOut(t *testing.T) {
 	if resp.StatusCode != http.StatusRequestTimeout || !resp.Close {
 		t.Errorf("got %d (close %v), want 408 and the connection closed", resp.StatusCode, resp.Close)
 	}
-	if n := gathered(t, s.Metrics, dispatch.MetricsNamespace+"_booking_errors_total", map[string]string{"reason": "invalid"}); n != 0 {
+	if n := gathered(t, s.Metrics, dispatchmetrics.Namespace+"_booking_errors_total", map[string]string{"reason": "invalid"}); n != 0 {
 		t.Errorf("invalid booking errors = %v, want 0: a slow client's booking is not invalid", n)
 	}
 }
@@ -213,7 +214,7 @@ func TestServersHaveLimits(t *testing.T) {
 		o.ReadTimeout = 500 * time.Millisecond
 	})
 	refused := func(listener string) float64 {
-		return gathered(t, s.Metrics, dispatch.MetricsNamespace+"_connections_refused_total", map[string]string{"listener": listener})
+		return gathered(t, s.Metrics, dispatchmetrics.Namespace+"_connections_refused_total", map[string]string{"listener": listener})
 	}
 	g0 := runtime.NumGoroutine()
 	start := time.Now()

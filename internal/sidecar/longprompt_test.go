@@ -445,9 +445,13 @@ worker_selection:
 			t.Fatal(err)
 		}
 	}
-	testenv.Eventually(t, 5*time.Second, "d0 in pool decode", func(context.Context) error {
+	// The pools and the policy file load apart: both must be in force.
+	testenv.Eventually(t, 5*time.Second, "d0 in pool decode and the config loaded", func(context.Context) error {
 		if wk, _ := s.Workers.Get("d0"); !cmp.Equal(wk.InPools, []string{"decode"}) {
 			return fmt.Errorf("d0 pools %v", wk.InPools)
+		}
+		if s.Dispatcher.ConfigHash() == "" {
+			return fmt.Errorf("no hints config loaded yet")
 		}
 		return nil
 	})

@@ -5,11 +5,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/kvrouter/kv-hint-operator/internal/rolloutapi"
+	"github.com/kvrouter/kv-hint-operator/internal/sidecar/booking"
+	"github.com/kvrouter/kv-hint-operator/internal/sidecar/listen"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/sidecartest"
 	"github.com/kvrouter/kv-hint-operator/pkg/bookingapi"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 )
@@ -55,16 +59,7 @@ func TestOutcomes(t *testing.T) {
 		}
 	}
 
-	resp, err := http.Get("http://" + s.OpsAddr() + rolloutapi.OutcomesPath + fmt.Sprint("?since=", start))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got rolloutapi.Outcomes
-	err = json.NewDecoder(resp.Body).Decode(&got)
-	resp.Body.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := getOutcomes(t, s, start)
 	co := got.Configs[hash]
 	if co == nil || len(got.Configs) != 1 || len(co.Samples) != 3 {
 		t.Fatalf("outcomes served: %+v; want 3 samples of config %s", got.Configs, hash)
@@ -113,4 +108,101 @@ func TestOutcomes(t *testing.T) {
 	if n := len(s.Outcomes.Since(0)[hash].Samples); n != 3 {
 		t.Errorf("%d outcomes kept after the refused ones, want 3", n)
 	}
+
+	// Over the booking listener's Unix socket.
+	sock := filepath.Join(sidecartest.SocketDir(t), "booking.sock")
+	us := startSidecarWithConfig(t, testCatalog(t), dispatchConfig, func(o *Options) { o.Listen = listen.UnixScheme + sock })
+	uc, err := bookingapi.NewClient("unix://"+sock, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := uc.ReportOutcome(ctx, &bookingapi.Outcome{Role: "decode", ConfigHash: hash, PromptTokens: 8, CachedTokens: 8}); err != nil {
+		t.Fatal(err)
+	}
+	if got := us.Outcomes.Since(0)[hash]; got == nil || len(got.Samples) != 1 || got.Samples[0].Cached != 8 {
+		t.Errorf("the outcome reported over the socket: %+v", got)
+	}
+}
+
+// TestOutcomesStaged runs a 50% canary through a mounted compiled
+// ConfigMap: each booking answers the hash of the config that booked it,
+// the outcomes reported under it come back apart by hash from the ops
+// route, and a shadow stage's counts are served beside them.
+func TestOutcomesStaged(t *testing.T) {
+	k, s, _ := startStagedSidecar(t)
+	stableHash, candHash := compiledHashOf(fetchConfig), compiledHashOf(noFetchConfig)
+	k.swapData(stagedData(t, fetchConfig, noFetchConfig, rolloutapi.Stage{Stage: rolloutapi.StageCanary, Weight: 50}))
+	waitCandidate(t, s, "the candidate in a 50% canary", func(cs *rolloutapi.CandidateStatus) bool {
+		return cs != nil && cs.Active == candHash && cs.Stage == rolloutapi.StageCanary
+	})
+	c, err := bookingapi.NewClient("http://"+s.BookingAddr(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	start := time.Now().UnixMilli()
+	// Planted: the stable config's requests have 32 of 64 tokens cached,
+	// the candidate's none.
+	booked := map[string]int{}
+	for i := range 60 {
+		a, err := c.BookAnswer(ctx, &bookingapi.Booking{RequestID: fmt.Sprint("c", i), Role: "decode", Worker: "decode-0", PromptTokens: 64, BlockSize: 16,
+			Session: hints.Session{ID: fmt.Sprint("s", i), Turn: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		booked[a.ConfigHash]++
+		cached := 32
+		if a.ConfigHash == candHash {
+			cached = 0
+		}
+		if err := c.ReportOutcome(ctx, &bookingapi.Outcome{RequestID: fmt.Sprint("c", i), Role: "decode", ConfigHash: a.ConfigHash,
+			PromptTokens: 64, CachedTokens: cached, TTFTSeconds: 0.001}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(booked) != 2 || booked[stableHash] == 0 || booked[candHash] == 0 {
+		t.Fatalf("bookings by config hash %v: want both %s and %s", booked, stableHash, candHash)
+	}
+	got := getOutcomes(t, s, start)
+	for h, n := range booked {
+		co := got.Configs[h]
+		if co == nil || len(co.Samples) != n {
+			t.Fatalf("config %s: %+v, want the %d outcomes reported under it", h, co, n)
+		}
+		for _, smp := range co.Samples {
+			if want := map[string]int64{stableHash: 32, candHash: 0}[h]; smp.Cached != want {
+				t.Errorf("config %s: a sample with %d cached tokens, want %d", h, smp.Cached, want)
+			}
+		}
+	}
+	t.Logf("canary 50%%: %d outcomes under the stable config, %d under the candidate", booked[stableHash], booked[candHash])
+
+	k.swapData(stagedData(t, fetchConfig, noFetchConfig, rolloutapi.Stage{Stage: rolloutapi.StageShadow}))
+	waitCandidate(t, s, "the candidate in shadow", func(cs *rolloutapi.CandidateStatus) bool {
+		return cs != nil && cs.Active == candHash && cs.Stage == rolloutapi.StageShadow
+	})
+	for i := range 5 {
+		if r := post(t, s, booking.Path, stagedBooking(fmt.Sprint("sh", i), fmt.Sprint("sh", i), 1, true)); r.status != http.StatusOK {
+			t.Fatalf("shadow booking: %d %s", r.status, r.body)
+		}
+	}
+	if sc := getOutcomes(t, s, start).Shadow[candHash]; sc == nil || sc.Bookings != 5 || sc.Differ != 5 {
+		t.Errorf("shadow counts served: %+v, want 5 bookings, 5 differing (the candidate drops kv-fetch)", sc)
+	}
+}
+
+// getOutcomes reads the ops route's outcomes since a time.
+func getOutcomes(t *testing.T, s *Sidecar, since int64) rolloutapi.Outcomes {
+	t.Helper()
+	resp, err := http.Get("http://" + s.OpsAddr() + rolloutapi.OutcomesPath + fmt.Sprint("?since=", since))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var got rolloutapi.Outcomes
+	if err := json.NewDecoder(resp.Body).Decode(&got); err != nil {
+		t.Fatal(err)
+	}
+	return got
 }

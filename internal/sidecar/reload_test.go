@@ -20,6 +20,7 @@ import (
 	"github.com/kvrouter/kv-hint-operator/internal/compiled"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/booking"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/configsource"
+	"github.com/kvrouter/kv-hint-operator/internal/sidecar/dispatchmetrics"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/workers"
 	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 	"github.com/kvrouter/kv-hint-operator/pkg/dispatch"
@@ -133,7 +134,7 @@ func hashOf(doc string) string { return hintsconfig.ContentHash([]byte(doc)) }
 func TestDirSourceKubeletSwap(t *testing.T) {
 	k := newKubeletDir(t, roleConfig("v1"))
 	m := prometheus.NewRegistry()
-	d := dispatch.NewDispatcher(dispatch.Options{Catalog: testCatalog(t), Metrics: dispatch.NewMetrics(m), Log: testLogger(t)})
+	d := dispatch.NewDispatcher(dispatch.Options{Catalog: testCatalog(t), Metrics: dispatchmetrics.New(m), Log: testLogger(t)})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); configsource.DirSource(k.dir, time.Hour).Run(ctx, d, testLogger(t)) }()
@@ -193,7 +194,7 @@ func TestDirSourceRolesRefusedWhole(t *testing.T) {
 		}
 	}
 	m := prometheus.NewRegistry()
-	d := dispatch.NewDispatcher(dispatch.Options{Catalog: testCatalog(t), Metrics: dispatch.NewMetrics(m), Log: testLogger(t)})
+	d := dispatch.NewDispatcher(dispatch.Options{Catalog: testCatalog(t), Metrics: dispatchmetrics.New(m), Log: testLogger(t)})
 	var mu sync.Mutex
 	var pools []map[string]labels.Selector
 	src := configsource.DirSource(k.dir, time.Hour)

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kvrouter/kv-hint-operator/internal/compiled"
+	"github.com/kvrouter/kv-hint-operator/internal/dev/simworker"
 	"github.com/kvrouter/kv-hint-operator/internal/rolloutapi"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/booking"
 	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
@@ -77,6 +78,18 @@ func waitCandidate(t *testing.T, s *Sidecar, what string, ok func(*rolloutapi.Ca
 	})
 }
 
+// startStagedSidecar runs a sidecar on a mounted compiled ConfigMap of
+// fetchConfig, ready, with the simulated worker decode-0 registered.
+func startStagedSidecar(t *testing.T) (*kubeletDir, *Sidecar, *simworker.Server) {
+	t.Helper()
+	k := newKubeletDir(t, fetchConfig)
+	s := startSidecar(t, testCatalog(t), "", func(o *Options) { o.ConfigFile, o.ConfigDir, o.Poll = "", k.dir, 50*time.Millisecond })
+	waitHash(t, s.Dispatcher, compiledHashOf(fetchConfig))
+	w := startWorker(t, "decode-0")
+	registerWorker(t, s, w)
+	return k, s, w
+}
+
 // TestStagedRolloutDir runs a rollout's stages through a mounted compiled
 // ConfigMap and real bookings over loopback HTTP, with hints delivered to
 // a simulated worker. Planted: the candidate drops kv-fetch.
@@ -92,12 +105,8 @@ func waitCandidate(t *testing.T, s *Sidecar, what string, ok func(*rolloutapi.Ca
 //     config answers every booking;
 //   - no stage: the candidate's dispatcher is gone.
 func TestStagedRolloutDir(t *testing.T) {
-	k := newKubeletDir(t, fetchConfig)
-	s := startSidecar(t, testCatalog(t), "", func(o *Options) { o.ConfigFile, o.ConfigDir, o.Poll = "", k.dir, 50*time.Millisecond })
+	k, s, w := startStagedSidecar(t)
 	stableHash, candHash := compiledHashOf(fetchConfig), compiledHashOf(noFetchConfig)
-	waitHash(t, s.Dispatcher, stableHash)
-	w := startWorker(t, "decode-0")
-	registerWorker(t, s, w)
 
 	// Shadow.
 	k.swapData(stagedData(t, fetchConfig, noFetchConfig, rolloutapi.Stage{Stage: rolloutapi.StageShadow}))

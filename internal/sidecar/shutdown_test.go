@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvrouter/kv-hint-operator/internal/sidecar/dispatchmetrics"
 	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
-	"github.com/kvrouter/kv-hint-operator/pkg/dispatch"
 )
 
 // TestShutdownDrainsHintsFirst: ten clients stalled in the middle of a
@@ -52,7 +52,7 @@ func TestShutdownDrainsHintsFirst(t *testing.T) {
 	stalled := stallBookings(t, s.BookingAddr(), 10, 100)
 	// The stalled bookings are in their handlers before shutdown begins.
 	testenv.Eventually(t, 5*time.Second, "the booking connections open", func(context.Context) error {
-		if n := gathered(t, s.Metrics, dispatch.MetricsNamespace+"_open_connections", map[string]string{"listener": "booking"}); n < 10 {
+		if n := gathered(t, s.Metrics, dispatchmetrics.Namespace+"_open_connections", map[string]string{"listener": "booking"}); n < 10 {
 			return fmt.Errorf("%v booking connections open", n)
 		}
 		return nil

@@ -49,6 +49,7 @@ import (
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/booking"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/configsource"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/delivery"
+	"github.com/kvrouter/kv-hint-operator/internal/sidecar/dispatchmetrics"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/endpoint"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/listen"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/ops"
@@ -328,7 +329,7 @@ func New(o Options) (*Sidecar, error) {
 	if o.MaxBookingBytes <= 0 {
 		o.MaxBookingBytes = dispatch.DefaultMaxBookingBytes
 	}
-	dopts := dispatch.Options{Catalog: o.Catalog, Workers: reg, Metrics: dispatch.NewMetrics(m), PolicyDeadline: o.PolicyDeadline,
+	dopts := dispatch.Options{Catalog: o.Catalog, Workers: reg, Metrics: dispatchmetrics.New(m), PolicyDeadline: o.PolicyDeadline,
 		PolicyDeadlinePerBlock: o.PolicyDeadlinePerBlock, Isolation: o.PolicyIsolation, MaxBookingBytes: o.MaxBookingBytes, RouterMode: o.RouterMode, Log: o.Log.WithName("dispatcher")}
 	d := dispatch.NewDispatcher(dopts)
 	s := &Sidecar{opts: o, Metrics: m, Dispatcher: d, Stage: stage.New(d, dopts, m), Workers: reg, Delivery: del, endpoints: eps, listeners: listen.NewMetrics(m),

@@ -19,8 +19,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/kvrouter/kv-hint-operator/internal/sidecar/dispatchmetrics"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/listen"
-	"github.com/kvrouter/kv-hint-operator/pkg/dispatch"
 )
 
 // unixClient is an HTTP client that dials the socket at path whatever the
@@ -169,7 +169,7 @@ func TestSocketBooksAsTCP(t *testing.T) {
 	// The connection cap: a third connection is answered 503 and closed.
 	uc.CloseIdleConnections()
 	testenv.Eventually(t, 5*time.Second, "the socket's booking connection open", func(context.Context) error {
-		if n := gathered(t, unix.Metrics, dispatch.MetricsNamespace+"_open_connections", map[string]string{"listener": "booking"}); n != 0 {
+		if n := gathered(t, unix.Metrics, dispatchmetrics.Namespace+"_open_connections", map[string]string{"listener": "booking"}); n != 0 {
 			return fmt.Errorf("%v booking connections open", n)
 		}
 		return nil
@@ -184,7 +184,7 @@ func TestSocketBooksAsTCP(t *testing.T) {
 		conns = append(conns, c)
 	}
 	testenv.Eventually(t, 5*time.Second, "the socket's booking connection closed", func(context.Context) error {
-		if n := gathered(t, unix.Metrics, dispatch.MetricsNamespace+"_open_connections", map[string]string{"listener": "booking"}); n < 2 {
+		if n := gathered(t, unix.Metrics, dispatchmetrics.Namespace+"_open_connections", map[string]string{"listener": "booking"}); n < 2 {
 			return fmt.Errorf("%v booking connections open", n)
 		}
 		return nil
@@ -199,7 +199,7 @@ func TestSocketBooksAsTCP(t *testing.T) {
 	if !strings.HasPrefix(string(got), "HTTP/1.1 503 ") {
 		t.Errorf("over the cap: read %q, want a 503", got)
 	}
-	if n := gathered(t, unix.Metrics, dispatch.MetricsNamespace+"_connections_refused_total", map[string]string{"listener": "booking"}); n != 1 {
+	if n := gathered(t, unix.Metrics, dispatchmetrics.Namespace+"_connections_refused_total", map[string]string{"listener": "booking"}); n != 1 {
 		t.Errorf("connections_refused_total{listener=booking} = %v, want 1", n)
 	}
 

@@ -104,12 +104,12 @@ func decimalLen(v uint64) int {
 // RecordInvalidBooking counts a booking refused before it reached the
 // dispatcher, such as a request body that does not decode, under the
 // invalid reason of the booking errors.
-func (d *Dispatcher) RecordInvalidBooking() { d.metrics.errInvalid.Inc() }
+func (d *Dispatcher) RecordInvalidBooking() { d.refusals.errInvalid.Inc() }
 
 // RecordTooLargeBooking counts a booking refused before it reached the
 // dispatcher because its request body is over the booking limit, under
 // the too_large reason of the booking errors.
-func (d *Dispatcher) RecordTooLargeBooking() { d.metrics.errTooLarge.Inc() }
+func (d *Dispatcher) RecordTooLargeBooking() { d.refusals.errTooLarge.Inc() }
 
 // Outcome says what became of a booking that was accepted. Its zero value,
 // OutcomeNone, is what a Hint holds when Book or Build returns an error:

@@ -41,9 +41,9 @@ type Options struct {
 	// Workers is the registry bookings look the booked worker up in; Book
 	// hands hints to the worker it returns. Nil knows no worker.
 	Workers Workers
-	// Metrics receives the booking metrics; nil creates a private,
-	// unregistered set.
-	Metrics *Metrics
+	// Metrics receives the dispatcher's metrics (see Metrics); nil
+	// reports none, at no cost.
+	Metrics Metrics
 	// PolicyDeadline is how long one policy may run on one booking before
 	// the run counts as an overrun (its actions are kept); 0 means
 	// DefaultPolicyDeadline.
@@ -77,7 +77,8 @@ type Options struct {
 type Dispatcher struct {
 	cat        *hints.Catalog
 	workers    Workers
-	metrics    *Metrics
+	metrics    Metrics
+	refusals   refusalSeries
 	deadline   time.Duration
 	perBlock   time.Duration
 	maxBooking int
@@ -103,7 +104,7 @@ func NewDispatcher(o Options) *Dispatcher {
 		panic("dispatch.NewDispatcher: Options.Catalog is nil")
 	}
 	if o.Metrics == nil {
-		o.Metrics = NewMetrics(nil)
+		o.Metrics = nop{}
 	}
 	if o.PolicyDeadline <= 0 {
 		o.PolicyDeadline = DefaultPolicyDeadline
@@ -120,11 +121,11 @@ func NewDispatcher(o Options) *Dispatcher {
 	if o.Workers == nil {
 		o.Workers = StaticWorkers(nil)
 	}
-	d := &Dispatcher{cat: o.Catalog, workers: o.Workers, metrics: o.Metrics, deadline: o.PolicyDeadline,
+	d := &Dispatcher{cat: o.Catalog, workers: o.Workers, metrics: o.Metrics, refusals: refusalsOf(o.Metrics), deadline: o.PolicyDeadline,
 		perBlock: o.PolicyDeadlinePerBlock, maxBooking: o.MaxBookingBytes, mode: o.RouterMode, log: o.Log}
 	// A kv.fetch holds the copy's hashes (at most MaxBookingBytes), an
 	// endpoint and its keys; the slack leaves room for both.
-	d.iso = &isolator{opts: o.Isolation.withDefaults(), metrics: o.Metrics.iso, outliers: map[string]*outlier{}, d: d}
+	d.iso = &isolator{opts: o.Isolation.withDefaults(), metrics: o.Metrics, outliers: map[string]*outlier{}, d: d}
 	d.maxPayload = max(hints.MaxPayloadBytes, o.MaxBookingBytes+payloadSlackBytes)
 	d.scratch.New = func() any { return &scratch{arena: make([]byte, 0, payloadArenaBytes)} }
 	return d
@@ -258,20 +259,20 @@ func (d *Dispatcher) BuildInto(ctx context.Context, b *Booking, buf []byte) (Hin
 func (d *Dispatcher) build(ctx context.Context, b *Booking, buf []byte) (Hint, Worker, time.Time, error) {
 	s := d.snap.Load()
 	if s == nil {
-		d.metrics.errNotReady.Inc()
+		d.refusals.errNotReady.Inc()
 		return Hint{}, nil, time.Time{}, ErrNotReady
 	}
 	if err := validateBooking(b); err != nil {
-		d.metrics.errInvalid.Inc()
+		d.refusals.errInvalid.Inc()
 		return Hint{}, nil, time.Time{}, err
 	}
 	if err := copyFits(b, d.maxBooking); err != nil {
-		d.metrics.errTooLarge.Inc()
+		d.refusals.errTooLarge.Inc()
 		return Hint{}, nil, time.Time{}, err
 	}
 	rr, ok := s.roles[b.Role]
 	if !ok {
-		d.metrics.errUnknownRole.Inc()
+		d.refusals.errUnknownRole.Inc()
 		return Hint{}, nil, time.Time{}, fmt.Errorf("%w %q: the hints config in force (hash %s) has roles %s",
 			ErrUnknownRole, b.Role, s.hash, strings.Join(s.roleNames(), ", "))
 	}
@@ -440,7 +441,7 @@ func (d *Dispatcher) runPolicies(ctx context.Context, rr *roleRun, hc *hints.Hin
 			prev = at
 			if elapsed > d.deadline {
 				if limit := d.deadlineOf(hr, copyBudget); elapsed > limit {
-					hr.overrun.observe(elapsed)
+					hr.metrics.overrun.observe(elapsed)
 				}
 			}
 		} else {
@@ -455,7 +456,7 @@ func (d *Dispatcher) runPolicies(ctx context.Context, rr *roleRun, hc *hints.Hin
 				continue
 			}
 			if limit := d.deadlineOf(hr, copyBudget); elapsed > limit {
-				hr.overrun.observe(elapsed)
+				hr.metrics.overrun.observe(elapsed)
 				d.iso.overran(hr.outlier, elapsed, limit)
 			} else {
 				d.iso.wasOnTime(hr.outlier)

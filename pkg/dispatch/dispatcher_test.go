@@ -11,7 +11,6 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/google/go-cmp/cmp"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
@@ -41,7 +40,7 @@ func TestEngineConsumerRules(t *testing.T) {
 	rawPolicy(t, cat, "duplicate", "kv.retain", `{"priority":1,"priority":2}`)
 	rawPolicy(t, cat, "good-pin", "vendor.kv-pin", `{"tier":"hbm"}`)
 	rawPolicy(t, cat, "second-fetch", "kv.fetch", `{"block_hashes":[9]}`)
-	metrics := NewMetrics(nil)
+	metrics := newRecordedMetrics()
 	d := NewDispatcher(Options{Catalog: cat, Workers: StaticWorkers{"w1": true}, Metrics: metrics, Log: logr.Discard()})
 	if err := d.Load([]byte(`
 worker_selection:
@@ -67,12 +66,12 @@ worker_selection:
 		t.Errorf("message is not JSON: %s", h.Message)
 	}
 	for _, policy := range []string{"empty-fetch", "string-fetch", "unsorted", "duplicate", "second-fetch"} {
-		if n := testutil.ToFloat64(metrics.failures.WithLabelValues("decode", policy, policy, "malformed")); n != 1 {
+		if n := metrics.value("failures", "decode", policy, policy, "malformed"); n != 1 {
 			t.Errorf("%s: %v malformed failures, want 1", policy, n)
 		}
 	}
 	for _, policy := range []string{"kv-fetch", "good-pin"} {
-		if n := testutil.ToFloat64(metrics.actions.WithLabelValues("decode", policy, policy)); n != 1 {
+		if n := metrics.value("actions", "decode", policy, policy); n != 1 {
 			t.Errorf("%s: %v actions kept, want 1", policy, n)
 		}
 	}
@@ -85,7 +84,7 @@ worker_selection:
 func TestFetchOnlyFromTheCopySender(t *testing.T) {
 	cat := builtin.NewCatalog()
 	rawPolicy(t, cat, "undeclared-fetch", "kv.fetch", `{"block_hashes":[1,2,3],"source_control_endpoint":"tcp://10.9.9.9:1"}`)
-	metrics := NewMetrics(nil)
+	metrics := newRecordedMetrics()
 	d := NewDispatcher(Options{Catalog: cat, Workers: StaticWorkers{"w1": true}, Metrics: metrics, Log: logr.Discard()})
 	if err := d.Load([]byte(`
 worker_selection:
@@ -105,10 +104,10 @@ worker_selection:
 	if diff := cmp.Diff(want, string(h.Message)); diff != "" {
 		t.Errorf("message (-want +got):\n%s", diff)
 	}
-	if n := testutil.ToFloat64(metrics.failures.WithLabelValues("decode", "undeclared-fetch", "undeclared-fetch", "malformed")); n != 1 {
+	if n := metrics.value("failures", "decode", "undeclared-fetch", "undeclared-fetch", "malformed"); n != 1 {
 		t.Errorf("undeclared-fetch: %v malformed failures, want 1", n)
 	}
-	if n := testutil.ToFloat64(metrics.actions.WithLabelValues("decode", "kv-fetch", "kv-fetch")); n != 1 {
+	if n := metrics.value("actions", "decode", "kv-fetch", "kv-fetch"); n != 1 {
 		t.Errorf("kv-fetch: %v actions kept, want 1", n)
 	}
 }

@@ -19,10 +19,14 @@
 // A Dispatcher reads an immutable compiled snapshot through an atomic
 // pointer, so Load never disturbs a booking in flight, and a booking
 // allocates only the message it returns: nothing, when the router lends the
-// memory for it (BuildInto). Its imports are the plugin contract, the
-// booking API's type (pkg/bookingapi: Booking is bookingapi.Booking), the
-// hints config rules, Prometheus' client and logr: no Kubernetes client,
-// no file watches, no HTTP server.
+// memory for it (BuildInto).
+//
+// Metrics is the hook a host fills to count what the dispatcher does; the
+// sidecar exports it to Prometheus (internal/sidecar/dispatchmetrics), and
+// nil counts nothing. Its imports are the plugin contract, the booking
+// API's type (pkg/bookingapi: Booking is bookingapi.Booking), the hints
+// config rules and logr: no metrics library, no Kubernetes client, no file
+// watches, no HTTP server.
 //
 // Experimental until v1: see CHANGELOG.md at the repository root.
 package dispatch

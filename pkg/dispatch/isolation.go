@@ -149,9 +149,10 @@ const (
 	EjectAbandoned
 	// EjectBusy: the policy had MaxRuns runs in flight.
 	EjectBusy
+	numEjectReasons
 )
 
-var ejectReasonNames = [...]string{"", "overrun", "abandoned", "busy"}
+var ejectReasonNames = [numEjectReasons]string{"", "overrun", "abandoned", "busy"}
 
 // String is the reason as metrics, logs and the pod report spell it.
 func (r EjectReason) String() string {
@@ -228,7 +229,7 @@ type outlier struct {
 // transition.
 type isolator struct {
 	opts     IsolationOptions
-	metrics  *isolationMetrics
+	metrics  Metrics
 	mu       sync.Mutex
 	outliers map[string]*outlier
 	onChange []func()
@@ -250,14 +251,14 @@ func (iso *isolator) forHint(role string, h *hintsconfig.Hint, keep map[string]b
 	if o, ok := iso.outliers[key]; ok {
 		return o
 	}
-	o := &outlier{key: key, role: role, policy: h.ID(), typ: h.Type, m: iso.metrics.forPolicy(role, h.ID(), h.Type)}
+	o := &outlier{key: key, role: role, policy: h.ID(), typ: h.Type, m: isolationOf(iso.metrics, role, h.ID(), h.Type)}
 	iso.outliers[key] = o
 	return o
 }
 
 // retire forgets the outliers of policies that are not in keep, the
-// policies of the config just loaded (Metrics.forgetRemoved deletes their
-// series).
+// policies of the config just loaded (forgetRemoved reports them to the
+// metrics).
 func (iso *isolator) retire(keep map[string]bool) {
 	iso.mu.Lock()
 	var changed bool

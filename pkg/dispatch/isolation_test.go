@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
@@ -65,9 +64,9 @@ func registerCustom(t *testing.T, cat *hints.Catalog, neverBlocks bool) *customP
 	return p
 }
 
-func isolationDispatcher(t *testing.T, cat *hints.Catalog, o Options) (*Dispatcher, *Metrics) {
+func isolationDispatcher(t *testing.T, cat *hints.Catalog, o Options) (*Dispatcher, *recordedMetrics) {
 	t.Helper()
-	m := NewMetrics(nil)
+	m := newRecordedMetrics()
 	o.Catalog, o.Metrics, o.Log = cat, m, logr.Discard()
 	o.Workers = StaticWorkers{"w1": true}
 	d := NewDispatcher(o)
@@ -97,9 +96,8 @@ func actionTypes(t *testing.T, d *Dispatcher, id string) []string {
 }
 
 // overruns reads a policy's overrun count and seconds.
-func overruns(m *Metrics, role, policy string) (float64, float64) {
-	s := m.iso.overrunOf(role, policy, policy)
-	return testutil.ToFloat64(s.runs), testutil.ToFloat64(s.seconds)
+func overruns(m *recordedMetrics, role, policy string) (float64, float64) {
+	return m.value("overruns", role, policy, policy), m.value("overrun_seconds", role, policy, policy)
 }
 
 // waitState waits, bounded, for the policy's outlier to reach a state.
@@ -132,7 +130,9 @@ func TestSlowPolicyEjected(t *testing.T) {
 	d, m := isolationDispatcher(t, cat, Options{PolicyDeadline: 20 * time.Millisecond, Isolation: iso})
 	var changes atomic.Int32
 	d.OnEjectionChange(func() { changes.Add(1) })
-	series := m.iso.forPolicy("decode", "test-custom", "test-custom")
+	series := func(name string, reason ...string) float64 {
+		return m.value(append([]string{name, "decode", "test-custom", "test-custom"}, reason...)...)
+	}
 
 	for i := range 3 {
 		if got := actionTypes(t, d, "late"); len(got) != 2 || got[1] != "vendor.mark" {
@@ -142,7 +142,7 @@ func TestSlowPolicyEjected(t *testing.T) {
 	if n, secs := overruns(m, "decode", "test-custom"); n != 3 || secs < 3*0.040 {
 		t.Errorf("overruns counted %v taking %vs, want 3 taking at least 120ms", n, secs)
 	}
-	if n := testutil.ToFloat64(m.failures.WithLabelValues("decode", "test-custom", "test-custom", "deadline")); n != 0 {
+	if n := m.value("failures", "decode", "test-custom", "test-custom", "deadline"); n != 0 {
 		t.Errorf("deadline failures %v, want 0: a late return keeps its actions", n)
 	}
 	ej := d.Ejections()
@@ -152,8 +152,8 @@ func TestSlowPolicyEjected(t *testing.T) {
 	if got := ej[0].Until.Sub(ej[0].Since); got != 50*time.Millisecond {
 		t.Errorf("first backoff %v, want the base 50ms", got)
 	}
-	if testutil.ToFloat64(series.ejected) != 1 || testutil.ToFloat64(series.ejections[EjectOverrun]) != 1 {
-		t.Errorf("ejected gauge %v, ejections %v; want 1, 1", testutil.ToFloat64(series.ejected), testutil.ToFloat64(series.ejections[EjectOverrun]))
+	if series("ejected") != 1 || series("ejections", "overrun") != 1 {
+		t.Errorf("ejected gauge %v, ejections %v; want 1, 1", series("ejected"), series("ejections", "overrun"))
 	}
 	runs := p.runs.Load()
 	if got := actionTypes(t, d, "skipped"); len(got) != 1 || got[0] != "kv.fetch" {
@@ -162,14 +162,14 @@ func TestSlowPolicyEjected(t *testing.T) {
 	if p.runs.Load() != runs {
 		t.Error("an ejected policy ran")
 	}
-	if testutil.ToFloat64(series.skippedEjected) != 1 {
-		t.Errorf("skipped (ejected) %v, want 1", testutil.ToFloat64(series.skippedEjected))
+	if series("skipped", "ejected") != 1 {
+		t.Errorf("skipped (ejected) %v, want 1", series("skipped", "ejected"))
 	}
 
 	// Probation: one overrun ejects again, for base times the multiplier.
 	waitState(t, d, PolicyProbation)
-	if len(d.Ejections()) != 0 || testutil.ToFloat64(series.probation) != 1 {
-		t.Fatalf("on probation: Ejections() = %+v, probation gauge %v", d.Ejections(), testutil.ToFloat64(series.probation))
+	if len(d.Ejections()) != 0 || series("probation") != 1 {
+		t.Fatalf("on probation: Ejections() = %+v, probation gauge %v", d.Ejections(), series("probation"))
 	}
 	actionTypes(t, d, "probation-late")
 	ej = d.Ejections()
@@ -209,7 +209,9 @@ func TestHangingPolicyBounded(t *testing.T) {
 	p.hang.Store(true)
 	d, m := isolationDispatcher(t, cat, Options{Isolation: IsolationOptions{HardDeadline: 5 * time.Millisecond,
 		EjectionBase: time.Millisecond, EjectionMax: time.Millisecond, MaxRuns: 4}})
-	series := m.iso.forPolicy("decode", "test-custom", "test-custom")
+	series := func(name string, reason ...string) float64 {
+		return m.value(append([]string{name, "decode", "test-custom", "test-custom"}, reason...)...)
+	}
 
 	if got := actionTypes(t, d, "hang"); len(got) != 1 || got[0] != "kv.fetch" {
 		t.Fatalf("actions %v, want kv.fetch alone while the policy hangs", got)
@@ -219,7 +221,7 @@ func TestHangingPolicyBounded(t *testing.T) {
 		t.Fatal("the policy was released: the booking cannot have waited for it")
 	default:
 	}
-	if n := testutil.ToFloat64(m.failures.WithLabelValues("decode", "test-custom", "test-custom", "deadline")); n != 1 {
+	if n := m.value("failures", "decode", "test-custom", "test-custom", "deadline"); n != 1 {
 		t.Errorf("abandoned runs %v, want 1", n)
 	}
 	if ej := d.Ejections(); len(ej) != 1 || ej[0].Reason != EjectAbandoned {
@@ -249,13 +251,13 @@ func TestHangingPolicyBounded(t *testing.T) {
 	if n := o.inFlight.Load(); n > 4 {
 		t.Errorf("%d runs in flight, over MaxRuns 4", n)
 	}
-	if n := testutil.ToFloat64(series.stuck); n < 1 || n > 4 {
+	if n := series("abandoned_runs"); n < 1 || n > 4 {
 		t.Errorf("abandoned runs held %v, want 1 to 4", n)
 	}
 	if g := runtime.NumGoroutine() - before; g > 4 {
 		t.Errorf("%d more goroutines after the bookings, over MaxRuns 4", g)
 	}
-	if testutil.ToFloat64(series.skippedEjected)+testutil.ToFloat64(series.skippedBusy) == 0 {
+	if series("skipped", "ejected")+series("skipped", "busy") == 0 {
 		t.Error("no booking skipped the hanging policy")
 	}
 }
@@ -289,7 +291,7 @@ func TestNeverBlocksKeepsLateActions(t *testing.T) {
 	stop.Store(true)
 	hogs.Wait()
 	for _, policy := range []string{"kv-fetch", "test-custom"} {
-		if n := testutil.ToFloat64(m.failures.WithLabelValues("decode", policy, policy, "deadline")); n != 0 {
+		if n := m.value("failures", "decode", policy, policy, "deadline"); n != 0 {
 			t.Errorf("%s: %v deadline drops, want 0", policy, n)
 		}
 		if n, _ := overruns(m, "decode", policy); n != 200 {

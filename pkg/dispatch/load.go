@@ -63,9 +63,7 @@ func (d *Dispatcher) LoadConfig(c Config, origin string) error {
 			// succeeded, and that refused document, should it come back,
 			// is a new failure to count and log.
 			d.lastRejects = ""
-			d.metrics.reloads.WithLabelValues("success").Inc()
-			d.metrics.lastReloadOK.Set(1)
-			d.metrics.lastReloadSuccess.Set(float64(time.Now().UnixNano()) / 1e9)
+			d.metrics.ConfigLoaded(hash, hash, time.Now())
 			d.log.Info("Hints config source is back to the config in force", "source", origin, "hash", hash)
 		}
 		return nil
@@ -82,21 +80,12 @@ func (d *Dispatcher) LoadConfig(c Config, origin string) error {
 	prev := d.snap.Swap(next)
 	d.iso.retire(keep)
 	d.lastRejects = ""
-	if prev != nil {
-		d.metrics.forgetRemoved(prev, next)
-	}
-
-	d.metrics.reloads.WithLabelValues("success").Inc()
-	d.metrics.lastReloadOK.Set(1)
-	d.metrics.lastReloadSuccess.Set(float64(now.UnixNano()) / 1e9)
-	if prev != nil {
-		d.metrics.configInfo.DeleteLabelValues(prev.hash)
-	}
-	d.metrics.configInfo.WithLabelValues(hash).Set(1)
 	prevHash := ""
 	if prev != nil {
+		forgetRemoved(d.metrics, prev, next)
 		prevHash = prev.hash
 	}
+	d.metrics.ConfigLoaded(hash, prevHash, now)
 	d.log.Info("Applied hints config", "source", origin, "hash", hash, "previousHash", prevHash, "roles", len(g.Roles))
 	for _, w := range warnings {
 		d.log.Info("Hints config warning", "hash", hash, "warning", w.Error())
@@ -116,9 +105,7 @@ func (d *Dispatcher) recordFailure(key, origin string, err error) {
 		return
 	}
 	d.lastRejects = key
-	d.metrics.reloads.WithLabelValues("failure").Inc()
-	d.metrics.lastReloadOK.Set(0)
-	d.metrics.lastReloadFailure.Set(float64(time.Now().UnixNano()) / 1e9)
+	d.metrics.ConfigFailed(time.Now())
 	inForce := d.ConfigHash()
 	if inForce == "" {
 		inForce = "none (not ready)"

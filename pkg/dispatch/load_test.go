@@ -7,8 +7,6 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
@@ -27,11 +25,18 @@ func TestReloadStateAfterRevert(t *testing.T) {
 	var errLogs int
 	log := funcr.New(func(prefix, args string) {}, funcr.Options{})
 	log = logr.New(&countErrors{LogSink: log.GetSink(), n: &errLogs})
-	m := NewMetrics(prometheus.NewRegistry())
+	m := newRecordedMetrics()
 	d := NewDispatcher(Options{Catalog: builtin.NewCatalog(), Metrics: m, Log: log})
 
-	failures := func() float64 { return testutil.ToFloat64(m.reloads.WithLabelValues("failure")) }
-	ok := func() float64 { return testutil.ToFloat64(m.lastReloadOK) }
+	// failures counts the failed loads reported; ok is 1 when the last
+	// load reported succeeded, as config_last_reload_successful.
+	failures := func() float64 { return float64(m.loadsReported("failed")) }
+	ok := func() float64 {
+		if l := m.lastLoad(); strings.HasPrefix(l, "ok ") {
+			return 1
+		}
+		return 0
+	}
 
 	if err := d.Load([]byte(good), "test"); err != nil {
 		t.Fatal(err)

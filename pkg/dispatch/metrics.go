@@ -2,14 +2,10 @@ package dispatch
 
 import (
 	"slices"
-
-	"github.com/prometheus/client_golang/prometheus"
+	"time"
 )
 
-// MetricsNamespace prefixes every metric name of the dispatcher and the sidecar.
-const MetricsNamespace = "kvhint_router"
-
-// Booking outcomes, the outcome label of bookings_total.
+// Booking outcomes, as Outcome.String spells them.
 const (
 	outcomeHinted        = "hinted"           // a hint was built and handed to delivery
 	outcomeNoActions     = "no_actions"       // the policies kept no action: no message
@@ -18,16 +14,35 @@ const (
 	outcomeNotInPool     = "not_in_pool"      // the worker is outside the role's worker pool
 )
 
-// Booking errors, the reason label of booking_errors_total.
+// Refusal says why Book or Build refused a booking (returned an error).
+type Refusal int
+
 const (
-	bookingErrUnknownRole = "unknown_role"
-	bookingErrInvalid     = "invalid"
-	bookingErrNotReady    = "not_ready"
-	bookingErrTooLarge    = "too_large"
+	// RefusalUnknownRole: the role is not in the config in force
+	// (ErrUnknownRole).
+	RefusalUnknownRole Refusal = iota
+	// RefusalInvalid: a field is missing or out of range, or the request
+	// body did not decode (ErrInvalidBooking, RecordInvalidBooking).
+	RefusalInvalid
+	// RefusalNotReady: no config has loaded yet (ErrNotReady).
+	RefusalNotReady
+	// RefusalTooLarge: the committed copy, or the request body, is over
+	// the booking limit (ErrBookingTooLarge, RecordTooLargeBooking).
+	RefusalTooLarge
+	numRefusals
 )
 
-// DropReason says why a policy's actions were not sent. The values are the
-// reason label of policy_failures_total and actions_dropped_total.
+var refusalNames = [numRefusals]string{"unknown_role", "invalid", "not_ready", "too_large"}
+
+// String is the reason as metrics spell it.
+func (r Refusal) String() string {
+	if r < 0 || r >= numRefusals {
+		return "unknown"
+	}
+	return refusalNames[r]
+}
+
+// DropReason says why a policy's actions were not sent.
 type DropReason int
 
 const (
@@ -49,7 +64,7 @@ const (
 
 var dropReasonNames = [numDropReasons]string{"error", "panic", "deadline", "malformed", "over_limit"}
 
-// String is the metric label value.
+// String is the reason as metrics spell it.
 func (r DropReason) String() string {
 	if r < 0 || r >= numDropReasons {
 		return "unknown"
@@ -57,175 +72,263 @@ func (r DropReason) String() string {
 	return dropReasonNames[r]
 }
 
-// Metrics are the dispatcher's Prometheus metrics: bookings, policy runs and
-// config loads. Label values used on the booking path are resolved once per
-// config load, never per booking.
-type Metrics struct {
-	bookings      *prometheus.CounterVec
-	bookingErrors *prometheus.CounterVec
-	buildSeconds  *prometheus.HistogramVec
-	actions       *prometheus.CounterVec
-	failures      *prometheus.CounterVec
-	dropped       *prometheus.CounterVec
-	copiesDropped *prometheus.CounterVec
-	iso           *isolationMetrics
-
-	configInfo        *prometheus.GaugeVec
-	reloads           *prometheus.CounterVec
-	lastReloadOK      prometheus.Gauge
-	lastReloadSuccess prometheus.Gauge
-	lastReloadFailure prometheus.Gauge
-
-	errUnknownRole prometheus.Counter
-	errInvalid     prometheus.Counter
-	errNotReady    prometheus.Counter
-	errTooLarge    prometheus.Counter
+// Counter counts events. prometheus.Counter satisfies it.
+type Counter interface {
+	Inc()
+	Add(float64)
 }
 
-// NewMetrics creates the dispatcher's metrics and registers them with reg;
-// a nil reg keeps them unregistered (counted, never exported).
-func NewMetrics(reg prometheus.Registerer) *Metrics {
-	m := &Metrics{}
-	m.bookings = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: MetricsNamespace, Name: "bookings_total",
-		Help: "Bookings handled, by role and outcome (hinted, no_actions, not_hint_capable, unknown_worker, not_in_pool).",
-	}, []string{"role", "outcome"})
-	m.bookingErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: MetricsNamespace, Name: "booking_errors_total",
-		Help: "Bookings refused, by reason (unknown_role, invalid, not_ready, too_large).",
-	}, []string{"reason"})
-	m.buildSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Namespace: MetricsNamespace, Name: "hint_build_duration_seconds",
-		Help: "Time to run a role's hint policies for one booking, by role.",
-		// 1 µs to about 16 ms: the budget is microseconds, a policy deadline is 1 ms.
-		Buckets: prometheus.ExponentialBuckets(1e-6, 2, 15),
-	}, []string{"role"})
-	m.actions = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: MetricsNamespace, Name: "actions_total",
-		Help: "Actions kept in hints, by role, policy (name or type) and policy type.",
-	}, []string{"role", "policy", "policy_type"})
-	m.failures = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: MetricsNamespace, Name: "policy_failures_total",
-		Help: "Policy runs whose actions were all dropped, by role, policy, policy type and reason (error, panic, deadline: not returned by the hard deadline, malformed).",
-	}, []string{"role", "policy", "policy_type", "reason"})
-	m.dropped = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: MetricsNamespace, Name: "actions_dropped_total",
-		Help: "Actions dropped, by role, policy, policy type and reason (malformed, over_limit; error, panic and abandoned runs return none).",
-	}, []string{"role", "policy", "policy_type", "reason"})
+// Gauge holds a value that goes up and down. prometheus.Gauge satisfies it.
+type Gauge interface {
+	Set(float64)
+	Inc()
+	Dec()
+}
 
-	m.copiesDropped = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: MetricsNamespace, Name: "kv_copies_dropped_total",
-		Help: "Committed KV copies dropped before the policies ran (only the kv.fetch is lost), by role and reason (unknown_source, unknown_source_rank).",
-	}, []string{"role", "reason"})
+// Observer records one observation of a distribution, such as a duration
+// in seconds. prometheus.Observer satisfies it.
+type Observer interface {
+	Observe(float64)
+}
 
-	m.iso = newIsolationMetrics(reg)
+// Metrics is the hook through which a Dispatcher reports what it does:
+// bookings, policy runs, isolation and config loads. The host fills it
+// (the kvhint sidecar exports it to Prometheus); nil in Options.Metrics
+// reports nothing and costs nothing.
+//
+// The dispatcher asks for the Counter, Gauge and Observer of every series
+// the booking path touches when it loads a config (and for the refusals,
+// once, in NewDispatcher), and keeps them for the bookings on that config:
+// the methods of Metrics may take their time (label lookups, locks), while
+// the series they return are called on every booking, from many goroutines
+// at once, and must be cheap and safe for concurrent use. The dispatcher
+// calls the methods of Metrics one at a time: NewDispatcher, then loads,
+// which it serialises. A nil series, or a nil RoleMetrics, PolicyMetrics
+// or IsolationMetrics, counts nothing.
+type Metrics interface {
+	// Refusals counts the bookings refused for reason.
+	Refusals(reason Refusal) Counter
+	// Role returns the series of one role of the config being loaded.
+	Role(role string) RoleMetrics
+	// Policy returns the series of one policy instance of a role: policy
+	// is its name, or its type when it has none.
+	Policy(role, policy, policyType string) PolicyMetrics
+	// Isolation returns the isolation series of a policy that may block
+	// (see IsolationOptions), once while the policy stays in the config.
+	Isolation(role, policy, policyType string) IsolationMetrics
+	// ConfigLoaded reports a load that succeeded at at: hash is the config
+	// in force now and previous the one before it, "" when there was none
+	// and hash itself when the source came back to the config in force
+	// after a failure.
+	ConfigLoaded(hash, previous string, at time.Time)
+	// ConfigFailed reports a load that failed at at, once per distinct
+	// refused document or source error; the config in force stays.
+	ConfigFailed(at time.Time)
+	// ForgetRole reports a role that left the config: its series, the
+	// series of its policies included, may go.
+	ForgetRole(role string)
+	// ForgetPolicy reports a policy instance that left its role, which
+	// stays: its series, isolation included, may go.
+	ForgetPolicy(role, policy, policyType string)
+}
 
-	m.configInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: MetricsNamespace, Name: "config_info",
-		Help: "1 for the hash of the hints config in force.",
-	}, []string{"hash"})
-	m.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: MetricsNamespace, Name: "config_reloads_total",
-		Help: "Config loads, by result: success, or failure (counted once per distinct refused document or source error).",
-	}, []string{"result"})
-	m.lastReloadOK = prometheus.NewGauge(prometheus.GaugeOpts{
-		Namespace: MetricsNamespace, Name: "config_last_reload_successful",
-		Help: "1 if the last config load succeeded, 0 if it failed and the previous config is kept.",
-	})
-	m.lastReloadSuccess = prometheus.NewGauge(prometheus.GaugeOpts{
-		Namespace: MetricsNamespace, Name: "config_last_reload_success_timestamp_seconds",
-		Help: "Unix time of the last successful config load.",
-	})
-	m.lastReloadFailure = prometheus.NewGauge(prometheus.GaugeOpts{
-		Namespace: MetricsNamespace, Name: "config_last_reload_failure_timestamp_seconds",
-		Help: "Unix time of the last failed config load.",
-	})
-	if reg != nil {
-		reg.MustRegister(m.bookings, m.bookingErrors, m.buildSeconds, m.actions, m.failures, m.dropped, m.copiesDropped,
-			m.configInfo, m.reloads, m.lastReloadOK, m.lastReloadSuccess, m.lastReloadFailure)
+// RoleMetrics are the series of one role.
+type RoleMetrics interface {
+	// Bookings counts the role's accepted bookings of one outcome (every
+	// Outcome but OutcomeNone).
+	Bookings(outcome Outcome) Counter
+	// BuildSeconds observes the time the role's policies took on one
+	// booking, in seconds.
+	BuildSeconds() Observer
+	// CopiesDropped counts the committed copies dropped before the
+	// policies ran, by reason (every CopyDrop but CopyKept).
+	CopiesDropped(reason CopyDrop) Counter
+}
+
+// PolicyMetrics are the series of one policy instance of a role.
+type PolicyMetrics interface {
+	// Actions counts the policy's actions kept in hints.
+	Actions() Counter
+	// Failures counts the policy's runs whose actions were all dropped,
+	// by reason (DropError, DropPanic, DropDeadline, DropMalformed).
+	Failures(reason DropReason) Counter
+	// Dropped counts the policy's actions dropped, by reason
+	// (DropMalformed, DropOverLimit): runs that erred, panicked or were
+	// abandoned return none to count.
+	Dropped(reason DropReason) Counter
+	// Overruns counts the runs that returned after their deadline and
+	// were kept; OverrunSeconds adds up the time they took.
+	Overruns() Counter
+	OverrunSeconds() Counter
+}
+
+// IsolationMetrics are the isolation series of one policy that may block.
+type IsolationMetrics interface {
+	// Ejections counts the policy's ejections, by reason.
+	Ejections(reason EjectReason) Counter
+	// Ejected is 1 while the policy is ejected, Probation 1 while it is
+	// on probation.
+	Ejected() Gauge
+	Probation() Gauge
+	// SkippedEjected and SkippedBusy count the bookings that did not run
+	// the policy: it was ejected, or it had its most runs in flight.
+	SkippedEjected() Counter
+	SkippedBusy() Counter
+	// AbandonedRuns holds the runs abandoned at the hard deadline that
+	// have not returned yet; AbandonedRunSeconds observes how long each
+	// took when it returns.
+	AbandonedRuns() Gauge
+	AbandonedRunSeconds() Observer
+}
+
+// nop is the series of no metrics: it counts nothing.
+type nop struct{}
+
+func (nop) Inc()            {}
+func (nop) Dec()            {}
+func (nop) Add(float64)     {}
+func (nop) Set(float64)     {}
+func (nop) Observe(float64) {}
+
+func (nop) Refusals(Refusal) Counter                          { return nop{} }
+func (nop) Role(string) RoleMetrics                           { return nop{} }
+func (nop) Policy(string, string, string) PolicyMetrics       { return nop{} }
+func (nop) Isolation(string, string, string) IsolationMetrics { return nop{} }
+func (nop) ConfigLoaded(string, string, time.Time)            {}
+func (nop) ConfigFailed(time.Time)                            {}
+func (nop) ForgetRole(string)                                 {}
+func (nop) ForgetPolicy(string, string, string)               {}
+func (nop) Bookings(Outcome) Counter                          { return nop{} }
+func (nop) BuildSeconds() Observer                            { return nop{} }
+func (nop) CopiesDropped(CopyDrop) Counter                    { return nop{} }
+func (nop) Actions() Counter                                  { return nop{} }
+func (nop) Failures(DropReason) Counter                       { return nop{} }
+func (nop) Dropped(DropReason) Counter                        { return nop{} }
+func (nop) Overruns() Counter                                 { return nop{} }
+func (nop) OverrunSeconds() Counter                           { return nop{} }
+func (nop) Ejections(EjectReason) Counter                     { return nop{} }
+func (nop) Ejected() Gauge                                    { return nop{} }
+func (nop) Probation() Gauge                                  { return nop{} }
+func (nop) SkippedEjected() Counter                           { return nop{} }
+func (nop) SkippedBusy() Counter                              { return nop{} }
+func (nop) AbandonedRuns() Gauge                              { return nop{} }
+func (nop) AbandonedRunSeconds() Observer                     { return nop{} }
+
+// counter, gauge and observer turn a nil series into nop, so that the
+// booking path calls its series without a check.
+func counter(c Counter) Counter {
+	if c == nil {
+		return nop{}
 	}
-	m.errUnknownRole = m.bookingErrors.WithLabelValues(bookingErrUnknownRole)
-	m.errInvalid = m.bookingErrors.WithLabelValues(bookingErrInvalid)
-	m.errNotReady = m.bookingErrors.WithLabelValues(bookingErrNotReady)
-	m.errTooLarge = m.bookingErrors.WithLabelValues(bookingErrTooLarge)
-	return m
+	return c
 }
 
-// roleMetrics are one role's pre-resolved series.
+func gauge(g Gauge) Gauge {
+	if g == nil {
+		return nop{}
+	}
+	return g
+}
+
+func observer(o Observer) Observer {
+	if o == nil {
+		return nop{}
+	}
+	return o
+}
+
+// refusalSeries are the refusal counters, resolved in NewDispatcher.
+type refusalSeries struct {
+	errUnknownRole, errInvalid, errNotReady, errTooLarge Counter
+}
+
+func refusalsOf(m Metrics) refusalSeries {
+	return refusalSeries{
+		errUnknownRole: counter(m.Refusals(RefusalUnknownRole)),
+		errInvalid:     counter(m.Refusals(RefusalInvalid)),
+		errNotReady:    counter(m.Refusals(RefusalNotReady)),
+		errTooLarge:    counter(m.Refusals(RefusalTooLarge)),
+	}
+}
+
+// roleMetrics are one role's series, resolved when its config loads.
 type roleMetrics struct {
-	hinted, noActions, notCapable, unknownWorker, notInPool prometheus.Counter
-	build                                                   prometheus.Observer
-	copyDropped                                             [numCopyDrops]prometheus.Counter
+	hinted, noActions, notCapable, unknownWorker, notInPool Counter
+	build                                                   Observer
+	copyDropped                                             [numCopyDrops]Counter
 }
 
-func (m *Metrics) forRole(role string) roleMetrics {
-	rm := roleMetrics{
-		hinted:        m.bookings.WithLabelValues(role, outcomeHinted),
-		noActions:     m.bookings.WithLabelValues(role, outcomeNoActions),
-		notCapable:    m.bookings.WithLabelValues(role, outcomeNotCapable),
-		unknownWorker: m.bookings.WithLabelValues(role, outcomeUnknownWorker),
-		notInPool:     m.bookings.WithLabelValues(role, outcomeNotInPool),
-		build:         m.buildSeconds.WithLabelValues(role),
+func roleMetricsOf(m Metrics, role string) roleMetrics {
+	r := m.Role(role)
+	if r == nil {
+		r = nop{}
 	}
-	for r := CopyKept + 1; r < numCopyDrops; r++ {
-		rm.copyDropped[r] = m.copiesDropped.WithLabelValues(role, r.String())
+	rm := roleMetrics{
+		hinted:        counter(r.Bookings(OutcomeHinted)),
+		noActions:     counter(r.Bookings(OutcomeNoActions)),
+		notCapable:    counter(r.Bookings(OutcomeNotHintCapable)),
+		unknownWorker: counter(r.Bookings(OutcomeUnknownWorker)),
+		notInPool:     counter(r.Bookings(OutcomeNotInPool)),
+		build:         observer(r.BuildSeconds()),
+	}
+	for c := CopyKept + 1; c < numCopyDrops; c++ {
+		rm.copyDropped[c] = counter(r.CopiesDropped(c))
 	}
 	return rm
 }
 
-// hintMetrics are one policy instance's pre-resolved series.
+// hintMetrics are one policy instance's series, resolved when its config
+// loads. A reason its policy cannot fail or drop for has no series (nil).
 type hintMetrics struct {
-	actions  prometheus.Counter
-	failures [numDropReasons]prometheus.Counter
-	dropped  [numDropReasons]prometheus.Counter
+	actions  Counter
+	failures [numDropReasons]Counter
+	dropped  [numDropReasons]Counter
+	overrun  overrunSeries
 }
 
-func (m *Metrics) forHint(role, policy, policyType string) hintMetrics {
-	hm := hintMetrics{actions: m.actions.WithLabelValues(role, policy, policyType)}
+func hintMetricsOf(m Metrics, role, policy, policyType string) hintMetrics {
+	p := m.Policy(role, policy, policyType)
+	if p == nil {
+		p = nop{}
+	}
+	hm := hintMetrics{actions: counter(p.Actions()), overrun: overrunSeries{runs: counter(p.Overruns()), seconds: counter(p.OverrunSeconds())}}
 	for r := DropReason(0); r < numDropReasons; r++ {
 		// A run that errs or panics returns no actions to count, nor does one
 		// abandoned at its hard deadline; an action
 		// dropped past the limit is no failure of its policy.
 		if r != DropOverLimit {
-			hm.failures[r] = m.failures.WithLabelValues(role, policy, policyType, r.String())
+			hm.failures[r] = counter(p.Failures(r))
 		}
 		if r != DropError && r != DropPanic && r != DropDeadline {
-			hm.dropped[r] = m.dropped.WithLabelValues(role, policy, policyType, r.String())
+			hm.dropped[r] = counter(p.Dropped(r))
 		}
 	}
 	return hm
 }
 
-// roleVecs are the metrics with a role label; hintVecs those with a
-// policy instance's role, policy and policy_type labels. A metric added
-// to either kind belongs in its list, so that a reload deletes its series.
-func (m *Metrics) roleVecs() []*prometheus.MetricVec {
-	return []*prometheus.MetricVec{m.bookings.MetricVec, m.buildSeconds.MetricVec, m.copiesDropped.MetricVec}
+// overrunSeries count one policy's runs past its deadline, kept.
+type overrunSeries struct{ runs, seconds Counter }
+
+func (s overrunSeries) observe(d time.Duration) {
+	s.runs.Inc()
+	s.seconds.Add(d.Seconds())
 }
 
-func (m *Metrics) hintVecs() []*prometheus.MetricVec {
-	return append([]*prometheus.MetricVec{m.actions.MetricVec, m.failures.MetricVec, m.dropped.MetricVec}, m.iso.vecs()...)
-}
-
-// forgetRemoved deletes the series of the roles and policy instances prev
-// had and next has not, so that /metrics holds the series of the config in
-// force and not of every config ever loaded: renaming policies on each
-// reload must not grow the series without end. A booking still running on
-// prev counts into series no longer exported.
-func (m *Metrics) forgetRemoved(prev, next *snapshot) {
+// forgetRemoved reports the roles and policy instances prev had and next
+// has not, so that the host's series are those of the config in force and
+// not of every config ever loaded: renaming policies on each reload must
+// not grow the series without end. A booking still running on prev counts
+// into series the host may no longer export.
+func forgetRemoved(m Metrics, prev, next *snapshot) {
 	for name, rr := range prev.roles {
 		nr, kept := next.roles[name]
 		if !kept {
-			for _, v := range append(m.roleVecs(), m.hintVecs()...) {
-				v.DeletePartialMatch(prometheus.Labels{"role": name})
-			}
+			m.ForgetRole(name)
 			continue
 		}
 		for _, h := range rr.hints {
 			if !slices.ContainsFunc(nr.hints, func(n hintRun) bool { return n.id == h.id && n.hint.Type == h.hint.Type }) {
-				for _, v := range m.hintVecs() {
-					v.DeletePartialMatch(prometheus.Labels{"role": name, "policy": h.id, "policy_type": h.hint.Type})
-				}
+				m.ForgetPolicy(name, h.id, h.hint.Type)
 			}
 		}
 	}

@@ -3,36 +3,24 @@ package dispatch
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
-
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
 )
 
-// seriesLabels lists, for every series in reg, its role and policy labels
-// ("role/policy", "role/" for a role's own series).
-func seriesLabels(t *testing.T, reg *prometheus.Registry) []string {
-	t.Helper()
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
+// seriesLabels lists, for every series m holds, its role and policy
+// labels ("role/policy", "role/" for a role's own series).
+func seriesLabels(m *recordedMetrics) []string {
 	seen := map[string]bool{}
-	for _, f := range families {
-		for _, m := range f.GetMetric() {
-			var role, policy string
-			for _, l := range m.GetLabel() {
-				switch l.GetName() {
-				case "role":
-					role = l.GetValue()
-				case "policy":
-					policy = l.GetValue()
-				}
-			}
-			if role != "" {
-				seen[role+"/"+policy] = true
-			}
+	for _, k := range m.keys() {
+		segs := strings.Split(k, "/")
+		switch segs[0] {
+		case "refusals":
+		case "bookings", "build", "copies_dropped":
+			seen[segs[1]+"/"] = true
+		default:
+			seen[segs[1]+"/"+segs[2]] = true
 		}
 	}
 	out := make([]string, 0, len(seen))
@@ -44,7 +32,8 @@ func seriesLabels(t *testing.T, reg *prometheus.Registry) []string {
 }
 
 // TestReloadDeletesRemovedSeries: a reload that renames a policy and drops
-// a role deletes their series; the policies and roles kept keep theirs.
+// a role tells the metrics to forget their series; the policies and roles
+// kept keep theirs.
 func TestReloadDeletesRemovedSeries(t *testing.T) {
 	doc := func(tag int, prefill bool) []byte {
 		s := fmt.Sprintf(`
@@ -67,19 +56,19 @@ worker_selection:
 		}
 		return []byte(s)
 	}
-	reg := prometheus.NewRegistry()
-	d := NewDispatcher(Options{Catalog: builtin.NewCatalog(), Metrics: NewMetrics(reg)})
+	m := newRecordedMetrics()
+	d := NewDispatcher(Options{Catalog: builtin.NewCatalog(), Metrics: m})
 	if err := d.Load(doc(0, true), "test"); err != nil {
 		t.Fatal(err)
 	}
-	before := seriesLabels(t, reg)
+	before := seriesLabels(m)
 	if !slices.Contains(before, "decode/evict-0") || !slices.Contains(before, "prefill/kv-fetch") {
 		t.Fatalf("series after the first load: %v", before)
 	}
 	if err := d.Load(doc(1, false), "test"); err != nil {
 		t.Fatal(err)
 	}
-	got := seriesLabels(t, reg)
+	got := seriesLabels(m)
 	if want := []string{"decode/", "decode/evict-1", "decode/kv-retain"}; !slices.Equal(got, want) {
 		t.Errorf("series after renaming evict-0 and dropping prefill: %v, want %v", got, want)
 	}

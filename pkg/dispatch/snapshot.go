@@ -35,9 +35,6 @@ type hintRun struct {
 	hint    *hintsconfig.Hint
 	id      string
 	metrics hintMetrics
-	// overrun observes the runs kept although they took longer than
-	// their deadline.
-	overrun overrunSeries
 	// outlier is the ejection state of a policy that may block; nil for
 	// one that never blocks, which runs inline.
 	outlier *outlier
@@ -49,13 +46,13 @@ type hintRun struct {
 // newSnapshot compiles a graph for bookings. keep collects the outlier
 // keys of its policies that may block, which iso keeps from the config
 // before.
-func newSnapshot(g *hintsconfig.Graph, doc []byte, hash string, m *Metrics, iso *isolator, keep map[string]bool, now time.Time) *snapshot {
+func newSnapshot(g *hintsconfig.Graph, doc []byte, hash string, m Metrics, iso *isolator, keep map[string]bool, now time.Time) *snapshot {
 	s := &snapshot{hash: hash, doc: doc, graph: g, roles: make(map[string]*roleRun, len(g.Roles)), loaded: now}
 	for _, r := range g.Roles {
-		rr := &roleRun{name: r.Name, hints: make([]hintRun, len(r.Hints)), metrics: m.forRole(r.Name)}
+		rr := &roleRun{name: r.Name, hints: make([]hintRun, len(r.Hints)), metrics: roleMetricsOf(m, r.Name)}
 		for i, h := range r.Hints {
-			rr.hints[i] = hintRun{hint: h, id: h.ID(), metrics: m.forHint(r.Name, h.ID(), h.Type), lastLog: new(atomic.Int64),
-				overrun: m.iso.overrunOf(r.Name, h.ID(), h.Type), outlier: iso.forHint(r.Name, h, keep)}
+			rr.hints[i] = hintRun{hint: h, id: h.ID(), metrics: hintMetricsOf(m, r.Name, h.ID(), h.Type), lastLog: new(atomic.Int64),
+				outlier: iso.forHint(r.Name, h, keep)}
 			rr.readsCopy = rr.readsCopy || h.Commitments.Has(hints.KVCopy)
 		}
 		s.roles[r.Name] = rr

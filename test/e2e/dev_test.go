@@ -66,7 +66,7 @@ func TestDevCommandBookingSocket(t *testing.T) {
 		t.Fatalf("kvhint-dev dev --booking-socket: %v\n%s", err, out)
 	}
 	for _, want := range []string{
-		"sidecars up, one per router, booking on Unix sockets in ",
+		"sidecars up, 1 per router, booking on Unix sockets in ",
 		"kvhint-dev dev: OK: every RouterRole is Ready",
 	} {
 		if !strings.Contains(string(out), want) {

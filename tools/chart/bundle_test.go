@@ -20,7 +20,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 )
 
 func readObjs(t *testing.T, path string) []*unstructured.Unstructured {
@@ -59,29 +60,14 @@ func imageOf(t *testing.T, objs []*unstructured.Unstructured) string {
 // of config/samples/disaggregated.yaml are Accepted and their compiled
 // ConfigMap is written.
 func TestReleaseBundleInstalls(t *testing.T) {
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
-	if assets == "" {
-		t.Skip("KUBEBUILDER_ASSETS is not set; run make test")
-	}
+	testenv.RequireAssets(t)
 	b := snapshot(t)
-	env := &envtest.Environment{}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatalf("starting kube-apiserver and etcd: %v", err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
-	kubeconfig := writeKubeconfig(t, cfg.Host, cfg.CAData, "", cfg.CertData, cfg.KeyData)
+	// An empty API server: install.yaml brings the CRDs.
+	env := testenv.Start(t, testenv.Options{Name: "bundle"})
+	cfg, c := env.Config, env.Client
 	kubectl := func(args ...string) string {
 		t.Helper()
-		out, err := exec.Command(filepath.Join(assets, "kubectl"), append([]string{"--kubeconfig", kubeconfig}, args...)...).CombinedOutput()
-		if err != nil {
-			t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-		return string(out)
-	}
-	c, err := client.New(cfg, client.Options{})
-	if err != nil {
-		t.Fatal(err)
+		return env.Kubectl(t, args...)
 	}
 	ctx := context.Background()
 	install := readObjs(t, b.Install)
@@ -103,9 +89,9 @@ func TestReleaseBundleInstalls(t *testing.T) {
 	// need a second pass, as `kubectl apply` in CI would.
 	var first string
 	for i := 0; ; i++ {
-		out, err := exec.Command(filepath.Join(assets, "kubectl"), "--kubeconfig", kubeconfig, "apply", "--server-side", "-f", b.Install).CombinedOutput()
+		out, err := env.RunKubectl("apply", "--server-side", "-f", b.Install)
 		if err == nil {
-			first = string(out)
+			first = out
 			break
 		}
 		if i == 5 {
@@ -162,7 +148,7 @@ func TestReleaseBundleInstalls(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	managerKubeconfig := writeKubeconfig(t, cfg.Host, cfg.CAData, tr.Status.Token, nil, nil)
+	managerKubeconfig := writeKubeconfig(t, cfg.Host, cfg.CAData, tr.Status.Token)
 	bin := hostKVHint(t, b) // the release's own kvhint
 	logPath := filepath.Join(t.TempDir(), "manager.log")
 	logf, err := os.Create(logPath)
@@ -210,11 +196,13 @@ func TestReleaseBundleInstalls(t *testing.T) {
 	}
 }
 
-func writeKubeconfig(t *testing.T, host string, ca []byte, token string, cert, key []byte) string {
+// writeKubeconfig writes a kubeconfig that reaches host as the bearer of
+// token.
+func writeKubeconfig(t *testing.T, host string, ca []byte, token string) string {
 	t.Helper()
 	cfg := clientcmdapi.NewConfig()
 	cfg.Clusters["c"] = &clientcmdapi.Cluster{Server: host, CertificateAuthorityData: ca}
-	cfg.AuthInfos["u"] = &clientcmdapi.AuthInfo{Token: token, ClientCertificateData: cert, ClientKeyData: key}
+	cfg.AuthInfos["u"] = &clientcmdapi.AuthInfo{Token: token}
 	cfg.Contexts["c"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "u"}
 	cfg.CurrentContext = "c"
 	path := filepath.Join(t.TempDir(), "kubeconfig")

@@ -3,7 +3,6 @@ package chart
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -16,9 +15,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 )
 
 var (
@@ -397,18 +396,14 @@ func TestSchemaRefusesBadValues(t *testing.T) {
 // prometheus-operator's CRDs are not installed (no module of the
 // proxy carries them), so a ServiceMonitor is only rendered, not applied.
 func TestValueSetsApplyToAPIServer(t *testing.T) {
-	cfg := startAPIServer(t)
-	c, err := client.New(cfg, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := testenv.Start(t, testenv.Options{Name: "chart", ProductCRDs: true}).Client
 	ctx := context.Background()
 	for _, ns := range []string{namespace, "routers", "chat"} {
 		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	// The policies for real (their CRDs came with envtest), so that each
+	// The policies for real (their kinds are built into kube-apiserver), so that each
 	// dry run below passes through them.
 	base, err := Kustomize(filepath.Join(repo, "config", "default"))
 	if err != nil {
@@ -452,25 +447,6 @@ func apply(t *testing.T, c client.Client, o *unstructured.Unstructured, dryRun b
 	if err != nil {
 		t.Errorf("%s: %v", ident(o), err)
 	}
-}
-
-// startAPIServer starts kube-apiserver and etcd from KUBEBUILDER_ASSETS
-// with the product's CRDs.
-func startAPIServer(t *testing.T) *rest.Config {
-	t.Helper()
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		t.Skip("KUBEBUILDER_ASSETS is not set; run make test")
-	}
-	env := &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join(repo, "config", "crd", "bases")},
-		ErrorIfCRDPathMissing: true,
-	}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatalf("starting kube-apiserver and etcd: %v", err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
-	return cfg
 }
 
 // TestTemplatesQuoteStrings: every string value reaches the manifests as

@@ -2,6 +2,7 @@ package devenv
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"io"
@@ -11,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/kvrouter/kv-hint-operator/internal/dev/simworker"
 )
 
 // Traffic is the small, steady stream of completion requests the dev
@@ -22,11 +25,12 @@ type Traffic struct {
 	fronts []*FrontRouter
 }
 
-// Totals returns the counts of each front router, by router.
+// Totals returns the counts of the front routers, summed by router (a
+// router with several pods has a front router in each).
 func (t *Traffic) Totals() map[string]BookingTotals {
 	out := map[string]BookingTotals{}
 	for _, f := range t.fronts {
-		out[f.Router] = f.Totals()
+		out[f.Router] = out[f.Router].plus(f.Totals())
 	}
 	return out
 }
@@ -47,7 +51,7 @@ func (e *Env) DriveRequests(ctx context.Context, rate float64) *Traffic {
 
 func drive(ctx context.Context, f *FrontRouter, rate float64) {
 	client := &http.Client{Timeout: 30 * time.Second}
-	sessions := newSessions(f.Router)
+	sessions := newSessions(cmp.Or(f.Pod, f.Router))
 	route, chat := "/v1/completions", f.Router == "chat"
 	if chat {
 		route = "/v1/chat/completions"
@@ -100,9 +104,12 @@ type sessions struct {
 }
 
 type liveSession struct {
-	id           string
-	turn, turns  int
-	promptTokens int
+	id          string
+	turn, turns int
+	// text is the session's prompt so far: each turn's prompt is the
+	// last one's and a turn more, so the workers' caches see the
+	// session's prefix again.
+	text string
 }
 
 // turn is one request's place in its session.
@@ -123,17 +130,18 @@ func newSessions(router string) *sessions {
 func (s *sessions) next(chat bool) (turn, []byte) {
 	if len(s.live) < 8 || s.rng.IntN(4) == 0 {
 		s.n++
-		s.live = append(s.live, &liveSession{id: s.prefix + strconv.Itoa(s.n), turns: 1 + s.rng.IntN(4), promptTokens: 64 + s.rng.IntN(512)})
+		id := s.prefix + strconv.Itoa(s.n)
+		s.live = append(s.live, &liveSession{id: id, turns: 1 + s.rng.IntN(4), text: words(s.rng, id, 64+s.rng.IntN(512))})
 	}
 	i := s.rng.IntN(len(s.live))
 	ls := s.live[i]
 	ls.turn++
-	ls.promptTokens += 16 + s.rng.IntN(128)
+	ls.text += words(s.rng, "turn "+strconv.Itoa(ls.turn), 16+s.rng.IntN(128))
 	t := turn{id: ls.id, turn: ls.turn, final: ls.turn >= ls.turns}
 	if t.final {
 		s.live = append(s.live[:i], s.live[i+1:]...)
 	}
-	prompt := strings.Repeat("word ", ls.promptTokens*4/5)
+	prompt := ls.text
 	var body []byte
 	if chat {
 		body, _ = json.Marshal(map[string]any{"model": "chat", "max_tokens": 16,
@@ -142,4 +150,16 @@ func (s *sessions) next(chat bool) (turn, []byte) {
 		body, _ = json.Marshal(map[string]any{"model": "llama", "max_tokens": 16, "prompt": prompt})
 	}
 	return t, body
+}
+
+// words is about tokens tokens of text (simworker.BytesPerToken bytes a
+// token) that begin with head and go on with random words.
+func words(rng *rand.Rand, head string, tokens int) string {
+	var b strings.Builder
+	b.WriteString(head)
+	for b.Len() < tokens*simworker.BytesPerToken {
+		b.WriteString(" w")
+		b.WriteString(strconv.Itoa(rng.IntN(1000)))
+	}
+	return b.String()
 }

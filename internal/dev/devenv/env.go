@@ -59,6 +59,12 @@ type Options struct {
 	// so that the sidecars push every hint to it as well. Off, as no
 	// engine known today opens one: hints arrive in-band only.
 	PushHints bool
+	// RouterPods is the number of router pods of each sample router, each
+	// a sidecar and a front router; 0 means 1. A staged rollout is judged
+	// over every pod of a router, so its tests run two or more.
+	RouterPods int
+	// ManagerArgs are added to kvhint manager's command line.
+	ManagerArgs []string
 }
 
 // workerBin is the binary the simulated workers run.
@@ -204,16 +210,23 @@ func (e *Env) startFronts() error {
 				roles = append(roles, r)
 			}
 		}
-		s := e.Sidecar(t.router)
-		if len(roles) == 0 || s == nil {
+		if len(roles) == 0 {
 			continue
 		}
-		f, err := startFrontRouter(t.router, roles, s, e.Opts.HintPath)
-		if err != nil {
-			return err
+		// One front router per router pod, each booking through its own
+		// pod's sidecar, as a router and its sidecar share a pod.
+		for _, s := range e.Sidecars {
+			if s.Router != t.router {
+				continue
+			}
+			f, err := startFrontRouter(t.router, roles, s, e.Opts.HintPath)
+			if err != nil {
+				return err
+			}
+			f.Pod = s.PodName
+			e.Fronts = append(e.Fronts, f)
+			e.say("router %s (pod %s) takes completion requests at %s (/v1/completions, /v1/chat/completions), hints carried at %s", t.router, s.PodName, f.URL, e.Opts.HintPath)
 		}
-		e.Fronts = append(e.Fronts, f)
-		e.say("router %s takes completion requests at %s (/v1/completions, /v1/chat/completions), hints carried at %s", t.router, f.URL, e.Opts.HintPath)
 	}
 	return nil
 }
@@ -307,10 +320,10 @@ func (e *Env) StartManager(ctx context.Context) error {
 		}
 		e.ProbeURL = "http://127.0.0.1:" + strconv.Itoa(probe)
 		e.MetricsURL = "https://127.0.0.1:" + strconv.Itoa(metrics) + "/metrics"
-		e.Manager = NewProcess("manager", e.Opts.Bin, []string{"manager",
+		e.Manager = NewProcess("manager", e.Opts.Bin, append([]string{"manager",
 			"--kubeconfig", e.CP.Kubeconfig, "--namespace", e.Opts.Namespace,
 			"--metrics-bind-address", "127.0.0.1:" + strconv.Itoa(metrics),
-			"--health-probe-bind-address", "127.0.0.1:" + strconv.Itoa(probe)}, nil, e.Opts.Dir)
+			"--health-probe-bind-address", "127.0.0.1:" + strconv.Itoa(probe)}, e.Opts.ManagerArgs...), nil, e.Opts.Dir)
 	}
 	if err := e.Manager.Start(); err != nil {
 		return err
@@ -324,36 +337,11 @@ func (e *Env) StartManager(ctx context.Context) error {
 
 func (e *Env) startSidecars(ctx context.Context) error {
 	for _, t := range topology {
-		s := &Sidecar{Router: t.router, PodName: t.router + "-router-0"}
-		if err := e.createPod(ctx, placeholderPod(e.Opts.Namespace, s.PodName,
-			map[string]string{v1alpha1.RouterLabel: t.router}, nil)); err != nil {
-			return err
+		for i := range max(e.Opts.RouterPods, 1) {
+			if err := e.startSidecar(ctx, t.router, fmt.Sprintf("%s-router-%d", t.router, i)); err != nil {
+				return err
+			}
 		}
-		listen, err := e.bookingListen(t.router)
-		if err != nil {
-			return err
-		}
-		ops, err := FreePort()
-		if err != nil {
-			return err
-		}
-		s.BookingURL = listen
-		if !e.Opts.BookingSocket {
-			s.BookingURL = "http://" + listen
-		}
-		s.OpsURL = "http://127.0.0.1:" + strconv.Itoa(ops)
-		s.Proc = NewProcess("sidecar-"+t.router, e.Opts.Bin, []string{"sidecar",
-			"--router", t.router, "--namespace", e.Opts.Namespace, "--kubeconfig", e.CP.Kubeconfig,
-			// The simulated workers run on loopback, not on their pods' IPs
-			// (no kubelet gives them one), so their pods advertise absolute
-			// URLs on loopback, which only development allows.
-			"--allow-absolute-hint-endpoints", "--allow-loopback-hint-endpoints",
-			"--pod-name", s.PodName, "--pod-namespace", e.Opts.Namespace,
-			"--listen", listen, "--metrics-listen", "127.0.0.1:" + strconv.Itoa(ops)}, nil, e.Opts.Dir)
-		if err := s.Proc.Start(); err != nil {
-			return err
-		}
-		e.Sidecars = append(e.Sidecars, s)
 	}
 	// Their /readyz stays 503 until a compiled config has loaded, that is
 	// until samples are applied: wait for /healthz only.
@@ -363,18 +351,72 @@ func (e *Env) startSidecars(ctx context.Context) error {
 		}
 	}
 	if e.Opts.BookingSocket {
-		e.say("%d sidecars up, one per router, booking on Unix sockets in %s", len(e.Sidecars), e.Opts.Dir)
+		e.say("%d sidecars up, %d per router, booking on Unix sockets in %s", len(e.Sidecars), max(e.Opts.RouterPods, 1), e.Opts.Dir)
 	} else {
-		e.say("%d sidecars up, one per router", len(e.Sidecars))
+		e.say("%d sidecars up, %d per router", len(e.Sidecars), max(e.Opts.RouterPods, 1))
 	}
 	return nil
 }
 
+// startSidecar starts the sidecar of one router pod, and makes its Pod
+// object say what a kubelet would of it: Running, on loopback (the
+// process's address), its sidecar container's ops port named as the
+// injection names it, where the manager asks it for a staged rollout's
+// outcomes.
+func (e *Env) startSidecar(ctx context.Context, router, podName string) error {
+	s := &Sidecar{Router: router, PodName: podName}
+	listen, err := e.bookingListen(podName)
+	if err != nil {
+		return err
+	}
+	ops, err := FreePort()
+	if err != nil {
+		return err
+	}
+	pod := placeholderPod(e.Opts.Namespace, s.PodName, map[string]string{v1alpha1.RouterLabel: router}, nil)
+	pod.Spec.Containers = append(pod.Spec.Containers, corev1.Container{Name: "kvhint-sidecar", Image: "kvhint.local/kvhint:dev",
+		Ports: []corev1.ContainerPort{{Name: OpsPortName, ContainerPort: int32(ops), Protocol: corev1.ProtocolTCP}}})
+	if err := e.createPod(ctx, pod); err != nil {
+		return err
+	}
+	if err := e.Client.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
+		return err
+	}
+	pod.Status.Phase = corev1.PodRunning
+	pod.Status.PodIP = "127.0.0.1"
+	pod.Status.PodIPs = []corev1.PodIP{{IP: "127.0.0.1"}}
+	if err := e.Client.Status().Update(ctx, pod); err != nil {
+		return fmt.Errorf("pod %s status: %w", pod.Name, err)
+	}
+	s.BookingURL = listen
+	if !e.Opts.BookingSocket {
+		s.BookingURL = "http://" + listen
+	}
+	s.OpsURL = "http://127.0.0.1:" + strconv.Itoa(ops)
+	s.Proc = NewProcess("sidecar-"+podName, e.Opts.Bin, []string{"sidecar",
+		"--router", router, "--namespace", e.Opts.Namespace, "--kubeconfig", e.CP.Kubeconfig,
+		// The simulated workers run on loopback, not on their pods' IPs
+		// (no kubelet gives them one), so their pods advertise absolute
+		// URLs on loopback, which only development allows.
+		"--allow-absolute-hint-endpoints", "--allow-loopback-hint-endpoints",
+		"--pod-name", s.PodName, "--pod-namespace", e.Opts.Namespace,
+		"--listen", listen, "--metrics-listen", "127.0.0.1:" + strconv.Itoa(ops)}, nil, e.Opts.Dir)
+	if err := s.Proc.Start(); err != nil {
+		return err
+	}
+	e.Sidecars = append(e.Sidecars, s)
+	return nil
+}
+
+// OpsPortName names the sidecar container's ops port, as the injection
+// names it and the manager looks it up.
+const OpsPortName = "kvhint-ops"
+
 // bookingListen is a sidecar's --listen: a free loopback port, or a socket
 // in Dir (private to this user) with Options.BookingSocket.
-func (e *Env) bookingListen(router string) (string, error) {
+func (e *Env) bookingListen(pod string) (string, error) {
 	if e.Opts.BookingSocket {
-		return "unix://" + filepath.Join(e.Opts.Dir, "booking-"+router+".sock"), nil
+		return "unix://" + filepath.Join(e.Opts.Dir, "booking-"+pod+".sock"), nil
 	}
 	port, err := FreePort()
 	if err != nil {

@@ -2,6 +2,7 @@ package devenv
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kvrouter/kv-hint-operator/internal/dev/simworker"
 	"github.com/kvrouter/kv-hint-operator/pkg/bookingapi"
 	"github.com/kvrouter/kv-hint-operator/pkg/dispatch"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
@@ -27,10 +29,21 @@ import (
 // forwards the request to the booked worker's completion route. A
 // disaggregated router's request goes to its prefill worker first and
 // then, with the transfer parameters the prefill worker answered, to its
-// decode worker, the hint of each booking beside them.
+// decode worker, the hint of each booking beside them. After each hop it
+// reports the request's outcome to the sidecar (POST /v1/outcomes) under
+// the hash of the config that booked it: the cached tokens the worker's
+// usage answered, the time to its answer by the wall clock, the error of
+// a hop that failed.
+//
+// A role that commits KV copies commits, at its copy rate, as a kvcr
+// selection does, the blocks of the prompt (simworker.BlockHashes, the
+// keys of the workers' caches) that the worker that served the session's
+// last turn holds, when the booking moves the session elsewhere.
 type FrontRouter struct {
 	// Router is the sample router's name.
 	Router string
+	// Pod is the router pod whose sidecar it books through.
+	Pod string
 	// URL is the base URL it serves completion requests on.
 	URL string
 
@@ -47,7 +60,25 @@ type FrontRouter struct {
 	mu     sync.Mutex
 	rng    *rand.Rand
 	totals BookingTotals
+	// served is what served each session's last turn, by role and
+	// session: a later turn booked elsewhere commits its copy from there.
+	// At most maxSessions, cleared whole when full.
+	served map[sessionKey]servedTurn
 }
+
+// sessionKey is a session in one role.
+type sessionKey struct{ role, session string }
+
+// servedTurn is the worker that served a session's last turn and the
+// blocks of that turn's prompt: their count and the last one's hash.
+type servedTurn struct {
+	worker *Worker
+	blocks int
+	last   uint64
+}
+
+// maxSessions bounds the sessions a front router remembers.
+const maxSessions = 1 << 14
 
 // frontRole is one stage of a request, with the workers it books.
 type frontRole struct {
@@ -63,18 +94,50 @@ type BookingTotals struct {
 	// Requests counts the completion requests served, every hop answered.
 	Requests int
 	// Bookings counts the bookings the sidecar answered; Hints those that
-	// answered a hint, with Actions in all.
-	Bookings, Hints, Actions int
+	// answered a hint, with Actions in all; Copies counts the bookings
+	// sent with a committed KV copy.
+	Bookings, Hints, Actions, Copies int
 	// Errors counts the requests that failed, at a booking or a hop.
 	Errors    int
 	LastError string
+	// Outcomes counts the hops' outcomes the sidecar took; OutcomeErrors
+	// those it did not (the last error in LastOutcomeError). A booking
+	// answer without a config hash reports none.
+	Outcomes, OutcomeErrors int
+	LastOutcomeError        string
 }
+
+// plus returns the sum of two front routers' counts; the last errors are
+// b's where b has one.
+func (a BookingTotals) plus(b BookingTotals) BookingTotals {
+	a.Requests += b.Requests
+	a.Bookings += b.Bookings
+	a.Hints += b.Hints
+	a.Actions += b.Actions
+	a.Copies += b.Copies
+	a.Errors += b.Errors
+	a.Outcomes += b.Outcomes
+	a.OutcomeErrors += b.OutcomeErrors
+	a.LastError = cmp.Or(b.LastError, a.LastError)
+	a.LastOutcomeError = cmp.Or(b.LastOutcomeError, a.LastOutcomeError)
+	return a
+}
+
+// maxCopyBlocks bounds the blocks of a committed copy.
+const maxCopyBlocks = 1024
+
+// maxOutcomeError bounds the error an outcome reports.
+const maxOutcomeError = 512
+
+// outcomeTimeout bounds reporting one outcome.
+const outcomeTimeout = 2 * time.Second
 
 // maxFrontBody caps a completion request the front router takes.
 const maxFrontBody = 16 << 20
 
-// blockSize is the tokens per KV block of every booking.
-const blockSize = 16
+// blockSize is the tokens per KV block of every booking: the simulated
+// workers' caches key prompts by blocks of it.
+const blockSize = simworker.DefaultBlockSize
 
 // requestBudget bounds one completion request from its first booking to
 // its last worker's answer, every hop included: a prefill and a decode hop
@@ -124,6 +187,7 @@ func serveFrontRouter(ln net.Listener, name, bookingBase string, roles []frontRo
 		hintPath: path,
 		workers:  &http.Client{Timeout: 30 * time.Second},
 		rng:      rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1)),
+		served:   map[sessionKey]servedTurn{},
 	}
 	f.sidecar, f.sidecarErr = bookingapi.NewClient(bookingBase, 5*time.Second)
 	mux := http.NewServeMux()
@@ -168,13 +232,13 @@ type frontRequest struct {
 	} `json:"messages"`
 }
 
-// tokens stands in for a tokenizer: four bytes a token.
-func (r *frontRequest) tokens() int {
-	n := len(r.Prompt)
+// text is the prompt's text, as the simulated workers read it.
+func (r *frontRequest) text() string {
+	t := r.Prompt
 	for _, m := range r.Messages {
-		n += len(m.Content)
+		t += m.Content
 	}
-	return max(n/4, 1)
+	return t
 }
 
 func (f *FrontRouter) serve(w http.ResponseWriter, r *http.Request) {
@@ -197,6 +261,7 @@ func (f *FrontRouter) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ses := sessionOf(r)
+	text := req.text()
 	ctx, cancel := context.WithTimeout(r.Context(), requestBudget)
 	defer cancel()
 	var (
@@ -217,7 +282,7 @@ func (f *FrontRouter) serve(w http.ResponseWriter, r *http.Request) {
 			hop, err = withTransferParams(body, params)
 		}
 		if err == nil {
-			worker, answer, err = f.hop(ctx, id, role, ses, req.tokens(), hop, r.URL.Path)
+			worker, answer, err = f.hop(ctx, id, role, ses, text, hop, r.URL.Path)
 		}
 		if err != nil {
 			f.fail(err)
@@ -235,75 +300,171 @@ func (f *FrontRouter) serve(w http.ResponseWriter, r *http.Request) {
 }
 
 // hop books a worker of role and forwards body to it with the booking's
-// hint carried in-band; it returns the worker and its answer.
-func (f *FrontRouter) hop(ctx context.Context, id string, role frontRole, ses hints.Session, tokens int, body []byte, route string) (string, []byte, error) {
-	worker, kvCopy := f.pick(role, tokens)
+// hint carried in-band; it returns the worker and its answer, and reports
+// the outcome to the sidecar.
+func (f *FrontRouter) hop(ctx context.Context, id string, role frontRole, ses hints.Session, text string, body []byte, route string) (string, []byte, error) {
+	tokens := simworker.PromptTokens(text)
+	hashes := simworker.BlockHashes(text, blockSize)
+	worker, kvCopy := f.pick(role, ses, hashes)
 	b := bookingapi.Booking{RequestID: id, Role: role.name, Worker: worker.ID, PromptTokens: tokens, BlockSize: blockSize, Session: ses, KVCopy: kvCopy}
-	hint, err := f.book(ctx, &b)
+	a, err := f.book(ctx, &b)
 	if err != nil {
 		return "", nil, fmt.Errorf("booking %s for %s: %w", role.name, id, err)
 	}
-	if hint != nil {
-		if body, err = dispatch.CarryHint(body, hint, f.hintPath); err != nil {
+	if a.Message != nil {
+		if body, err = dispatch.CarryHint(body, a.Message, f.hintPath); err != nil {
 			return "", nil, fmt.Errorf("carrying the hint for %s: %w", id, err)
 		}
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, worker.URL+route, bytes.NewReader(body))
+	start := time.Now()
+	ans, rejected, err := f.forward(ctx, worker, route, body)
+	o := bookingapi.Outcome{RequestID: id, Role: role.name, Worker: worker.ID, ConfigHash: a.ConfigHash, PromptTokens: tokens,
+		HintRejected: rejected && a.Message != nil}
+	if err == nil {
+		// The answer is not streamed: its time is the first token's.
+		o.TTFTSeconds = time.Since(start).Seconds()
+		o.CachedTokens = min(cachedTokensOf(ans), tokens)
+	} else {
+		o.Error = truncate(err.Error(), maxOutcomeError)
+	}
+	f.report(ctx, &o)
 	if err != nil {
 		return "", nil, err
+	}
+	f.remember(role, ses, worker, hashes)
+	return worker.ID, ans, nil
+}
+
+// forward posts body to the worker's route and returns its answer, and
+// whether the worker refused the request's hint.
+func (f *FrontRouter) forward(ctx context.Context, worker *Worker, route string, body []byte) ([]byte, bool, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, worker.URL+route, bytes.NewReader(body))
+	if err != nil {
+		return nil, false, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := f.workers.Do(req)
 	if err != nil {
-		return "", nil, fmt.Errorf("worker %s: %w", worker.ID, err)
+		return nil, false, fmt.Errorf("worker %s: %w", worker.ID, err)
 	}
 	defer resp.Body.Close()
 	ans, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err != nil {
-		return "", nil, fmt.Errorf("worker %s: %w", worker.ID, err)
+		return nil, false, fmt.Errorf("worker %s: %w", worker.ID, err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return "", nil, fmt.Errorf("worker %s: %s: %s", worker.ID, resp.Status, bytes.TrimSpace(ans))
+		// A simulated worker refuses a hint that breaks the wire format
+		// with 400 and its results, "rejected".
+		rejected := resp.StatusCode == http.StatusBadRequest && bytes.Contains(ans, []byte(`"error"`)) && bytes.Contains(ans, []byte(`"results"`))
+		return nil, rejected, fmt.Errorf("worker %s: %s: %s", worker.ID, resp.Status, bytes.TrimSpace(ans))
 	}
-	return worker.ID, ans, nil
+	return ans, false, nil
 }
 
-// book asks the sidecar for the booking's hint: the message a 200 answers,
-// or nil for a 204.
-func (f *FrontRouter) book(ctx context.Context, b *bookingapi.Booking) ([]byte, error) {
-	if f.sidecarErr != nil {
-		return nil, f.sidecarErr
+// cachedTokensOf is the usage.prompt_tokens_details.cached_tokens of an
+// OpenAI answer, 0 when it has none.
+func cachedTokensOf(answer []byte) int {
+	var a struct {
+		Usage struct {
+			PromptTokensDetails struct {
+				CachedTokens int `json:"cached_tokens"`
+			} `json:"prompt_tokens_details"`
+		} `json:"usage"`
 	}
-	msg, err := f.sidecar.Book(ctx, b)
+	if json.Unmarshal(answer, &a) != nil {
+		return 0
+	}
+	return max(a.Usage.PromptTokensDetails.CachedTokens, 0)
+}
+
+// report posts a hop's outcome to the sidecar, when its booking answered
+// a config hash, and counts what became of it; a failed report does not
+// fail the request.
+func (f *FrontRouter) report(ctx context.Context, o *bookingapi.Outcome) {
+	if o.ConfigHash == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), outcomeTimeout)
+	defer cancel()
+	err := f.sidecar.ReportOutcome(ctx, o)
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	if err != nil {
-		return nil, err
+		f.totals.OutcomeErrors++
+		f.totals.LastOutcomeError = err.Error()
+		return
+	}
+	f.totals.Outcomes++
+}
+
+// remember notes that worker served the session's turn in role, whose
+// prompt has the blocks hashes.
+func (f *FrontRouter) remember(role frontRole, ses hints.Session, worker *Worker, hashes []uint64) {
+	if ses.ID == "" || role.copyRate == 0 {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	k := sessionKey{role.name, ses.ID}
+	if ses.Final {
+		delete(f.served, k)
+		return
+	}
+	if len(f.served) >= maxSessions {
+		clear(f.served)
+	}
+	t := servedTurn{worker: worker, blocks: len(hashes)}
+	if len(hashes) > 0 {
+		t.last = hashes[len(hashes)-1]
+	}
+	f.served[k] = t
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}
+
+// book asks the sidecar for the booking's hint and the hash of the config
+// that booked it.
+func (f *FrontRouter) book(ctx context.Context, b *bookingapi.Booking) (bookingapi.Answer, error) {
+	if f.sidecarErr != nil {
+		return bookingapi.Answer{}, f.sidecarErr
+	}
+	a, err := f.sidecar.BookAnswer(ctx, b)
+	if err != nil {
+		return a, err
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.totals.Bookings++
-	if msg != nil {
+	if a.Message != nil {
 		f.totals.Hints++
-		f.totals.Actions += bytes.Count(msg, []byte(`"action_id"`))
+		f.totals.Actions += bytes.Count(a.Message, []byte(`"action_id"`))
 	}
-	return msg, nil
+	return a, nil
 }
 
 // pick books a worker of role at random and, at the role's copy rate,
-// commits a copy of the prompt's blocks from another of its workers.
-func (f *FrontRouter) pick(role frontRole, tokens int) (*Worker, *hints.CommittedCopy) {
+// commits a copy of the prompt's blocks (hashes) that the worker that
+// served the session's last turn holds, when that is another worker: the
+// blocks of its prompt, which the new prompt begins with.
+func (f *FrontRouter) pick(role frontRole, ses hints.Session, hashes []uint64) (*Worker, *hints.CommittedCopy) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	i := f.rng.IntN(len(role.workers))
-	w := role.workers[i]
-	if len(role.workers) < 2 || f.rng.Float64() >= role.copyRate {
+	w := role.workers[f.rng.IntN(len(role.workers))]
+	if len(role.workers) < 2 || role.copyRate == 0 || f.rng.Float64() >= role.copyRate {
 		return w, nil
 	}
-	src := role.workers[(i+1+f.rng.IntN(len(role.workers)-1))%len(role.workers)]
-	hashes := make([]uint64, max(min(tokens/blockSize, 64), 1))
-	for j := range hashes {
-		hashes[j] = f.rng.Uint64()
+	t, ok := f.served[sessionKey{role.name, ses.ID}]
+	if !ok || t.worker == w || t.blocks == 0 || t.blocks > len(hashes) || hashes[t.blocks-1] != t.last {
+		return w, nil
 	}
-	return w, &hints.CommittedCopy{SourceWorker: src.ID, SourceEndpoint: "tcp://" + src.ID + ":23280", BlockHashes: hashes}
+	f.totals.Copies++
+	return w, &hints.CommittedCopy{SourceWorker: t.worker.ID, SourceEndpoint: "tcp://" + t.worker.ID + ":23280",
+		BlockHashes: hashes[:min(t.blocks, maxCopyBlocks)]}
 }
 
 func (f *FrontRouter) fail(err error) {

@@ -3,9 +3,12 @@ package devenv
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,6 +17,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/kvrouter/kv-hint-operator/internal/dev/simworker"
+	"github.com/kvrouter/kv-hint-operator/internal/sidecar"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/sidecartest"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 	"github.com/kvrouter/kv-hint-operator/pkg/bookingapi"
 	"github.com/kvrouter/kv-hint-operator/pkg/dispatch"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
@@ -142,14 +148,19 @@ func TestFrontRouter(t *testing.T) {
 			}
 			t.Cleanup(func() { f.Close() })
 
-			// Final turns, so that every decode booking evicts.
+			// Sessions of two turns: a second turn booked on the other
+			// prefill worker commits a copy of the first's prompt, and a
+			// decode booking of a final turn evicts.
 			const n = 40
+			finalsOnD0 := int64(0)
 			for i := range n {
+				ses, turn := i/2, 1+i%2
+				prompt := fmt.Sprintf("session %d ", ses) + strings.Repeat("word ", 100*turn)
 				req, _ := http.NewRequest(http.MethodPost, f.URL+"/v1/completions",
-					strings.NewReader(`{"model":"llama","prompt":"`+strings.Repeat("word ", 200)+`","max_tokens":4}`))
-				req.Header.Set("X-Session-Id", "s"+string(rune('a'+i%26)))
-				req.Header.Set("X-Session-Turn", "1")
-				req.Header.Set("X-Session-Final", "true")
+					strings.NewReader(`{"model":"llama","prompt":"`+prompt+`","max_tokens":4}`))
+				req.Header.Set("X-Session-Id", fmt.Sprint("s", ses))
+				req.Header.Set("X-Session-Turn", fmt.Sprint(turn))
+				req.Header.Set("X-Session-Final", fmt.Sprint(turn == 2))
 				resp, err := http.DefaultClient.Do(req)
 				if err != nil {
 					t.Fatal(err)
@@ -159,16 +170,27 @@ func TestFrontRouter(t *testing.T) {
 				if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("X-Worker"), "d") {
 					t.Fatalf("status %d from %q: %s", resp.StatusCode, resp.Header.Get("X-Worker"), body)
 				}
+				if turn == 2 && resp.Header.Get("X-Worker") == "d0" {
+					finalsOnD0++
+				}
 			}
 
 			got := f.Totals()
 			got.LastError = ""
-			// Each request: a prefill booking with a kv.fetch, and a decode
-			// booking that evicts on d0 and answers nothing for d1.
+			// Each request: a prefill booking, with a kv.fetch when it
+			// commits a copy, and a decode booking that evicts on d0 at a
+			// final turn and answers nothing for d1. The booking server
+			// answers no config hash: no outcome is reported.
 			d0 := int(servers["d0"].InBandAccepted())
-			want := BookingTotals{Requests: n, Bookings: 2 * n, Hints: n + d0, Actions: n + d0}
+			want := BookingTotals{Requests: n, Bookings: 2 * n, Hints: got.Copies + d0, Actions: got.Copies + d0, Copies: got.Copies}
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("totals (-want +got):\n%s", diff)
+			}
+			if got.Copies == 0 || got.Copies > n/2 {
+				t.Errorf("%d copies committed, want some and at most one per second turn (%d)", got.Copies, n/2)
+			}
+			if p := servers["p0"].InBandAccepted() + servers["p1"].InBandAccepted(); p != int64(got.Copies) {
+				t.Errorf("prefill workers took %d hints, want one per copy (%d)", p, got.Copies)
 			}
 			for _, w := range workers {
 				s := servers[w.ID]
@@ -184,8 +206,8 @@ func TestFrontRouter(t *testing.T) {
 					}
 					continue
 				}
-				if s.InBandAccepted() != s.Requests() {
-					t.Errorf("%s: %d hints on %d requests", w.ID, s.InBandAccepted(), s.Requests())
+				if w.ID == "d0" && s.InBandAccepted() != finalsOnD0 {
+					t.Errorf("%s: %d hints, want one on each final turn it served (%d)", w.ID, s.InBandAccepted(), finalsOnD0)
 				}
 				for _, h := range s.InBandHints() {
 					if h.Path != tc.path.String() {
@@ -260,5 +282,179 @@ func TestDriveRequests(t *testing.T) {
 	}
 	if servers["x0"].InBandRejected() != 0 {
 		t.Errorf("%d hints refused", servers["x0"].InBandRejected())
+	}
+}
+
+// blocks is a prompt of n whole KV blocks, the first from of them its
+// session's: a turn's prompt is the last turn's and blocks more.
+func blocks(session string, n int) string {
+	var b strings.Builder
+	for i := range n {
+		blk := fmt.Sprintf("%s b%d ", session, i)
+		b.WriteString(blk + strings.Repeat("x", blockSize*simworker.BytesPerToken-len(blk)))
+	}
+	return b.String()
+}
+
+// startRealSidecar runs a standalone kvhint sidecar on loopback with the
+// hints config, and registers the workers with it.
+func startRealSidecar(t *testing.T, config string, workers []*Worker, servers map[string]*simworker.Server) *sidecar.Sidecar {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "hints.yaml")
+	if err := os.WriteFile(path, []byte(config), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, err := sidecar.New(sidecar.Options{Catalog: builtin.NewCatalog(), ConfigFile: path, Listen: "127.0.0.1:0", OpsListen: "127.0.0.1:0",
+		AllowLoopbackHintEndpoints: true, PolicyDeadline: 10 * time.Second, Log: sidecartest.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Shutdown(context.Background()) })
+	testenv.Eventually(t, 10*time.Second, "the sidecar ready", func(context.Context) error {
+		if !s.Dispatcher.Ready() {
+			return errors.New("not ready")
+		}
+		return nil
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, w := range workers {
+		if err := simworker.Register(ctx, "http://"+s.BookingAddr(), w.ID, servers[w.ID].HintEndpoint(), w.Component); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return s
+}
+
+// TestFrontRouterOutcomes runs sessions through a front router, a real
+// sidecar and simulated workers with prefix caches, and reads back the
+// outcomes the router reported. Planted: each session's turns grow by
+// whole blocks (5, then 8, then 12), so a turn served where the session's
+// last turn was, or where a kv.fetch brought that turn's blocks, has
+// exactly the last turn's blocks cached: 0, 80, then 128 tokens. With a
+// config that fetches no copy, a turn moved to the other prefill worker
+// finds nothing cached there, and the prefill hit ratio falls.
+func TestFrontRouterOutcomes(t *testing.T) {
+	// The same router without kv-fetch: a kvcr selection must send its
+	// copies, so prefill selects as decode does and sends no hint.
+	noFetch := `
+worker_selection:
+  prefill:
+    type: dynamo-default-cost-fn
+    hints: []
+  decode:
+    type: dynamo-default-cost-fn
+    hints:
+      - type: kv-evict
+`
+	const sessions = 12
+	turns := []int{5, 8, 12}
+	wantCached := map[int64]int64{5 * blockSize: 0, 8 * blockSize: 5 * blockSize, 12 * blockSize: 8 * blockSize}
+	ratio := map[string]float64{}
+	for _, tc := range []struct {
+		name, config string
+	}{{"kv-fetch", testHints}, {"no kv-fetch", noFetch}} {
+		t.Run(tc.name, func(t *testing.T) {
+			workers, servers := startWorkers(t,
+				Worker{ID: "p0", Component: "prefill", RouterHint: true},
+				Worker{ID: "p1", Component: "prefill", RouterHint: true},
+				Worker{ID: "d0", Component: "decode", RouterHint: true},
+			)
+			sc := startRealSidecar(t, tc.config, workers, servers)
+			f, err := startFrontRouter("llama", []frontRole{
+				{name: "prefill", workers: workers[:2], copyRate: 1},
+				{name: "decode", workers: workers[2:]},
+			}, &Sidecar{Router: "llama", BookingURL: "http://" + sc.BookingAddr()}, dispatch.InBandKVHint)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { f.Close() })
+
+			for turn, n := range turns {
+				for ses := range sessions {
+					req, _ := http.NewRequest(http.MethodPost, f.URL+"/v1/completions",
+						strings.NewReader(`{"model":"llama","prompt":"`+blocks(fmt.Sprint("s", ses), n)+`"}`))
+					req.Header.Set("X-Session-Id", fmt.Sprint("s", ses))
+					req.Header.Set("X-Session-Turn", fmt.Sprint(turn+1))
+					req.Header.Set("X-Session-Final", fmt.Sprint(turn == len(turns)-1))
+					resp, err := http.DefaultClient.Do(req)
+					if err != nil {
+						t.Fatal(err)
+					}
+					body, _ := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					if resp.StatusCode != http.StatusOK {
+						t.Fatalf("turn %d of s%d: %d %s", turn+1, ses, resp.StatusCode, body)
+					}
+				}
+			}
+			requests := sessions * len(turns)
+			tot := f.Totals()
+			if tot.Outcomes != 2*requests || tot.OutcomeErrors != 0 {
+				t.Fatalf("totals %+v: want %d outcomes reported, none refused", tot, 2*requests)
+			}
+			got := sc.Outcomes.Since(0)
+			co := got[sc.Dispatcher.ConfigHash()]
+			if len(got) != 1 || co == nil || len(co.Samples) != 2*requests {
+				t.Fatalf("outcomes held: %d configs; want %d samples under the sidecar's config %s", len(got), 2*requests, sc.Dispatcher.ConfigHash())
+			}
+			var cached, prompt, engine int64
+			for _, w := range servers {
+				engine += w.CachedTokens()
+			}
+			for _, smp := range co.Samples {
+				want, ok := wantCached[smp.Prompt]
+				switch {
+				case !ok:
+					t.Errorf("a sample of %d prompt tokens, not a turn's", smp.Prompt)
+				case smp.Role == "decode" || tc.config == testHints:
+					// d0 served every turn; a moved prefill turn
+					// fetched the last one's blocks.
+					if smp.Cached != want {
+						t.Errorf("%s turn of %d tokens: %d cached, want %d", smp.Role, smp.Prompt, smp.Cached, want)
+					}
+				case smp.Cached != want && smp.Cached != 0 && !(smp.Prompt == 12*blockSize && smp.Cached == 5*blockSize):
+					// Without a fetch: the last turn's blocks where it
+					// was served, none on the other worker, or turn 1's
+					// where turn 1 was.
+					t.Errorf("prefill turn of %d tokens without a fetch: %d cached", smp.Prompt, smp.Cached)
+				}
+				if smp.TTFTMicros <= 0 || smp.Error {
+					t.Errorf("sample %+v: want a TTFT and no error", smp)
+				}
+				if smp.Role == "prefill" {
+					cached += smp.Cached
+					prompt += smp.Prompt
+				}
+			}
+			var all int64
+			for _, smp := range co.Samples {
+				all += smp.Cached
+			}
+			if all != engine {
+				t.Errorf("outcomes report %d cached tokens, the workers served %d from their caches", all, engine)
+			}
+			ratio[tc.name] = float64(cached) / float64(prompt)
+			t.Logf("%s: prefill prefix-hit ratio %.3f (%d of %d tokens), %d copies committed", tc.name, ratio[tc.name], cached, prompt, tot.Copies)
+
+			// A decode worker that is gone: the request fails, and its
+			// outcome says so.
+			servers["d0"].Close()
+			resp, err := http.Post(f.URL+"/v1/completions", "application/json", strings.NewReader(`{"prompt":"`+blocks("late", 2)+`"}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			last := sc.Outcomes.Since(0)[sc.Dispatcher.ConfigHash()].Samples
+			if resp.StatusCode != http.StatusBadGateway || !last[len(last)-1].Error || last[len(last)-1].Role != "decode" {
+				t.Errorf("a request to a gone worker: %d, last outcome %+v; want 502 and a decode error", resp.StatusCode, last[len(last)-1])
+			}
+		})
+	}
+	if ratio["kv-fetch"] <= ratio["no kv-fetch"] {
+		t.Errorf("prefill prefix-hit ratio %.3f with kv-fetch, %.3f without: want it higher with", ratio["kv-fetch"], ratio["no kv-fetch"])
 	}
 }

@@ -269,8 +269,12 @@ func (w *Worker) SetBehaviour(status int, delay time.Duration) {
 //	                             as JSON, with the counts accepted (recorded
 //	                             or not) and rejected; under "in_band" the
 //	                             same for the hints carried on requests, and
-//	                             under "requests" the requests answered
-//	DELETE /hints                forget them all and reset the counts
+//	                             under "requests" the requests answered,
+//	                             "prompt_tokens" and "cached_tokens" their
+//	                             tokens and those served from the cache,
+//	                             "cache_blocks" the blocks it holds
+//	DELETE /hints                forget them all and reset the counts (the
+//	                             cache keeps its blocks)
 //	GET    /healthz              liveness, with the worker's ID
 func (w *Worker) Handler() http.Handler {
 	mux := http.NewServeMux()

@@ -9,8 +9,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 
+	"github.com/kvrouter/kv-hint-operator/internal/sidecar/dispatchmetrics"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/listen"
-	"github.com/kvrouter/kv-hint-operator/pkg/dispatch"
 )
 
 // DefaultMaxBookingMemory bounds the memory of the bookings in flight
@@ -61,12 +61,12 @@ func NewBudget(limit int64, reg prometheus.Registerer) *Budget {
 	b := &Budget{limit: limit}
 	if reg != nil {
 		refused := prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: dispatch.MetricsNamespace, Name: "bookings_refused_total",
+			Namespace: dispatchmetrics.Namespace, Name: "bookings_refused_total",
 			Help: "Bookings answered 503 before their body was read, by reason (memory_budget: the bookings in flight held " + MaxBookingMemoryFlag + ").",
 		}, []string{"reason"})
 		b.refused = refused.WithLabelValues("memory_budget")
 		reg.MustRegister(refused, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Namespace: dispatch.MetricsNamespace, Name: "booking_memory_bytes",
+			Namespace: dispatchmetrics.Namespace, Name: "booking_memory_bytes",
 			Help: "Memory charged to the bookings in flight; bounded by " + MaxBookingMemoryFlag + ".",
 		}, func() float64 { return float64(b.used.Load()) }))
 	}

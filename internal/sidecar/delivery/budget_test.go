@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/kvrouter/kv-hint-operator/internal/sidecar/dispatchmetrics"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/workers"
 	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 	"github.com/kvrouter/kv-hint-operator/pkg/dispatch"
@@ -64,12 +65,12 @@ func TestDeliveryByteBudget(t *testing.T) {
 	}
 	perWorkerSum := 0.0
 	for j := range nWorkers {
-		perWorkerSum += gathered(t, m.reg, dispatch.MetricsNamespace+"_worker_hints_dropped_total", map[string]string{"worker": fmt.Sprint("w", j), "reason": "memory_budget"})
+		perWorkerSum += gathered(t, m.reg, dispatchmetrics.Namespace+"_worker_hints_dropped_total", map[string]string{"worker": fmt.Sprint("w", j), "reason": "memory_budget"})
 	}
 	if perWorkerSum != overBudget {
 		t.Errorf("per-worker memory_budget drops add up to %v, the total is %v", perWorkerSum, overBudget)
 	}
-	if v := gathered(t, m.reg, dispatch.MetricsNamespace+"_delivery_queued_bytes", nil); v > budget || v == 0 {
+	if v := gathered(t, m.reg, dispatchmetrics.Namespace+"_delivery_queued_bytes", nil); v > budget || v == 0 {
 		t.Errorf("delivery_queued_bytes = %v, want within (0, %d]", v, budget)
 	}
 
@@ -79,7 +80,7 @@ func TestDeliveryByteBudget(t *testing.T) {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, 5*time.Second, "w0's series removed", func(context.Context) error {
-		if v := gathered(t, m.reg, dispatch.MetricsNamespace+"_worker_hints_dropped_total", map[string]string{"worker": "w0", "reason": "memory_budget"}); v != 0 {
+		if v := gathered(t, m.reg, dispatchmetrics.Namespace+"_worker_hints_dropped_total", map[string]string{"worker": "w0", "reason": "memory_budget"}); v != 0 {
 			return fmt.Errorf("w0 still has a series: %v", v)
 		}
 		return nil

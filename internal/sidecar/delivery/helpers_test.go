@@ -12,8 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvrouter/kv-hint-operator/internal/dev/simworker"
+	"github.com/kvrouter/kv-hint-operator/internal/sidecar/dispatchmetrics"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/workers"
-	"github.com/kvrouter/kv-hint-operator/pkg/dispatch"
 )
 
 // registryDelivery is a Delivery as the registry takes it, as the sidecar
@@ -62,8 +62,8 @@ func gathered(t testing.TB, g prometheus.Gatherer, metric string, want map[strin
 
 // deliveryCounters are delivery's counter vectors, for counter.
 var deliveryCounters = map[string]sidecartest.Series{
-	"hints_dropped":   {Metric: dispatch.MetricsNamespace + "_hints_dropped_total", Labels: []string{"reason"}},
-	"delivery_errors": {Metric: dispatch.MetricsNamespace + "_delivery_errors_total", Labels: []string{"reason"}},
+	"hints_dropped":   {Metric: dispatchmetrics.Namespace + "_hints_dropped_total", Labels: []string{"reason"}},
+	"delivery_errors": {Metric: dispatchmetrics.Namespace + "_delivery_errors_total", Labels: []string{"reason"}},
 }
 
 // counter reads one series of delivery's counter vectors, as a scrape

@@ -3,7 +3,7 @@ package delivery
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/kvrouter/kv-hint-operator/pkg/dispatch"
+	"github.com/kvrouter/kv-hint-operator/internal/sidecar/dispatchmetrics"
 )
 
 // dropReason is why a hint was never sent: the reason label of
@@ -51,7 +51,7 @@ type Metrics struct {
 // NewMetrics registers delivery's metrics in reg; the gauges of the queues
 // follow when a Delivery is created with them.
 func NewMetrics(reg *prometheus.Registry) *Metrics {
-	ns := dispatch.MetricsNamespace
+	ns := dispatchmetrics.Namespace
 	m := &Metrics{reg: reg}
 	m.hintsSent = prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: ns, Name: "hints_sent_total",
@@ -87,7 +87,7 @@ func NewMetrics(reg *prometheus.Registry) *Metrics {
 
 // observe adds the gauges read from d at scrape time.
 func (m *Metrics) observe(d *Delivery) {
-	ns := dispatch.MetricsNamespace
+	ns := dispatchmetrics.Namespace
 	m.reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: ns, Name: "delivery_queued_bytes",

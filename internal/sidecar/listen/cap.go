@@ -12,7 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/kvrouter/kv-hint-operator/pkg/dispatch"
+	"github.com/kvrouter/kv-hint-operator/internal/sidecar/dispatchmetrics"
 )
 
 // Server limits. A booking is a few KiB and answered in microseconds; the
@@ -190,7 +190,7 @@ type Metrics struct {
 // NewMetrics registers the listeners' metrics in reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{reg: reg, refused: prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: dispatch.MetricsNamespace, Name: "connections_refused_total",
+		Namespace: dispatchmetrics.Namespace, Name: "connections_refused_total",
 		Help: "Connections answered 503 and closed because their listener (booking, ops, pprof) had its cap open.",
 	}, []string{"listener"})}
 	reg.MustRegister(m.refused)
@@ -203,7 +203,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 func (m *Metrics) Cap(name string, ln net.Listener, max int) *CapListener {
 	l := NewCapListener(ln, max, m.refused.WithLabelValues(name))
 	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Namespace: dispatch.MetricsNamespace, Name: "open_connections",
+		Namespace: dispatchmetrics.Namespace, Name: "open_connections",
 		Help:        "Connections open on a listener (booking, ops, pprof); capped by --max-booking-connections and --max-ops-connections.",
 		ConstLabels: prometheus.Labels{"listener": name},
 	}, func() float64 { return float64(l.Open()) }))

@@ -43,22 +43,40 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-func (m *Metrics) observe(o *bookingapi.Outcome) {
+// series are one role's and config hash's series, looked up once.
+type series struct {
+	ok, failed, rejected prometheus.Counter
+	prompt, cached       prometheus.Counter
+	ttft                 prometheus.Observer
+}
+
+func (m *Metrics) series(role, hash string) *series {
 	if m == nil {
+		return nil
+	}
+	return &series{
+		ok: m.requests.WithLabelValues(role, hash, ResultOK), failed: m.requests.WithLabelValues(role, hash, ResultError),
+		rejected: m.requests.WithLabelValues(role, hash, ResultHintRejected),
+		prompt:   m.prompt.WithLabelValues(role, hash), cached: m.cached.WithLabelValues(role, hash), ttft: m.ttft.WithLabelValues(role, hash),
+	}
+}
+
+func (s *series) observe(o *bookingapi.Outcome) {
+	if s == nil {
 		return
 	}
-	result := ResultOK
 	switch {
 	case o.Error != "":
-		result = ResultError
+		s.failed.Inc()
 	case o.HintRejected:
-		result = ResultHintRejected
+		s.rejected.Inc()
+	default:
+		s.ok.Inc()
 	}
-	m.requests.WithLabelValues(o.Role, o.ConfigHash, result).Inc()
-	m.prompt.WithLabelValues(o.Role, o.ConfigHash).Add(float64(o.PromptTokens))
-	m.cached.WithLabelValues(o.Role, o.ConfigHash).Add(float64(o.CachedTokens))
+	s.prompt.Add(float64(o.PromptTokens))
+	s.cached.Add(float64(o.CachedTokens))
 	if o.Error == "" && o.TTFTSeconds > 0 {
-		m.ttft.WithLabelValues(o.Role, o.ConfigHash).Observe(o.TTFTSeconds)
+		s.ttft.Observe(o.TTFTSeconds)
 	}
 }
 

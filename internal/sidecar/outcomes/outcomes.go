@@ -9,13 +9,17 @@
 // samples, the oldest overwritten and counted as dropped; at most
 // MaxHashes hashes are held, the one reported least recently forgotten
 // (with its Prometheus series) when another arrives. An answer holds at
-// most PerHash x MaxHashes samples.
+// most twice PerHash samples (a stable and a candidate config's full
+// rings), the newest of the hashes reported most recently: under 8 MiB of
+// JSON at the defaults and the longest fields an outcome may have
+// (MaxAnswerBytes).
 //
 // It imports pkg/bookingapi, internal/rolloutapi and Prometheus; nothing
 // else of the sidecar.
 package outcomes
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -32,9 +36,17 @@ import (
 const (
 	DefaultPerHash   = 16384
 	DefaultMaxHashes = 4
+	// MaxAnswerBytes is what an answer of the default bounds stays
+	// within, and what the manager's analysis reads at most.
+	MaxAnswerBytes = 8 << 20
 	// MaxRolesPerHash bounds the roles one config hash is reported for,
 	// and so the series of the role label.
 	MaxRolesPerHash = 64
+	// MaxRoleBytes bounds a role's name: a DNS label's length.
+	MaxRoleBytes = 63
+	// MaxPromptTokens bounds an outcome's prompt: 16 Mi tokens, past any
+	// model's context.
+	MaxPromptTokens = 1 << 24
 	// maxRunsPerHash bounds the record of a hash's dropped samples (see
 	// ring.dropped).
 	maxRunsPerHash = 1024
@@ -51,6 +63,8 @@ type Options struct {
 	PerHash int
 	// MaxHashes bounds the config hashes held; 0 means DefaultMaxHashes.
 	MaxHashes int
+	// MaxAnswer bounds the samples Since returns; 0 means twice PerHash.
+	MaxAnswer int
 	// Metrics, when set, counts every outcome kept in Prometheus series.
 	Metrics *Metrics
 	// Now is the clock that stamps samples; nil means time.Now.
@@ -73,6 +87,9 @@ func NewStore(o Options) *Store {
 	if o.MaxHashes <= 0 {
 		o.MaxHashes = DefaultMaxHashes
 	}
+	if o.MaxAnswer <= 0 {
+		o.MaxAnswer = 2 * o.PerHash
+	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -84,14 +101,14 @@ func Check(o *bookingapi.Outcome) error {
 	var errs []error
 	if o.Role == "" {
 		errs = append(errs, errors.New("role is required"))
-	} else if len(o.Role) > 253 {
-		errs = append(errs, fmt.Errorf("role is %d bytes, over 253", len(o.Role)))
+	} else if len(o.Role) > MaxRoleBytes {
+		errs = append(errs, fmt.Errorf("role is %d bytes, over %d", len(o.Role), MaxRoleBytes))
 	}
 	if !rolloutapi.ValidHash(o.ConfigHash) {
 		errs = append(errs, fmt.Errorf("config_hash %q is not a config hash (16 lower-case hex digits: the booking answer's %s)", o.ConfigHash, bookingapi.HeaderConfigHash))
 	}
-	if o.PromptTokens < 0 {
-		errs = append(errs, fmt.Errorf("prompt_tokens %d is negative", o.PromptTokens))
+	if o.PromptTokens < 0 || o.PromptTokens > MaxPromptTokens {
+		errs = append(errs, fmt.Errorf("prompt_tokens %d is not within 0 and %d", o.PromptTokens, MaxPromptTokens))
 	}
 	if o.CachedTokens < 0 || o.CachedTokens > o.PromptTokens {
 		errs = append(errs, fmt.Errorf("cached_tokens %d is not within 0 and prompt_tokens (%d)", o.CachedTokens, o.PromptTokens))
@@ -117,20 +134,22 @@ func (s *Store) Add(o *bookingapi.Outcome) error {
 		if len(s.rings) >= s.opts.MaxHashes {
 			s.forgetOldestLocked()
 		}
-		r = &ring{roles: map[string]bool{}}
+		r = &ring{roles: map[string]*series{}}
 		s.rings[o.ConfigHash] = r
 	}
-	if !r.roles[o.Role] {
+	sr, ok := r.roles[o.Role]
+	if !ok {
 		if len(r.roles) >= MaxRolesPerHash {
 			s.mu.Unlock()
 			return fmt.Errorf("role %q: config %s has outcomes of %d roles already: %w", o.Role, o.ConfigHash, MaxRolesPerHash, ErrTooManyRoles)
 		}
-		r.roles[o.Role] = true
+		sr = s.opts.Metrics.series(o.Role, o.ConfigHash)
+		r.roles[o.Role] = sr
 	}
 	r.add(smp, s.opts.PerHash)
 	// Under the lock: a hash forgotten meanwhile must not get its series
 	// back.
-	s.opts.Metrics.observe(o)
+	sr.observe(o)
 	s.mu.Unlock()
 	return nil
 }
@@ -153,14 +172,25 @@ func (s *Store) forgetOldestLocked() {
 
 // Since returns the samples held that were reported at or after since
 // (Unix milliseconds), by config hash, oldest first, with the count of
-// those reported since then that are no longer held. A hash with neither
-// is left out.
+// those reported since then that it does not return: no longer held, or
+// past the answer's bound (Options.MaxAnswer), which the hashes reported
+// most recently fill first, each with its newest samples. A hash with
+// neither is left out.
 func (s *Store) Since(since int64) map[string]*rolloutapi.ConfigOutcomes {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	hashes := make([]string, 0, len(s.rings))
+	for h := range s.rings {
+		hashes = append(hashes, h)
+	}
+	slices.SortFunc(hashes, func(a, b string) int { return -cmp.Compare(s.rings[a].last(), s.rings[b].last()) })
+	budget := s.opts.MaxAnswer
 	out := make(map[string]*rolloutapi.ConfigOutcomes, len(s.rings))
-	for h, r := range s.rings {
-		c := &rolloutapi.ConfigOutcomes{Samples: r.since(since), Dropped: r.droppedSince(since)}
+	for _, h := range hashes {
+		r := s.rings[h]
+		samples, left := r.since(since, budget)
+		budget -= len(samples)
+		c := &rolloutapi.ConfigOutcomes{Samples: samples, Dropped: r.droppedSince(since) + int64(left)}
 		if len(c.Samples) > 0 || c.Dropped > 0 {
 			out[h] = c
 		}
@@ -185,7 +215,9 @@ func (s *Store) Hashes() []string {
 type ring struct {
 	samples []rolloutapi.Sample
 	first   int
-	roles   map[string]bool
+	// roles are the roles reported, with their series (nil without
+	// metrics).
+	roles map[string]*series
 	// dropped records the samples overwritten, as runs of the same At,
 	// oldest first: runs of at most maxRunsPerHash, past which the two
 	// oldest merge into one stamped with the later At, so that a query
@@ -236,15 +268,19 @@ func (r *ring) last() int64 {
 	return r.at(len(r.samples) - 1).At
 }
 
-func (r *ring) since(since int64) []rolloutapi.Sample {
+// since returns the newest samples at or after since, at most limit, and
+// the count of those left out past limit.
+func (r *ring) since(since int64, limit int) ([]rolloutapi.Sample, int) {
 	n := len(r.samples)
 	// Samples are in At order: find the first at or after since.
 	i := sort.Search(n, func(j int) bool { return r.at(j).At >= since })
+	left := max(n-i-limit, 0)
+	i += left
 	out := make([]rolloutapi.Sample, 0, n-i)
 	for ; i < n; i++ {
 		out = append(out, *r.at(i))
 	}
-	return out
+	return out, left
 }
 
 func (r *ring) droppedSince(since int64) int64 {

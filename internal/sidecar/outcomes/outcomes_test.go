@@ -159,7 +159,7 @@ func TestStoreRefuses(t *testing.T) {
 		{bookingapi.Outcome{ConfigHash: hashA, PromptTokens: 1}, "role is required"},
 		{bookingapi.Outcome{Role: "decode", ConfigHash: "ABC", PromptTokens: 1}, `config_hash "ABC" is not a config hash`},
 		{bookingapi.Outcome{Role: "decode", ConfigHash: hashA, PromptTokens: 10, CachedTokens: 11}, "cached_tokens 11 is not within 0 and prompt_tokens (10)"},
-		{bookingapi.Outcome{Role: "decode", ConfigHash: hashA, PromptTokens: -1}, "prompt_tokens -1 is negative"},
+		{bookingapi.Outcome{Role: "decode", ConfigHash: hashA, PromptTokens: -1}, "prompt_tokens -1 is not within 0 and 16777216"},
 		{bookingapi.Outcome{Role: "decode", ConfigHash: hashA, TTFTSeconds: -1}, "ttft_seconds -1 is not within 0 and a day"},
 	} {
 		err := s.Add(&c.o)
@@ -224,4 +224,54 @@ func TestHandler(t *testing.T) {
 	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), `since=\"yesterday\": want Unix milliseconds`) {
 		t.Errorf("since=yesterday: %s %s, want 400 naming the parameter", resp.Status, body)
 	}
+}
+
+// TestStoreAnswerBound fills more hashes than an answer holds: the hashes
+// reported most recently come first, each with its newest samples, and
+// what is left out is counted as dropped.
+func TestStoreAnswerBound(t *testing.T) {
+	c := &stepClock{}
+	s := NewStore(Options{PerHash: 4, Now: c.now})
+	// A, B and C four samples each, in that order; the answer holds 8.
+	for _, h := range []string{hashA, hashB, hashC} {
+		for range 4 {
+			if err := s.Add(outcome(h, 10, 1)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	got := s.Since(0)
+	for h, want := range map[string][2]int{hashC: {4, 0}, hashB: {4, 0}, hashA: {0, 4}} {
+		if co := got[h]; co == nil || len(co.Samples) != want[0] || co.Dropped != int64(want[1]) {
+			t.Errorf("%s: %+v, want %d samples and %d dropped", h, co, want[0], want[1])
+		}
+	}
+	// Since 1002: A's last two, B's and C's four: 10, past 8 by A's 2.
+	if co := s.Since(1002)[hashA]; co == nil || len(co.Samples) != 0 || co.Dropped != 2 {
+		t.Errorf("Since(1002) of %s: %+v, want its 2 samples counted as dropped", hashA, co)
+	}
+}
+
+// TestAnswerBytes fills a store of the default bounds with outcomes of
+// the longest fields it takes, and encodes the answer: it stays within
+// MaxAnswerBytes.
+func TestAnswerBytes(t *testing.T) {
+	s := NewStore(Options{})
+	for _, h := range []string{hashA, hashB, hashC, "dddddddddddddddd"} {
+		o := &bookingapi.Outcome{Role: strings.Repeat("r", MaxRoleBytes), ConfigHash: h, PromptTokens: MaxPromptTokens,
+			CachedTokens: MaxPromptTokens - 1, TTFTSeconds: 86399.999999, Error: "x", HintRejected: true}
+		for range DefaultPerHash {
+			if err := s.Add(o); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	b, err := json.Marshal(rolloutapi.Outcomes{Pod: strings.Repeat("p", 253), Configs: s.Since(0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) > MaxAnswerBytes {
+		t.Errorf("the answer is %d bytes, over %d", len(b), MaxAnswerBytes)
+	}
+	t.Logf("the largest answer: %d bytes", len(b))
 }

@@ -21,7 +21,6 @@ package stage
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -157,18 +156,12 @@ func (s *Stage) shadow(ctx context.Context, c *candidate, b *dispatch.Booking, s
 	s.bufs.Put(bp)
 }
 
-// envelope is the part of a hint message the comparison reads.
-type envelope struct {
-	Actions []struct {
-		Type    string          `json:"action_type"`
-		Version string          `json:"action_version"`
-		Payload json.RawMessage `json:"payload"`
-	} `json:"actions"`
-}
-
 // unreadableAction is the action type counted when a message does not
 // parse (a dispatcher's own messages always do).
 const unreadableAction = "unreadable"
+
+// action is one action of a hint message, its parts as slices of it.
+type action struct{ typ, version, payload []byte }
 
 // differingActions are the action types whose actions differ between two
 // messages, in the order they first appear: a type differs when the two
@@ -176,55 +169,185 @@ const unreadableAction = "unreadable"
 // the action IDs are positions, not content). A message that does not
 // parse counts as unreadableAction.
 func differingActions(a, b []byte) []string {
-	ea, okA := parseEnvelope(a)
-	eb, okB := parseEnvelope(b)
+	var bufA, bufB [dispatch.MaxActions]action
+	xa, okA := scanActions(a, bufA[:0])
+	xb, okB := scanActions(b, bufB[:0])
 	if !okA || !okB {
 		return []string{unreadableAction}
 	}
-	byType := func(e envelope) (map[string][]string, []string) {
-		m := map[string][]string{}
-		var order []string
-		for _, act := range e.Actions {
-			if _, ok := m[act.Type]; !ok {
-				order = append(order, act.Type)
-			}
-			m[act.Type] = append(m[act.Type], act.Version+"\x00"+string(act.Payload))
-		}
-		return m, order
-	}
-	ma, oa := byType(ea)
-	mb, ob := byType(eb)
 	var out []string
-	seen := map[string]bool{}
-	for _, t := range append(oa, ob...) {
-		if seen[t] {
-			continue
+	for i, x := range xa {
+		if firstOfType(xa, i) && !sameOfType(xa, xb, x.typ) {
+			out = append(out, string(x.typ))
 		}
-		seen[t] = true
-		x, y := ma[t], mb[t]
-		if len(x) != len(y) {
-			out = append(out, t)
-			continue
-		}
-		for i := range x {
-			if x[i] != y[i] {
-				out = append(out, t)
-				break
-			}
+	}
+	for i, y := range xb {
+		if firstOfType(xb, i) && !hasType(xa, y.typ) {
+			out = append(out, string(y.typ))
 		}
 	}
 	return out
 }
 
-func parseEnvelope(msg []byte) (envelope, bool) {
-	var e envelope
+// firstOfType reports whether acts[i] is the first action of its type.
+func firstOfType(acts []action, i int) bool {
+	for _, a := range acts[:i] {
+		if bytes.Equal(a.typ, acts[i].typ) {
+			return false
+		}
+	}
+	return true
+}
+
+func hasType(acts []action, typ []byte) bool {
+	for _, a := range acts {
+		if bytes.Equal(a.typ, typ) {
+			return true
+		}
+	}
+	return false
+}
+
+// sameOfType reports whether a and b hold the same sequence of actions of
+// type typ.
+func sameOfType(a, b []action, typ []byte) bool {
+	i, j := 0, 0
+	for {
+		for i < len(a) && !bytes.Equal(a[i].typ, typ) {
+			i++
+		}
+		for j < len(b) && !bytes.Equal(b[j].typ, typ) {
+			j++
+		}
+		if i == len(a) || j == len(b) {
+			return i == len(a) && j == len(b)
+		}
+		if !bytes.Equal(a[i].version, b[j].version) || !bytes.Equal(a[i].payload, b[j].payload) {
+			return false
+		}
+		i, j = i+1, j+1
+	}
+}
+
+// The fixed parts of the envelope a dispatcher writes (dispatch's
+// encodeMessage); each action's ID, type and version end at a quote.
+var (
+	envelopeHead  = []byte(`{"protocol_version":"` + dispatch.ProtocolVersion + `","message_id":`)
+	envelopeOpen  = []byte(`,"actions":[`)
+	actionHead    = []byte(`{"action_id":"a`)
+	actionType    = []byte(`","action_type":"`)
+	actionVersion = []byte(`,"action_version":"`)
+	actionPayload = []byte(`,"payload":`)
+)
+
+// scanActions appends the actions of msg, a message in the form a
+// dispatcher writes it, to dst, without copying or allocating; false when
+// msg is not in that form. An empty msg has no actions.
+func scanActions(msg []byte, dst []action) ([]action, bool) {
 	if len(msg) == 0 {
-		return e, true // no message: no actions
+		return dst, true
 	}
-	if err := json.Unmarshal(msg, &e); err != nil {
-		return e, false
+	rest, ok := bytes.CutPrefix(msg, envelopeHead)
+	if !ok {
+		return dst, false
 	}
-	return e, true
+	n := skipValue(rest)
+	if n <= 0 || rest[0] != '"' {
+		return dst, false
+	}
+	if rest, ok = bytes.CutPrefix(rest[n:], envelopeOpen); !ok {
+		return dst, false
+	}
+	for len(rest) > 0 && rest[0] != ']' {
+		if len(dst) > 0 {
+			if rest[0] != ',' {
+				return dst, false
+			}
+			rest = rest[1:]
+		}
+		if rest, ok = bytes.CutPrefix(rest, actionHead); !ok {
+			return dst, false
+		}
+		for len(rest) > 0 && rest[0] >= '0' && rest[0] <= '9' {
+			rest = rest[1:]
+		}
+		var a action
+		if rest, ok = bytes.CutPrefix(rest, actionType); !ok {
+			return dst, false
+		}
+		if a.typ, rest, ok = bytes.Cut(rest, []byte{'"'}); !ok {
+			return dst, false
+		}
+		if rest, ok = bytes.CutPrefix(rest, actionVersion); !ok {
+			return dst, false
+		}
+		if a.version, rest, ok = bytes.Cut(rest, []byte{'"'}); !ok {
+			return dst, false
+		}
+		if rest, ok = bytes.CutPrefix(rest, actionPayload); !ok {
+			return dst, false
+		}
+		n := skipValue(rest)
+		if n <= 0 || n >= len(rest) || rest[n] != '}' {
+			return dst, false
+		}
+		a.payload, rest = rest[:n], rest[n+1:]
+		if len(dst) >= dispatch.MaxActions {
+			return dst, false
+		}
+		dst = append(dst, a)
+	}
+	if !bytes.Equal(rest, []byte("]}")) {
+		return dst, false
+	}
+	return dst, true
+}
+
+// skipValue is the length of the JSON value b starts with (an object, an
+// array, a string or a literal), or 0 when b does not start with a whole
+// one. It tracks strings and nesting only: the dispatcher checked the
+// payloads' JSON.
+func skipValue(b []byte) int {
+	depth := 0
+	for i := 0; i < len(b); i++ {
+		switch c := b[i]; c {
+		case '"':
+			for i++; i < len(b) && b[i] != '"'; i++ {
+				if b[i] == '\\' {
+					i++
+				}
+			}
+			if i >= len(b) {
+				return 0
+			}
+		case '{', '[':
+			depth++
+		case '}', ']':
+			if depth == 0 {
+				return i // the end of a literal
+			}
+			depth--
+		case ',', ':':
+			if depth == 0 {
+				return i
+			}
+		default:
+			if depth == 0 && (c == ' ' || c == '\n' || c == '\t' || c == '\r') {
+				return i
+			}
+		}
+		if depth == 0 {
+			// A string, or a closed object or array, ends here; a literal
+			// runs on to its delimiter.
+			if c := b[i]; c == '"' || c == '}' || c == ']' {
+				return i + 1
+			}
+		}
+	}
+	if depth == 0 {
+		return len(b)
+	}
+	return 0
 }
 
 // Load stages cfg as the candidate in stage st. The candidate in force,

@@ -2,6 +2,7 @@ package stage
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"strings"
@@ -248,5 +249,119 @@ func TestDifferingActions(t *testing.T) {
 		if got := fmt.Sprint(differingActions(tc.a, tc.b)); got != tc.want {
 			t.Errorf("differingActions(%s, %s) = %s, want %s", tc.a, tc.b, got, tc.want)
 		}
+	}
+}
+
+// BenchmarkStageBook is one booking (a committed copy of 64 hashes) through
+// the stage in process, with no delivery: the dispatcher alone, the stage
+// with no candidate, and a shadow candidate that builds the same hint or
+// another one (every booking compared action by action).
+func BenchmarkStageBook(b *testing.B) {
+	hashes := make([]uint64, 64)
+	for i := range hashes {
+		hashes[i] = uint64(i+1) * 0x9e3779b97f4a7c15
+	}
+	bk := &dispatch.Booking{RequestID: "req-7f3a9c2e-5b1d-4e8a-9c6f-0d2b3a4e5f60", Role: "decode", Worker: "w0", PromptTokens: 4096, BlockSize: 64,
+		Session: hints.Session{ID: "sess-42", Turn: 3}, KVCopy: &hints.CommittedCopy{SourceEndpoint: "tcp://10.0.0.7:23280", BlockHashes: hashes}}
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name, doc string
+		stage     rolloutapi.StageName
+	}{
+		{"dispatcher", "", ""},
+		{"off", "", ""},
+		{"shadow-same", stableDoc + "# candidate\n", rolloutapi.StageShadow},
+		{"shadow-differ", noFetchDoc, rolloutapi.StageShadow},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			s := newStage(b, nil)
+			book := s.Book
+			if tc.name == "dispatcher" {
+				book = s.stable.Book
+			}
+			if tc.doc != "" {
+				if err := s.Load(dispatch.Config{Doc: []byte(tc.doc)}, rolloutapi.Stage{Candidate: candHash, Stage: tc.stage}, "bench"); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := book(ctx, bk); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// TestScanActionsAgainstJSON: the scanner reads the actions that
+// encoding/json reads, from real dispatcher messages and from payloads
+// whose strings hold the envelope's own delimiters.
+func TestScanActionsAgainstJSON(t *testing.T) {
+	s := newStage(t, nil)
+	real, err := s.stable.Build(context.Background(), booking(`id "quoted" \ },{"action_id":"a9`, "s", true))
+	if err != nil || real.Message == nil {
+		t.Fatalf("build: %v", err)
+	}
+	msgs := [][]byte{
+		real.Message,
+		[]byte(`{"protocol_version":"0.1","message_id":"m","actions":[{"action_id":"a1","action_type":"x.y","action_version":"1.0","payload":{"s":"},{\"action_id\":\"a2\",\"action_type\":\"z\"","n":[1,{"a":[]}],"t":true}},{"action_id":"a2","action_type":"z","action_version":"2.0","payload":{}}]}`),
+		[]byte(`{"protocol_version":"0.1","message_id":"m","actions":[]}`),
+	}
+	for _, msg := range msgs {
+		var want struct {
+			Actions []struct {
+				Type    string          `json:"action_type"`
+				Version string          `json:"action_version"`
+				Payload json.RawMessage `json:"payload"`
+			} `json:"actions"`
+		}
+		if err := json.Unmarshal(msg, &want); err != nil {
+			t.Fatalf("%s: %v", msg, err)
+		}
+		got, ok := scanActions(msg, nil)
+		if !ok || len(got) != len(want.Actions) {
+			t.Fatalf("scanActions(%s) = %d actions, ok %v; encoding/json reads %d", msg, len(got), ok, len(want.Actions))
+		}
+		for i, a := range got {
+			w := want.Actions[i]
+			if string(a.typ) != w.Type || string(a.version) != w.Version || string(a.payload) != string(w.Payload) {
+				t.Errorf("action %d: %s %s %s, encoding/json reads %s %s %s", i, a.typ, a.version, a.payload, w.Type, w.Version, w.Payload)
+			}
+		}
+	}
+	for _, bad := range []string{`{"protocol_version":"0.1","message_id":"m","actions":[{"action_id":"a1"`, `{}`, `{"protocol_version":"0.1","message_id":"m","actions":[]}x`} {
+		if _, ok := scanActions([]byte(bad), nil); ok {
+			t.Errorf("scanActions(%s) read a truncated or foreign message", bad)
+		}
+	}
+}
+
+// TestCandidateWithoutTheRole: a candidate without the booked role fails
+// the booking; in shadow that counts as candidate_error, in a canary the
+// stable config books it.
+func TestCandidateWithoutTheRole(t *testing.T) {
+	const prefillOnly = "worker_selection:\n  prefill:\n    type: dynamo-default-cost-fn\n    hints: [{type: kv-retain}]\n"
+	s := newStage(t, nil)
+	ctx := context.Background()
+	if err := s.Load(dispatch.Config{Doc: []byte(prefillOnly)}, rolloutapi.Stage{Candidate: candHash, Stage: rolloutapi.StageShadow}, "test"); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if h, err := s.Book(ctx, booking(fmt.Sprint(i), "s", true)); err != nil || h.ConfigHash != s.stable.ConfigHash() {
+			t.Fatalf("shadow booking: %v, config %s", err, h.ConfigHash)
+		}
+	}
+	if got := s.Shadow()[candHash]; got.Bookings != 3 || got.CandidateErrors != 3 || got.Differ != 0 {
+		t.Errorf("shadow counts %+v, want 3 bookings, 3 candidate errors", *got)
+	}
+	if v := testutil.ToFloat64(s.metrics.bookings.WithLabelValues("decode", resultCandidateError)); v != 3 {
+		t.Errorf("kvhint_shadow_bookings_total{result=candidate_error} = %v, want 3", v)
+	}
+	if err := s.Load(dispatch.Config{Doc: []byte(prefillOnly)}, rolloutapi.Stage{Candidate: candHash, Stage: rolloutapi.StageCanary, Weight: 100}, "test"); err != nil {
+		t.Fatal(err)
+	}
+	if h, err := s.Book(ctx, booking("c1", "s", true)); err != nil || h.ConfigHash != s.stable.ConfigHash() {
+		t.Errorf("a canary booking of a role the candidate lacks: %v, config %s, want the stable config's", err, h.ConfigHash)
 	}
 }

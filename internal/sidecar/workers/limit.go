@@ -7,7 +7,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/kvrouter/kv-hint-operator/pkg/dispatch"
+	"github.com/kvrouter/kv-hint-operator/internal/sidecar/dispatchmetrics"
 )
 
 // DefaultMaxWorkersPerSource caps the workers one source (the API, the
@@ -141,7 +141,7 @@ func (r *Registry) capSource(cur map[string]*Worker, source string, specs []Work
 // cap.
 func (r *Registry) registerLimitMetrics(reg prometheus.Registerer) {
 	r.limit.overLimit = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: dispatch.MetricsNamespace, Name: "workers_over_limit_total",
+		Namespace: dispatchmetrics.Namespace, Name: "workers_over_limit_total",
 		Help: "Workers refused because their source (api, file, pods) had " + MaxWorkersPerSourceFlag + " workers already; a source that keeps listing one counts it once.",
 	}, []string{"source"})
 	reg.MustRegister(r.limit.overLimit)

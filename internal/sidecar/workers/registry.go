@@ -26,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/kvrouter/kv-hint-operator/internal/sidecar/dispatchmetrics"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/endpoint"
 	"github.com/kvrouter/kv-hint-operator/pkg/dispatch"
 )
@@ -681,7 +682,7 @@ func (r *Registry) Stats() (workers, hintCapable int) {
 // RegisterMetrics registers the registry's metrics in reg: the refused
 // registrations, and the gauges read from the registry at scrape time.
 func (r *Registry) RegisterMetrics(reg prometheus.Registerer) {
-	ns := dispatch.MetricsNamespace
+	ns := dispatchmetrics.Namespace
 	r.refused = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: ns, Name: "workers_refused_total",
 		Help: "Worker registrations refused (a worker type other than aggregated, prefill or decode, bad source endpoints, a refused hint endpoint, topology domains or a KV transfer policy that break their rules, an ID another source registered), by source (api, file, pods).",

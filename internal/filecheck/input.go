@@ -1,4 +1,4 @@
-package cli
+package filecheck
 
 import (
 	"fmt"
@@ -10,9 +10,9 @@ import (
 	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
 )
 
-// readInput reads one -f argument ("-" is standard input), refusing files
+// ReadInput reads one -f argument ("-" is standard input), refusing files
 // over the config size cap before they are read whole.
-func readInput(name string, stdin io.Reader) ([]byte, error) {
+func ReadInput(name string, stdin io.Reader) ([]byte, error) {
 	var r io.Reader
 	if name == "-" {
 		r = stdin
@@ -34,9 +34,9 @@ func readInput(name string, stdin io.Reader) ([]byte, error) {
 	return data, nil
 }
 
-// expandInputs replaces each directory among the -f arguments with the
+// ExpandInputs replaces each directory among the -f arguments with the
 // YAML and JSON files directly inside it, in name order, as kubectl -f does.
-func expandInputs(names []string) ([]string, error) {
+func ExpandInputs(names []string) ([]string, error) {
 	var out []string
 	for _, name := range names {
 		st, err := os.Stat(name)

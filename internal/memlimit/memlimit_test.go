@@ -1,4 +1,4 @@
-package cli
+package memlimit
 
 import (
 	"math"
@@ -17,17 +17,17 @@ func TestSetMemoryLimit(t *testing.T) {
 	t.Cleanup(func() { debug.SetMemoryLimit(prev) })
 	t.Setenv("GOMEMLIMIT", "")
 
-	t.Setenv(MemoryLimitEnv, "268435456")
-	if err := setMemoryLimit(logr.Discard(), DefaultMemoryLimitFraction); err != nil {
+	t.Setenv(Env, "268435456")
+	if err := Set(logr.Discard(), DefaultFraction); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := debug.SetMemoryLimit(-1), int64(math.Floor(268435456*DefaultMemoryLimitFraction)); got != want {
+	if got, want := debug.SetMemoryLimit(-1), int64(math.Floor(268435456*DefaultFraction)); got != want {
 		t.Errorf("memory limit %d, want %d", got, want)
 	}
 
 	debug.SetMemoryLimit(prev)
 	t.Setenv("GOMEMLIMIT", "100MiB")
-	if err := setMemoryLimit(logr.Discard(), DefaultMemoryLimitFraction); err != nil {
+	if err := Set(logr.Discard(), DefaultFraction); err != nil {
 		t.Fatal(err)
 	}
 	if got := debug.SetMemoryLimit(-1); got != prev {
@@ -39,18 +39,18 @@ func TestSetMemoryLimit(t *testing.T) {
 		env      string
 		fraction float64
 	}{{"256Mi", 0.7}, {"0", 0.7}, {"268435456", 0}, {"268435456", 1.5}} {
-		t.Setenv(MemoryLimitEnv, tc.env)
-		if err := setMemoryLimit(logr.Discard(), tc.fraction); err == nil {
-			t.Errorf("%s=%q, fraction %v: no error", MemoryLimitEnv, tc.env, tc.fraction)
+		t.Setenv(Env, tc.env)
+		if err := Set(logr.Discard(), tc.fraction); err == nil {
+			t.Errorf("%s=%q, fraction %v: no error", Env, tc.env, tc.fraction)
 		}
 	}
-	t.Setenv(MemoryLimitEnv, "")
-	if err := setMemoryLimit(logr.Discard(), DefaultMemoryLimitFraction); err != nil || debug.SetMemoryLimit(-1) != prev {
-		t.Errorf("without %s: %v, limit %d", MemoryLimitEnv, err, debug.SetMemoryLimit(-1))
+	t.Setenv(Env, "")
+	if err := Set(logr.Discard(), DefaultFraction); err != nil || debug.SetMemoryLimit(-1) != prev {
+		t.Errorf("without %s: %v, limit %d", Env, err, debug.SetMemoryLimit(-1))
 	}
 }
 
-// TestMemoryLimitFloor: a container limit below MinMemoryLimit is the
+// TestMemoryLimitFloor: a container limit below Floor is the
 // mistake of a resourceFieldRef divisor (256 for 256Mi with divisor 1Mi,
 // 262144 with 1Ki) and is refused with the likely unit named, never
 // taken as a limit of a few bytes.
@@ -63,17 +63,17 @@ func TestMemoryLimitFloor(t *testing.T) {
 		{"262144", "did you mean 256Mi? a resourceFieldRef divisor of 1Ki yields kibibytes"},
 		{"1", "did you mean 1Gi? a resourceFieldRef divisor of 1Gi yields gibibytes"},
 	} {
-		t.Setenv(MemoryLimitEnv, tc.env)
-		err := setMemoryLimit(logr.Discard(), DefaultMemoryLimitFraction)
+		t.Setenv(Env, tc.env)
+		err := Set(logr.Discard(), DefaultFraction)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%s=%s: %v\nwant %q", MemoryLimitEnv, tc.env, err, tc.want)
+			t.Errorf("%s=%s: %v\nwant %q", Env, tc.env, err, tc.want)
 		}
 		if got := debug.SetMemoryLimit(-1); got != prev {
-			t.Errorf("%s=%s: the Go memory limit became %d", MemoryLimitEnv, tc.env, got)
+			t.Errorf("%s=%s: the Go memory limit became %d", Env, tc.env, got)
 		}
 	}
-	t.Setenv(MemoryLimitEnv, "16777216")
-	if err := setMemoryLimit(logr.Discard(), DefaultMemoryLimitFraction); err != nil {
+	t.Setenv(Env, "16777216")
+	if err := Set(logr.Discard(), DefaultFraction); err != nil {
 		t.Errorf("16Mi, the floor: %v", err)
 	}
 }

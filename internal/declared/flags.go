@@ -1,19 +1,17 @@
-package cli
+package declared
 
 import (
 	"fmt"
 
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/api/resource"
-
-	"github.com/kvrouter/kv-hint-operator/internal/declared"
 )
 
-// addBudgetFlags registers the flags of a declared catalog's budget, with
-// b's values as defaults; the manager and every command that takes
-// --catalog share them, so that a declaration the manager refuses is
-// refused offline too, with the same words.
-func addBudgetFlags(f *pflag.FlagSet, b *declared.Budget) {
+// AddFlags registers the flags of a declared catalog's budget, with b's
+// values as defaults; the manager and every command that takes --catalog
+// share them, so that a declaration the manager refuses is refused
+// offline too, with the same words.
+func (b *Budget) AddFlags(f *pflag.FlagSet) {
 	f.Var(&bytesFlag{n: &b.DocumentBytes}, "catalog-max-bytes", "budget of a declared catalog: the most bytes of text, checked before it is parsed (a quantity: 128Ki; 0: only the 1Mi limit)")
 	f.IntVar(&b.RulesPerType, "catalog-max-rules-per-type", b.RulesPerType, "budget of a declared catalog: the most CEL rules of one type (x-kubernetes-validations and commitsKVCopies); 0: no limit")
 	f.IntVar(&b.Rules, "catalog-max-rules", b.Rules, "budget of a declared catalog: the most CEL rules in all; 0: no limit")
@@ -29,7 +27,7 @@ func (q *quantityFlag) String() string {
 	if q.n == nil {
 		return "0"
 	}
-	return declared.Bytes(*q.n)
+	return Bytes(*q.n)
 }
 
 func (q *quantityFlag) Set(s string) error {
@@ -53,7 +51,7 @@ func (q *bytesFlag) String() string {
 	if q.n == nil {
 		return "0"
 	}
-	return declared.Bytes(int64(*q.n))
+	return Bytes(int64(*q.n))
 }
 
 func (q *bytesFlag) Set(s string) error {
@@ -66,3 +64,14 @@ func (q *bytesFlag) Set(s string) error {
 }
 
 func (q *bytesFlag) Type() string { return "quantity" }
+
+// AddFlags registers the manager's flags of the limits: the budget of one
+// declaration, and the memory the loaded declarations of a namespace, and
+// of all namespaces, are estimated to keep.
+func (l *Limits) AddFlags(f *pflag.FlagSet) {
+	l.Budget.AddFlags(f)
+	f.Var(&quantityFlag{n: &l.NamespaceBytes}, "catalog-max-memory-per-namespace", "the most memory the distinct declared catalogs of one namespace are estimated to keep together (a quantity); 0: no limit")
+	f.Var(&quantityFlag{n: &l.TotalBytes}, "catalog-max-memory-total", "the most memory all declared catalogs are estimated to keep together (a quantity); 0: no limit")
+	f.Var(&quantityFlag{n: &l.ReserveBytes}, "catalog-memory-reserve", "of --catalog-max-memory-total, the memory kept for the first --catalog-memory-floor-per-namespace of every namespace: what namespaces keep above that floor may take only the rest (a quantity); 0: no reserve")
+	f.Var(&quantityFlag{n: &l.FloorBytes}, "catalog-memory-floor-per-namespace", "what each namespace's declared catalogs may keep out of --catalog-memory-reserve (a quantity)")
+}

@@ -1,4 +1,4 @@
-package cli
+package filecheck
 
 import (
 	"encoding/json"
@@ -10,8 +10,8 @@ import (
 	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
 )
 
-// problem is one problem `kvhint validate` reports, in text or as JSON.
-type problem struct {
+// Problem is one problem `kvhint validate` reports, in text or as JSON.
+type Problem struct {
 	// File is the -f argument the problem is in ("-" for standard input).
 	File string `json:"file"`
 	// Line is the 1-based line it points at; 0 (left out) when unknown.
@@ -36,41 +36,42 @@ type problem struct {
 	// Severity is "error" (exit 1) or "warning" (printed, exit 0).
 	Severity string `json:"severity"`
 
-	// where is the text form of Object, Location and Type.
-	where string
+	// Where is the text form of Object, Location and Type.
+	Where string `json:"-"`
 }
 
-// text renders "FILE:LINE: WHERE: Reason: message", the form compilers
+// Text renders "FILE:LINE: WHERE: Reason: message", the form compilers
 // use and CI problem matchers read; ":LINE" is left out when unknown.
-func (p problem) text() string {
+func (p Problem) Text() string {
 	var b strings.Builder
 	b.WriteString(p.File)
 	if p.Line > 0 {
 		b.WriteString(":" + strconv.Itoa(p.Line))
 	}
 	b.WriteString(": ")
-	if p.where != "" {
-		b.WriteString(p.where + ": ")
+	if p.Where != "" {
+		b.WriteString(p.Where + ": ")
 	}
 	b.WriteString(p.Reason)
-	if p.Severity == severityWarning {
+	if p.Severity == SeverityWarning {
 		b.WriteString(" (warning)")
 	}
 	b.WriteString(": " + p.Message)
 	return b.String()
 }
 
+// The severities of a Problem.
 const (
-	severityError   = "error"
-	severityWarning = "warning"
+	SeverityError   = "error"
+	SeverityWarning = "warning"
 )
 
-// hintsProblem turns a problem of a hints YAML file into a report.
-func hintsProblem(file string, p hintsconfig.Problem) problem {
-	r := problem{
+// HintsProblem turns a problem of a hints YAML file into a report.
+func HintsProblem(file string, p hintsconfig.Problem) Problem {
+	r := Problem{
 		File: file, Line: p.Line, Type: p.Type, Key: p.Key,
 		Reason: string(p.Reason), Message: p.Message, Severity: p.Severity.String(),
-		where: p.Location(),
+		Where: p.Location(),
 	}
 	if p.Role != "" {
 		r.Object = "role " + p.Role
@@ -85,18 +86,19 @@ func hintsProblem(file string, p hintsconfig.Problem) problem {
 	return r
 }
 
-// report is the JSON document of `kvhint validate --output json`.
-type report struct {
+// Report is the JSON document of `kvhint validate --output json`.
+type Report struct {
 	// Valid is true when no problem is an error and every file was read.
 	Valid bool `json:"valid"`
 	// Files are the files checked, directories expanded.
 	Files    []string  `json:"files"`
-	Problems []problem `json:"problems"`
+	Problems []Problem `json:"problems"`
 }
 
-func writeReport(w io.Writer, r report) error {
+// WriteReport writes r as indented JSON.
+func WriteReport(w io.Writer, r Report) error {
 	if r.Problems == nil {
-		r.Problems = []problem{}
+		r.Problems = []Problem{}
 	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")

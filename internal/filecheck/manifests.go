@@ -1,4 +1,4 @@
-package cli
+package filecheck
 
 import (
 	"cmp"
@@ -20,11 +20,11 @@ import (
 	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
 )
 
-// manifestSet is the RouterRoles and HintPolicies of the manifest files on
+// ManifestSet is the RouterRoles and HintPolicies of the manifest files on
 // the command line. They are compiled together, namespace by namespace, as
 // the manager would compile them once applied: a policyRef in one file
 // resolves to a HintPolicy in another.
-type manifestSet struct {
+type ManifestSet struct {
 	files []string
 	// byNamespace holds the objects; objects without a namespace go under
 	// "", the namespace they would be applied to.
@@ -32,7 +32,7 @@ type manifestSet struct {
 	// origin maps "Kind namespace/name" to the file it came from.
 	origin map[string]string
 	// problems are the problems found, per file, in the order found.
-	problems map[string][]problem
+	problems map[string][]Problem
 	// positions locate objects and documents, per file.
 	positions map[string]*manifestPositions
 	// failed is set when any object or document breaks a rule.
@@ -41,40 +41,48 @@ type manifestSet struct {
 	// (v1alpha1.CatalogForLabel), by namespace, then router: that router's
 	// RouterRoles are compiled against it, as the manager compiles them.
 	declarations map[string]map[string][]corev1.ConfigMap
-	// form is the policy-file form of every router whose declared catalog
-	// states none (--target dynamo: hintsconfig.FormRouterWideHint);
-	// empty, each router's target decides (rolegraph.RouterForm).
-	form hintsconfig.Form
-	// target is the target every router is checked for (--target): empty,
-	// each router's own (rolegraph.Input.Target).
-	target hintsconfig.Target
-	// declared says the catalog the manifests are compiled against, for
-	// routers whose manifests declare none, is itself a declared one
-	// (--catalog): their builds link what it lists.
+	// form, target and declared are NewManifestSet's.
+	form     hintsconfig.Form
+	target   hintsconfig.Target
 	declared bool
 }
 
-func newManifestSet() *manifestSet {
-	return &manifestSet{byNamespace: map[string]*rolegraph.Input{}, origin: map[string]string{},
-		problems: map[string][]problem{}, positions: map[string]*manifestPositions{},
-		declarations: map[string]map[string][]corev1.ConfigMap{}}
+// NewManifestSet returns an empty set. form is the policy-file form of
+// every router whose declared catalog states none (--target dynamo:
+// hintsconfig.FormRouterWideHint); empty, each router's target decides
+// (rolegraph.RouterForm). target is the target every router is checked
+// for (--target): empty, each router's own (rolegraph.Input.Target).
+// declared says the catalog the manifests are compiled against, for
+// routers whose manifests declare none, is itself a declared one
+// (--catalog): their builds link what it lists.
+func NewManifestSet(form hintsconfig.Form, target hintsconfig.Target, declared bool) *ManifestSet {
+	return &ManifestSet{byNamespace: map[string]*rolegraph.Input{}, origin: map[string]string{},
+		problems: map[string][]Problem{}, positions: map[string]*manifestPositions{},
+		declarations: map[string]map[string][]corev1.ConfigMap{},
+		form:         form, target: target, declared: declared}
 }
 
-// add reads one manifest file. Documents that cannot be read are problems
+// Files are the manifest files added, in order.
+func (s *ManifestSet) Files() []string { return s.files }
+
+// Failed reports whether any object or document breaks a rule.
+func (s *ManifestSet) Failed() bool { return s.failed }
+
+// Add reads one manifest file. Documents that cannot be read are problems
 // of the file; the rest are kept.
-func (s *manifestSet) add(file string, data []byte) {
+func (s *ManifestSet) Add(file string, data []byte) {
 	s.files = append(s.files, file)
 	pos := newManifestPositions(data)
 	s.positions[file] = pos
 	var in rolegraph.Input
 	if err := rolegraph.ReadManifests(data, &in); err != nil {
 		for _, e := range unjoin(err) {
-			p := problem{File: file, Object: "manifest", Reason: string(hintsconfig.ReasonInvalidConfig), Severity: severityError}
+			p := Problem{File: file, Object: "manifest", Reason: string(hintsconfig.ReasonInvalidConfig), Severity: SeverityError}
 			var de *rolegraph.DocumentError
 			if errors.As(e, &de) {
 				p.Object, p.Line, e = fmt.Sprintf("document %d", de.Document), pos.document(de.Document), de.Err
 			}
-			p.Message, p.where = e.Error(), p.Object
+			p.Message, p.Where = e.Error(), p.Object
 			s.add1(p)
 		}
 	}
@@ -125,7 +133,7 @@ type part struct {
 // gets a part of its own; the others share one, against cat. A router
 // whose declaration cannot be used stays with the others, every one of its
 // roles refused with the manager's finding (rolegraph.RouterCatalog).
-func (s *manifestSet) parts(ns string, in *rolegraph.Input, cat *hints.Catalog) []part {
+func (s *ManifestSet) parts(ns string, in *rolegraph.Input, cat *hints.Catalog) []part {
 	rest := part{cat: cat, in: *in}
 	rest.in.RouterRoles = nil
 	rest.in.Target = s.target
@@ -180,11 +188,11 @@ func loadDeclaration(cm *corev1.ConfigMap) (rolegraph.Declaration, error) {
 
 // claim records where an object comes from; an object defined twice keeps
 // its first definition, as the second apply would overwrite it.
-func (s *manifestSet) claim(file, kind string, m metav1.ObjectMeta) bool {
+func (s *ManifestSet) claim(file, kind string, m metav1.ObjectMeta) bool {
 	key := objectName(kind, m.Namespace, m.Name)
-	p := problem{File: file, Object: key, where: key, Line: s.positions[file].field(key, ""), Reason: string(hintsconfig.ReasonInvalidConfig), Severity: severityError}
+	p := Problem{File: file, Object: key, Where: key, Line: s.positions[file].field(key, ""), Reason: string(hintsconfig.ReasonInvalidConfig), Severity: SeverityError}
 	if m.Name == "" {
-		p.Object, p.where, p.Location, p.Message = kind, kind, "metadata.name", "metadata.name is required"
+		p.Object, p.Where, p.Location, p.Message = kind, kind, "metadata.name", "metadata.name is required"
 		s.add1(p)
 		return false
 	}
@@ -200,7 +208,7 @@ func (s *manifestSet) claim(file, kind string, m metav1.ObjectMeta) bool {
 	return true
 }
 
-func (s *manifestSet) input(ns string) *rolegraph.Input {
+func (s *ManifestSet) input(ns string) *rolegraph.Input {
 	in, ok := s.byNamespace[ns]
 	if !ok {
 		in = &rolegraph.Input{Now: metav1.Now()}
@@ -209,29 +217,30 @@ func (s *manifestSet) input(ns string) *rolegraph.Input {
 	return in
 }
 
-func (s *manifestSet) add1(p problem) {
+func (s *ManifestSet) add1(p Problem) {
 	s.problems[p.File] = append(s.problems[p.File], p)
-	if p.Severity == severityError {
+	if p.Severity == SeverityError {
 		s.failed = true
 	}
 }
 
-// compiledRouter is one router's compiled config and where it came from.
-type compiledRouter struct {
-	namespace string
-	router    *rolegraph.Router
-	files     []string
+// CompiledRouter is one router's compiled config and where it came from.
+type CompiledRouter struct {
+	Namespace string
+	Router    *rolegraph.Router
+	// Files are the files of the router's RouterRoles, sorted.
+	Files []string
 }
 
-// compile compiles every namespace with the same function the manager
+// Compile compiles every namespace with the same function the manager
 // runs, records every finding against the file of its object, and returns
 // the compiled routers, by namespace then router. A router whose catalog
 // the manifests declare is compiled against it (see parts). A HintPolicy
 // is reported as the catalogs of the roles that use it check it; one no
 // role uses, as the manager checks it: against cat, or, when only
 // declarations know its type, against each of them.
-func (s *manifestSet) compile(cat *hints.Catalog) []compiledRouter {
-	var routers []compiledRouter
+func (s *ManifestSet) Compile(cat *hints.Catalog) []CompiledRouter {
+	var routers []CompiledRouter
 	for _, ns := range slices.Sorted(maps.Keys(s.byNamespace)) {
 		in := s.byNamespace[ns]
 		parts := s.parts(ns, in, cat)
@@ -267,7 +276,7 @@ func (s *manifestSet) compile(cat *hints.Catalog) []compiledRouter {
 					}
 				}
 				slices.Sort(files)
-				routers = append(routers, compiledRouter{namespace: ns, router: r, files: slices.Compact(files)})
+				routers = append(routers, CompiledRouter{Namespace: ns, Router: r, Files: slices.Compact(files)})
 			}
 		}
 		types := map[string]string{}
@@ -306,14 +315,14 @@ func (s *manifestSet) compile(cat *hints.Catalog) []compiledRouter {
 			s.report("HintPolicy", ns, name, findings[name])
 		}
 	}
-	slices.SortStableFunc(routers, func(a, b compiledRouter) int {
-		return cmp.Or(cmp.Compare(a.namespace, b.namespace), cmp.Compare(a.router.Name, b.router.Name))
+	slices.SortStableFunc(routers, func(a, b CompiledRouter) int {
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Router.Name, b.Router.Name))
 	})
 	return routers
 }
 
 // report records findings against the file and line of their object.
-func (s *manifestSet) report(kind, ns, name string, findings rolegraph.Findings) {
+func (s *ManifestSet) report(kind, ns, name string, findings rolegraph.Findings) {
 	key := objectName(kind, ns, name)
 	file := s.origin[key]
 	for _, f := range findings {
@@ -321,15 +330,15 @@ func (s *manifestSet) report(kind, ns, name string, findings rolegraph.Findings)
 		if l := f.Location(); l != "" {
 			where += " " + l
 		}
-		s.add1(problem{
+		s.add1(Problem{
 			File: file, Line: s.positions[file].field(key, f.KeyField()), Object: key, Location: f.Field, Type: f.Detail, Key: f.Key,
-			Reason: string(f.Reason), Message: f.Message, Severity: f.Severity.String(), where: where,
+			Reason: string(f.Reason), Message: f.Message, Severity: f.Severity.String(), Where: where,
 		})
 	}
 }
 
-// objects counts the RouterRoles and HintPolicies read.
-func (s *manifestSet) objects() int {
+// Objects counts the RouterRoles and HintPolicies read.
+func (s *ManifestSet) Objects() int {
 	n := 0
 	for _, in := range s.byNamespace {
 		n += len(in.RouterRoles) + len(in.HintPolicies)
@@ -337,19 +346,19 @@ func (s *manifestSet) objects() int {
 	return n
 }
 
-// all returns every problem, files in the order given.
-func (s *manifestSet) all() []problem {
-	var out []problem
+// All returns every problem, files in the order given.
+func (s *ManifestSet) All() []Problem {
+	var out []Problem
 	for _, file := range s.files {
 		out = append(out, s.problems[file]...)
 	}
 	return out
 }
 
-// print writes every problem as a line of text.
-func (s *manifestSet) print(w io.Writer) {
-	for _, p := range s.all() {
-		fmt.Fprintln(w, p.text())
+// Print writes every problem as a line of text.
+func (s *ManifestSet) Print(w io.Writer) {
+	for _, p := range s.All() {
+		fmt.Fprintln(w, p.Text())
 	}
 }
 
@@ -360,20 +369,20 @@ func objectName(kind, ns, name string) string {
 	return kind + " " + ns + "/" + name
 }
 
-// note says, for standard error, which router a compiled config is for.
-func (c compiledRouter) note() string {
+// Note says, for standard error, which router a compiled config is for.
+func (c CompiledRouter) Note() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "# router %s", c.router.Name)
-	if c.namespace != "" {
-		fmt.Fprintf(&b, " in namespace %s", c.namespace)
+	fmt.Fprintf(&b, "# router %s", c.Router.Name)
+	if c.Namespace != "" {
+		fmt.Fprintf(&b, " in namespace %s", c.Namespace)
 	}
-	if c.router.Config == nil {
+	if c.Router.Config == nil {
 		fmt.Fprintf(&b, ": ConfigMap %s holds no %s (no role is accepted), only %s; hash %s, from %s",
-			v1alpha1.HintsConfigMapName(c.router.Name), v1alpha1.HintsConfigKey, v1alpha1.RolesKey, c.router.Hash, strings.Join(c.files, ", "))
+			v1alpha1.HintsConfigMapName(c.Router.Name), v1alpha1.HintsConfigKey, v1alpha1.RolesKey, c.Router.Hash, strings.Join(c.Files, ", "))
 		return b.String()
 	}
 	fmt.Fprintf(&b, ": ConfigMap %s, key %s (with %s, hash %s over both), from %s",
-		v1alpha1.HintsConfigMapName(c.router.Name), v1alpha1.HintsConfigKey, v1alpha1.RolesKey, c.router.Hash, strings.Join(c.files, ", "))
+		v1alpha1.HintsConfigMapName(c.Router.Name), v1alpha1.HintsConfigKey, v1alpha1.RolesKey, c.Router.Hash, strings.Join(c.Files, ", "))
 	return b.String()
 }
 
