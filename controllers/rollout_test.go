@@ -68,7 +68,7 @@ func (j *judge) Analyze(_ context.Context, in rollout.Input) rollout.Result {
 
 // withRolloutManager replaces the suite's manager by one whose rollouts
 // are judged by j, for the test; the suite's comes back after it.
-func withRolloutManager(t *testing.T, j *judge) (restart func()) {
+func withRolloutManager(t *testing.T, j rollout.Analysis) (restart func()) {
 	t.Helper()
 	stopManager()
 	start := func() func() {
