@@ -70,31 +70,30 @@ func realRouterPod(t *testing.T, kc kubernetes.Interface, ns, name string) *side
 	return s
 }
 
-// TestRolloutRealSidecarsRollBackAHitRatioDrop runs the manager with its
-// own analysis (rollout.Judge: the sidecar provider over loopback, the
-// statistics of internal/rollout/analysis) against two real sidecars,
-// and a router loop that books on them and reports each request's
-// outcome under the config hash the booking answer named.
-//
-// Planted: requests booked by the candidate find 300 of 1000 prompt
-// tokens cached, those of the stable config 600 (± 25). The shadow step
-// passes (both sidecars load the candidate), and the first canary step
-// (50%) fails on the prefix-hit ratio and rolls back: no pod stays on the
-// candidate.
-func TestRolloutRealSidecarsRollBackAHitRatioDrop(t *testing.T) {
+// realRollout is a router "r" with a decode role, two pods with real
+// sidecars (internal/sidecar, in this process) and a RouterRollout of a
+// shadow step and a 50% canary step, judged every second with at least
+// 50 requests per config, under a manager that runs its own analysis
+// (rollout.Judge: the sidecar provider over loopback, the statistics of
+// internal/rollout/analysis); a router loop books on both pods and
+// reports each request's outcome under the config hash the booking
+// answer named: candCached of 1000 prompt tokens cached (± 25) when the
+// candidate booked it, 600 when the stable config did. It changes the
+// role and returns when the rollout is Promoted or RolledBack.
+func realRollout(t *testing.T, candCached int) (ro *v1alpha1.RouterRollout, role *v1alpha1.RouterRole, h0, h string) {
 	withRolloutManager(t, rollout.NewJudge(provider.SidecarOptions{AllowLoopback: true, Timeout: 5 * time.Second}, provider.PrometheusOptions{}))
 	kc, err := kubernetes.NewForConfig(restCfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ns := testenv.NewNamespace(t, k8s, "rollout-real")
-	role := newRole(ns, "decode", "r", "decode", "kvcr")
+	role = newRole(ns, "decode", "r", "decode", "kvcr")
 	testenv.Create(t, k8s, role)
 	cars := []*sidecar.Sidecar{realRouterPod(t, kc, ns, "r-0"), realRouterPod(t, kc, ns, "r-1")}
-	h0 := testenv.WaitConfigMap(t, k8s, timeout, ns, "r", nil).Annotations[v1alpha1.HashAnnotation]
+	h0 = testenv.WaitConfigMap(t, k8s, timeout, ns, "r", nil).Annotations[v1alpha1.HashAnnotation]
 
 	minSamples, count := int32(50), int32(1)
-	ro := &v1alpha1.RouterRollout{
+	ro = &v1alpha1.RouterRollout{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "r"},
 		Spec: v1alpha1.RouterRolloutSpec{Router: "r", Steps: []v1alpha1.RolloutStep{shadowStep(), canaryStep(50)},
 			Analysis: v1alpha1.RolloutAnalysis{Interval: &metav1.Duration{Duration: time.Second}, Count: &count, MinSamples: &minSamples}},
@@ -102,11 +101,9 @@ func TestRolloutRealSidecarsRollBackAHitRatioDrop(t *testing.T) {
 	testenv.Create(t, k8s, ro)
 	testenv.WaitCondition(t, k8s, timeout, ro, "Ready", testenv.Want{Status: metav1.ConditionTrue, Reason: "Idle", MessageContains: "on 2 of 2 pods"})
 
-	// The router: sessions booked on both pods in turn, each outcome
-	// reported to the sidecar that booked it.
 	ctx, stop := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	var booked, candidate atomic.Int64
+	var booked, byCandidate atomic.Int64
 	var cand atomic.Value
 	cand.Store("")
 	t.Cleanup(func() { stop(); wg.Wait() })
@@ -126,8 +123,8 @@ func TestRolloutRealSidecarsRollBackAHitRatioDrop(t *testing.T) {
 				}
 				cached := 600 + i%51 - 25
 				if a.ConfigHash == cand.Load().(string) {
-					cached = 300 + i%51 - 25
-					candidate.Add(1)
+					cached = candCached + i%51 - 25
+					byCandidate.Add(1)
 				}
 				booked.Add(1)
 				_ = c.ReportOutcome(ctx, &bookingapi.Outcome{RequestID: b.RequestID, Role: "decode", Worker: "w-0",
@@ -141,7 +138,6 @@ func TestRolloutRealSidecarsRollBackAHitRatioDrop(t *testing.T) {
 	update(t, role, func(rr *v1alpha1.RouterRole) {
 		rr.Spec.WorkerSelection.Parameters = testenv.Params(map[string]any{"shared_cache_multiplier": 0.3})
 	})
-	var h string
 	testenv.WaitConfigMap(t, k8s, timeout, ns, "r", func(cm *corev1.ConfigMap) error {
 		if h = cm.Annotations[compiled.CandidateHashAnnotation]; h == "" {
 			return fmt.Errorf("no candidate staged")
@@ -149,39 +145,66 @@ func TestRolloutRealSidecarsRollBackAHitRatioDrop(t *testing.T) {
 		return nil
 	})
 	cand.Store(h)
-
-	testenv.Eventually(t, 60*time.Second, "the rollback", func(ctx context.Context) error {
+	testenv.Eventually(t, 60*time.Second, "the rollout's end", func(ctx context.Context) error {
 		if err := k8s.Get(ctx, keyOf(ro), ro); err != nil {
 			return err
 		}
-		if ro.Status.Phase != v1alpha1.RolloutRolledBack {
+		if ro.Status.Phase != v1alpha1.RolloutRolledBack && ro.Status.Phase != v1alpha1.RolloutPromoted {
 			return fmt.Errorf("phase %s step %d: %v", ro.Status.Phase, ro.Status.CurrentStep, ro.Status.Conditions)
 		}
 		return nil
 	})
-	rb := ro.Status.LastRollback
-	t.Logf("rolled back %v after the change: %s (%d bookings, %d by the candidate)", time.Since(start).Round(time.Millisecond), rollout.RollbackMessage(rb), booked.Load(), candidate.Load())
-	if rb.Hash != h || rb.Step != 1 || rb.Reason != "PrefixHitDrop" || rb.Metric != "prefixHitRatio" || rb.Samples == nil || rb.Samples.Canary < int64(minSamples) {
-		t.Fatalf("lastRollback: %+v", rb)
-	}
-	b, err1 := strconv.ParseFloat(rb.Baseline, 64)
-	c, err2 := strconv.ParseFloat(rb.Canary, 64)
-	if err1 != nil || err2 != nil || b < 0.55 || b > 0.65 || c < 0.25 || c > 0.35 {
-		t.Errorf("figures: baseline %s, canary %s; planted 0.6 and 0.3", rb.Baseline, rb.Canary)
-	}
-	// No pod stays on the candidate: the sidecars report it gone.
+	t.Logf("%s %v after the change (%d bookings, %d by the candidate)", ro.Status.Phase, time.Since(start).Round(time.Millisecond), booked.Load(), byCandidate.Load())
+	return ro, role, h0, h
+}
+
+// waitPodsOn waits until every router pod's sidecar reports running
+// stable and no candidate.
+func waitPodsOn(t *testing.T, ns, stable string) {
+	t.Helper()
 	for _, name := range []string{"r-0", "r-1"} {
-		testenv.Eventually(t, timeout, "pod "+name+" off the candidate", func(ctx context.Context) error {
+		testenv.Eventually(t, timeout, "pod "+name+" on "+stable+" alone", func(ctx context.Context) error {
 			p := &corev1.Pod{}
 			if err := k8s.Get(ctx, keyOf(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}), p); err != nil {
 				return err
 			}
 			cs := rollout.ConfigStatusOf(p)
-			if cs == nil || cs.Active != h0 || cs.Candidate != nil {
+			if cs == nil || cs.Active != stable || cs.Candidate != nil {
 				return fmt.Errorf("config status %+v", cs)
 			}
 			return nil
 		})
 	}
+}
+
+// Planted: candidate bookings find 300 of 1000 prompt tokens cached,
+// stable ones 600. The shadow step passes (both sidecars load the
+// candidate) and the first canary step fails on the prefix-hit ratio:
+// rolled back, and no pod stays on the candidate.
+func TestRolloutRealSidecarsRollBackAHitRatioDrop(t *testing.T) {
+	ro, role, h0, h := realRollout(t, 300)
+	rb := ro.Status.LastRollback
+	if ro.Status.Phase != v1alpha1.RolloutRolledBack || rb.Hash != h || rb.Step != 1 || rb.Reason != "PrefixHitDrop" || rb.Metric != "prefixHitRatio" || rb.Samples == nil || rb.Samples.Canary < 50 {
+		t.Fatalf("phase %s, lastRollback %+v", ro.Status.Phase, rb)
+	}
+	t.Logf("%s", rollout.RollbackMessage(rb))
+	b, err1 := strconv.ParseFloat(rb.Baseline, 64)
+	c, err2 := strconv.ParseFloat(rb.Canary, 64)
+	if err1 != nil || err2 != nil || b < 0.55 || b > 0.65 || c < 0.25 || c > 0.35 {
+		t.Errorf("figures: baseline %s, canary %s; planted 0.6 and 0.3", rb.Baseline, rb.Canary)
+	}
+	waitPodsOn(t, ro.Namespace, h0)
 	testenv.WaitCondition(t, k8s, timeout, role, "Programmed", testenv.Want{Status: metav1.ConditionFalse, Reason: "RolledBack", Generation: testenv.AnyGeneration})
+}
+
+// Planted: candidate bookings find 650 of 1000 cached, stable ones 600
+// (a useful change). Promoted through both steps; every pod runs it as
+// the stable config.
+func TestRolloutRealSidecarsPromoteAHitRatioGain(t *testing.T) {
+	ro, role, _, h := realRollout(t, 650)
+	if ro.Status.Phase != v1alpha1.RolloutPromoted || ro.Status.StableHash != h {
+		t.Fatalf("phase %s, stable %s (candidate %s), last rollback %+v", ro.Status.Phase, ro.Status.StableHash, h, ro.Status.LastRollback)
+	}
+	waitPodsOn(t, ro.Namespace, h)
+	testenv.WaitCondition(t, k8s, timeout, role, "Ready", testenv.Want{Status: metav1.ConditionTrue})
 }
