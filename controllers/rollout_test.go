@@ -547,3 +547,37 @@ func waitRolloutGitops(t *testing.T, ro *v1alpha1.RouterRollout, kstatus status.
 		return nil
 	})
 }
+
+// Candidates' ConfigMaps are kept for inspection, the last three and
+// those still needed, and the older ones deleted.
+func TestRolloutKeepsRecentCandidates(t *testing.T) {
+	withRolloutManager(t, newJudge())
+	f := newRolloutFixture(t, 1, shadowStep())
+	update(t, f.ro, func(ro *v1alpha1.RouterRollout) { ro.Spec.Paused = true })
+	var hashes []string
+	for _, m := range []float64{0.1, 0.2, 0.3, 0.4, 0.6} {
+		h := f.change(t, m)
+		update(t, f.ro, func(ro *v1alpha1.RouterRollout) {
+			ro.Annotations = map[string]string{v1alpha1.PromoteAnnotation: h}
+		})
+		f.waitStable(t, h)
+		hashes = append(hashes, h)
+		time.Sleep(1100 * time.Millisecond) // creation times a second apart, as the API server records them
+	}
+	testenv.Eventually(t, timeout, "old candidate ConfigMaps deleted", func(ctx context.Context) error {
+		var list corev1.ConfigMapList
+		if err := k8s.List(ctx, &list, client.InNamespace(f.ns), client.HasLabels{v1alpha1.ConfigHashLabel}); err != nil {
+			return err
+		}
+		kept := map[string]bool{}
+		for _, cm := range list.Items {
+			kept[cm.Labels[v1alpha1.ConfigHashLabel]] = true
+		}
+		for i, h := range hashes {
+			if want := i >= len(hashes)-4; kept[h] != want {
+				return fmt.Errorf("candidate %d (%s) kept %v, want %v; kept %v", i, h, kept[h], want, kept)
+			}
+		}
+		return nil
+	})
+}
