@@ -55,7 +55,7 @@ func (j *judge) count(st rolloutapi.Stage) int {
 	return j.calls[stageKey(st)]
 }
 
-func (j *judge) Analyze(in rollout.Input) rollout.Result {
+func (j *judge) Analyze(_ context.Context, in rollout.Input) rollout.Result {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	k := stageKey(in.Stage)
