@@ -291,8 +291,11 @@ func TestRolloutStagesShadowThenPromotes(t *testing.T) {
 	if n := j.count(rolloutapi.Stage{Candidate: h, Stage: rolloutapi.StageShadow}); n != 0 {
 		t.Errorf("%d measurements while paused", n)
 	}
-	// The roles' spec does not run everywhere yet.
-	testenv.WaitCondition(t, k8s, timeout, f.role, "Programmed", testenv.Want{Status: metav1.ConditionFalse, Generation: testenv.AnyGeneration})
+	// The role's spec does not run everywhere yet: it is staged, and
+	// kstatus reads the role as InProgress.
+	testenv.WaitCondition(t, k8s, timeout, f.role, "Programmed", testenv.Want{Status: metav1.ConditionFalse, Reason: "Staged",
+		MessageContains: "config " + h + " is staged by RouterRollout r, step 1/3 (shadow), paused", Generation: testenv.AnyGeneration})
+	testenv.WaitCondition(t, k8s, timeout, f.role, "Reconciling", testenv.Want{Status: metav1.ConditionTrue, Reason: "Staged"})
 
 	start := time.Now()
 	update(t, f.ro, func(ro *v1alpha1.RouterRollout) { ro.Spec.Paused = false })
