@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+	"github.com/kvrouter/kv-hint-operator/internal/configmaps"
 	"github.com/kvrouter/kv-hint-operator/internal/declared"
 	"github.com/kvrouter/kv-hint-operator/internal/rolegraph"
 	"github.com/kvrouter/kv-hint-operator/internal/workload"
@@ -55,6 +56,9 @@ type RouterReconciler struct {
 	// rollout writes restart-mode routers' workloads (Deployments and
 	// DynamoGraphDeployments alike).
 	rollout *workload.Rollout
+	// configMaps writes the router's compiled ConfigMap and a staged
+	// rollout's candidates.
+	configMaps *configmaps.Writer
 	// loaded tells of the declared-catalog ConfigMaps whose background
 	// load ended (declared.Store.LoadInBackground).
 	loaded <-chan event.TypedGenericEvent[*corev1.ConfigMap]
@@ -137,7 +141,7 @@ func (r *RouterReconciler) run(ctx context.Context, req reconcile.Request) (outc
 	if len(in.RouterRoles) == 0 {
 		r.waiting.Delete(req.NamespacedName)
 		r.refused.Delete(req.NamespacedName)
-		return outcome{}, r.deleteConfigMap(ctx, current)
+		return outcome{}, r.configMaps.Delete(ctx, current)
 	}
 	rc, err := r.routerCatalog(ctx, req.Namespace, req.Name)
 	if err != nil {
@@ -198,12 +202,12 @@ func (r *RouterReconciler) run(ctx context.Context, req reconcile.Request) (outc
 	}
 	compiled.ConfigMap = staged.ConfigMap
 	markRoles(o.out, in.RouterRoles, rollout, staged, in.Now)
-	wrote, err := r.applyConfigMap(ctx, current, compiled)
+	wrote, err := r.configMaps.Apply(ctx, current, compiled)
 	if err != nil {
 		return outcome{}, err
 	}
 	if rollout != nil {
-		if err := r.applyCandidate(ctx, rollout, staged.Candidate); err != nil {
+		if err := r.configMaps.Candidate(ctx, rollout, staged.Candidate); err != nil {
 			return outcome{}, err
 		}
 	}

@@ -26,6 +26,7 @@ import (
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
 	"github.com/kvrouter/kv-hint-operator/internal/apiwatch"
+	"github.com/kvrouter/kv-hint-operator/internal/configmaps"
 	"github.com/kvrouter/kv-hint-operator/internal/declared"
 	"github.com/kvrouter/kv-hint-operator/internal/managermetrics"
 	"github.com/kvrouter/kv-hint-operator/internal/rollout"
@@ -37,6 +38,10 @@ import (
 
 // EventSource is the reporting controller of the manager's events.
 const EventSource = "kvhint-manager"
+
+// FieldOwner is the field manager of everything the manager writes with
+// server-side apply.
+const FieldOwner = "kvhint-manager"
 
 // CacheOptions returns the cache settings the reconcilers are written for.
 // ConfigMaps and Pods are cached only when they carry the router label (and
@@ -300,7 +305,8 @@ func SetupWithOptions(ctx context.Context, mgr manager.Manager, cat *hints.Catal
 		&workload.Graphs{Client: mgr.GetClient(), Recorder: rec, Watch: graphs},
 	}}
 	if err := (&RouterReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Catalog: cat, Recorder: rec,
-		catalogs: cats, catalogCache: catalogCache, graphs: graphs, rollout: rollout, loaded: loaded}).SetupWithManager(mgr); err != nil {
+		catalogs: cats, catalogCache: catalogCache, graphs: graphs, rollout: rollout, loaded: loaded,
+		configMaps: &configmaps.Writer{Client: mgr.GetClient(), FieldOwner: FieldOwner}}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("router controller: %w", err)
 	}
 	if err := (&RolloutReconciler{Client: mgr.GetClient(), Recorder: rec, Analysis: rolloutAnalysis(o)}).SetupWithManager(mgr); err != nil {

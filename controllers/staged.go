@@ -3,13 +3,10 @@ package controllers
 import (
 	"context"
 	"fmt"
-	"slices"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
@@ -19,11 +16,6 @@ import (
 
 // indexRolloutRouter finds the RouterRollouts of a router.
 const indexRolloutRouter = "spec.router"
-
-// keepCandidates is how many candidate ConfigMaps ("<router>-hints-<hash>")
-// a rollout keeps for inspection, beside those it still needs (the stable
-// config's, the candidate in flight, the last one rolled back).
-const keepCandidates = 3
 
 // routerRollout returns the RouterRollout that runs the router's
 // rollouts, or nil, and those that name the router in vain.
@@ -62,66 +54,6 @@ func (r *RouterReconciler) stage(ctx context.Context, namespace string, current 
 	}
 	st, err := rollout.Render(ro, current, promoted, compiled.ConfigMap)
 	return st, ro, err
-}
-
-// applyCandidate writes the candidate's immutable ConfigMap, if it is not
-// there yet, and deletes the rollout's older ones beyond keepCandidates.
-func (r *RouterReconciler) applyCandidate(ctx context.Context, ro *v1alpha1.RouterRollout, cand *corev1.ConfigMap) error {
-	if cand != nil {
-		err := r.Client.Create(ctx, cand, client.FieldOwner(FieldOwner))
-		switch {
-		case apierrors.IsAlreadyExists(err):
-		case err != nil:
-			return fmt.Errorf("creating candidate ConfigMap %s: %w", cand.Name, err)
-		default:
-			ctrl.LoggerFrom(ctx).Info("Kept candidate config", "configMap", cand.Name)
-		}
-	}
-	var list corev1.ConfigMapList
-	if err := r.Client.List(ctx, &list, client.InNamespace(ro.Namespace), client.MatchingLabels{
-		v1alpha1.RouterLabel: ro.Spec.Router, v1alpha1.ManagedByLabel: v1alpha1.ManagedBy,
-	}); err != nil {
-		return fmt.Errorf("listing the candidate ConfigMaps of router %s: %w", ro.Spec.Router, err)
-	}
-	needed := map[string]bool{ro.Status.StableHash: true, ro.Status.CandidateHash: true}
-	if cand != nil {
-		needed[cand.Labels[v1alpha1.ConfigHashLabel]] = true
-	}
-	if rb := ro.Status.LastRollback; rb != nil {
-		needed[rb.Hash] = true
-	}
-	var old []corev1.ConfigMap
-	for _, cm := range list.Items {
-		if rolegraph.IsRevision(&cm, ro.Spec.Router) && ownedBy(&cm, ro) {
-			if !needed[cm.Labels[v1alpha1.ConfigHashLabel]] {
-				old = append(old, cm)
-			}
-		}
-	}
-	slices.SortFunc(old, func(a, b corev1.ConfigMap) int {
-		if c := b.CreationTimestamp.Compare(a.CreationTimestamp.Time); c != 0 {
-			return c
-		}
-		return strings.Compare(a.Name, b.Name)
-	})
-	for i := keepCandidates; i < len(old); i++ {
-		cm := &old[i]
-		err := r.Client.Delete(ctx, cm, client.Preconditions{UID: &cm.UID})
-		if err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("deleting old candidate ConfigMap %s: %w", cm.Name, err)
-		}
-	}
-	return nil
-}
-
-// ownedBy reports whether cm is owned by ro.
-func ownedBy(cm *corev1.ConfigMap, ro *v1alpha1.RouterRollout) bool {
-	for _, o := range cm.OwnerReferences {
-		if o.UID == ro.UID && o.Kind == "RouterRollout" {
-			return true
-		}
-	}
-	return false
 }
 
 // markRoles reports, in the status of each RouterRole whose spec produced

@@ -1,9 +1,10 @@
-package controllers
+package configmaps
 
 import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -19,16 +20,24 @@ import (
 	"github.com/kvrouter/kv-hint-operator/internal/rolegraph"
 )
 
-// FieldOwner is the field manager of everything the manager writes with
-// server-side apply.
-const FieldOwner = "kvhint-manager"
+// Writer writes and deletes a router's ConfigMaps.
+type Writer struct {
+	Client client.Client
+	// FieldOwner is the field manager of what it writes.
+	FieldOwner string
+}
 
-// applyConfigMap writes the router's compiled ConfigMap with server-side
-// apply, forcing ownership of the fields it sets so that hand edits are
-// undone. It writes nothing when the ConfigMap already says it all, so a
-// reconcile caused by its own write, or by anything else that changes
-// nothing, ends there; wrote says whether it wrote.
-func (r *RouterReconciler) applyConfigMap(ctx context.Context, current *corev1.ConfigMap, compiled *rolegraph.Router) (wrote bool, err error) {
+// KeepCandidates is how many candidate ConfigMaps ("<router>-hints-<hash>")
+// a rollout keeps for inspection, beside those it still needs (the stable
+// config's, the candidate in flight, the last one rolled back).
+const KeepCandidates = 3
+
+// Apply writes the router's compiled ConfigMap with server-side apply,
+// forcing ownership of the fields it sets so that hand edits are undone.
+// It writes nothing when the ConfigMap already says it all, so a reconcile
+// caused by its own write, or by anything else that changes nothing, ends
+// there; wrote says whether it wrote.
+func (w *Writer) Apply(ctx context.Context, current *corev1.ConfigMap, compiled *rolegraph.Router) (wrote bool, err error) {
 	want := compiled.ConfigMap
 	if current != nil && holds(current, want) {
 		return false, nil
@@ -41,7 +50,7 @@ func (r *RouterReconciler) applyConfigMap(ctx context.Context, current *corev1.C
 		ac.WithOwnerReferences(metav1ac.OwnerReference().
 			WithAPIVersion(o.APIVersion).WithKind(o.Kind).WithName(o.Name).WithUID(o.UID))
 	}
-	if err := r.Client.Apply(ctx, ac, client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
+	if err := w.Client.Apply(ctx, ac, client.FieldOwner(w.FieldOwner), client.ForceOwnership); err != nil {
 		return false, fmt.Errorf("applying ConfigMap %s: %w", want.Name, err)
 	}
 	ctrl.LoggerFrom(ctx).Info("Applied hints config", "configMap", want.Name, "hash", compiled.Hash, "owners", len(want.OwnerReferences))
@@ -97,7 +106,7 @@ func roleOwners(refs []metav1.OwnerReference) map[string]string {
 	return out
 }
 
-// deleteConfigMap removes the compiled ConfigMap of a router that has no
+// Delete removes the compiled ConfigMap of a router that has no
 // RouterRoles left. Garbage collection would remove it too, through the
 // owner references, but only where a garbage collector runs and only once
 // the last owner is gone from its graph; deleting it here is immediate and
@@ -105,11 +114,11 @@ func roleOwners(refs []metav1.OwnerReference) map[string]string {
 //
 // A ConfigMap of the name that the manager did not create is never
 // deleted (rolegraph.CreatedByManager).
-func (r *RouterReconciler) deleteConfigMap(ctx context.Context, cm *corev1.ConfigMap) error {
+func (w *Writer) Delete(ctx context.Context, cm *corev1.ConfigMap) error {
 	if cm == nil || !rolegraph.CreatedByManager(cm) {
 		return nil
 	}
-	err := r.Client.Delete(ctx, cm, client.Preconditions{UID: &cm.UID, ResourceVersion: &cm.ResourceVersion})
+	err := w.Client.Delete(ctx, cm, client.Preconditions{UID: &cm.UID, ResourceVersion: &cm.ResourceVersion})
 	switch {
 	case apierrors.IsNotFound(err):
 		return nil
@@ -121,4 +130,65 @@ func (r *RouterReconciler) deleteConfigMap(ctx context.Context, cm *corev1.Confi
 	}
 	ctrl.LoggerFrom(ctx).Info("Deleted hints config: the router has no RouterRoles left", "configMap", cm.Name)
 	return nil
+}
+
+// Candidate writes a rollout's candidate's immutable ConfigMap, if it is
+// not there yet, and deletes the rollout's older ones beyond
+// KeepCandidates.
+func (w *Writer) Candidate(ctx context.Context, ro *v1alpha1.RouterRollout, cand *corev1.ConfigMap) error {
+	if cand != nil {
+		err := w.Client.Create(ctx, cand, client.FieldOwner(w.FieldOwner))
+		switch {
+		case apierrors.IsAlreadyExists(err):
+		case err != nil:
+			return fmt.Errorf("creating candidate ConfigMap %s: %w", cand.Name, err)
+		default:
+			ctrl.LoggerFrom(ctx).Info("Kept candidate config", "configMap", cand.Name)
+		}
+	}
+	var list corev1.ConfigMapList
+	if err := w.Client.List(ctx, &list, client.InNamespace(ro.Namespace), client.MatchingLabels{
+		v1alpha1.RouterLabel: ro.Spec.Router, v1alpha1.ManagedByLabel: v1alpha1.ManagedBy,
+	}); err != nil {
+		return fmt.Errorf("listing the candidate ConfigMaps of router %s: %w", ro.Spec.Router, err)
+	}
+	needed := map[string]bool{ro.Status.StableHash: true, ro.Status.CandidateHash: true}
+	if cand != nil {
+		needed[cand.Labels[v1alpha1.ConfigHashLabel]] = true
+	}
+	if rb := ro.Status.LastRollback; rb != nil {
+		needed[rb.Hash] = true
+	}
+	var old []corev1.ConfigMap
+	for _, cm := range list.Items {
+		if rolegraph.IsRevision(&cm, ro.Spec.Router) && ownedBy(&cm, ro) {
+			if !needed[cm.Labels[v1alpha1.ConfigHashLabel]] {
+				old = append(old, cm)
+			}
+		}
+	}
+	slices.SortFunc(old, func(a, b corev1.ConfigMap) int {
+		if c := b.CreationTimestamp.Compare(a.CreationTimestamp.Time); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	for i := KeepCandidates; i < len(old); i++ {
+		cm := &old[i]
+		err := w.Client.Delete(ctx, cm, client.Preconditions{UID: &cm.UID})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("deleting old candidate ConfigMap %s: %w", cm.Name, err)
+		}
+	}
+	return nil
+}
+
+// ownedBy reports whether cm is owned by ro.
+func ownedBy(cm *corev1.ConfigMap, ro *v1alpha1.RouterRollout) bool {
+	for _, o := range cm.OwnerReferences {
+		if o.UID == ro.UID && o.Kind == "RouterRollout" {
+			return true
+		}
+	}
+	return false
 }

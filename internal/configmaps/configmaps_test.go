@@ -1,4 +1,4 @@
-package controllers
+package configmaps
 
 import (
 	"context"
@@ -36,8 +36,8 @@ func TestDeleteOnlyWhatTheManagerCreated(t *testing.T) {
 			if err := c.Get(context.Background(), client.ObjectKeyFromObject(tc.cm), cm); err != nil {
 				t.Fatal(err)
 			}
-			r := &RouterReconciler{Client: c}
-			if err := r.deleteConfigMap(context.Background(), cm); err != nil {
+			w := &Writer{Client: c, FieldOwner: "kvhint-manager"}
+			if err := w.Delete(context.Background(), cm); err != nil {
 				t.Fatal(err)
 			}
 			err := c.Get(context.Background(), client.ObjectKeyFromObject(tc.cm), &corev1.ConfigMap{})
