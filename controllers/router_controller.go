@@ -391,7 +391,7 @@ func (r *RouterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&v1alpha1.HintPolicy{},
 			handler.EnqueueRequestsFromMapFunc(routersUsingPolicy(mgr.GetClient())),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		// The cache holds only compiled ConfigMaps (see CacheOptions): any
+		// The cache holds only compiled ConfigMaps (see managercache.Options): any
 		// change to one is drift to repair, or the echo of our own write,
 		// which compiles to no write.
 		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(routerOfLabel)).

@@ -27,6 +27,7 @@ import (
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
 	"github.com/kvrouter/kv-hint-operator/controllers"
 	"github.com/kvrouter/kv-hint-operator/internal/declared"
+	"github.com/kvrouter/kv-hint-operator/internal/managercache"
 	"github.com/kvrouter/kv-hint-operator/internal/rollout"
 	"github.com/kvrouter/kv-hint-operator/internal/rollout/provider"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
@@ -122,7 +123,7 @@ func runManager(ctx context.Context, cat *hints.Catalog, o managerOptions) error
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        scheme,
 		Logger:                        log,
-		Cache:                         controllers.CacheOptions(o.namespaces),
+		Cache:                         managercache.Options(o.namespaces),
 		Metrics:                       metricsOptions(o),
 		HealthProbeBindAddress:        o.probeAddr,
 		LeaderElection:                o.leaderElect,

@@ -20,6 +20,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/kvrouter/kv-hint-operator/controllers"
+	"github.com/kvrouter/kv-hint-operator/internal/managercache"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
 )
 
@@ -52,7 +53,7 @@ const syncTimeout = 30 * time.Second
 func Start(cfg *rest.Config, o Options) (stop func(), err error) {
 	opts := ctrl.Options{
 		Scheme:                 o.Scheme,
-		Cache:                  controllers.CacheOptions(nil),
+		Cache:                  managercache.Options(nil),
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		NewClient:              o.NewClient,
