@@ -2,17 +2,17 @@ package controllers
 
 import (
 	"context"
-	"slices"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+	"github.com/kvrouter/kv-hint-operator/internal/routerinput"
 )
 
 // Field indexes on RouterRoles, served by the manager's cache.
 const (
 	// indexRouter finds the RouterRoles of a router.
-	indexRouter = "spec.router"
+	indexRouter = routerinput.RouterIndex
 	// indexPolicyRef finds the RouterRoles that reference a HintPolicy.
 	indexPolicyRef = "spec.hints.policyRef.name"
 )
@@ -24,24 +24,11 @@ func setupIndexes(ctx context.Context, indexer client.FieldIndexer) error {
 		return err
 	}
 	if err := indexer.IndexField(ctx, &v1alpha1.RouterRole{}, indexPolicyRef, func(o client.Object) []string {
-		return policyRefs(o.(*v1alpha1.RouterRole))
+		return routerinput.PolicyRefs(o.(*v1alpha1.RouterRole))
 	}); err != nil {
 		return err
 	}
 	return indexer.IndexField(ctx, &v1alpha1.RouterRollout{}, indexRolloutRouter, func(o client.Object) []string {
 		return []string{o.(*v1alpha1.RouterRollout).Spec.Router}
 	})
-}
-
-// policyRefs returns the HintPolicy names a RouterRole references, sorted
-// and without repeats.
-func policyRefs(rr *v1alpha1.RouterRole) []string {
-	var names []string
-	for _, h := range rr.Spec.Hints {
-		if h.PolicyRef != nil {
-			names = append(names, h.PolicyRef.Name)
-		}
-	}
-	slices.Sort(names)
-	return slices.Compact(names)
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
 	"github.com/kvrouter/kv-hint-operator/internal/declared"
 	"github.com/kvrouter/kv-hint-operator/internal/dynamograph"
+	"github.com/kvrouter/kv-hint-operator/internal/routerinput"
 )
 
 // The router reconciler's requests name a router, not an object: Namespace
@@ -78,7 +79,7 @@ func policiesOfRole(_ context.Context, o client.Object) []reconcile.Request {
 		return nil
 	}
 	var reqs []reconcile.Request
-	for _, name := range policyRefs(rr) {
+	for _, name := range routerinput.PolicyRefs(rr) {
 		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: rr.Namespace, Name: name}})
 	}
 	return reqs

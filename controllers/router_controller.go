@@ -10,7 +10,6 @@ import (
 	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
@@ -28,6 +27,7 @@ import (
 	"github.com/kvrouter/kv-hint-operator/internal/configmaps"
 	"github.com/kvrouter/kv-hint-operator/internal/declared"
 	"github.com/kvrouter/kv-hint-operator/internal/rolegraph"
+	"github.com/kvrouter/kv-hint-operator/internal/routerinput"
 	"github.com/kvrouter/kv-hint-operator/internal/workload"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
@@ -38,7 +38,7 @@ import (
 // Namespace is the namespace, Name the router (see the package doc).
 type RouterReconciler struct {
 	Client client.Client
-	// APIReader reads around the cache; see configMap.
+	// APIReader reads around the cache (routerinput.Reader).
 	APIReader client.Reader
 	// Catalog is the linked catalog, for routers that declare none.
 	Catalog  *hints.Catalog
@@ -75,7 +75,7 @@ type RouterReconciler struct {
 // +kubebuilder:rbac:groups=hints.kvrouter.io,resources=hintpolicies,verbs=get;list;watch
 // +kubebuilder:rbac:groups=hints.kvrouter.io,resources=routerrollouts,verbs=get;list;watch
 // ConfigMaps: get reads a compiled ConfigMap whose labels were edited away
-// (configMap), list and watch fill the label-selected cache, create and
+// (routerinput.Reader), list and watch fill the label-selected cache, create and
 // patch are server-side apply, delete removes the ConfigMap of a router
 // that has no RouterRoles left (a RouterRole may move to another router,
 // and then no garbage collector would). RBAC cannot restrict any of this
@@ -134,7 +134,7 @@ type outcome struct {
 // run computes the router's compiled config and status and runs the side
 // effects (the ConfigMap, the rollout); Reconcile writes the status.
 func (r *RouterReconciler) run(ctx context.Context, req reconcile.Request) (outcome, error) {
-	in, current, err := r.observe(ctx, req.Namespace, req.Name)
+	in, current, err := routerinput.Reader{Client: r.Client, APIReader: r.APIReader}.Read(ctx, req.Namespace, req.Name)
 	if err != nil {
 		return outcome{}, err
 	}
@@ -305,73 +305,6 @@ const reportWait = 500 * time.Millisecond
 // conflictRetry is how often a router blocked by a ConfigMap that is not
 // the manager's is looked at again.
 const conflictRetry = 30 * time.Second
-
-// observe reads what the compile step needs for one router, from the
-// manager's cache (see configMap for the one exception).
-func (r *RouterReconciler) observe(ctx context.Context, namespace, router string) (rolegraph.Input, *corev1.ConfigMap, error) {
-	var in rolegraph.Input
-	var roles v1alpha1.RouterRoleList
-	if err := r.Client.List(ctx, &roles, client.InNamespace(namespace), client.MatchingFields{indexRouter: router}); err != nil {
-		return in, nil, fmt.Errorf("listing the RouterRoles of router %s: %w", router, err)
-	}
-	in.RouterRoles = roles.Items
-
-	seen := map[string]bool{}
-	for i := range roles.Items {
-		for _, name := range policyRefs(&roles.Items[i]) {
-			if seen[name] {
-				continue
-			}
-			seen[name] = true
-			var hp v1alpha1.HintPolicy
-			err := r.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &hp)
-			switch {
-			case apierrors.IsNotFound(err):
-				// Reported as HintPolicyNotFound by the compile step.
-			case err != nil:
-				return in, nil, fmt.Errorf("reading HintPolicy %s: %w", name, err)
-			default:
-				in.HintPolicies = append(in.HintPolicies, hp)
-			}
-		}
-	}
-
-	current, err := r.configMap(ctx, namespace, router)
-	if err != nil {
-		return in, nil, err
-	}
-	if current != nil {
-		in.ConfigMaps = []corev1.ConfigMap{*current}
-	}
-
-	pods := &corev1.PodList{}
-	if err := r.Client.List(ctx, pods, client.InNamespace(namespace), client.MatchingLabels{v1alpha1.RouterLabel: router}); err != nil {
-		return in, nil, fmt.Errorf("listing the pods of router %s: %w", router, err)
-	}
-	in.Pods = pods.Items
-	return in, current, nil
-}
-
-// configMap reads the router's compiled ConfigMap, or nil. The cache holds
-// only ConfigMaps labelled as compiled ones; when it has none, the API
-// server is asked too, because a ConfigMap whose labels were edited away
-// still holds the entries routers run, and the last good ones among them
-// must survive the repair. That costs a read when a router is new.
-func (r *RouterReconciler) configMap(ctx context.Context, namespace, router string) (*corev1.ConfigMap, error) {
-	key := client.ObjectKey{Namespace: namespace, Name: v1alpha1.HintsConfigMapName(router)}
-	cm := &corev1.ConfigMap{}
-	err := r.Client.Get(ctx, key, cm)
-	if apierrors.IsNotFound(err) && r.APIReader != nil {
-		err = r.APIReader.Get(ctx, key, cm)
-	}
-	switch {
-	case apierrors.IsNotFound(err):
-		return nil, nil
-	case err != nil:
-		return nil, fmt.Errorf("reading ConfigMap %s: %w", key.Name, err)
-	}
-	return cm, nil
-}
 
 // SetupWithManager registers the reconciler and its watches. Every watch
 // maps its object to the router it concerns.
