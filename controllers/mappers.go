@@ -200,19 +200,7 @@ func graphChanged(o, n client.Object) bool {
 			return true
 		}
 	}
-	return graphReady(ou) != graphReady(nu)
-}
-
-// graphReady is the status of a DGD's Ready condition, empty without one.
-func graphReady(u *unstructured.Unstructured) string {
-	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
-	for _, c := range conds {
-		if m, ok := c.(map[string]any); ok && m["type"] == dynamograph.ConditionReady {
-			s, _ := m["status"].(string)
-			return s
-		}
-	}
-	return ""
+	return dynamograph.ReadyStatus(ou) != dynamograph.ReadyStatus(nu)
 }
 
 // catalogEvents maps a declared-catalog ConfigMap to the router it names:

@@ -4,8 +4,6 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -98,7 +96,7 @@ var catalogStores sync.Map
 // SetupWithOptions is Setup with all the settings.
 func SetupWithOptions(ctx context.Context, mgr manager.Manager, cat *hints.Catalog, o Options) error {
 	namespaces := o.Namespaces
-	catalogNS, err := catalogNamespaces(namespaces, o.CatalogNamespaces)
+	catalogNS, err := declared.Namespaces(namespaces, o.CatalogNamespaces)
 	if err != nil {
 		return err
 	}
@@ -145,26 +143,6 @@ func rolloutAnalysis(o Options) rollout.Analysis {
 		return o.RolloutAnalysis
 	}
 	return rollout.NewJudge(provider.SidecarOptions{}, provider.PrometheusOptions{})
-}
-
-// catalogNamespaces returns the namespaces declared catalogs are read
-// from: the manager's, narrowed to the chosen ones; none for all.
-func catalogNamespaces(namespaces, chosen []string) ([]string, error) {
-	if len(chosen) == 0 {
-		return namespaces, nil
-	}
-	if len(namespaces) == 0 {
-		return chosen, nil
-	}
-	var out []string
-	for _, ns := range chosen {
-		if slices.Contains(namespaces, ns) {
-			out = append(out, ns)
-		} else {
-			return nil, fmt.Errorf("--catalog-namespace %s: not a namespace the manager watches (--namespace %s)", ns, strings.Join(namespaces, ","))
-		}
-	}
-	return out, nil
 }
 
 // NewScheme returns a scheme with the Kubernetes built-in types and this

@@ -239,3 +239,17 @@ func (g *Graph) componentNames() string {
 	}
 	return strings.Join(names, ", ")
 }
+
+// ReadyStatus is the status of a DGD's Ready condition (ConditionReady),
+// empty without one. It reads only the conditions, so that it is cheap
+// on every watch event.
+func ReadyStatus(u *unstructured.Unstructured) string {
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, c := range conds {
+		if m, ok := c.(map[string]any); ok && m["type"] == ConditionReady {
+			s, _ := m["status"].(string)
+			return s
+		}
+	}
+	return ""
+}
