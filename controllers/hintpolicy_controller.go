@@ -3,9 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
-	"maps"
 	"slices"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -22,7 +20,6 @@ import (
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
 	"github.com/kvrouter/kv-hint-operator/internal/declared"
-	"github.com/kvrouter/kv-hint-operator/internal/rolegraph"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 )
 
@@ -62,7 +59,7 @@ func (r *HintPolicyReconciler) Reconcile(ctx context.Context, req reconcile.Requ
 	}
 	slices.Sort(usedBy)
 
-	status, err := r.status(ctx, &hp, usedBy)
+	status, err := r.catalogs.PolicyStatus(ctx, r.Catalog, &hp, usedBy, metav1.Now())
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -76,52 +73,6 @@ func (r *HintPolicyReconciler) Reconcile(ctx context.Context, req reconcile.Requ
 	}
 	recordTransitions(r.Recorder, &hp, old.Status.Conditions, hp.Status.Conditions, hintPolicyEvents)
 	return ctrl.Result{}, nil
-}
-
-// status checks a HintPolicy. HintPolicies belong to a namespace, not to
-// a router: one whose type the linked catalog holds is checked against it;
-// one whose type only declared catalogs of the namespace hold is checked
-// against each of them, and is accepted only if every one accepts it (the
-// first refusal, by router name, is reported, naming the router). A type
-// no catalog holds is UnknownHintType, as before. The RouterRoles that use
-// the policy are checked by their own router's catalog in any case.
-func (r *HintPolicyReconciler) status(ctx context.Context, hp *v1alpha1.HintPolicy, usedBy []string) (v1alpha1.HintPolicyStatus, error) {
-	now := metav1.Now()
-	if _, linked := r.Catalog.Hint(hp.Spec.Type); linked || r.catalogs == nil {
-		st, _ := rolegraph.HintPolicyStatus(r.Catalog, hp, usedBy, now)
-		return st, nil
-	}
-	decls, err := r.catalogs.ForType(ctx, hp.Namespace, hp.Spec.Type)
-	if err != nil {
-		return v1alpha1.HintPolicyStatus{}, err
-	}
-	if len(decls) == 0 {
-		st, _ := rolegraph.HintPolicyStatus(r.Catalog, hp, usedBy, now)
-		return st, nil
-	}
-	routers := slices.Sorted(maps.Keys(decls))
-	var accepted v1alpha1.HintPolicyStatus
-	for i, router := range routers {
-		st, findings := rolegraph.HintPolicyStatus(decls[router], hp, usedBy, now)
-		if len(findings.Errors()) > 0 {
-			setAcceptedMessage(&st, fmt.Sprintf("checked against the declared catalog of router %s: ", router), "")
-			return st, nil
-		}
-		if i == 0 {
-			accepted = st
-		}
-	}
-	setAcceptedMessage(&accepted, "", fmt.Sprintf(" (declared by the catalog of router %s, not linked into the manager)", strings.Join(routers, ", ")))
-	return accepted, nil
-}
-
-// setAcceptedMessage puts prefix and suffix around the Accepted message.
-func setAcceptedMessage(st *v1alpha1.HintPolicyStatus, prefix, suffix string) {
-	for i := range st.Conditions {
-		if st.Conditions[i].Type == string(v1alpha1.ConditionAccepted) {
-			st.Conditions[i].Message = prefix + st.Conditions[i].Message + suffix
-		}
-	}
 }
 
 // SetupWithManager registers the reconciler: a HintPolicy's own spec

@@ -24,7 +24,10 @@
 // estimated memory per namespace and in all, a reserve for small
 // namespaces), with each router's last good declaration kept for when a
 // newer one cannot be used. The manager's controllers ask it for a
-// router's catalog (ForRouter) and hear from it when a load ends.
+// router's catalog (ForRouter) and hear from it when a load ends;
+// PolicyStatus checks a HintPolicy against the linked catalog or the
+// declarations of its namespace, and Namespaces says where declarations
+// are read.
 //
 // The package is internal: a declaration is read by the manager and by
 // kvhint validate, not by plugin builds, and what it holds is the
