@@ -1,12 +1,15 @@
 // Package controllers holds kvhint manager's reconcilers and their wiring
-// only: the router and HintPolicy reconcilers, the mappers from watched
-// objects to the router they concern, the field indexes, Setup and the
-// RouterRole status writer. What they call on lives apart: the compile
-// step in internal/rolegraph, the store of declared catalogs in
-// internal/declared (Store), the writes to restart-mode Deployments and
-// DynamoGraphDeployments in internal/workload (Rollout), the wait for a
-// CRD in internal/apiwatch and the Prometheus collector in
-// internal/managermetrics. It imports those, the API types and
+// only: the router, RouterRollout and HintPolicy reconcilers, the mappers
+// from watched objects to the router they concern, the field indexes,
+// Setup and the status writer. What they call on lives apart: the compile
+// step in internal/rolegraph, what a router's compile reads in
+// internal/routerinput, the compiled ConfigMap's and a rollout's
+// candidates' writes in internal/configmaps, the store of declared
+// catalogs and the HintPolicy check in internal/declared (Store), the
+// writes to restart-mode Deployments and DynamoGraphDeployments in
+// internal/workload (Rollout), the manager's cache settings in
+// internal/managercache, the wait for a CRD in internal/apiwatch and the
+// Prometheus collector in internal/managermetrics. It imports those, the API types and
 // controller-runtime; only the manager's command and its tools import it.
 //
 // The router reconciler works per router, not per RouterRole: the compiled
