@@ -334,6 +334,10 @@ func waitPhase(t *testing.T, timeout time.Duration, want v1alpha1.RolloutPhase) 
 	)
 	err := testenv.Poll(timeout, func(context.Context) error {
 		ro = rolloutNow(t)
+		if step := fmt.Sprint(ro.Status.CandidateHash, "/", ro.Status.CurrentStep); ro.Status.Phase == v1alpha1.RolloutProgressing && !logged[step] {
+			logged[step] = true
+			logRollouts(t, "get", "rro", "-o", "wide")
+		}
 		for _, m := range ro.Status.Measurements {
 			key := fmt.Sprint(ro.Status.CandidateHash, ro.Status.CurrentStep, m.At.UnixMicro())
 			if !logged[key] {
@@ -406,11 +410,16 @@ func assertStableEverywhere(t *testing.T, stable string) {
 }
 
 // logRollouts logs what kubectl shows of the RouterRollouts and the
-// RouterRoles of llama: the printer columns users read.
-func logRollouts(t *testing.T) {
+// RouterRoles of llama (the printer columns users read), or the output of
+// the kubectl command args.
+func logRollouts(t *testing.T, args ...string) {
 	t.Helper()
 	bin := filepath.Join(env.CP.Assets, "kubectl")
-	for _, args := range [][]string{{"get", "rro", "-o", "wide"}, {"get", "rr", "--field-selector", "spec.router=" + router}} {
+	cmds := [][]string{args}
+	if len(args) == 0 {
+		cmds = [][]string{{"get", "rro", "-o", "wide"}, {"get", "rr", "--field-selector", "spec.router=" + router}}
+	}
+	for _, args := range cmds {
 		cmd := exec.Command(bin, append([]string{"--namespace", namespace}, args...)...)
 		cmd.Env = append(os.Environ(), "KUBECONFIG="+env.CP.Kubeconfig)
 		out, err := cmd.CombinedOutput()
