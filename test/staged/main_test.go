@@ -10,11 +10,15 @@ package staged
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"testing"
 
 	"github.com/kvrouter/kv-hint-operator/internal/dev/devenv"
 	"github.com/kvrouter/kv-hint-operator/internal/testing/devsuite"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 )
 
 const namespace = "staged"
@@ -25,9 +29,29 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	// The manager is a team's kvhint build with the kv-offload plugin
+	// (examples/kv-offload), the router pods' sidecars the stock one: a
+	// manager upgraded before the router pods. A role that lists
+	// kv-offload passes the manager's checks and is refused by every
+	// sidecar.
+	dir, err := os.MkdirTemp("", "kvhint-staged-manager-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	manager, err := buildOffloadManager(dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "staged:", err)
+		return 1
+	}
 	// Two router pods of each router: a rollout is judged over every pod,
 	// and none may stay on a candidate rolled back.
-	os.Exit(devsuite.Run(m, "staged", devenv.Options{Namespace: namespace, Progress: os.Stderr, RouterPods: 2},
+	return devsuite.Run(m, "staged", devenv.Options{Namespace: namespace, Progress: os.Stderr, RouterPods: 2, ManagerBin: manager},
 		func(ctx context.Context, s *devsuite.Suite) error {
 			suite, env = *s, s.Env
 			if env == nil {
@@ -35,7 +59,22 @@ func TestMain(m *testing.M) {
 			}
 			_, err := env.ApplySamples(ctx)
 			return err
-		}))
+		})
+}
+
+// buildOffloadManager builds examples/kv-offload's kvhint into dir.
+func buildOffloadManager(dir string) (string, error) {
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	out := filepath.Join(dir, "kvhint-offload")
+	cmd := exec.Command("go", "build", "-o", out, "./cmd/kvhint")
+	cmd.Dir = filepath.Join(root, "examples", "kv-offload")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building examples/kv-offload's kvhint: %v\n%s", err, b)
+	}
+	return out, nil
 }
 
 func requireEnv(t *testing.T) {

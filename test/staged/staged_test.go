@@ -123,6 +123,30 @@ func TestStagedRollout(t *testing.T) {
 		logRollouts(t)
 	})
 
+	t.Run("a candidate the sidecars refuse never passes shadow", func(t *testing.T) {
+		// Planted: kv-offload, which the manager's build links and the
+		// sidecars' does not. Judged by the pods' config status: every
+		// sidecar refuses the candidate (its NACK), so the shadow step
+		// fails and no pod runs it.
+		stable := stableHash(t)
+		setPrefill(t, withFetch, func(rr *v1alpha1.RouterRole) {
+			rr.Spec.Hints = append(rr.Spec.Hints, testenv.Hint("kv-offload", map[string]any{"tier": "cpu"}))
+		})
+		cand := waitCandidate(t, stable)
+		ro := waitPhase(t, time.Minute, v1alpha1.RolloutRolledBack)
+		rb := ro.Status.LastRollback
+		if rb == nil || rb.Hash != cand || rb.Step != 0 || rb.Reason != string(v1alpha1.ReasonCandidateRefused) {
+			t.Fatalf("lastRollback = %+v, want candidate %s refused at the shadow step (0)", rb, cand)
+		}
+		t.Logf("refused in shadow: %s", rb.Message)
+		if !strings.Contains(rb.Message, "kv-offload") {
+			t.Errorf("the rollback does not name what the sidecars refused: %s", rb.Message)
+		}
+		assertStableEverywhere(t, stable)
+		setPrefill(t, withFetch)
+		waitRoleReady(t, prefill)
+	})
+
 	t.Run("a manager killed mid-step resumes at that step", func(t *testing.T) {
 		// The change of the promoted case again, with a long last step so
 		// that the kill lands inside it.

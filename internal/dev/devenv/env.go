@@ -3,6 +3,7 @@ package devenv
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -59,6 +60,10 @@ type Options struct {
 	// so that the sidecars push every hint to it as well. Off, as no
 	// engine known today opens one: hints arrive in-band only.
 	PushHints bool
+	// ManagerBin is the kvhint binary the manager runs; empty: Bin. A
+	// manager built with a plugin the sidecars lack stands for one
+	// upgraded before the router pods.
+	ManagerBin string
 	// RouterPods is the number of router pods of each sample router, each
 	// a sidecar and a front router; 0 means 1. A staged rollout is judged
 	// over every pod of a router, so its tests run two or more.
@@ -319,7 +324,7 @@ func (e *Env) StartManager(ctx context.Context) error {
 		}
 		e.ProbeURL = "http://127.0.0.1:" + strconv.Itoa(probe)
 		e.MetricsURL = "https://127.0.0.1:" + strconv.Itoa(metrics) + "/metrics"
-		e.Manager = NewProcess("manager", e.Opts.Bin, []string{"manager",
+		e.Manager = NewProcess("manager", cmp.Or(e.Opts.ManagerBin, e.Opts.Bin), []string{"manager",
 			"--kubeconfig", e.CP.Kubeconfig, "--namespace", e.Opts.Namespace,
 			"--metrics-bind-address", "127.0.0.1:" + strconv.Itoa(metrics),
 			"--health-probe-bind-address", "127.0.0.1:" + strconv.Itoa(probe),
