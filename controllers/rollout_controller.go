@@ -90,8 +90,9 @@ func (r *RolloutReconciler) Reconcile(ctx context.Context, req reconcile.Request
 	if err := r.Client.List(ctx, deps, client.InNamespace(req.Namespace), client.MatchingLabels{v1alpha1.RouterLabel: req.Name}); err != nil {
 		return ctrl.Result{}, fmt.Errorf("listing the Deployments of router %s: %w", req.Name, err)
 	}
-	for _, d := range deps.Items {
-		obs.RestartMode = obs.RestartMode || v1alpha1.OptedIn(d.Annotations)
+	if dep := restartRouter(deps.Items); dep != nil {
+		// Restart mode: the ConfigMap holds what the router compiled.
+		return r.reconcileRestart(ctx, ro, dep, obs.Stable, pods.Items)
 	}
 
 	d, err := rollout.Advance(ro, obs, r.measure(ctx, ro, obs))
@@ -190,6 +191,7 @@ func (r *RolloutReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			builder.WithPredicates(compiledConfigMap)).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(routerOfLabel),
 			builder.WithPredicates(rolloutPodChanged)).
+		Watches(&appsv1.Deployment{}, handler.EnqueueRequestsFromMapFunc(routerOfLabel)).
 		WithLogConstructor(func(req *reconcile.Request) logr.Logger {
 			l := mgr.GetLogger().WithValues("controller", "rollout")
 			if req != nil {

@@ -200,6 +200,9 @@ func (r *RouterReconciler) run(ctx context.Context, req reconcile.Request) (outc
 			return outcome{}, err
 		}
 	}
+	if err := r.holdForRollout(ctx, req.Namespace, compiled); err != nil {
+		return outcome{}, err
+	}
 	rollErr := r.rollout.Roll(ctx, &in, ro, compiled)
 	recompile, refusal := r.noteRollout(ctx, req.NamespacedName, rollErr)
 	if rollErr != nil && refusal == nil {

@@ -95,7 +95,7 @@ func AdvanceRestart(ro *v1alpha1.RouterRollout, obs RestartObserved, measure Mea
 	}
 	a := &advance{
 		ro: ro, set: set, now: metav1.NewTime(obs.Now), at: metav1.NewMicroTime(obs.Now),
-		obs:   Observed{Stable: obs.Stable, Candidate: cand, Now: obs.Now, RestartMode: true},
+		obs:   Observed{Stable: obs.Stable, Candidate: cand, Now: obs.Now},
 		steps: []string{RestartStepOnePod, RestartStepRest},
 	}
 	a.d.Status = *ro.Status.DeepCopy()
