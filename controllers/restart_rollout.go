@@ -253,3 +253,15 @@ func (r *RouterReconciler) holdForRollout(ctx context.Context, namespace string,
 	}
 	return nil
 }
+
+// graphRouter reports whether the router's pods read a config revision
+// with no opted-in Deployment of the router's to run them: a
+// DynamoGraphDeployment's, which a rollout does not stage.
+func graphRouter(router string, pods []corev1.Pod) bool {
+	for i := range pods {
+		if workload.RevisionHashOf(&pods[i].Spec, router) != "" {
+			return true
+		}
+	}
+	return false
+}

@@ -94,6 +94,7 @@ func (r *RolloutReconciler) Reconcile(ctx context.Context, req reconcile.Request
 		// Restart mode: the ConfigMap holds what the router compiled.
 		return r.reconcileRestart(ctx, ro, dep, obs.Stable, pods.Items)
 	}
+	obs.RestartMode = graphRouter(ro.Spec.Router, pods.Items)
 
 	d, err := rollout.Advance(ro, obs, r.measure(ctx, ro, obs))
 	if err != nil {

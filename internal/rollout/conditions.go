@@ -72,8 +72,8 @@ func (a *advance) conditions() {
 			reason, msg = v1alpha1.ReasonIdle, fmt.Sprintf("no candidate staged; stable config %s runs on %d of %d pods", st.StableHash, a.pods.OnStable, a.pods.Total)
 			break
 		}
-		reason, msg = v1alpha1.ReasonRestartModeRouter, "the router's pods read their config only at start-up (an opted-in workload): "+
-			"nothing is staged, and each config reaches them by the workload's own rolling update"
+		reason, msg = v1alpha1.ReasonRestartModeRouter, "the router's pods read their config only at start-up and run in a DynamoGraphDeployment: "+
+			"Dynamo has no partition or pause of a component's pods, so nothing is staged, and each config reaches every pod by Dynamo's own rolling update"
 	default:
 		reason, msg = v1alpha1.ReasonIdle, fmt.Sprintf("no candidate staged; stable config %s runs on %d of %d pods", st.StableHash, a.pods.OnStable, a.pods.Total)
 	}

@@ -258,3 +258,29 @@ func requireTemplate(t *testing.T, dep *appsv1.Deployment) {
 		t.Errorf("the router's pod template changed: mounts %s, was %s", policyConfigMap(&d.Spec.Template.Spec), policyConfigMap(&dep.Spec.Template.Spec))
 	}
 }
+
+// TestGraphRouterIsNotStaged: a DGD router under a RouterRollout is not
+// staged (Dynamo has no partition or pause of a component's pods): the
+// rollout says so with Ready=True reason RestartModeRouter, picks up no
+// candidate, and a change rolls every Frontend pod by Dynamo's own
+// rolling update, as without a rollout.
+func TestGraphRouterIsNotStaged(t *testing.T) {
+	ns := newCatalogNamespace(t)
+	rr, _, _ := programmedGraph(t, ns, 2)
+	ro := &v1alpha1.RouterRollout{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "llama"},
+		Spec: v1alpha1.RouterRolloutSpec{Router: "llama", Steps: []v1alpha1.RolloutStep{{Canary: &v1alpha1.CanaryStep{Weight: 50}}}},
+	}
+	testenv.Create(t, k8s, ro)
+	testenv.WaitCondition(t, k8s, timeout, ro, string(v1alpha1.ConditionReady), testenv.Want{Status: metav1.ConditionTrue,
+		Reason: string(v1alpha1.ReasonRestartModeRouter), MessageContains: "DynamoGraphDeployment"})
+	gen := setTTL(t, rr, retain(120))
+	waitProgrammed(t, rr, metav1.ConditionTrue, v1alpha1.ReasonProgrammed, "2/2 router pods run ", gen)
+	requirePodsOn(t, ns, 2, v1alpha1.RevisionConfigMapName("llama", hashOf(t, rr)))
+	if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(ro), ro); err != nil {
+		t.Fatal(err)
+	}
+	if ro.Status.CandidateHash != "" || ro.Status.Phase != v1alpha1.RolloutIdle {
+		t.Errorf("a DGD router's change was staged: candidate %q, phase %s", ro.Status.CandidateHash, ro.Status.Phase)
+	}
+}
