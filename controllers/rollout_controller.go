@@ -36,10 +36,7 @@ import (
 type RolloutReconciler struct {
 	Client   client.Client
 	Recorder events.EventRecorder
-	// Outcomes fetches what the router pods report for a measurement;
-	// nil: no outcomes, which an analysis judges Inconclusive.
-	Outcomes rollout.OutcomeSource
-	// Analysis judges a step; nil is rollout.NoAnalysis.
+	// Analysis takes a step's measurements; nil is rollout.NoAnalysis.
 	Analysis rollout.Analysis
 	// Now is the clock; nil is time.Now.
 	Now func() time.Time
@@ -134,27 +131,19 @@ func (r *RolloutReconciler) now() time.Time {
 	return time.Now()
 }
 
-// measure returns the Measure of one reconcile: fetch the outcomes of the
-// router pods and judge them.
+// measure returns the Measure of one reconcile: one measurement of the
+// current step by the Analysis.
 func (r *RolloutReconciler) measure(ctx context.Context, ro *v1alpha1.RouterRollout, obs rollout.Observed) rollout.Measure {
 	return func(stage rolloutapi.Stage, since time.Time, pods rollout.Pods) rollout.Result {
 		set, _ := rollout.SettingsOf(ro.Spec.Analysis)
-		in := rollout.Input{Stage: stage, Stable: obs.Stable, Since: since, Settings: set, Pods: pods.Reports}
-		if r.Outcomes != nil {
-			outs, err := r.Outcomes.Outcomes(ctx, rollout.Query{
-				Namespace: ro.Namespace, Router: ro.Spec.Router, Pods: pods.Live, Since: since,
-				Stable: obs.Stable, Candidate: stage.Candidate, Provider: set.Provider,
-			})
-			if err != nil {
-				return rollout.Result{Verdict: v1alpha1.VerdictInconclusive, Reason: "OutcomesUnavailable", Message: "fetching outcomes: " + err.Error()}
-			}
-			in.Outcomes = outs
-		}
 		var a rollout.Analysis = rollout.NoAnalysis{}
 		if r.Analysis != nil {
 			a = r.Analysis
 		}
-		return a.Analyze(in)
+		return a.Analyze(ctx, rollout.Input{
+			Namespace: ro.Namespace, Router: ro.Spec.Router, Stage: stage, Stable: obs.Stable, Since: since,
+			Settings: set, Pods: pods.Live, Reports: pods.Reports,
+		})
 	}
 }
 

@@ -55,7 +55,7 @@ func (j *judge) count(st rolloutapi.Stage) int {
 	return j.calls[stageKey(st)]
 }
 
-func (j *judge) Analyze(in rollout.Input) rollout.Result {
+func (j *judge) Analyze(_ context.Context, in rollout.Input) rollout.Result {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	k := stageKey(in.Stage)
@@ -68,7 +68,7 @@ func (j *judge) Analyze(in rollout.Input) rollout.Result {
 
 // withRolloutManager replaces the suite's manager by one whose rollouts
 // are judged by j, for the test; the suite's comes back after it.
-func withRolloutManager(t *testing.T, j *judge) (restart func()) {
+func withRolloutManager(t *testing.T, j rollout.Analysis) (restart func()) {
 	t.Helper()
 	stopManager()
 	start := func() func() {
@@ -291,8 +291,11 @@ func TestRolloutStagesShadowThenPromotes(t *testing.T) {
 	if n := j.count(rolloutapi.Stage{Candidate: h, Stage: rolloutapi.StageShadow}); n != 0 {
 		t.Errorf("%d measurements while paused", n)
 	}
-	// The roles' spec does not run everywhere yet.
-	testenv.WaitCondition(t, k8s, timeout, f.role, "Programmed", testenv.Want{Status: metav1.ConditionFalse, Generation: testenv.AnyGeneration})
+	// The role's spec does not run everywhere yet: it is staged, and
+	// kstatus reads the role as InProgress.
+	testenv.WaitCondition(t, k8s, timeout, f.role, "Programmed", testenv.Want{Status: metav1.ConditionFalse, Reason: "Staged",
+		MessageContains: "config " + h + " is staged by RouterRollout r, step 1/3 (shadow), paused", Generation: testenv.AnyGeneration})
+	testenv.WaitCondition(t, k8s, timeout, f.role, "Reconciling", testenv.Want{Status: metav1.ConditionTrue, Reason: "Staged"})
 
 	start := time.Now()
 	update(t, f.ro, func(ro *v1alpha1.RouterRollout) { ro.Spec.Paused = false })
@@ -543,6 +546,40 @@ func waitRolloutGitops(t *testing.T, ro *v1alpha1.RouterRollout, kstatus status.
 		}
 		if res.Status != kstatus || health != argo || !strings.Contains(msg, argoMessage) {
 			return fmt.Errorf("kstatus %s (%s), Argo CD %s (%s)", res.Status, res.Message, health, msg)
+		}
+		return nil
+	})
+}
+
+// Candidates' ConfigMaps are kept for inspection, the last three and
+// those still needed, and the older ones deleted.
+func TestRolloutKeepsRecentCandidates(t *testing.T) {
+	withRolloutManager(t, newJudge())
+	f := newRolloutFixture(t, 1, shadowStep())
+	update(t, f.ro, func(ro *v1alpha1.RouterRollout) { ro.Spec.Paused = true })
+	var hashes []string
+	for _, m := range []float64{0.1, 0.2, 0.3, 0.4, 0.6} {
+		h := f.change(t, m)
+		update(t, f.ro, func(ro *v1alpha1.RouterRollout) {
+			ro.Annotations = map[string]string{v1alpha1.PromoteAnnotation: h}
+		})
+		f.waitStable(t, h)
+		hashes = append(hashes, h)
+		time.Sleep(1100 * time.Millisecond) // creation times a second apart, as the API server records them
+	}
+	testenv.Eventually(t, timeout, "old candidate ConfigMaps deleted", func(ctx context.Context) error {
+		var list corev1.ConfigMapList
+		if err := k8s.List(ctx, &list, client.InNamespace(f.ns), client.HasLabels{v1alpha1.ConfigHashLabel}); err != nil {
+			return err
+		}
+		kept := map[string]bool{}
+		for _, cm := range list.Items {
+			kept[cm.Labels[v1alpha1.ConfigHashLabel]] = true
+		}
+		for i, h := range hashes {
+			if want := i >= len(hashes)-4; kept[h] != want {
+				return fmt.Errorf("candidate %d (%s) kept %v, want %v; kept %v", i, h, kept[h], want, kept)
+			}
 		}
 		return nil
 	})

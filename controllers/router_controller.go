@@ -190,7 +190,7 @@ func (r *RouterReconciler) run(ctx context.Context, req reconcile.Request) (outc
 		return outcome{}, err
 	}
 	compiled.ConfigMap = staged.ConfigMap
-	markRolledBack(o.out, in.RouterRoles, staged, in.Now)
+	markRoles(o.out, in.RouterRoles, rollout, staged, in.Now)
 	wrote, err := r.applyConfigMap(ctx, current, compiled)
 	if err != nil {
 		return outcome{}, err

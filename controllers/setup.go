@@ -29,6 +29,7 @@ import (
 	"github.com/kvrouter/kv-hint-operator/internal/declared"
 	"github.com/kvrouter/kv-hint-operator/internal/managermetrics"
 	"github.com/kvrouter/kv-hint-operator/internal/rollout"
+	"github.com/kvrouter/kv-hint-operator/internal/rollout/provider"
 	"github.com/kvrouter/kv-hint-operator/internal/rolloutapi"
 	"github.com/kvrouter/kv-hint-operator/internal/workload"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
@@ -146,7 +147,7 @@ var sidecarReports = []string{v1alpha1.AppliedHashAnnotation, v1alpha1.EjectedPo
 
 // OpsPortName is the name of the sidecar container's port that serves
 // its ops routes, rolloutapi.OutcomesPath among them.
-const OpsPortName = "kvhint-ops"
+const OpsPortName = provider.OpsPortName
 
 // opsPorts keeps of containers the name and the ports named OpsPortName
 // of those that have one.
@@ -239,10 +240,9 @@ type Options struct {
 	// DynamoGraphDeployment CRD until it is served; zero is
 	// DefaultGraphDiscoveryInterval.
 	GraphDiscoveryInterval time.Duration
-	// RolloutOutcomes and RolloutAnalysis judge the steps of
-	// RouterRollouts (RolloutReconciler); nil Analysis holds every
-	// candidate at its first step until promoted or aborted by hand.
-	RolloutOutcomes rollout.OutcomeSource
+	// RolloutAnalysis takes the measurements of RouterRollouts' steps
+	// (RolloutReconciler); nil is rollout.NewJudge with the default
+	// sidecar provider options (no loopback pod IPs).
 	RolloutAnalysis rollout.Analysis
 }
 
@@ -310,8 +310,7 @@ func SetupWithOptions(ctx context.Context, mgr manager.Manager, cat *hints.Catal
 		catalogs: cats, catalogCache: catalogCache, graphs: graphs, rollout: rollout, loaded: loaded}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("router controller: %w", err)
 	}
-	if err := (&RolloutReconciler{Client: mgr.GetClient(), Recorder: rec,
-		Outcomes: o.RolloutOutcomes, Analysis: o.RolloutAnalysis}).SetupWithManager(mgr); err != nil {
+	if err := (&RolloutReconciler{Client: mgr.GetClient(), Recorder: rec, Analysis: rolloutAnalysis(o)}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("rollout controller: %w", err)
 	}
 	if err := (&HintPolicyReconciler{Client: mgr.GetClient(), Catalog: cat, Recorder: rec,
@@ -319,6 +318,14 @@ func SetupWithOptions(ctx context.Context, mgr manager.Manager, cat *hints.Catal
 		return fmt.Errorf("hintpolicy controller: %w", err)
 	}
 	return nil
+}
+
+// rolloutAnalysis is the analysis of o, or the default one.
+func rolloutAnalysis(o Options) rollout.Analysis {
+	if o.RolloutAnalysis != nil {
+		return o.RolloutAnalysis
+	}
+	return rollout.NewJudge(provider.SidecarOptions{}, provider.PrometheusOptions{})
 }
 
 // catalogNamespaces returns the namespaces declared catalogs are read

@@ -124,18 +124,22 @@ func ownedBy(cm *corev1.ConfigMap, ro *v1alpha1.RouterRollout) bool {
 	return false
 }
 
-// markRolledBack reports, in the status of each RouterRole whose spec
-// produced a candidate the rollout rolled back, that it does not run.
-func markRolledBack(out *rolegraph.Output, roles []v1alpha1.RouterRole, st rollout.Staging, now metav1.Time) {
-	if st.RolledBack == nil {
+// markRoles reports, in the status of each RouterRole whose spec produced
+// the router's candidate, that it is staged or was rolled back.
+func markRoles(out *rolegraph.Output, roles []v1alpha1.RouterRole, ro *v1alpha1.RouterRollout, st rollout.Staging, now metav1.Time) {
+	if ro == nil || (st.RolledBack == nil && st.Candidate == nil) {
 		return
 	}
 	for i := range roles {
 		rr := &roles[i]
 		res := out.RouterRole(rr.Name)
-		if res == nil || !st.RolledBackRoles[rr.Name] {
+		if res == nil || !st.ChangedRoles[rr.Name] {
 			continue
 		}
-		rollout.MarkRolledBack(&res.Status, rr.Status.Conditions, rr.Generation, st.RolledBack, now)
+		if st.RolledBack != nil {
+			rollout.MarkRolledBack(&res.Status, rr.Status.Conditions, rr.Generation, st.RolledBack, now)
+		} else {
+			rollout.MarkStaged(&res.Status, rr.Status.Conditions, rr.Generation, ro.Name, st.Candidate.Labels[v1alpha1.ConfigHashLabel], st.Step, now)
+		}
 	}
 }

@@ -317,6 +317,13 @@ const (
 	// of Ready=False and Stalled=True after a rollback.
 	ReasonRolledBack ConditionReason = "RolledBack"
 
+	// ReasonStaged: on a RouterRole, Programmed=False (and Ready=False,
+	// Reconciling=True) while the config its current spec compiled into
+	// is the candidate of the router's RouterRollout: the router pods run
+	// it beside the stable config in the rollout's current step (the
+	// message names it) until it is promoted.
+	ReasonStaged ConditionReason = "Staged"
+
 	// ReasonCandidateRefused: a router pod's sidecar refused the candidate
 	// (it does not load; the pod and the sidecar's error are named), which
 	// fails the step at once.

@@ -203,14 +203,6 @@ type PrometheusProvider struct {
 	// +kubebuilder:validation:MaxLength=2048
 	// +kubebuilder:validation:XValidation:rule="isURL(self) && (url(self).getScheme() == 'http' || url(self).getScheme() == 'https')",message="address must be an http or https URL"
 	Address string `json:"address"`
-
-	// queries override the PromQL of a metric, by metric name
-	// (prefixHit, ttftP90, errorRate). A query takes the placeholders
-	// {{hash}} (the config hash), {{router}}, {{namespace}} and
-	// {{window}} (the time since the step started, as 90s). At most 8.
-	// +optional
-	// +kubebuilder:validation:MaxProperties=8
-	Queries map[string]string `json:"queries,omitempty"`
 }
 
 // RolloutPhase is where a rollout is.

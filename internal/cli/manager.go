@@ -27,6 +27,8 @@ import (
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
 	"github.com/kvrouter/kv-hint-operator/controllers"
 	"github.com/kvrouter/kv-hint-operator/internal/declared"
+	"github.com/kvrouter/kv-hint-operator/internal/rollout"
+	"github.com/kvrouter/kv-hint-operator/internal/rollout/provider"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 )
 
@@ -44,6 +46,7 @@ type managerOptions struct {
 	workers                 int
 	catalogNamespaces       []string
 	catalogLimits           declared.Limits
+	rolloutAllowLoopback    bool
 	zap                     zap.Options
 }
 
@@ -96,6 +99,7 @@ HTTP: for a manager on your own machine only. Logs are JSON (see the
 	f.IntVar(&o.workers, "workers", 4, "routers (and HintPolicies) reconciled at once")
 	f.StringSliceVar(&o.catalogNamespaces, "catalog-namespace", nil, "read declared catalogs (ConfigMaps labelled "+v1alpha1.CatalogForLabel+") only in this namespace (repeatable or comma-separated; within --namespace); routers elsewhere are checked against the linked catalog. Default: every namespace the manager watches")
 	o.catalogLimits.AddFlags(f)
+	f.BoolVar(&o.rolloutAllowLoopback, "rollout-allow-loopback-pods", false, "let a RouterRollout's analysis ask router pods whose status.podIP is a loopback address, for a local development control plane whose sidecars run on the host; never in a cluster, where a pod could steer the manager to its own host")
 	zfs := flag.NewFlagSet("zap", flag.ContinueOnError)
 	o.zap.BindFlags(zfs)
 	f.AddGoFlagSet(zfs)
@@ -135,6 +139,7 @@ func runManager(ctx context.Context, cat *hints.Catalog, o managerOptions) error
 	}
 	if err := controllers.SetupWithOptions(ctx, mgr, cat, controllers.Options{
 		Namespaces: o.namespaces, CatalogNamespaces: o.catalogNamespaces, CatalogLimits: o.catalogLimits,
+		RolloutAnalysis: rollout.NewJudge(provider.SidecarOptions{AllowLoopback: o.rolloutAllowLoopback}, provider.PrometheusOptions{}),
 	}); err != nil {
 		return err
 	}

@@ -23,11 +23,15 @@ type Staging struct {
 	Candidate *corev1.ConfigMap
 	// RolledBack is set when the config compiled now is the candidate
 	// the rollout rolled back: it is not staged, and the RouterRoles
-	// whose spec produced it (RolledBackRoles) say so.
+	// whose spec produced it (ChangedRoles) say so.
 	RolledBack *v1alpha1.Rollback
-	// RolledBackRoles are the RouterRoles, by name, whose entries of the
-	// compiled config differ from the stable config's.
-	RolledBackRoles map[string]bool
+	// ChangedRoles are the RouterRoles, by name, whose entries of the
+	// compiled config differ from the stable config's: those whose spec
+	// produced the candidate, staged or rolled back.
+	ChangedRoles map[string]bool
+	// Step says where a staged candidate is, for the RouterRoles'
+	// status: "step 1/3 (shadow)".
+	Step string
 }
 
 // Render returns what the router's ConfigMap holds when its RouterRoles
@@ -69,14 +73,20 @@ func Render(ro *v1alpha1.RouterRollout, current, promoted, want *corev1.ConfigMa
 	if rb := ro.Status.LastRollback; ro.Status.Phase == v1alpha1.RolloutRolledBack && rb != nil && rb.Hash == hash {
 		cm.Data = stable
 		out.RolledBack = rb
-		out.RolledBackRoles = changedRoles(want.Annotations[compiled.SourcesAnnotation], stableSources)
+		out.ChangedRoles = changedRoles(want.Annotations[compiled.SourcesAnnotation], stableSources)
 		return out, nil
 	}
 	stage := rolloutapi.Stage{Candidate: hash, Stage: rolloutapi.StageShadow}
+	out.Step = "waiting for RouterRollout " + ro.Name + " to pick it up"
 	if st := ro.Status; st.CandidateHash == hash && (st.Phase == v1alpha1.RolloutProgressing || st.Phase == v1alpha1.RolloutPaused) &&
 		int(st.CurrentStep) < len(ro.Spec.Steps) {
 		stage = StageOf(ro.Spec.Steps[st.CurrentStep], hash)
+		out.Step = fmt.Sprintf("step %d/%d (%s)", st.CurrentStep+1, len(ro.Spec.Steps), StepName(ro.Spec.Steps[st.CurrentStep]))
+		if st.Phase == v1alpha1.RolloutPaused {
+			out.Step += ", paused"
+		}
 	}
+	out.ChangedRoles = changedRoles(want.Annotations[compiled.SourcesAnnotation], stableSources)
 	data, err := compiled.StagedData(stable, want.Data, stage)
 	if err != nil {
 		return Staging{}, fmt.Errorf("staging candidate %s of router %s: %w", hash, ro.Spec.Router, err)
@@ -148,26 +158,37 @@ func changedRoles(sources, stableSources string) map[string]bool {
 // not change keeps its lastTransitionTime, so that the same status
 // computed again is not a write.
 func MarkRolledBack(st *v1alpha1.RouterRoleStatus, prev []metav1.Condition, gen int64, rb *v1alpha1.Rollback, now metav1.Time) {
-	msg := RollbackMessage(rb) + "; the router pods run the stable config"
+	mark(st, prev, gen, v1alpha1.ReasonRolledBack, RollbackMessage(rb)+"; the router pods run the stable config", v1alpha1.ConditionStalled, v1alpha1.ConditionReconciling, now)
+}
+
+// MarkStaged sets a RouterRole's status to say that the config its
+// current spec compiled into is the rollout's candidate, at step:
+// Programmed and Ready False with reason Staged, Reconciling True (kstatus:
+// InProgress), Stalled gone.
+func MarkStaged(st *v1alpha1.RouterRoleStatus, prev []metav1.Condition, gen int64, ro, candidate, step string, now metav1.Time) {
+	msg := fmt.Sprintf("config %s is staged by RouterRollout %s, %s; the router pods run the stable config until it is promoted", candidate, ro, step)
+	mark(st, prev, gen, v1alpha1.ReasonStaged, msg, v1alpha1.ConditionReconciling, v1alpha1.ConditionStalled, now)
+}
+
+// mark sets Programmed and Ready False and the abnormal condition on True
+// with reason and msg, and removes off.
+func mark(st *v1alpha1.RouterRoleStatus, prev []metav1.Condition, gen int64, reason v1alpha1.ConditionReason, msg string, on, off v1alpha1.ConditionType, now metav1.Time) {
 	prog := meta.FindStatusCondition(st.Conditions, string(v1alpha1.ConditionProgrammed))
 	progGen := gen
 	if prog != nil {
 		progGen = prog.ObservedGeneration
 	}
 	for _, c := range []metav1.Condition{
-		{Type: string(v1alpha1.ConditionProgrammed), ObservedGeneration: progGen},
-		{Type: string(v1alpha1.ConditionReady), ObservedGeneration: gen},
-		{Type: string(v1alpha1.ConditionStalled), ObservedGeneration: gen, Status: metav1.ConditionTrue},
+		{Type: string(v1alpha1.ConditionProgrammed), ObservedGeneration: progGen, Status: metav1.ConditionFalse},
+		{Type: string(v1alpha1.ConditionReady), ObservedGeneration: gen, Status: metav1.ConditionFalse},
+		{Type: string(on), ObservedGeneration: gen, Status: metav1.ConditionTrue},
 	} {
-		if c.Status == "" {
-			c.Status = metav1.ConditionFalse
-		}
-		c.Reason, c.Message, c.LastTransitionTime = string(v1alpha1.ReasonRolledBack), msg, now
+		c.Reason, c.Message, c.LastTransitionTime = string(reason), clip(msg, 32768), now
 		if p := meta.FindStatusCondition(prev, c.Type); p != nil && p.Status == c.Status {
 			c.LastTransitionTime = p.LastTransitionTime
 		}
 		meta.RemoveStatusCondition(&st.Conditions, c.Type)
 		meta.SetStatusCondition(&st.Conditions, c)
 	}
-	meta.RemoveStatusCondition(&st.Conditions, string(v1alpha1.ConditionReconciling))
+	meta.RemoveStatusCondition(&st.Conditions, string(off))
 }

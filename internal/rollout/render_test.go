@@ -70,8 +70,8 @@ func TestRender(t *testing.T) {
 	// Rolled back: the stable config only, and the role that changed.
 	ro.Status = v1alpha1.RouterRolloutStatus{Phase: v1alpha1.RolloutRolledBack, StableHash: S, LastRollback: &v1alpha1.Rollback{Hash: H, Reason: "PrefixHitDrop"}}
 	st, _ = Render(ro, staged, nil, want)
-	if len(st.ConfigMap.Data) != 2 || compiled.Hash(st.ConfigMap.Data) != S || st.RolledBack == nil || !st.RolledBackRoles["decode"] || st.Candidate != nil {
-		t.Fatalf("rolled back: %v %+v %v", st.ConfigMap.Data, st.RolledBack, st.RolledBackRoles)
+	if len(st.ConfigMap.Data) != 2 || compiled.Hash(st.ConfigMap.Data) != S || st.RolledBack == nil || !st.ChangedRoles["decode"] || st.Candidate != nil {
+		t.Fatalf("rolled back: %v %+v %v", st.ConfigMap.Data, st.RolledBack, st.ChangedRoles)
 	}
 
 	// Promoted: the promoted config becomes the stable one, from its

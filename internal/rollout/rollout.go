@@ -8,9 +8,9 @@
 //
 // It reads no API and writes nothing: the reconcilers in package
 // controllers observe, call it and write. Judging a step is behind two
-// interfaces, OutcomeSource (fetch what the router pods report) and
-// Analysis (judge it), so the statistics and the providers live in
-// packages of their own.
+// interface, Analysis; Judge implements it with the metric providers of
+// internal/rollout/provider and the statistics of
+// internal/rollout/analysis.
 package rollout
 
 import (
@@ -117,49 +117,25 @@ func StepName(step v1alpha1.RolloutStep) string {
 	return "shadow"
 }
 
-// Query is what a measurement asks of an OutcomeSource.
-type Query struct {
+// Input is what Analysis judges: one measurement of a step.
+type Input struct {
+	// Namespace and Router name the router.
 	Namespace, Router string
-	// Pods are the router's pods (not being deleted), with their IP and
-	// ports.
-	Pods []corev1.Pod
-	// Since is when the step started: samples before it are not the
+	// Stage is the step's stage; Stage.Candidate the candidate's hash.
+	Stage rolloutapi.Stage
+	// Stable is the stable config's hash.
+	Stable string
+	// Since is when the step started: outcomes before it are not the
 	// step's.
 	Since time.Time
-	// Stable and Candidate are the two configs' hashes.
-	Stable, Candidate string
-	// Provider is the rollout's spec.analysis.provider; nil is the
-	// sidecars.
-	Provider *v1alpha1.MetricsProvider
-}
-
-// PodOutcomes are what one router pod reported, or why it did not.
-type PodOutcomes struct {
-	Pod      string
-	Outcomes *rolloutapi.Outcomes
-	// Err is set when the pod could not be asked or did not answer.
-	Err error
-}
-
-// OutcomeSource fetches the outcomes a measurement judges. It is the
-// sidecars' ops route (rolloutapi.OutcomesPath) by default, or a
-// Prometheus server.
-type OutcomeSource interface {
-	Outcomes(ctx context.Context, q Query) ([]PodOutcomes, error)
-}
-
-// Input is what Analysis judges.
-type Input struct {
-	// Stage is the step's stage.
-	Stage    rolloutapi.Stage
-	Stable   string
-	Since    time.Time
+	// Settings are the rollout's analysis settings.
 	Settings Settings
-	// Pods are the router pods' config reports, by pod name; a pod
-	// whose sidecar reported nothing has none.
-	Pods map[string]*rolloutapi.ConfigStatus
-	// Outcomes are what OutcomeSource returned.
-	Outcomes []PodOutcomes
+	// Pods are the router's pods that run a config (not being deleted,
+	// not terminated), with their IP and ops port.
+	Pods []corev1.Pod
+	// Reports are the pods' config reports, by pod name; a pod whose
+	// sidecar reported nothing readable has none.
+	Reports map[string]*rolloutapi.ConfigStatus
 }
 
 // Result is a measurement's judgement. Its fields are those of a
@@ -175,9 +151,10 @@ type Result struct {
 	Message  string
 }
 
-// Analysis judges a step from its pods' outcomes.
+// Analysis takes one measurement of a step: it fetches what the router
+// pods' configs did since the step started and judges it (Judge).
 type Analysis interface {
-	Analyze(in Input) Result
+	Analyze(ctx context.Context, in Input) Result
 }
 
 // NoAnalysis is the Analysis of a manager built without one: every
@@ -186,7 +163,7 @@ type Analysis interface {
 type NoAnalysis struct{}
 
 // Analyze returns Inconclusive.
-func (NoAnalysis) Analyze(Input) Result {
+func (NoAnalysis) Analyze(context.Context, Input) Result {
 	return Result{Verdict: v1alpha1.VerdictInconclusive, Reason: "NoAnalysis",
 		Message: "this manager has no analysis linked: promote or abort by hand (hints.kvrouter.io/promote, hints.kvrouter.io/abort)"}
 }

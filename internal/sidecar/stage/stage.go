@@ -67,10 +67,10 @@ type candidate struct {
 }
 
 // New returns a stage that books through stable. Candidates get
-// dispatchers of their own with opts (its Metrics are ignored: a
-// candidate's dispatcher metrics are private, so that the stable series
-// keep their meaning); the shadow counters are registered with reg (nil
-// keeps them unregistered).
+// dispatchers of their own with opts less its Metrics: a candidate's
+// dispatcher records none, so that the dispatcher's series stay the
+// stable config's. The shadow counters are registered with reg (nil keeps
+// them unregistered).
 func New(stable *dispatch.Dispatcher, opts dispatch.Options, reg prometheus.Registerer) *Stage {
 	opts.Metrics = nil
 	opts.Log = opts.Log.WithName("candidate")
