@@ -269,7 +269,7 @@ func TestGraphRouterIsNotStaged(t *testing.T) {
 	rr, _, _ := programmedGraph(t, ns, 2)
 	ro := &v1alpha1.RouterRollout{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "llama"},
-		Spec: v1alpha1.RouterRolloutSpec{Router: "llama", Steps: []v1alpha1.RolloutStep{{Canary: &v1alpha1.CanaryStep{Weight: 50}}}},
+		Spec:       v1alpha1.RouterRolloutSpec{Router: "llama", Steps: []v1alpha1.RolloutStep{{Canary: &v1alpha1.CanaryStep{Weight: 50}}}},
 	}
 	testenv.Create(t, k8s, ro)
 	testenv.WaitCondition(t, k8s, timeout, ro, string(v1alpha1.ConditionReady), testenv.Want{Status: metav1.ConditionTrue,
