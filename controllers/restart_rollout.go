@@ -120,7 +120,11 @@ func (r *RolloutReconciler) actRestart(ctx context.Context, ro *v1alpha1.RouterR
 			return err
 		}
 		rev := v1alpha1.RevisionConfigMapName(ro.Spec.Router, hash)
-		want := workload.CandidateDeployment(dep, rev, w.Container, *metav1.NewControllerRef(ro, v1alpha1.GroupVersion.WithKind("RouterRollout")))
+		// Owned by the router's Deployment, not the RouterRollout: a
+		// rollout deleted mid-step leaves it for dropCandidates, which
+		// unpauses the router's Deployment as it deletes it.
+		owner := metav1.OwnerReference{APIVersion: "apps/v1", Kind: "Deployment", Name: dep.Name, UID: dep.UID}
+		want := workload.CandidateDeployment(dep, rev, w.Container, owner)
 		if cand == nil {
 			if err := r.Client.Create(ctx, want, client.FieldOwner(FieldOwner)); err != nil && !apierrors.IsAlreadyExists(err) {
 				return fmt.Errorf("creating candidate Deployment %s: %w", want.Name, err)
@@ -168,7 +172,7 @@ func (r *RolloutReconciler) setPaused(ctx context.Context, dep *appsv1.Deploymen
 	if err := r.Client.Patch(ctx, dep, client.RawPatch(types.MergePatchType, []byte(body)), client.FieldOwner(FieldOwner)); err != nil {
 		return fmt.Errorf("setting spec.paused=%t of Deployment %s: %w", paused, dep.Name, err)
 	}
-	ctrl.LoggerFrom(ctx).Info("Router Deployment paused for the rollout's first step", "deployment", dep.Name, "paused", paused)
+	ctrl.LoggerFrom(ctx).Info("Set spec.paused of the router Deployment", "deployment", dep.Name, "paused", paused)
 	return nil
 }
 
@@ -264,4 +268,32 @@ func graphRouter(router string, pods []corev1.Pod) bool {
 		}
 	}
 	return false
+}
+
+// dropCandidates ends the step of a rollout deleted mid-step: each
+// candidate Deployment left of the router goes, its router Deployment
+// unpaused first.
+func (r *RolloutReconciler) dropCandidates(ctx context.Context, namespace, router string) error {
+	deps := &appsv1.DeploymentList{}
+	if err := r.Client.List(ctx, deps, client.InNamespace(namespace), client.MatchingLabels{v1alpha1.RouterLabel: router}, client.HasLabels{workload.CandidateOfLabel}); err != nil {
+		return fmt.Errorf("listing the candidate Deployments of router %s: %w", router, err)
+	}
+	for i := range deps.Items {
+		cand := &deps.Items[i]
+		dep := &appsv1.Deployment{}
+		err := r.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: cand.Labels[workload.CandidateOfLabel]}, dep)
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return fmt.Errorf("reading Deployment %s: %w", cand.Labels[workload.CandidateOfLabel], err)
+		default:
+			if err := r.setPaused(ctx, dep, false); err != nil {
+				return err
+			}
+		}
+		if err := r.deleteCandidate(ctx, cand); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -50,8 +50,11 @@ type RolloutReconciler struct {
 // it acted on.
 func (r *RolloutReconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl.Result, error) {
 	ro, others, err := routerRollout(ctx, r.Client, req.Namespace, req.Name)
-	if err != nil || ro == nil {
+	if err != nil {
 		return ctrl.Result{}, err
+	}
+	if ro == nil {
+		return ctrl.Result{}, r.dropCandidates(ctx, req.Namespace, req.Name)
 	}
 	now := r.now()
 	for _, o := range others {

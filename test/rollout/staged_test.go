@@ -284,3 +284,29 @@ func TestGraphRouterIsNotStaged(t *testing.T) {
 		t.Errorf("a DGD router's change was staged: candidate %q, phase %s", ro.Status.CandidateHash, ro.Status.Phase)
 	}
 }
+
+// TestRestartModeRolloutDeletedMidStep: planted, the RouterRollout deleted
+// while its candidate runs on one pod. The candidate Deployment goes, the
+// router's Deployment is unpaused, and the change then reaches every pod
+// as without a rollout.
+func TestRestartModeRolloutDeletedMidStep(t *testing.T) {
+	ns := newCatalogNamespace(t)
+	rr, dep, first, ro := stagedRouter(t, ns, time.Hour, 600)
+	setTTL(t, rr, retain(120))
+	second := v1alpha1.RevisionConfigMapName("llama", candidateOf(t, ro))
+	testenv.Eventually(t, timeout, "one pod on the candidate", func(ctx context.Context) error {
+		s, err := observeStep(ctx, ns, dep.Name, first, second)
+		if err != nil {
+			return err
+		}
+		if len(s.onCandidate) != 1 || !s.routerPaused {
+			return fmt.Errorf("%d on candidate, router paused %v", len(s.onCandidate), s.routerPaused)
+		}
+		return nil
+	})
+	if err := k8s.Delete(context.Background(), ro); err != nil {
+		t.Fatal(err)
+	}
+	requireNoCandidate(t, ns, dep)
+	requirePodsOn(t, ns, 3, second)
+}
