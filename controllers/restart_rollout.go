@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+	"github.com/kvrouter/kv-hint-operator/internal/compiled"
 	"github.com/kvrouter/kv-hint-operator/internal/rolegraph"
 	"github.com/kvrouter/kv-hint-operator/internal/rollout"
 	"github.com/kvrouter/kv-hint-operator/internal/workload"
@@ -33,6 +34,10 @@ import (
 // defaultProgressDeadline is a Deployment's progress deadline when its
 // spec sets none (the API server defaults it to this).
 const defaultProgressDeadline = 600 * time.Second
+
+// compiledSources is the annotation that says which role produced which
+// entries of a compiled config.
+const compiledSources = compiled.SourcesAnnotation
 
 // restartRouter returns the router's restart-mode Deployment a rollout
 // runs through, or nil: the first opted-in one by name that is not a
@@ -237,22 +242,70 @@ func rolled(d *appsv1.Deployment) bool {
 // Deployments of a router under a RouterRollout: the RolloutReconciler
 // runs it on one pod first and points them at it when it promotes it. A
 // Deployment that mounts no revision yet takes its first config at once:
-// there is nothing to compare it with.
-func (r *RouterReconciler) holdForRollout(ctx context.Context, namespace string, compiled *rolegraph.Router) error {
-	held := false
-	for _, w := range compiled.Workloads {
-		held = held || (w.Kind == rolegraph.WorkloadKind && w.Writable && w.Entries && w.References != "")
+// there is nothing to compare it with. It returns the RouterRollout and
+// the revision the held Deployments run, when it held any.
+func (r *RouterReconciler) holdForRollout(ctx context.Context, namespace string, compiled *rolegraph.Router) (*v1alpha1.RouterRollout, string, error) {
+	holds := func(w *rolegraph.Workload) bool {
+		return w.Kind == rolegraph.WorkloadKind && w.Writable && w.Entries && w.References != ""
 	}
-	if !held {
-		return nil
+	held := ""
+	for _, w := range compiled.Workloads {
+		if holds(w) && held == "" {
+			held = w.References
+		}
+	}
+	if held == "" {
+		return nil, "", nil
 	}
 	ro, _, err := routerRollout(ctx, r.Client, namespace, compiled.Name)
 	if err != nil || ro == nil {
-		return err
+		return nil, "", err
 	}
 	for _, w := range compiled.Workloads {
-		if w.Kind == rolegraph.WorkloadKind && w.Writable && w.Entries && w.References != "" {
+		if holds(w) {
 			w.Writable = false
+		}
+	}
+	return ro, held, nil
+}
+
+// markHeld reports, in the status of each RouterRole whose spec produced
+// a config held for a restart-mode rollout (holdForRollout), where it is:
+// staged (waiting for the rollout, or at its step) or rolled back. Which
+// roles produced it: those whose entries differ from the revision the
+// held Deployments run (rollout.ChangedRoles).
+func (r *RouterReconciler) markHeld(ctx context.Context, out *rolegraph.Output, roles []v1alpha1.RouterRole, ro *v1alpha1.RouterRollout, held string, compiled *rolegraph.Router, now metav1.Time) error {
+	if ro == nil || compiled.Revision == nil || held == compiled.Revision.Name {
+		return nil
+	}
+	stable := &corev1.ConfigMap{}
+	err := r.Client.Get(ctx, client.ObjectKey{Namespace: ro.Namespace, Name: held}, stable)
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return fmt.Errorf("reading the running revision %s: %w", held, err)
+	}
+	hash := compiled.Hash
+	changed := rollout.ChangedRoles(compiled.Revision.Annotations[compiledSources], stable.Annotations[compiledSources])
+	st := ro.Status
+	inFlight := st.CandidateHash == hash && (st.Phase == v1alpha1.RolloutProgressing || st.Phase == v1alpha1.RolloutPaused)
+	step := "waiting for RouterRollout " + ro.Name + " to pick it up"
+	if inFlight {
+		step = fmt.Sprintf("step %d/2 (%s)", st.CurrentStep+1, []string{rollout.RestartStepOnePod, rollout.RestartStepRest}[min(st.CurrentStep, 1)])
+	}
+	for i := range roles {
+		rr := &roles[i]
+		res := out.RouterRole(rr.Name)
+		if res == nil || !changed[rr.Name] {
+			continue
+		}
+		switch rb := st.LastRollback; {
+		case st.Phase == v1alpha1.RolloutRolledBack && rb != nil && rb.Hash == hash:
+			rollout.MarkRolledBack(&res.Status, rr.Status.Conditions, rr.Generation, rb, now)
+		case inFlight && st.CurrentStep > 0:
+			// The rest: the role's own count of pods says how far.
+		default:
+			rollout.MarkStaged(&res.Status, rr.Status.Conditions, rr.Generation, ro.Name, hash, step, now)
 		}
 	}
 	return nil

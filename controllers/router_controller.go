@@ -200,7 +200,8 @@ func (r *RouterReconciler) run(ctx context.Context, req reconcile.Request) (outc
 			return outcome{}, err
 		}
 	}
-	if err := r.holdForRollout(ctx, req.Namespace, compiled); err != nil {
+	heldBy, held, err := r.holdForRollout(ctx, req.Namespace, compiled)
+	if err != nil {
 		return outcome{}, err
 	}
 	rollErr := r.rollout.Roll(ctx, &in, ro, compiled)
@@ -214,6 +215,9 @@ func (r *RouterReconciler) run(ctx context.Context, req reconcile.Request) (outc
 		in.WriteRefusals = r.refusals(req.NamespacedName)
 		o.out = rolegraph.Compile(rc.Catalog, in)
 		o.compiled = o.out.Router(req.Name)
+	}
+	if err := r.markHeld(ctx, o.out, in.RouterRoles, heldBy, held, compiled, in.Now); err != nil {
+		return outcome{}, err
 	}
 	if refusal != nil {
 		o.after = refusedRetry

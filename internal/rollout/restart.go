@@ -426,3 +426,9 @@ func findTrue(conds []metav1.Condition, t v1alpha1.ConditionType) string {
 	}
 	return ""
 }
+
+// ChangedRoles returns the RouterRoles, by name, whose entries of a
+// compiled config (its sources annotation) differ from another's.
+func ChangedRoles(sources, stableSources string) map[string]bool {
+	return changedRoles(sources, stableSources)
+}

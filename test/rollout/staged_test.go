@@ -112,6 +112,7 @@ func TestRestartModeOnePodThenTheRest(t *testing.T) {
 	setTTL(t, rr, retain(120))
 	h := candidateOf(t, ro)
 	second := v1alpha1.RevisionConfigMapName("llama", h)
+	waitProgrammed(t, rr, metav1.ConditionFalse, v1alpha1.ReasonStaged, "step 1/2 (one pod)", 0)
 
 	// Watched until the rollout leaves the first step.
 	seenOne := false
@@ -153,6 +154,7 @@ func TestRestartModeOnePodThenTheRest(t *testing.T) {
 	}
 	requirePodsOn(t, ns, 3, second)
 	requireNoCandidate(t, ns, dep)
+	waitProgrammed(t, rr, metav1.ConditionTrue, v1alpha1.ReasonProgrammed, "3/3 router pods run "+h, 0)
 	requireOnlyVolumeWritten(t, dep)
 }
 
@@ -212,6 +214,7 @@ func TestRestartModeRollback(t *testing.T) {
 	if !strings.Contains(c.Message, h) {
 		t.Errorf("RolledBack says %q; want the candidate named", c.Message)
 	}
+	waitProgrammed(t, rr, metav1.ConditionFalse, v1alpha1.ReasonRolledBack, "Aborted", 0)
 	requireNoCandidate(t, ns, dep)
 	requirePodsOn(t, ns, 3, first)
 	requireTemplate(t, dep)
