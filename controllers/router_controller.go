@@ -160,6 +160,13 @@ func (r *RouterReconciler) run(ctx context.Context, req reconcile.Request) (outc
 		return outcome{}, err
 	}
 
+	// A router a RouterRollout stages runs its stable config until a
+	// candidate is promoted: its unchanged roles are counted against it.
+	if staging, _, err := routerRollout(ctx, r.Client, req.Namespace, req.Name); err != nil {
+		return outcome{}, err
+	} else if staging != nil {
+		in.Staged = map[string]bool{req.Name: true}
+	}
 	in.Now = metav1.Now()
 	in.WriteRefusals = r.refusals(req.NamespacedName)
 	out := rolegraph.Compile(rc.Catalog, in)

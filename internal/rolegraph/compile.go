@@ -80,6 +80,13 @@ type Input struct {
 	// against the config the workloads still reference, not the refused
 	// one; one for another config is ignored.
 	WriteRefusals map[string]WriteRefusal
+	// Staged are the routers a RouterRollout stages: their pods run the
+	// stable config their ConfigMap holds until a candidate is promoted.
+	// A role whose entry is the same in that config as in the one
+	// compiled now runs as specified there, so its router pods are
+	// counted against the stable config; a role whose entry changed is
+	// counted against the compiled one (the rollout's candidate).
+	Staged map[string]bool
 }
 
 // WriteRefusal is a refused write of a router's config to a restart-mode
@@ -230,7 +237,7 @@ func Compile(cat *hints.Catalog, in Input) *Output {
 		if f, ok := in.CatalogProblems[name]; ok {
 			held = f.Message
 		}
-		r, ps := compileRouter(cat, name, routerTarget(in, name, workloads[name]), byRouter[name], configMapFor(in.ConfigMaps, name), in.Pods, held, workloads[name], in.WriteRefusals[name])
+		r, ps := compileRouter(cat, name, routerTarget(in, name, workloads[name]), byRouter[name], configMapFor(in.ConfigMaps, name), in.Pods, held, workloads[name], in.WriteRefusals[name], in.Staged[name])
 		out.Routers = append(out.Routers, r)
 		for _, p := range ps {
 			placements[p.res.rr.Name] = p
@@ -318,7 +325,7 @@ type placement struct {
 }
 
 // compileRouter builds one router's config from its RouterRoles.
-func compileRouter(cat *hints.Catalog, name string, t hintsconfig.Reader, results []*roleResult, cm *corev1.ConfigMap, pods []corev1.Pod, held string, workloads []*Workload, refusal WriteRefusal) (*Router, []*placement) {
+func compileRouter(cat *hints.Catalog, name string, t hintsconfig.Reader, results []*roleResult, cm *corev1.ConfigMap, pods []corev1.Pod, held string, workloads []*Workload, refusal WriteRefusal, staged bool) (*Router, []*placement) {
 	r := &Router{Name: name, Held: held, Workloads: workloads}
 	var prev *running
 	if cm != nil && !CreatedByManager(cm) {
@@ -465,12 +472,20 @@ func compileRouter(cat *hints.Catalog, name string, t hintsconfig.Reader, result
 		}
 		count = countRestartPods(pods, name, runs, workloads)
 	}
+	stable, stableSources := stableConfig(cm, staged && len(workloads) == 0, hash)
+	var stableCount podCount
+	if stable != "" {
+		stableCount = countPods(pods, name, stable)
+	}
 	for _, p := range placements {
 		if p.runs != nil {
 			// Status shows the role as the config holds it.
 			p.runs, _ = graph.Role(p.res.rr.Spec.Role)
 		}
 		p.pods = count
+		if src, ok := sources[p.res.rr.Spec.Role]; stable != "" && ok && stableSources[p.res.rr.Spec.Role] == src {
+			p.pods = stableCount
+		}
 	}
 	for role := range sources {
 		if _, ok := graph.Role(role); !ok {
@@ -510,6 +525,24 @@ type podCount struct {
 type ejectedOn struct {
 	pods    int32
 	reasons []string // sorted, distinct
+}
+
+// stableConfig returns, for a router a rollout stages, the hash of the
+// stable config its ConfigMap holds and the sources of its entries, when
+// it is not hash, the config compiled now; "" otherwise.
+func stableConfig(cm *corev1.ConfigMap, staged bool, hash string) (string, map[string]compiled.Source) {
+	if !staged || cm == nil {
+		return "", nil
+	}
+	stable := cm.Annotations[v1alpha1.HashAnnotation]
+	if stable == "" || stable == hash {
+		return "", nil
+	}
+	sources, err := compiled.Sources(cm.Annotations)
+	if err != nil {
+		return "", nil
+	}
+	return stable, sources
 }
 
 // countPods counts the router's pods that can run a config: not being
