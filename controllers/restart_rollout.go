@@ -104,6 +104,12 @@ func (r *RolloutReconciler) reconcileRestart(ctx context.Context, ro *v1alpha1.R
 		}
 	}
 	if err := r.actRestart(ctx, ro, dep, w, cand, act); err != nil {
+		if r.Recorder != nil && (apierrors.IsForbidden(err) || apierrors.IsInvalid(err)) {
+			// Admission or RBAC refuses what the step needs (see
+			// docs/rollout.md, "Restart-mode routers"): say it where the
+			// rollout's readers look, not only in the log.
+			r.Recorder.Eventf(ro, dep, corev1.EventTypeWarning, "WriteRefused", "Roll", "%s", err.Error())
+		}
 		return ctrl.Result{}, err
 	}
 	r.recordEvents(ctx, ro, d.Events)
