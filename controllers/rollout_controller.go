@@ -50,8 +50,11 @@ type RolloutReconciler struct {
 // it acted on.
 func (r *RolloutReconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl.Result, error) {
 	ro, others, err := routerRollout(ctx, r.Client, req.Namespace, req.Name)
-	if err != nil || ro == nil {
+	if err != nil {
 		return ctrl.Result{}, err
+	}
+	if ro == nil {
+		return ctrl.Result{}, r.dropCandidates(ctx, req.Namespace, req.Name)
 	}
 	now := r.now()
 	for _, o := range others {
@@ -87,9 +90,11 @@ func (r *RolloutReconciler) Reconcile(ctx context.Context, req reconcile.Request
 	if err := r.Client.List(ctx, deps, client.InNamespace(req.Namespace), client.MatchingLabels{v1alpha1.RouterLabel: req.Name}); err != nil {
 		return ctrl.Result{}, fmt.Errorf("listing the Deployments of router %s: %w", req.Name, err)
 	}
-	for _, d := range deps.Items {
-		obs.RestartMode = obs.RestartMode || v1alpha1.OptedIn(d.Annotations)
+	if dep := restartRouter(deps.Items); dep != nil {
+		// Restart mode: the ConfigMap holds what the router compiled.
+		return r.reconcileRestart(ctx, ro, dep, obs.Stable, pods.Items)
 	}
+	obs.RestartMode = graphRouter(ro.Spec.Router, pods.Items)
 
 	d, err := rollout.Advance(ro, obs, r.measure(ctx, ro, obs))
 	if err != nil {
@@ -179,6 +184,7 @@ func (r *RolloutReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			builder.WithPredicates(compiledConfigMap)).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(routerOfLabel),
 			builder.WithPredicates(rolloutPodChanged)).
+		Watches(&appsv1.Deployment{}, handler.EnqueueRequestsFromMapFunc(routerOfLabel)).
 		WithLogConstructor(func(req *reconcile.Request) logr.Logger {
 			l := mgr.GetLogger().WithValues("controller", "rollout")
 			if req != nil {

@@ -26,17 +26,6 @@ import (
 	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
 )
 
-// freePort returns a loopback TCP port nothing listens on now.
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = ln.Close() }()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 // realRouterPod runs a real sidecar (internal/sidecar, in this process)
 // for router pod name of router r: it watches the router's ConfigMap,
 // reports its config status on the pod through the API server, books on
@@ -45,7 +34,29 @@ func freePort(t *testing.T) int {
 // report a pod on the host's network.
 func realRouterPod(t *testing.T, kc kubernetes.Interface, ns, name string) *sidecar.Sidecar {
 	t.Helper()
-	ops := freePort(t)
+	// The sidecar first, on a port of its own choosing (a port found free
+	// and bound later can be taken in between), then the pod that
+	// declares it: the sidecar's reports wait for their pod.
+	s, err := sidecar.New(sidecar.Options{
+		Catalog: builtin.NewCatalog(), ConfigMap: v1alpha1.HintsConfigMapName("r"), Namespace: ns,
+		PodName: name, PodNamespace: ns, Kube: kc,
+		Listen: "127.0.0.1:0", OpsListen: "127.0.0.1:0", Log: sidecartest.Logger(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Shutdown(context.Background()) })
+	_, port, err := net.SplitHostPort(s.OpsAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops, err := strconv.Atoi(port)
+	if err != nil {
+		t.Fatal(err)
+	}
 	pod := testenv.RouterPod(ns, name, "r")
 	pod.Spec.Containers = append(pod.Spec.Containers, corev1.Container{Name: "kvhint-sidecar", Image: "kvhint:test",
 		Ports: []corev1.ContainerPort{{Name: provider.OpsPortName, ContainerPort: int32(ops)}}})
@@ -55,18 +66,6 @@ func realRouterPod(t *testing.T, kc kubernetes.Interface, ns, name string) *side
 	if err := k8s.Status().Update(context.Background(), pod); err != nil {
 		t.Fatal(err)
 	}
-	s, err := sidecar.New(sidecar.Options{
-		Catalog: builtin.NewCatalog(), ConfigMap: v1alpha1.HintsConfigMapName("r"), Namespace: ns,
-		PodName: name, PodNamespace: ns, Kube: kc,
-		Listen: "127.0.0.1:0", OpsListen: "127.0.0.1:" + strconv.Itoa(ops), Log: sidecartest.Logger(t),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Shutdown(context.Background()) })
 	return s
 }
 

@@ -211,6 +211,10 @@ func (r *RouterReconciler) run(ctx context.Context, req reconcile.Request) (outc
 			return outcome{}, err
 		}
 	}
+	heldBy, held, err := r.holdForRollout(ctx, req.Namespace, compiled)
+	if err != nil {
+		return outcome{}, err
+	}
 	rollErr := r.rollout.Roll(ctx, &in, ro, compiled)
 	recompile, refusal := r.noteRollout(ctx, req.NamespacedName, rollErr)
 	if rollErr != nil && refusal == nil {
@@ -222,6 +226,9 @@ func (r *RouterReconciler) run(ctx context.Context, req reconcile.Request) (outc
 		in.WriteRefusals = r.refusals(req.NamespacedName)
 		o.out = rolegraph.Compile(rc.Catalog, in)
 		o.compiled = o.out.Router(req.Name)
+	}
+	if err := r.markHeld(ctx, o.out, in.RouterRoles, heldBy, held, compiled, in.Now); err != nil {
+		return outcome{}, err
 	}
 	if refusal != nil {
 		o.after = refusedRetry

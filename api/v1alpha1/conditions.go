@@ -342,8 +342,10 @@ const (
 	ReasonRolloutConflict ConditionReason = "RolloutConflict"
 
 	// ReasonRestartModeRouter: the router's pods read their config only
-	// at start-up (an opted-in Deployment or DynamoGraphDeployment), so
-	// configs cannot be staged inside them; changes reach them as before,
-	// by the workload's own rolling update.
+	// at start-up and run in a DynamoGraphDeployment: Dynamo has no
+	// partition or pause of a component's pods, so configs are not
+	// staged; changes reach them as before, by Dynamo's own rolling
+	// update. (A restart-mode Deployment is staged pod by pod: one pod
+	// first, then the rest.)
 	ReasonRestartModeRouter ConditionReason = "RestartModeRouter"
 )

@@ -113,10 +113,17 @@ func trimPod(obj any) (any, error) {
 	// What a restart-mode router's count reads: which config revision
 	// the pod mounts, and whether it is Ready.
 	trimmed.Spec.Volumes = configMapVolumes(pod.Spec.Volumes)
+	// Since when, and, for a staged rollout's candidate pod, whether its
+	// containers restarted and how they stand.
 	for _, c := range pod.Status.Conditions {
 		if c.Type == corev1.PodReady {
-			trimmed.Status.Conditions = []corev1.PodCondition{{Type: c.Type, Status: c.Status}}
+			trimmed.Status.Conditions = []corev1.PodCondition{{Type: c.Type, Status: c.Status, LastTransitionTime: c.LastTransitionTime}}
 		}
+	}
+	for _, cs := range pod.Status.ContainerStatuses {
+		trimmed.Status.ContainerStatuses = append(trimmed.Status.ContainerStatuses, corev1.ContainerStatus{
+			Name: cs.Name, RestartCount: cs.RestartCount, State: cs.State, LastTerminationState: cs.LastTerminationState,
+		})
 	}
 	return trimmed, nil
 }

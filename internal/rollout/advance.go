@@ -90,6 +90,26 @@ type advance struct {
 	pausedBy v1alpha1.ConditionReason
 	// promotedBy is the reason of a promotion made now.
 	promotedBy v1alpha1.ConditionReason
+	// steps name the steps when they are not spec.steps (restart mode).
+	steps []string
+	// note is said after the step in the conditions' message.
+	note string
+}
+
+// stepName and stepCount say the rollout's steps: spec.steps, unless
+// steps names others.
+func (a *advance) stepName(i int32) string {
+	if a.steps != nil {
+		return a.steps[i]
+	}
+	return StepName(a.ro.Spec.Steps[i])
+}
+
+func (a *advance) stepCount() int {
+	if a.steps != nil {
+		return len(a.steps)
+	}
+	return len(a.ro.Spec.Steps)
 }
 
 func (a *advance) inFlight() bool {

@@ -48,9 +48,11 @@ func (a *advance) conditions() {
 	var msg string
 	switch st.Phase {
 	case v1alpha1.RolloutProgressing, v1alpha1.RolloutPaused:
-		step := a.ro.Spec.Steps[st.CurrentStep]
 		reason = v1alpha1.ReasonStep
-		msg = fmt.Sprintf("step %d/%d (%s): %d of %d pods on candidate %s", st.CurrentStep+1, len(a.ro.Spec.Steps), StepName(step), a.pods.OnCandidate, a.pods.Total, st.CandidateHash)
+		msg = fmt.Sprintf("step %d/%d (%s): %d of %d pods on candidate %s", st.CurrentStep+1, a.stepCount(), a.stepName(st.CurrentStep), a.pods.OnCandidate, a.pods.Total, st.CandidateHash)
+		if a.note != "" {
+			msg += "; " + a.note
+		}
 		if n := len(st.Measurements); n > 0 {
 			s, f := tally(st.Measurements)
 			msg += fmt.Sprintf("; %d measurements (%d Successful, %d Failed), last %s", n, s, f, st.Measurements[n-1].Verdict)
@@ -70,8 +72,8 @@ func (a *advance) conditions() {
 			reason, msg = v1alpha1.ReasonIdle, fmt.Sprintf("no candidate staged; stable config %s runs on %d of %d pods", st.StableHash, a.pods.OnStable, a.pods.Total)
 			break
 		}
-		reason, msg = v1alpha1.ReasonRestartModeRouter, "the router's pods read their config only at start-up (an opted-in workload): "+
-			"nothing is staged, and each config reaches them by the workload's own rolling update"
+		reason, msg = v1alpha1.ReasonRestartModeRouter, "the router's pods read their config only at start-up and run in a DynamoGraphDeployment: "+
+			"Dynamo has no partition or pause of a component's pods, so nothing is staged, and each config reaches every pod by Dynamo's own rolling update"
 	default:
 		reason, msg = v1alpha1.ReasonIdle, fmt.Sprintf("no candidate staged; stable config %s runs on %d of %d pods", st.StableHash, a.pods.OnStable, a.pods.Total)
 	}

@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+	"github.com/kvrouter/kv-hint-operator/internal/rolloutapi"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/podreport"
 	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 )
@@ -179,6 +180,10 @@ func TestSidecarWritesOnlyItsOwnReport(t *testing.T) {
 		{"own pod's ejected-policies removed", own.Name, `{"metadata":{"annotations":{"` + v1alpha1.EjectedPoliciesAnnotation + `":null}}}`, true, ""},
 		{"own pod's ejected-policies, free text", own.Name, annotation(v1alpha1.EjectedPoliciesAnnotation, "all good, nothing ejected"), false, "kvhint-sidecar-pod-report"},
 		{"own pod's ejected-policies, 17 entries", own.Name, annotation(v1alpha1.EjectedPoliciesAnnotation, strings.TrimSuffix(strings.Repeat("decode/p=busy,", 17), ",")), false, "kvhint-sidecar-pod-report"},
+		{"own pod's config-status", own.Name, annotation(rolloutapi.ConfigStatusAnnotation, `{"assigned":"`+hash+`","active":"`+hash+`","candidate":{"assigned":"fedcba9876543210","error":"hint policy \"kv-offload\" is not known … to this build"}}`), true, ""},
+		{"own pod's config-status, not JSON", own.Name, annotation(rolloutapi.ConfigStatusAnnotation, "all on the candidate"), false, "kvhint-sidecar-pod-report"},
+		{"own pod's config-status, over 4 KiB", own.Name, annotation(rolloutapi.ConfigStatusAnnotation, `{"error":"`+strings.Repeat("x", 4096)+`"}`), false, "kvhint-sidecar-pod-report"},
+		{"another router pod's config-status", other.Name, annotation(rolloutapi.ConfigStatusAnnotation, `{"active":"`+hash+`"}`), false, "ValidatingAdmissionPolicy 'kvhint-"},
 	} {
 		t.Run("sidecar patches "+tc.name, func(t *testing.T) {
 			err := patchPod(sidecar, ns, tc.pod, tc.patch, false)
@@ -280,6 +285,14 @@ func TestSidecarWritesOnlyItsOwnReport(t *testing.T) {
 	})
 	t.Run("admin forges a router pod's ejected-policies", func(t *testing.T) {
 		err := patchPod(admin, ns, other.Name, annotation(v1alpha1.EjectedPoliciesAnnotation, "decode/kv-fetch=overrun"), false)
+		if err == nil || !strings.Contains(err.Error(), "kvhint-applied-hash-writers") {
+			t.Errorf("patch: %v; want refused by kvhint-applied-hash-writers", err)
+		}
+	})
+	t.Run("admin forges a router pod's config-status", func(t *testing.T) {
+		// A forged status could tell a rollout that every pod runs the
+		// candidate, or that none refused it.
+		err := patchPod(admin, ns, other.Name, annotation(rolloutapi.ConfigStatusAnnotation, `{"assigned":"`+hash+`","active":"`+hash+`"}`), false)
 		if err == nil || !strings.Contains(err.Error(), "kvhint-applied-hash-writers") {
 			t.Errorf("patch: %v; want refused by kvhint-applied-hash-writers", err)
 		}

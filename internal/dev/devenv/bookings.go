@@ -18,8 +18,9 @@ import (
 
 // Traffic is the small, steady stream of completion requests the dev
 // environment sends through each front router: llama's go to a prefill
-// and then a decode worker (the prefill bookings carry committed KV copies
-// half the time, as its kvcr selection would commit them), chat's to a
+// and then a decode worker (a prefill booking on another worker than the
+// session's last turn's carries a committed KV copy of that turn's blocks,
+// as its kvcr selection would commit it), chat's to a
 // decode worker, in multi-turn sessions that end with a final turn.
 type Traffic struct {
 	fronts []*FrontRouter

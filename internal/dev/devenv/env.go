@@ -3,6 +3,7 @@ package devenv
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -59,12 +60,14 @@ type Options struct {
 	// so that the sidecars push every hint to it as well. Off, as no
 	// engine known today opens one: hints arrive in-band only.
 	PushHints bool
+	// ManagerBin is the kvhint binary the manager runs; empty: Bin. A
+	// manager built with a plugin the sidecars lack stands for one
+	// upgraded before the router pods.
+	ManagerBin string
 	// RouterPods is the number of router pods of each sample router, each
 	// a sidecar and a front router; 0 means 1. A staged rollout is judged
 	// over every pod of a router, so its tests run two or more.
 	RouterPods int
-	// ManagerArgs are added to kvhint manager's command line.
-	ManagerArgs []string
 }
 
 // workerBin is the binary the simulated workers run.
@@ -192,14 +195,15 @@ func Start(ctx context.Context, o Options) (_ *Env, err error) {
 
 // startFronts starts a front router for every sample router with workers:
 // its roles are the workers' components, prefill before decode, and a
-// prefill booking commits a KV copy half the time.
+// prefill booking on a worker that did not serve the session's last turn
+// commits a KV copy of that turn's blocks (prefillCopyRate).
 func (e *Env) startFronts() error {
 	for _, t := range topology {
 		var roles []frontRole
 		for _, name := range []string{"prefill", "decode"} {
 			r := frontRole{name: name}
 			if name == "prefill" {
-				r.copyRate = 0.5
+				r.copyRate = prefillCopyRate
 			}
 			for _, w := range e.Workers {
 				if w.Router == t.router && w.Component == name {
@@ -320,10 +324,14 @@ func (e *Env) StartManager(ctx context.Context) error {
 		}
 		e.ProbeURL = "http://127.0.0.1:" + strconv.Itoa(probe)
 		e.MetricsURL = "https://127.0.0.1:" + strconv.Itoa(metrics) + "/metrics"
-		e.Manager = NewProcess("manager", e.Opts.Bin, append([]string{"manager",
+		e.Manager = NewProcess("manager", cmp.Or(e.Opts.ManagerBin, e.Opts.Bin), []string{"manager",
 			"--kubeconfig", e.CP.Kubeconfig, "--namespace", e.Opts.Namespace,
 			"--metrics-bind-address", "127.0.0.1:" + strconv.Itoa(metrics),
-			"--health-probe-bind-address", "127.0.0.1:" + strconv.Itoa(probe)}, e.Opts.ManagerArgs...), nil, e.Opts.Dir)
+			"--health-probe-bind-address", "127.0.0.1:" + strconv.Itoa(probe),
+			// The router pods' sidecars run on loopback (no kubelet gives
+			// them an address): only development lets a RouterRollout's
+			// analysis ask them for outcomes there.
+			"--rollout-allow-loopback-pods"}, nil, e.Opts.Dir)
 	}
 	if err := e.Manager.Start(); err != nil {
 		return err

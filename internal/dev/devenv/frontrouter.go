@@ -123,6 +123,13 @@ func (a BookingTotals) plus(b BookingTotals) BookingTotals {
 	return a
 }
 
+// prefillCopyRate is the share of prefill bookings, among those on a
+// worker other than the one that served the session's last turn, that
+// commit a copy of that turn's blocks: all of them, as a kvcr selection
+// with a shared-cache multiplier above 0 commits a copy whenever it books
+// a worker that lacks a prefix another worker holds.
+const prefillCopyRate = 1.0
+
 // maxCopyBlocks bounds the blocks of a committed copy.
 const maxCopyBlocks = 1024
 
@@ -172,7 +179,7 @@ func ServeStandInRouter(ln net.Listener, name, bookingBase string, roles []Stand
 	for _, r := range roles {
 		f := frontRole{name: r.Name, workers: r.Workers}
 		if r.Name == "prefill" {
-			f.copyRate = 0.5
+			f.copyRate = prefillCopyRate
 		}
 		fr = append(fr, f)
 	}
