@@ -194,7 +194,18 @@ func (a *advance) run(measure Measure) {
 		a.rollback(Result{Verdict: v1alpha1.VerdictFailed, Reason: string(v1alpha1.ReasonCandidateRefused), Message: a.pods.Refusal})
 		return
 	}
-	if ann[v1alpha1.ResumeAnnotation] == cand {
+	if a.held(cand, fmt.Sprintf("step %d/%d", st.CurrentStep+1, len(a.ro.Spec.Steps))) {
+		return
+	}
+	a.progress(measure, step, stage)
+}
+
+// held applies the resume annotation naming cand and spec.paused, and
+// reports whether the candidate waits at its step: paused by spec.paused,
+// or by an Inconclusive analysis no one resumed. where names the step in
+// the pause's event.
+func (a *advance) held(cand, where string) bool {
+	if a.ro.Annotations[v1alpha1.ResumeAnnotation] == cand {
 		a.d.Consumed = append(a.d.Consumed, v1alpha1.ResumeAnnotation)
 		if a.pausedBy == v1alpha1.ReasonInconclusive {
 			a.resume("resumed by annotation " + v1alpha1.ResumeAnnotation)
@@ -203,18 +214,18 @@ func (a *advance) run(measure Measure) {
 	switch {
 	case a.ro.Spec.Paused:
 		if a.pausedBy != v1alpha1.ReasonPaused {
-			a.event(false, string(v1alpha1.ReasonPaused), "Pause", "paused at step %d/%d by spec.paused", st.CurrentStep+1, len(a.ro.Spec.Steps))
+			a.event(false, string(v1alpha1.ReasonPaused), "Pause", "paused at %s by spec.paused", where)
 		}
-		st.Phase, a.pausedBy = v1alpha1.RolloutPaused, v1alpha1.ReasonPaused
-		return
+		a.st.Phase, a.pausedBy = v1alpha1.RolloutPaused, v1alpha1.ReasonPaused
+		return true
 	case a.pausedBy == v1alpha1.ReasonPaused:
 		// spec.paused went back to false; this also resumes a pause of
 		// an Inconclusive analysis that spec.paused overrode.
 		a.resume("resumed: spec.paused is false")
 	case a.pausedBy == v1alpha1.ReasonInconclusive:
-		return
+		return true
 	}
-	a.progress(measure, step, stage)
+	return false
 }
 
 // finished reports whether c is a candidate the rollout is done with and

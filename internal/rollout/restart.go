@@ -202,22 +202,7 @@ func (r *restart) run(measure Measure) RestartAction {
 		r.rollback(Result{Verdict: v1alpha1.VerdictFailed, Reason: string(v1alpha1.ReasonCandidateRefused), Message: msg})
 		return RestartRemoveCandidate
 	}
-	if ann[v1alpha1.ResumeAnnotation] == cand {
-		r.d.Consumed = append(r.d.Consumed, v1alpha1.ResumeAnnotation)
-		if r.pausedBy == v1alpha1.ReasonInconclusive {
-			r.resume("resumed by annotation " + v1alpha1.ResumeAnnotation)
-		}
-	}
-	switch {
-	case r.ro.Spec.Paused:
-		if r.pausedBy != v1alpha1.ReasonPaused {
-			r.event(false, string(v1alpha1.ReasonPaused), "Pause", "paused at step 1/2 (%s) by spec.paused", RestartStepOnePod)
-		}
-		st.Phase, r.pausedBy = v1alpha1.RolloutPaused, v1alpha1.ReasonPaused
-		return RestartRunCandidate
-	case r.pausedBy == v1alpha1.ReasonPaused:
-		r.resume("resumed: spec.paused is false")
-	case r.pausedBy == v1alpha1.ReasonInconclusive:
+	if r.held(cand, "step 1/2 ("+RestartStepOnePod+")") {
 		return RestartRunCandidate
 	}
 	return r.onePod(measure, cand)
