@@ -7,7 +7,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -96,12 +95,8 @@ func (r *RolloutReconciler) reconcileRestart(ctx context.Context, ro *v1alpha1.R
 		ctrl.LoggerFrom(ctx).Error(err, "RouterRollout not run: its spec cannot be used")
 		return ctrl.Result{}, nil
 	}
-	if !equality.Semantic.DeepEqual(ro.Status, d.Status) {
-		old := ro.DeepCopy()
-		ro.Status = d.Status
-		if res, err := retryStale(ctx, patchStatus(ctx, r.Client, ro, old)); err != nil || res.RequeueAfter > 0 {
-			return res, err
-		}
+	if res, err := r.writeStatus(ctx, ro, d.Status); err != nil || res.RequeueAfter > 0 {
+		return res, err
 	}
 	if err := r.actRestart(ctx, ro, dep, w, cand, act); err != nil {
 		if r.Recorder != nil && (apierrors.IsForbidden(err) || apierrors.IsInvalid(err)) {
@@ -112,13 +107,7 @@ func (r *RolloutReconciler) reconcileRestart(ctx context.Context, ro *v1alpha1.R
 		}
 		return ctrl.Result{}, err
 	}
-	r.recordEvents(ctx, ro, d.Events)
-	if len(d.Consumed) > 0 {
-		if err := r.removeAnnotations(ctx, ro, d.Consumed); err != nil {
-			return ctrl.Result{}, err
-		}
-	}
-	return ctrl.Result{RequeueAfter: d.After}, nil
+	return r.finish(ctx, ro, d)
 }
 
 // actRestart does what AdvanceRestart decided to the router's Deployment

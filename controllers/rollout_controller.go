@@ -101,24 +101,28 @@ func (r *RolloutReconciler) Reconcile(ctx context.Context, req reconcile.Request
 		ctrl.LoggerFrom(ctx).Error(err, "RouterRollout not run: its spec cannot be used")
 		return ctrl.Result{}, nil
 	}
-	if !equality.Semantic.DeepEqual(ro.Status, d.Status) {
-		old := ro.DeepCopy()
-		ro.Status = d.Status
-		if res, err := retryStale(ctx, patchStatus(ctx, r.Client, ro, old)); err != nil || res.RequeueAfter > 0 {
-			return res, err
-		}
+	if res, err := r.writeStatus(ctx, ro, d.Status); err != nil || res.RequeueAfter > 0 {
+		return res, err
 	}
-	for _, e := range d.Events {
-		if r.Recorder == nil {
-			break
-		}
-		typ := corev1.EventTypeNormal
-		if e.Warning {
-			typ = corev1.EventTypeWarning
-		}
-		r.Recorder.Eventf(ro, nil, typ, e.Reason, e.Action, "%s", e.Message)
-		ctrl.LoggerFrom(ctx).Info("Rollout "+e.Action, "rollout", ro.Name, "reason", e.Reason, "message", e.Message)
+	return r.finish(ctx, ro, d)
+}
+
+// writeStatus persists status, the one status write of a reconcile, when
+// it differs from ro's; a non-zero RequeueAfter says the write met a
+// stale object and the reconcile ends there.
+func (r *RolloutReconciler) writeStatus(ctx context.Context, ro *v1alpha1.RouterRollout, status v1alpha1.RouterRolloutStatus) (ctrl.Result, error) {
+	if equality.Semantic.DeepEqual(ro.Status, status) {
+		return ctrl.Result{}, nil
 	}
+	old := ro.DeepCopy()
+	ro.Status = status
+	return retryStale(ctx, patchStatus(ctx, r.Client, ro, old))
+}
+
+// finish records a decision's events, removes the annotations it acted
+// on and requeues when it asked to be looked at again.
+func (r *RolloutReconciler) finish(ctx context.Context, ro *v1alpha1.RouterRollout, d rollout.Decision) (ctrl.Result, error) {
+	r.recordEvents(ctx, ro, d.Events)
 	if len(d.Consumed) > 0 {
 		if err := r.removeAnnotations(ctx, ro, d.Consumed); err != nil {
 			return ctrl.Result{}, err
