@@ -282,10 +282,7 @@ func (a *advance) progress(measure Measure, step v1alpha1.RolloutStep, stage rol
 			return
 		}
 		r := measure(stage, since, a.pods)
-		st.Measurements = append(st.Measurements, v1alpha1.Measurement{
-			At: a.at, Verdict: r.Verdict, Reason: r.Reason, Metric: r.Metric,
-			Baseline: r.Baseline, Canary: r.Canary, PValue: r.PValue, Samples: r.Samples, Message: clip(r.Message, 1024),
-		})
+		st.Measurements = append(st.Measurements, r.measurement(a.at))
 		if over := len(st.Measurements) - v1alpha1.MaxMeasurements; over > 0 {
 			st.Measurements = st.Measurements[over:]
 		}
