@@ -54,7 +54,7 @@ func (r *RolloutReconciler) Reconcile(ctx context.Context, req reconcile.Request
 		return ctrl.Result{}, err
 	}
 	if ro == nil {
-		return ctrl.Result{}, r.dropCandidates(ctx, req.Namespace, req.Name)
+		return ctrl.Result{}, r.releaseHolds(ctx, req.Namespace, req.Name)
 	}
 	now := r.now()
 	for _, o := range others {

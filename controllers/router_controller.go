@@ -211,7 +211,7 @@ func (r *RouterReconciler) run(ctx context.Context, req reconcile.Request) (outc
 			return outcome{}, err
 		}
 	}
-	heldBy, held, err := r.holdForRollout(ctx, req.Namespace, compiled)
+	heldBy, held, err := r.holdForRollout(ctx, req.Namespace, compiled, in.Deployments)
 	if err != nil {
 		return outcome{}, err
 	}

@@ -2,6 +2,7 @@ package admission
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -68,6 +69,49 @@ func applyTemplate(c kubernetes.Interface, ns, deployment string, tmpl *corev1ac
 	ac := appsv1ac.Deployment(deployment, ns).WithSpec(appsv1ac.DeploymentSpec().WithTemplate(tmpl))
 	_, err := c.AppsV1().Deployments(ns).Apply(context.Background(), ac, metav1.ApplyOptions{FieldManager: v1alpha1.RolloutFieldManager, Force: true})
 	return err
+}
+
+// mergePatch is a JSON merge patch of a Deployment, as the manager writes
+// a hold and its release.
+func mergePatch(c kubernetes.Interface, ns, name string, patch []byte) error {
+	_, err := c.AppsV1().Deployments(ns).Patch(context.Background(), name, types.MergePatchType, patch, metav1.PatchOptions{})
+	return err
+}
+
+// holdBody and releaseBody are the manager's own hold and release of a
+// Deployment (workload.HoldPatch, workload.ReleasePatch), read as it is
+// now.
+func holdBody(t *testing.T, ns, name string) []byte {
+	t.Helper()
+	return managerBody(t, ns, name, func(d *appsv1.Deployment) ([]byte, error) { return workload.HoldPatch(d, "0123456789abcdef") })
+}
+
+func releaseBody(t *testing.T, ns, name string) []byte {
+	t.Helper()
+	return managerBody(t, ns, name, func(d *appsv1.Deployment) ([]byte, error) {
+		h, err := workload.HeldOf(d)
+		if err == nil && h == nil {
+			err = fmt.Errorf("deployment %s not held", name)
+		}
+		if err != nil {
+			return nil, err
+		}
+		return workload.ReleasePatch(h)
+	})
+}
+
+// managerBody is what body makes of the Deployment as it is now.
+func managerBody(t *testing.T, ns, name string, body func(*appsv1.Deployment) ([]byte, error)) []byte {
+	t.Helper()
+	d, err := admin.AppsV1().Deployments(ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err == nil {
+		var b []byte
+		if b, err = body(d); err == nil {
+			return b
+		}
+	}
+	t.Fatal(err)
+	return nil
 }
 
 func patchDeployment(c kubernetes.Interface, ns, name, patch string) error {
@@ -195,8 +239,42 @@ func TestManagerWritesOnlyThePolicyVolume(t *testing.T) {
 		{"the image of a Deployment that did not opt in", func() error {
 			return patchDeployment(manager, ns, "not-opted-in", `{"spec":{"template":{"spec":{"containers":[{"name":"frontend","image":"evil:1"}]}}}}`)
 		}, false, "did not opt in"},
+		// A staged rollout's hold (workload.Deployments.Hold): how fast
+		// the Deployment rolls, never what a pod runs.
+		{"a hold of an opted-in Deployment", func() error { return mergePatch(manager, ns, "opted-in", holdBody(t, ns, "opted-in")) }, true, ""},
+		{"spec.paused of a held Deployment", func() error { return mergePatch(manager, ns, "opted-in", []byte(`{"spec":{"paused":true}}`)) }, true, ""},
+		{"the replicas of a held Deployment", func() error { return patchDeployment(manager, ns, "opted-in", `{"spec":{"replicas":9}}`) }, false, "its spec"},
+		{"another annotation beside the hold record", func() error {
+			return mergePatch(manager, ns, "opted-in", []byte(`{"metadata":{"annotations":{"hints.kvrouter.io/held":"{}","example.com/other":"x"}}}`))
+		}, false, "its metadata"},
+		{"a label with the hold record", func() error {
+			return mergePatch(manager, ns, "opted-in", []byte(`{"metadata":{"labels":{"extra":"x"},"annotations":{"hints.kvrouter.io/held":"{}"}}}`))
+		}, false, "its metadata"},
+		{"spec.revisionHistoryLimit with a pause", func() error {
+			return mergePatch(manager, ns, "opted-in", []byte(`{"spec":{"paused":false,"revisionHistoryLimit":0}}`))
+		}, false, "its spec"},
+		{"the release of a held Deployment", func() error { return mergePatch(manager, ns, "opted-in", releaseBody(t, ns, "opted-in")) }, true, ""},
+		{"a hold of a Deployment that did not opt in", func() error { return mergePatch(manager, ns, "not-opted-in", holdBody(t, ns, "not-opted-in")) }, false, "did not opt in"},
+		{"spec.paused of a Deployment that did not opt in", func() error {
+			return mergePatch(manager, ns, "not-opted-in", []byte(`{"spec":{"paused":true}}`))
+		}, false, "did not opt in"},
 	} {
 		t.Run("manager writes "+tc.name, func(t *testing.T) { requireVerdict(t, "kvhint-manager-rollout", tc.write(), tc.allowed, tc.says) })
+	}
+
+	// Neither RBAC (no create or delete of Deployments) nor the policy lets
+	// the manager run a pod template of its own, or scale one.
+	_, err = manager.AppsV1().Deployments(ns).Create(ctx, routerDeployment("opted-in-kvhint-candidate", true), metav1.CreateOptions{})
+	if !apierrors.IsForbidden(err) {
+		t.Errorf("manager creates a Deployment: %v; want Forbidden", err)
+	}
+	err = manager.AppsV1().Deployments(ns).Delete(ctx, "opted-in", metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
+	if !apierrors.IsForbidden(err) {
+		t.Errorf("manager deletes a Deployment: %v; want Forbidden", err)
+	}
+	_, err = manager.AppsV1().Deployments(ns).Patch(ctx, "opted-in", types.MergePatchType, []byte(`{"spec":{"replicas":1}}`), metav1.PatchOptions{}, "scale")
+	if !apierrors.IsForbidden(err) {
+		t.Errorf("manager scales a Deployment: %v; want Forbidden", err)
 	}
 
 	d, err := admin.AppsV1().Deployments(ns).Get(ctx, "not-opted-in", metav1.GetOptions{})
