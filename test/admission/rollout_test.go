@@ -16,8 +16,12 @@ import (
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+	"github.com/kvrouter/kv-hint-operator/internal/rolegraph"
 	"github.com/kvrouter/kv-hint-operator/internal/workload"
 )
 
@@ -81,37 +85,35 @@ func mergePatch(c kubernetes.Interface, ns, name string, patch []byte) error {
 // holdBody and releaseBody are the manager's own hold and release of a
 // Deployment (workload.HoldPatch, workload.ReleasePatch), read as it is
 // now.
-func holdBody(t *testing.T, ns, name string) []byte {
-	t.Helper()
-	return managerBody(t, ns, name, func(d *appsv1.Deployment) ([]byte, error) { return workload.HoldPatch(d, "0123456789abcdef") })
-}
-
-func releaseBody(t *testing.T, ns, name string) []byte {
-	t.Helper()
-	return managerBody(t, ns, name, func(d *appsv1.Deployment) ([]byte, error) {
-		h, err := workload.HeldOf(d)
-		if err == nil && h == nil {
-			err = fmt.Errorf("deployment %s not held", name)
-		}
-		if err != nil {
-			return nil, err
-		}
-		return workload.ReleasePatch(h)
-	})
-}
-
-// managerBody is what body makes of the Deployment as it is now.
-func managerBody(t *testing.T, ns, name string, body func(*appsv1.Deployment) ([]byte, error)) []byte {
-	t.Helper()
+func holdBody(ns, name string) ([]byte, error) {
 	d, err := admin.AppsV1().Deployments(ns).Get(context.Background(), name, metav1.GetOptions{})
-	if err == nil {
-		var b []byte
-		if b, err = body(d); err == nil {
-			return b
-		}
+	if err != nil {
+		return nil, err
 	}
-	t.Fatal(err)
-	return nil
+	return workload.HoldPatch(d, "0123456789abcdef")
+}
+
+func releaseBody(ns, name string) ([]byte, error) {
+	d, err := admin.AppsV1().Deployments(ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	h, err := workload.HeldOf(d)
+	if err == nil && h == nil {
+		err = fmt.Errorf("deployment %s not held", name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return workload.ReleasePatch(h)
+}
+
+// mergeBody is a merge patch of body, or body's error.
+func mergeBody(c kubernetes.Interface, ns, name string, body []byte, err error) error {
+	if err != nil {
+		return err
+	}
+	return mergePatch(c, ns, name, body)
 }
 
 func patchDeployment(c kubernetes.Interface, ns, name, patch string) error {
@@ -241,7 +243,7 @@ func TestManagerWritesOnlyThePolicyVolume(t *testing.T) {
 		}, false, "did not opt in"},
 		// A staged rollout's hold (workload.Deployments.Hold): how fast
 		// the Deployment rolls, never what a pod runs.
-		{"a hold of an opted-in Deployment", func() error { return mergePatch(manager, ns, "opted-in", holdBody(t, ns, "opted-in")) }, true, ""},
+		{"a hold of an opted-in Deployment", func() error { b, err := holdBody(ns, "opted-in"); return mergeBody(manager, ns, "opted-in", b, err) }, true, ""},
 		{"spec.paused of a held Deployment", func() error { return mergePatch(manager, ns, "opted-in", []byte(`{"spec":{"paused":true}}`)) }, true, ""},
 		{"the replicas of a held Deployment", func() error { return patchDeployment(manager, ns, "opted-in", `{"spec":{"replicas":9}}`) }, false, "its spec"},
 		{"another annotation beside the hold record", func() error {
@@ -253,8 +255,11 @@ func TestManagerWritesOnlyThePolicyVolume(t *testing.T) {
 		{"spec.revisionHistoryLimit with a pause", func() error {
 			return mergePatch(manager, ns, "opted-in", []byte(`{"spec":{"paused":false,"revisionHistoryLimit":0}}`))
 		}, false, "its spec"},
-		{"the release of a held Deployment", func() error { return mergePatch(manager, ns, "opted-in", releaseBody(t, ns, "opted-in")) }, true, ""},
-		{"a hold of a Deployment that did not opt in", func() error { return mergePatch(manager, ns, "not-opted-in", holdBody(t, ns, "not-opted-in")) }, false, "did not opt in"},
+		{"the release of a held Deployment", func() error { b, err := releaseBody(ns, "opted-in"); return mergeBody(manager, ns, "opted-in", b, err) }, true, ""},
+		{"a hold of a Deployment that did not opt in", func() error {
+			b, err := holdBody(ns, "not-opted-in")
+			return mergeBody(manager, ns, "not-opted-in", b, err)
+		}, false, "did not opt in"},
 		{"spec.paused of a Deployment that did not opt in", func() error {
 			return mergePatch(manager, ns, "not-opted-in", []byte(`{"spec":{"paused":true}}`))
 		}, false, "did not opt in"},
@@ -290,6 +295,8 @@ func TestManagerWritesOnlyThePolicyVolume(t *testing.T) {
 		}
 	}
 
+	requireManagerStagesUnderPolicy(t, tokenConfig(t, "kvhint-system", "kvhint-manager", managerPod), ns)
+
 	// The admin (the Deployment's owner) is not held by the policy.
 	if err := patchDeployment(admin, ns, "not-opted-in", `{"spec":{"replicas":3}}`); err != nil {
 		t.Errorf("the owner scaling its Deployment: %v", err)
@@ -309,5 +316,62 @@ func requireVerdict(t *testing.T, policy string, err error, allowed bool, says s
 		t.Errorf("refused, but not by %s saying %q: %v", policy, says, err)
 	case !allowed:
 		t.Logf("refused: %v", err)
+	}
+}
+
+// requireManagerStagesUnderPolicy runs the manager's own writes of a
+// restart-mode rollout step (workload.Deployments: its entries on the
+// stable revision, the hold, the pause, then a rollback's release) with
+// the manager's identity cfg on a fresh opted-in Deployment: RBAC and the
+// admission policy admit every one, and the release leaves the owner's
+// strategy and minReadySeconds as they were, the template on the stable
+// revision.
+func requireManagerStagesUnderPolicy(t *testing.T, cfg *rest.Config, ns string) {
+	t.Helper()
+	ctx := context.Background()
+	c, err := client.New(cfg, client.Options{Scheme: clientgoscheme.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner := routerDeployment("staged", true)
+	owner.Spec.MinReadySeconds = 3
+	owner.Spec.Strategy = appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType}
+	if _, err := admin.AppsV1().Deployments(ns).Create(ctx, owner, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	const stable, candidate = "llama-hints-0123456789abcdef", "llama-hints-fedcba9876543210"
+	wr := &workload.Deployments{Client: c}
+	read := func() (*appsv1.Deployment, *rolegraph.Workload) {
+		t.Helper()
+		d, err := admin.AppsV1().Deployments(ns).Get(ctx, "staged", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d, rolegraph.ReadWorkload(d)
+	}
+	rev := func(name string) *corev1.ConfigMap {
+		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
+	}
+	d, w := read()
+	if err := wr.Point(ctx, rev(stable), w, &rolegraph.Input{}); err != nil {
+		t.Fatalf("the manager's first config: %v", err)
+	}
+	for _, up := range []bool{false, true} {
+		d, w = read()
+		if err := wr.Hold(ctx, d, w, rev(candidate), up); err != nil {
+			t.Fatalf("the manager's hold (candidate pod up %v): %v", up, err)
+		}
+	}
+	d, w = read()
+	if !d.Spec.Paused || d.Annotations[v1alpha1.HeldAnnotation] == "" || w.References != candidate || d.Spec.MinReadySeconds != 599 {
+		t.Fatalf("held: paused %v, record %q, template on %s, minReadySeconds %d", d.Spec.Paused, d.Annotations[v1alpha1.HeldAnnotation], w.References, d.Spec.MinReadySeconds)
+	}
+	if err := wr.Release(ctx, d, w, rev(stable)); err != nil {
+		t.Fatalf("the manager's rollback: %v", err)
+	}
+	d, w = read()
+	_, held := d.Annotations[v1alpha1.HeldAnnotation]
+	if d.Spec.Paused || held || w.References != stable || d.Spec.MinReadySeconds != 3 || d.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType || d.Spec.Strategy.RollingUpdate != nil {
+		t.Errorf("released: paused %v, record %v, template on %s, minReadySeconds %d, strategy %+v", d.Spec.Paused, held, w.References, d.Spec.MinReadySeconds, d.Spec.Strategy)
 	}
 }
