@@ -189,7 +189,9 @@ func (d *Deployments) Hold(ctx context.Context, dep *appsv1.Deployment, w *roleg
 		ctrl.LoggerFrom(ctx).Info("Held the router Deployment at one surge pod", "deployment", dep.Name, "stable", stable)
 	}
 	if w.References != rev.Name || !w.Entries {
-		if err := d.Point(ctx, rev, w, &rolegraph.Input{Deployments: []appsv1.Deployment{*dep}}); err != nil {
+		// No Deployment in the input: Point's events speak of the
+		// compiled config and hand edits; the rollout records its own.
+		if err := d.Point(ctx, rev, w, &rolegraph.Input{}); err != nil {
 			return err
 		}
 	}
@@ -211,7 +213,9 @@ func (d *Deployments) Release(ctx context.Context, dep *appsv1.Deployment, w *ro
 		return err
 	}
 	if rev != nil && (w.References != rev.Name || !w.Entries) {
-		if err := d.Point(ctx, rev, w, &rolegraph.Input{Deployments: []appsv1.Deployment{*dep}}); err != nil {
+		// No Deployment in the input: Point's events speak of the
+		// compiled config and hand edits; the rollout records its own.
+		if err := d.Point(ctx, rev, w, &rolegraph.Input{}); err != nil {
 			return err
 		}
 	}
@@ -222,7 +226,7 @@ func (d *Deployments) Release(ctx context.Context, dep *appsv1.Deployment, w *ro
 	if err := d.patch(ctx, dep, body, "ending its hold"); err != nil {
 		return err
 	}
-	ctrl.LoggerFrom(ctx).Info("Released the router Deployment", "deployment", dep.Name, "template", w.References)
+	ctrl.LoggerFrom(ctx).Info("Released the router Deployment", "deployment", dep.Name, "template", RevisionHashOf(&dep.Spec.Template.Spec, dep.Labels[v1alpha1.RouterLabel]))
 	return nil
 }
 

@@ -352,10 +352,11 @@ func requireManagerStagesUnderPolicy(t *testing.T, cfg *rest.Config, ns string) 
 	rev := func(name string) *corev1.ConfigMap {
 		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
 	}
-	d, w := read()
+	_, w := read()
 	if err := wr.Point(ctx, rev(stable), w, &rolegraph.Input{}); err != nil {
 		t.Fatalf("the manager's first config: %v", err)
 	}
+	var d *appsv1.Deployment
 	for _, up := range []bool{false, true} {
 		d, w = read()
 		if err := wr.Hold(ctx, d, w, rev(candidate), up); err != nil {

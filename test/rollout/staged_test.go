@@ -246,7 +246,7 @@ func requireOnlyRolloutWrites(t *testing.T, dep *appsv1.Deployment, before map[s
 			continue
 		}
 		var fields map[string]map[string]json.RawMessage
-		if err := json.Unmarshal(mf.FieldsV1.Raw, &fields); err != nil {
+		if err := json.Unmarshal(mf.FieldsV1.GetRawBytes(), &fields); err != nil {
 			t.Fatal(err)
 		}
 		for top, sub := range fields {
