@@ -20,6 +20,7 @@ import (
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
 	"github.com/kvrouter/kv-hint-operator/internal/declared"
+	"github.com/kvrouter/kv-hint-operator/internal/watches"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 )
 
@@ -82,7 +83,7 @@ func (r *HintPolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	b := ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.HintPolicy{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&v1alpha1.RouterRole{},
-			handler.EnqueueRequestsFromMapFunc(policiesOfRole),
+			handler.EnqueueRequestsFromMapFunc(watches.PoliciesOfRole),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{}))
 	if r.catalogCache != nil {
 		b = b.WatchesRawSource(source.Kind(r.catalogCache, &corev1.ConfigMap{},

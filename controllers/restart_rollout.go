@@ -9,7 +9,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -23,32 +22,18 @@ import (
 // A restart-mode router Deployment under a RouterRollout: the
 // RouterReconciler writes each new compiled config as a revision but does
 // not point the Deployment at it (holdForRollout); the RolloutReconciler
-// runs it on one pod first (a candidate Deployment, the router's
-// Deployment paused), then points the router's Deployment at it and
-// unpauses it (promote), or deletes the candidate Deployment (rollback).
-// See rollout.AdvanceRestart and workload.CandidateDeployment.
-//
-// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=create;delete
-
-// defaultProgressDeadline is a Deployment's progress deadline when its
-// spec sets none (the API server defaults it to this).
-const defaultProgressDeadline = 600 * time.Second
-
-// compiledSources is the annotation that says which role produced which
-// entries of a compiled config.
-const compiledSources = compiled.SourcesAnnotation
+// runs it on one pod first by the Deployment's own rolling update, held
+// at one surge pod and paused, then releases the hold with the template
+// on the candidate (promote) or back on the stable revision (rollback).
+// See rollout.AdvanceRestart and workload.Deployments.Hold.
 
 // restartRouter returns the router's restart-mode Deployment a rollout
-// runs through, or nil: the first opted-in one by name that is not a
-// candidate.
+// runs through, or nil: the first opted-in one by name.
 func restartRouter(deps []appsv1.Deployment) *appsv1.Deployment {
 	var out *appsv1.Deployment
 	for i := range deps {
 		d := &deps[i]
-		if workload.IsCandidate(d) || !v1alpha1.OptedIn(d.Annotations) {
-			continue
-		}
-		if out == nil || d.Name < out.Name {
+		if v1alpha1.OptedIn(d.Annotations) && (out == nil || d.Name < out.Name) {
 			out = d
 		}
 	}
@@ -56,41 +41,28 @@ func restartRouter(deps []appsv1.Deployment) *appsv1.Deployment {
 }
 
 // reconcileRestart advances the rollout of a restart-mode router
-// Deployment: it writes the status first, then changes the Deployments,
+// Deployment: it writes the status first, then changes the Deployment,
 // so a manager that stops between the two does the change again from the
 // status (each change is idempotent).
 func (r *RolloutReconciler) reconcileRestart(ctx context.Context, ro *v1alpha1.RouterRollout, dep *appsv1.Deployment, compiled string, pods []corev1.Pod) (ctrl.Result, error) {
-	w := rolegraph.ReadWorkload(dep)
 	router := ro.Spec.Router
+	stable, err := workload.StableHash(dep, router)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 	obs := rollout.RestartObserved{
-		Now: r.now(), Pods: pods, ReadyWithin: defaultProgressDeadline,
-		RevisionOf: func(p *corev1.Pod) string { return workload.RevisionHashOf(&p.Spec, router) },
+		Now: r.now(), Pods: pods, ReadyWithin: workload.DefaultProgressDeadline * time.Second, Stable: stable,
+		RevisionOf:       func(p *corev1.Pod) string { return workload.RevisionHashOf(&p.Spec, router) },
+		CandidateProblem: workload.Problem(dep), RouterRolled: workload.Rolled(dep),
 	}
-	if w.Entries {
-		obs.Stable = workload.RevisionHashOf(&dep.Spec.Template.Spec, router)
-	}
-	if obs.Stable != "" {
+	if stable != "" {
 		// The first config is not staged: nothing to compare it with.
 		obs.Compiled = compiled
 	}
 	if s := dep.Spec.ProgressDeadlineSeconds; s != nil {
 		obs.ReadyWithin = time.Duration(*s) * time.Second
 	}
-	cand := &appsv1.Deployment{}
-	err := r.Client.Get(ctx, client.ObjectKey{Namespace: dep.Namespace, Name: workload.CandidateName(dep.Name)}, cand)
-	switch {
-	case apierrors.IsNotFound(err):
-		cand = nil
-	case err != nil:
-		return ctrl.Result{}, fmt.Errorf("reading candidate Deployment %s: %w", workload.CandidateName(dep.Name), err)
-	case !workload.IsCandidate(cand):
-		return ctrl.Result{}, fmt.Errorf("deployment %s is in the way of the rollout's candidate: it is not one", cand.Name)
-	default:
-		obs.CandidateProblem = deploymentProblem(cand)
-	}
-	obs.RouterRolled = rolled(dep)
-
-	d, act, err := rollout.AdvanceRestart(ro, obs, r.measure(ctx, ro, rollout.Observed{Stable: obs.Stable}))
+	d, act, err := rollout.AdvanceRestart(ro, obs, r.measure(ctx, ro, rollout.Observed{Stable: stable}))
 	if err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "RouterRollout not run: its spec cannot be used")
 		return ctrl.Result{}, nil
@@ -98,7 +70,13 @@ func (r *RolloutReconciler) reconcileRestart(ctx context.Context, ro *v1alpha1.R
 	if res, err := r.writeStatus(ctx, ro, d.Status); err != nil || res.RequeueAfter > 0 {
 		return res, err
 	}
-	if err := r.actRestart(ctx, ro, dep, w, cand, act); err != nil {
+	rev := map[rollout.RestartAction]string{rollout.RestartHold: d.Status.CandidateHash, rollout.RestartPromote: d.Status.CandidateHash,
+		rollout.RestartRollBack: stable, rollout.RestartRelease: compiled}[act]
+	if act == rollout.RestartPromote && rev == "" {
+		// Promoted to stable this reconcile: the template mounts it.
+		rev = stable
+	}
+	if err := r.actRestart(ctx, dep, act, rev, pods); err != nil {
 		if r.Recorder != nil && (apierrors.IsForbidden(err) || apierrors.IsInvalid(err)) {
 			// Admission or RBAC refuses what the step needs (see
 			// docs/rollout.md, "Restart-mode routers"): say it where the
@@ -111,82 +89,53 @@ func (r *RolloutReconciler) reconcileRestart(ctx context.Context, ro *v1alpha1.R
 }
 
 // actRestart does what AdvanceRestart decided to the router's Deployment
-// dep and its candidate Deployment cand (nil: none).
-func (r *RolloutReconciler) actRestart(ctx context.Context, ro *v1alpha1.RouterRollout, dep *appsv1.Deployment, w *rolegraph.Workload, cand *appsv1.Deployment, act rollout.RestartAction) error {
-	hash := ro.Status.CandidateHash
+// dep, with hash the revision its template must mount ("": as it is).
+func (r *RolloutReconciler) actRestart(ctx context.Context, dep *appsv1.Deployment, act rollout.RestartAction, hash string, pods []corev1.Pod) error {
+	router := dep.Labels[v1alpha1.RouterLabel]
+	var rev *corev1.ConfigMap
+	if hash != "" {
+		rev = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.RevisionConfigMapName(router, hash), Namespace: dep.Namespace}}
+	}
+	wr := &workload.Deployments{Client: r.Client, Recorder: r.Recorder}
+	w := rolegraph.ReadWorkload(dep)
 	switch act {
-	case rollout.RestartRunCandidate:
-		if err := r.setPaused(ctx, dep, true); err != nil {
-			return err
+	case rollout.RestartHold:
+		return wr.Hold(ctx, dep, w, rev, candidateUp(pods, router, hash))
+	case rollout.RestartPromote, rollout.RestartRollBack, rollout.RestartRelease:
+		return wr.Release(ctx, dep, w, rev)
+	}
+	return nil
+}
+
+// candidateUp reports whether a live pod of the router runs config hash.
+func candidateUp(pods []corev1.Pod, router, hash string) bool {
+	for i := range pods {
+		p := &pods[i]
+		if p.DeletionTimestamp == nil && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed &&
+			workload.RevisionHashOf(&p.Spec, router) == hash {
+			return true
 		}
-		rev := v1alpha1.RevisionConfigMapName(ro.Spec.Router, hash)
-		// Owned by the router's Deployment, not the RouterRollout: a
-		// rollout deleted mid-step leaves it for dropCandidates, which
-		// unpauses the router's Deployment as it deletes it.
-		owner := metav1.OwnerReference{APIVersion: "apps/v1", Kind: "Deployment", Name: dep.Name, UID: dep.UID}
-		want := workload.CandidateDeployment(dep, rev, w.Container, owner)
-		if cand == nil {
-			if err := r.Client.Create(ctx, want, client.FieldOwner(FieldOwner)); err != nil && !apierrors.IsAlreadyExists(err) {
-				return fmt.Errorf("creating candidate Deployment %s: %w", want.Name, err)
-			}
-			ctrl.LoggerFrom(ctx).Info("Running the candidate on one pod", "deployment", want.Name, "configMap", rev)
-			return nil
-		}
-		if workload.RevisionHashOf(&cand.Spec.Template.Spec, ro.Spec.Router) == hash {
-			return nil
-		}
-		// A newer candidate replaces the one that ran.
-		return r.deleteCandidate(ctx, cand)
-	case rollout.RestartPromote:
-		rev := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.RevisionConfigMapName(ro.Spec.Router, hash), Namespace: dep.Namespace}}
-		if workload.RevisionHashOf(&dep.Spec.Template.Spec, ro.Spec.Router) != hash {
-			wr := &workload.Deployments{Client: r.Client, Recorder: r.Recorder}
-			if err := wr.Point(ctx, rev, w, &rolegraph.Input{Deployments: []appsv1.Deployment{*dep}}); err != nil {
+	}
+	return false
+}
+
+// releaseHolds ends the hold of each restart-mode Deployment of a router
+// no RouterRollout runs any more (deleted mid-step), its template left on
+// what it mounts: the RouterReconciler then points it at the compiled
+// config, as without a rollout.
+func (r *RolloutReconciler) releaseHolds(ctx context.Context, namespace, router string) error {
+	deps := &appsv1.DeploymentList{}
+	if err := r.Client.List(ctx, deps, client.InNamespace(namespace), client.MatchingLabels{v1alpha1.RouterLabel: router}); err != nil {
+		return fmt.Errorf("listing the Deployments of router %s: %w", router, err)
+	}
+	wr := &workload.Deployments{Client: r.Client, Recorder: r.Recorder}
+	for i := range deps.Items {
+		if dep := &deps.Items[i]; v1alpha1.OptedIn(dep.Annotations) {
+			if err := wr.Release(ctx, dep, rolegraph.ReadWorkload(dep), nil); err != nil {
 				return err
 			}
 		}
-		if err := r.setPaused(ctx, dep, false); err != nil {
-			return err
-		}
-		return r.deleteCandidate(ctx, cand)
-	case rollout.RestartRemoveCandidate:
-		if cand == nil {
-			return nil
-		}
-		// Unpaused first: a candidate Deployment left means the rollout
-		// paused the router's Deployment.
-		if err := r.setPaused(ctx, dep, false); err != nil {
-			return err
-		}
-		return r.deleteCandidate(ctx, cand)
 	}
-	return nil
-}
-
-// setPaused sets spec.paused of the router's Deployment.
-func (r *RolloutReconciler) setPaused(ctx context.Context, dep *appsv1.Deployment, paused bool) error {
-	if dep.Spec.Paused == paused {
-		return nil
-	}
-	body := fmt.Sprintf(`{"spec":{"paused":%t}}`, paused)
-	if err := r.Client.Patch(ctx, dep, client.RawPatch(types.MergePatchType, []byte(body)), client.FieldOwner(FieldOwner)); err != nil {
-		return fmt.Errorf("setting spec.paused=%t of Deployment %s: %w", paused, dep.Name, err)
-	}
-	ctrl.LoggerFrom(ctx).Info("Set spec.paused of the router Deployment", "deployment", dep.Name, "paused", paused)
-	return nil
-}
-
-// deleteCandidate deletes the candidate Deployment, its ReplicaSet and
-// pod after it.
-func (r *RolloutReconciler) deleteCandidate(ctx context.Context, cand *appsv1.Deployment) error {
-	if cand == nil {
-		return nil
-	}
-	err := r.Client.Delete(ctx, cand, client.Preconditions{UID: &cand.UID}, client.PropagationPolicy(metav1.DeletePropagationBackground))
-	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("deleting candidate Deployment %s: %w", cand.Name, err)
-	}
-	ctrl.LoggerFrom(ctx).Info("Deleted the candidate Deployment", "deployment", cand.Name)
 	return nil
 }
 
@@ -205,102 +154,42 @@ func (r *RolloutReconciler) recordEvents(ctx context.Context, ro *v1alpha1.Route
 	}
 }
 
-// deploymentProblem is why a Deployment has no pods, as its status says:
-// its ReplicaFailure condition, or a Progressing condition past its
-// deadline.
-func deploymentProblem(d *appsv1.Deployment) string {
-	for _, c := range d.Status.Conditions {
-		if c.Status == corev1.ConditionTrue && c.Type == appsv1.DeploymentReplicaFailure {
-			return c.Message
-		}
-		if c.Status == corev1.ConditionFalse && c.Type == appsv1.DeploymentProgressing {
-			return c.Message
-		}
-	}
-	return ""
-}
-
-// rolled reports whether a Deployment's rollout of its current template
-// is complete: seen, unpaused, every replica updated and available, none
-// of an older template left.
-func rolled(d *appsv1.Deployment) bool {
-	want := int32(1)
-	if d.Spec.Replicas != nil {
-		want = *d.Spec.Replicas
-	}
-	s := d.Status
-	return !d.Spec.Paused && s.ObservedGeneration >= d.Generation &&
-		s.UpdatedReplicas == want && s.Replicas == want && s.AvailableReplicas == want
-}
-
 // holdForRollout keeps a new compiled config out of the restart-mode
 // Deployments of a router under a RouterRollout: the RolloutReconciler
 // runs it on one pod first and points them at it when it promotes it. A
 // Deployment that mounts no revision yet takes its first config at once:
 // there is nothing to compare it with. It returns the RouterRollout and
-// the revision the held Deployments run, when it held any.
-func (r *RouterReconciler) holdForRollout(ctx context.Context, namespace string, compiled *rolegraph.Router) (*v1alpha1.RouterRollout, string, error) {
-	holds := func(w *rolegraph.Workload) bool {
-		return w.Kind == rolegraph.WorkloadKind && w.Writable && w.Entries && w.References != ""
-	}
-	held := ""
-	for _, w := range compiled.Workloads {
-		if holds(w) && held == "" {
-			held = w.References
-		}
-	}
-	if held == "" {
-		return nil, "", nil
+// the revision the held Deployments run as stable (their hold record's,
+// while the rollout holds them), when it held any.
+func (r *RouterReconciler) holdForRollout(ctx context.Context, namespace string, compiled *rolegraph.Router, deps []appsv1.Deployment) (*v1alpha1.RouterRollout, string, error) {
+	held, err := workload.HeldRevision(compiled, deps)
+	if err != nil || held == "" {
+		return nil, "", err
 	}
 	ro, _, err := routerRollout(ctx, r.Client, namespace, compiled.Name)
 	if err != nil || ro == nil {
 		return nil, "", err
 	}
-	for _, w := range compiled.Workloads {
-		if holds(w) {
-			w.Writable = false
-		}
-	}
+	workload.KeepBack(compiled)
 	return ro, held, nil
 }
 
 // markHeld reports, in the status of each RouterRole whose spec produced
-// a config held for a restart-mode rollout (holdForRollout), where it is:
-// staged (waiting for the rollout, or at its step) or rolled back. Which
-// roles produced it: those whose entries differ from the revision the
-// held Deployments run (rollout.ChangedRoles).
-func (r *RouterReconciler) markHeld(ctx context.Context, out *rolegraph.Output, roles []v1alpha1.RouterRole, ro *v1alpha1.RouterRollout, held string, compiled *rolegraph.Router, now metav1.Time) error {
-	if ro == nil || compiled.Revision == nil || held == compiled.Revision.Name {
+// a config held for a restart-mode rollout (holdForRollout), where it is
+// (rollout.MarkHeld). Which roles produced it: those whose entries differ
+// from the revision the held Deployments run (rollout.ChangedRoles).
+func (r *RouterReconciler) markHeld(ctx context.Context, out *rolegraph.Output, roles []v1alpha1.RouterRole, ro *v1alpha1.RouterRollout, held string, compiledRouter *rolegraph.Router, now metav1.Time) error {
+	if ro == nil || compiledRouter.Revision == nil || held == compiledRouter.Revision.Name {
 		return nil
 	}
 	stable := &corev1.ConfigMap{}
-	err := r.Client.Get(ctx, client.ObjectKey{Namespace: ro.Namespace, Name: held}, stable)
-	switch {
-	case apierrors.IsNotFound(err):
-	case err != nil:
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: ro.Namespace, Name: held}, stable); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("reading the running revision %s: %w", held, err)
 	}
-	hash := compiled.Hash
-	changed := rollout.ChangedRoles(compiled.Revision.Annotations[compiledSources], stable.Annotations[compiledSources])
-	st := ro.Status
-	inFlight := st.CandidateHash == hash && (st.Phase == v1alpha1.RolloutProgressing || st.Phase == v1alpha1.RolloutPaused)
-	step := "waiting for RouterRollout " + ro.Name + " to pick it up"
-	if inFlight {
-		step = fmt.Sprintf("step %d/2 (%s)", st.CurrentStep+1, []string{rollout.RestartStepOnePod, rollout.RestartStepRest}[min(st.CurrentStep, 1)])
-	}
+	changed := rollout.ChangedRoles(compiledRouter.Revision.Annotations[compiled.SourcesAnnotation], stable.Annotations[compiled.SourcesAnnotation])
 	for i := range roles {
-		rr := &roles[i]
-		res := out.RouterRole(rr.Name)
-		if res == nil || !changed[rr.Name] {
-			continue
-		}
-		switch rb := st.LastRollback; {
-		case st.Phase == v1alpha1.RolloutRolledBack && rb != nil && rb.Hash == hash:
-			rollout.MarkRolledBack(&res.Status, rr.Status.Conditions, rr.Generation, rb, now)
-		case inFlight && st.CurrentStep > 0:
-			// The rest: the role's own count of pods says how far.
-		default:
-			rollout.MarkStaged(&res.Status, rr.Status.Conditions, rr.Generation, ro.Name, hash, step, now)
+		if res := out.RouterRole(roles[i].Name); res != nil && changed[roles[i].Name] {
+			rollout.MarkHeld(&res.Status, roles[i].Status.Conditions, roles[i].Generation, ro, compiledRouter.Hash, now)
 		}
 	}
 	return nil
@@ -316,32 +205,4 @@ func graphRouter(router string, pods []corev1.Pod) bool {
 		}
 	}
 	return false
-}
-
-// dropCandidates ends the step of a rollout deleted mid-step: each
-// candidate Deployment left of the router goes, its router Deployment
-// unpaused first.
-func (r *RolloutReconciler) dropCandidates(ctx context.Context, namespace, router string) error {
-	deps := &appsv1.DeploymentList{}
-	if err := r.Client.List(ctx, deps, client.InNamespace(namespace), client.MatchingLabels{v1alpha1.RouterLabel: router}, client.HasLabels{workload.CandidateOfLabel}); err != nil {
-		return fmt.Errorf("listing the candidate Deployments of router %s: %w", router, err)
-	}
-	for i := range deps.Items {
-		cand := &deps.Items[i]
-		dep := &appsv1.Deployment{}
-		err := r.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: cand.Labels[workload.CandidateOfLabel]}, dep)
-		switch {
-		case apierrors.IsNotFound(err):
-		case err != nil:
-			return fmt.Errorf("reading Deployment %s: %w", cand.Labels[workload.CandidateOfLabel], err)
-		default:
-			if err := r.setPaused(ctx, dep, false); err != nil {
-				return err
-			}
-		}
-		if err := r.deleteCandidate(ctx, cand); err != nil {
-			return err
-		}
-	}
-	return nil
 }

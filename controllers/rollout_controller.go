@@ -17,7 +17,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -27,6 +26,7 @@ import (
 	"github.com/kvrouter/kv-hint-operator/internal/rolegraph"
 	"github.com/kvrouter/kv-hint-operator/internal/rollout"
 	"github.com/kvrouter/kv-hint-operator/internal/rolloutapi"
+	"github.com/kvrouter/kv-hint-operator/internal/watches"
 )
 
 // RolloutReconciler runs the staged rollouts of routers: it owns the
@@ -54,7 +54,7 @@ func (r *RolloutReconciler) Reconcile(ctx context.Context, req reconcile.Request
 		return ctrl.Result{}, err
 	}
 	if ro == nil {
-		return ctrl.Result{}, r.dropCandidates(ctx, req.Namespace, req.Name)
+		return ctrl.Result{}, r.releaseHolds(ctx, req.Namespace, req.Name)
 	}
 	now := r.now()
 	for _, o := range others {
@@ -182,13 +182,13 @@ func (r *RolloutReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("rollout").
 		Watches(&v1alpha1.RouterRollout{},
-			handler.EnqueueRequestsFromMapFunc(routerOfRollout),
-			builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, rolloutCameOrWent))).
-		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(routerOfLabel),
-			builder.WithPredicates(compiledConfigMap)).
-		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(routerOfLabel),
-			builder.WithPredicates(rolloutPodChanged)).
-		Watches(&appsv1.Deployment{}, handler.EnqueueRequestsFromMapFunc(routerOfLabel)).
+			handler.EnqueueRequestsFromMapFunc(watches.RouterOfRollout),
+			builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, watches.RolloutCameOrWent))).
+		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(watches.RouterOfLabel),
+			builder.WithPredicates(watches.CompiledConfigMap)).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(watches.RouterOfLabel),
+			builder.WithPredicates(watches.RolloutPodChanged)).
+		Watches(&appsv1.Deployment{}, handler.EnqueueRequestsFromMapFunc(watches.RouterOfLabel)).
 		WithLogConstructor(func(req *reconcile.Request) logr.Logger {
 			l := mgr.GetLogger().WithValues("controller", "rollout")
 			if req != nil {
@@ -197,30 +197,4 @@ func (r *RolloutReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			return l
 		}).
 		Complete(r)
-}
-
-// rolloutCameOrWent passes creations and deletions, which decide which
-// RouterRollout runs a router's rollouts.
-var rolloutCameOrWent = predicate.Funcs{
-	UpdateFunc: func(event.UpdateEvent) bool { return false },
-}
-
-// compiledConfigMap passes the router's own ConfigMap, not the candidate
-// ConfigMaps beside it.
-var compiledConfigMap = predicate.NewPredicateFuncs(func(o client.Object) bool {
-	router := o.GetLabels()[v1alpha1.RouterLabel]
-	return router != "" && o.GetName() == v1alpha1.HintsConfigMapName(router)
-})
-
-// rolloutPodChanged passes the Pod events that change what a rollout
-// counts: a pod appears, goes, starts terminating or terminates, or
-// reports another config status.
-var rolloutPodChanged = predicate.Funcs{
-	UpdateFunc: func(e event.UpdateEvent) bool {
-		o, n := e.ObjectOld, e.ObjectNew
-		return o.GetLabels()[v1alpha1.RouterLabel] != n.GetLabels()[v1alpha1.RouterLabel] ||
-			o.GetAnnotations()[rolloutapi.ConfigStatusAnnotation] != n.GetAnnotations()[rolloutapi.ConfigStatusAnnotation] ||
-			(o.GetDeletionTimestamp() == nil) != (n.GetDeletionTimestamp() == nil) ||
-			podPhase(o) != podPhase(n)
-	},
 }

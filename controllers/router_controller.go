@@ -28,6 +28,7 @@ import (
 	"github.com/kvrouter/kv-hint-operator/internal/declared"
 	"github.com/kvrouter/kv-hint-operator/internal/rolegraph"
 	"github.com/kvrouter/kv-hint-operator/internal/routerinput"
+	"github.com/kvrouter/kv-hint-operator/internal/watches"
 	"github.com/kvrouter/kv-hint-operator/internal/workload"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 	"github.com/kvrouter/kv-hint-operator/pkg/hintsconfig"
@@ -148,7 +149,7 @@ func (r *RouterReconciler) run(ctx context.Context, req reconcile.Request) (outc
 		return outcome{}, err
 	}
 	if rc.Pending {
-		// Reconciled again when the load ends (catalogEvents); the
+		// Reconciled again when the load ends (watches.CatalogEvents); the
 		// requeue is only a safety net.
 		ctrl.LoggerFrom(ctx).V(1).Info("Waiting for the router's declared catalog to load")
 		return outcome{result: ctrl.Result{RequeueAfter: pendingRetry}}, nil
@@ -211,7 +212,7 @@ func (r *RouterReconciler) run(ctx context.Context, req reconcile.Request) (outc
 			return outcome{}, err
 		}
 	}
-	heldBy, held, err := r.holdForRollout(ctx, req.Namespace, compiled)
+	heldBy, held, err := r.holdForRollout(ctx, req.Namespace, compiled, in.Deployments)
 	if err != nil {
 		return outcome{}, err
 	}
@@ -322,31 +323,31 @@ func (r *RouterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	c, err := ctrl.NewControllerManagedBy(mgr).
 		Named("router").
 		Watches(&v1alpha1.RouterRole{},
-			handler.EnqueueRequestsFromMapFunc(routerOfRole),
-			builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, dynamoVersionChanged))).
+			handler.EnqueueRequestsFromMapFunc(watches.RouterOfRole),
+			builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, watches.DynamoVersionChanged))).
 		// A rollout's status says what the ConfigMap stages.
 		Watches(&v1alpha1.RouterRollout{},
-			handler.EnqueueRequestsFromMapFunc(routerOfRollout),
-			builder.WithPredicates(stagingChanged)).
+			handler.EnqueueRequestsFromMapFunc(watches.RouterOfRollout),
+			builder.WithPredicates(watches.StagingChanged)).
 		Watches(&v1alpha1.HintPolicy{},
-			handler.EnqueueRequestsFromMapFunc(routersUsingPolicy(mgr.GetClient())),
+			handler.EnqueueRequestsFromMapFunc(watches.RoutersUsingPolicy(mgr.GetClient(), indexPolicyRef)),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		// The cache holds only compiled ConfigMaps (see managercache.Options): any
 		// change to one is drift to repair, or the echo of our own write,
 		// which compiles to no write.
-		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(routerOfLabel)).
+		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(watches.RouterOfLabel)).
 		Watches(&corev1.Pod{},
-			progressEvents(podReportChanged),
-			builder.WithPredicates(routerPodChanged)).
-		WatchesRawSource(source.Kind(r.catalogCache, &corev1.ConfigMap{}, catalogEvents(r.catalogs))).
-		WatchesRawSource(source.Channel(r.loaded, catalogEvents(nil))).
+			watches.ProgressEvents(watches.PodReportChanged),
+			builder.WithPredicates(watches.RouterPodChanged)).
+		WatchesRawSource(source.Kind(r.catalogCache, &corev1.ConfigMap{}, watches.CatalogEvents(r.catalogs))).
+		WatchesRawSource(source.Channel(r.loaded, watches.CatalogEvents(nil))).
 		// Restart-mode routers: a Deployment's rollout status and template
 		// are what Programmed reports and what drift is; its ReplicaSets
 		// keep config revisions from garbage collection.
-		Watches(&appsv1.Deployment{}, progressEvents(workloadChanged)).
+		Watches(&appsv1.Deployment{}, watches.ProgressEvents(watches.WorkloadChanged)).
 		Watches(&appsv1.ReplicaSet{},
-			handler.EnqueueRequestsFromMapFunc(routerOfLabel),
-			builder.WithPredicates(replicaSetCameOrWent)).
+			handler.EnqueueRequestsFromMapFunc(watches.RouterOfLabel),
+			builder.WithPredicates(watches.ReplicaSetCameOrWent)).
 		WithLogConstructor(func(req *reconcile.Request) logr.Logger {
 			l := mgr.GetLogger().WithValues("controller", "router")
 			if req != nil {
@@ -359,17 +360,9 @@ func (r *RouterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return err
 	}
 	r.graphs.Watch = func(gc cache.Cache, obj client.Object) error {
-		return c.Watch(source.Kind(gc, obj, progressEvents(graphChanged)))
+		return c.Watch(source.Kind(gc, obj, watches.ProgressEvents(watches.GraphChanged)))
 	}
 	return mgr.Add(r.graphs)
-}
-
-// dynamoVersionChanged passes a RouterRole whose Dynamo version annotation
-// changed: it picks the role's dialect, and no spec change comes with it.
-var dynamoVersionChanged = predicate.Funcs{
-	UpdateFunc: func(e event.UpdateEvent) bool {
-		return e.ObjectOld.GetAnnotations()[v1alpha1.DynamoVersionAnnotation] != e.ObjectNew.GetAnnotations()[v1alpha1.DynamoVersionAnnotation]
-	},
 }
 
 // refusedRetry is how often a refused write (workload.Refused) is tried again when nothing

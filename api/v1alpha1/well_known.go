@@ -93,6 +93,17 @@ const (
 	// container); Dynamo's operator renders them into the pods. Nothing
 	// else of the DGD is written, and nothing of a DGD without the opt-in.
 	RouterComponentAnnotation = "hints.kvrouter.io/router-component"
+
+	// HeldAnnotation is on an opted-in router Deployment while a
+	// RouterRollout runs its candidate on one pod. The manager sets it
+	// when it holds the Deployment at one surge pod (spec.strategy
+	// RollingUpdate with maxSurge 1 and maxUnavailable 0, spec.minReadySeconds
+	// just under the progress deadline, then spec.paused) and removes it
+	// when it puts the owner's values back. Its value is JSON: the stable
+	// config hash, and the Deployment's own strategy and minReadySeconds
+	// (null when unset), for example
+	// {"stable":"0f1e2d3c4b5a6978","strategy":{"type":"RollingUpdate","rollingUpdate":{"maxSurge":"25%","maxUnavailable":"25%"}},"minReadySeconds":null}.
+	HeldAnnotation = "hints.kvrouter.io/held"
 )
 
 // GraphOptedIn reports whether a DynamoGraphDeployment's annotations opt

@@ -240,7 +240,7 @@ func (a *advance) finished(c string) bool {
 
 func (a *advance) resume(why string) {
 	a.st.Phase, a.pausedBy, a.resumed = v1alpha1.RolloutProgressing, "", true
-	a.event(false, string(v1alpha1.ReasonStep), "Resume", "%s at step %d/%d", why, a.st.CurrentStep+1, len(a.ro.Spec.Steps))
+	a.event(false, string(v1alpha1.ReasonStep), "Resume", "%s at step %d/%d", why, a.st.CurrentStep+1, a.stepCount())
 }
 
 func (a *advance) startStep(i int32) {

@@ -170,6 +170,25 @@ func MarkStaged(st *v1alpha1.RouterRoleStatus, prev []metav1.Condition, gen int6
 	mark(st, prev, gen, v1alpha1.ReasonStaged, msg, v1alpha1.ConditionReconciling, v1alpha1.ConditionStalled, now)
 }
 
+// MarkHeld sets the status of a RouterRole whose spec produced config
+// hash, held out of a restart-mode router's Deployment for RouterRollout
+// ro: rolled back, when ro rolled it back; left to the role's own count
+// of pods during "the rest", which says how far the Deployment's rolling
+// update went; else staged, at ro's step or waiting for ro to pick it up.
+func MarkHeld(st *v1alpha1.RouterRoleStatus, prev []metav1.Condition, gen int64, ro *v1alpha1.RouterRollout, hash string, now metav1.Time) {
+	rs := ro.Status
+	inFlight := rs.CandidateHash == hash && (rs.Phase == v1alpha1.RolloutProgressing || rs.Phase == v1alpha1.RolloutPaused)
+	switch rb := rs.LastRollback; {
+	case rs.Phase == v1alpha1.RolloutRolledBack && rb != nil && rb.Hash == hash:
+		MarkRolledBack(st, prev, gen, rb, now)
+	case inFlight && rs.CurrentStep > 0:
+	case inFlight:
+		MarkStaged(st, prev, gen, ro.Name, hash, "step 1/2 ("+RestartStepOnePod+")", now)
+	default:
+		MarkStaged(st, prev, gen, ro.Name, hash, "waiting for RouterRollout "+ro.Name+" to pick it up", now)
+	}
+}
+
 // mark sets Programmed and Ready False and the abnormal condition on True
 // with reason and msg, and removes off.
 func mark(st *v1alpha1.RouterRoleStatus, prev []metav1.Condition, gen int64, reason v1alpha1.ConditionReason, msg string, on, off v1alpha1.ConditionType, now metav1.Time) {

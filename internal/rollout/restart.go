@@ -16,11 +16,12 @@ import (
 // Restart mode: a router Deployment whose Dynamo Frontend reads its policy
 // file only at start-up cannot stage a candidate inside a pod, so its
 // steps are pods. Whatever spec.steps says, a restart-mode rollout has two
-// steps: "one pod" (the router's Deployment paused, a one-replica
-// candidate Deployment, a copy of its pod template pointing at the
-// candidate's revision, runs beside it) for the pause of spec.steps[0],
-// and "the rest" (the router's Deployment pointed at the candidate and
-// unpaused: its own rolling update replaces every pod). What judges the
+// steps: "one pod" (the router's Deployment held at one surge pod: its
+// template points at the candidate's revision, its rolling update adds
+// one pod and takes no stable pod down, and it is paused once that pod
+// exists) for the pause of spec.steps[0], and "the rest" (the owner's
+// strategy back and the Deployment unpaused: its own rolling update
+// replaces every other pod). What judges the
 // first step is what restart mode can observe: the candidate pod becomes
 // Ready and stays Ready, never restarting, for the pause; plus the
 // Prometheus provider's analysis when one is configured. The sidecar
@@ -33,42 +34,48 @@ const (
 )
 
 // RestartAction is what the reconciler must do to the router's
-// Deployment and its candidate Deployment after AdvanceRestart.
+// Deployment after AdvanceRestart (see workload.Deployments Hold and
+// Release). Each is idempotent: a Deployment already so is not written.
 type RestartAction string
 
 const (
 	// RestartKeep: nothing to change.
 	RestartKeep RestartAction = ""
-	// RestartRunCandidate: pause the router's Deployment and run the
-	// candidate Deployment on the candidate's revision (create it, or
-	// point it at a newer candidate).
-	RestartRunCandidate RestartAction = "RunCandidate"
-	// RestartPromote: point the router's Deployment at the candidate's
-	// revision, unpause it, then delete the candidate Deployment.
+	// RestartHold: hold the router's Deployment at one surge pod, its
+	// template on the candidate's revision, paused once the candidate's
+	// pod runs.
+	RestartHold RestartAction = "Hold"
+	// RestartPromote: end the hold with the template on the candidate:
+	// the owner's strategy rolls the rest.
 	RestartPromote RestartAction = "Promote"
-	// RestartRemoveCandidate: unpause the router's Deployment (never
-	// changed) and delete the candidate Deployment, if it is there.
-	RestartRemoveCandidate RestartAction = "RemoveCandidate"
+	// RestartRollBack: end the hold with the template back on the stable
+	// revision: the one candidate pod goes, no stable pod restarts.
+	RestartRollBack RestartAction = "RollBack"
+	// RestartRelease: end a hold no rollout step needs any more (the
+	// candidate withdrawn), the template on the compiled config.
+	RestartRelease RestartAction = "Release"
 )
 
 // RestartObserved is what the rollout reconciler saw of a restart-mode
 // router Deployment.
 type RestartObserved struct {
 	Now time.Time
-	// Stable is the hash of the revision the router Deployment's pod
-	// template mounts; Compiled is the hash the router reconciler last
+	// Stable is the hash of the revision the router Deployment runs as
+	// stable: the one its hold recorded while it is held (its template
+	// mounts the candidate then), else the one its template mounts;
+	// Compiled is the hash the router reconciler last
 	// compiled (the router ConfigMap's). A compiled hash the Deployment
 	// does not run is a candidate.
 	Stable, Compiled string
-	// Pods are the router's pods, the candidate Deployment's included.
+	// Pods are the router's pods, the candidate's one included.
 	Pods []corev1.Pod
 	// RevisionOf returns the config hash a pod's router reads, or "".
 	RevisionOf func(*corev1.Pod) string
 	// ReadyWithin is how long the candidate pod may take to become Ready:
 	// the router Deployment's progress deadline.
 	ReadyWithin time.Duration
-	// CandidateProblem is why the candidate Deployment has no pod, when
-	// its status says (a ReplicaFailure condition), else "".
+	// CandidateProblem is why the router Deployment adds no pod, when its
+	// status says (a ReplicaFailure condition), else "".
 	CandidateProblem string
 	// RouterRolled is set when the router Deployment's own rollout of its
 	// current template is complete: every replica updated and available,
@@ -79,8 +86,8 @@ type RestartObserved struct {
 // AdvanceRestart moves a restart-mode rollout on, as Advance does for a
 // sidecar router, and says what to do to the Deployments. The status is
 // the rollout's whole state: a restarted manager reads the step and its
-// start from it, and the objects (the candidate Deployment, what the
-// router Deployment mounts) from the API.
+// start from it, and the rest from the router Deployment (its hold
+// record, what its template mounts) and its pods.
 func AdvanceRestart(ro *v1alpha1.RouterRollout, obs RestartObserved, measure Measure) (Decision, RestartAction, error) {
 	set, err := SettingsOf(ro.Spec.Analysis)
 	if err != nil {
@@ -163,10 +170,16 @@ func (r *restart) run(measure Measure) RestartAction {
 		if r.obs.RouterRolled {
 			r.promote(r.promotedReason())
 			r.count("")
-			return RestartRemoveCandidate
+		} else {
+			r.later(r.set.Interval)
 		}
+		return RestartPromote
+	case inRest && cand == st.CandidateHash:
+		// Promoted, but the release that rolls the rest is not written
+		// yet (the manager stopped between the status and the write).
+		r.count(cand)
 		r.later(r.set.Interval)
-		return RestartRemoveCandidate
+		return RestartPromote
 	case cand != "" && cand != st.CandidateHash && !r.finished(cand):
 		if r.inFlight() {
 			r.event(false, string(v1alpha1.ReasonStep), "Replace", "candidate %s replaced by %s before it finished", st.CandidateHash, cand)
@@ -183,7 +196,10 @@ func (r *restart) run(measure Measure) RestartAction {
 	}
 	if !r.inFlight() {
 		r.count("")
-		return RestartRemoveCandidate
+		if st.Phase == v1alpha1.RolloutRolledBack {
+			return RestartRollBack
+		}
+		return RestartRelease
 	}
 	cand = st.CandidateHash
 	r.count(cand)
@@ -192,7 +208,7 @@ func (r *restart) run(measure Measure) RestartAction {
 		r.d.Consumed = append(r.d.Consumed, v1alpha1.AbortAnnotation)
 		r.rollback(Result{Verdict: v1alpha1.VerdictFailed, Reason: string(v1alpha1.ReasonAborted),
 			Message: fmt.Sprintf("aborted by annotation %s at step 1/2 (%s)", v1alpha1.AbortAnnotation, RestartStepOnePod)})
-		return RestartRemoveCandidate
+		return RestartRollBack
 	case ann[v1alpha1.PromoteAnnotation] == cand:
 		r.d.Consumed = append(r.d.Consumed, v1alpha1.PromoteAnnotation)
 		r.promotedBy = v1alpha1.ReasonManualPromote
@@ -200,10 +216,10 @@ func (r *restart) run(measure Measure) RestartAction {
 	}
 	if msg := r.refusal(cand); msg != "" {
 		r.rollback(Result{Verdict: v1alpha1.VerdictFailed, Reason: string(v1alpha1.ReasonCandidateRefused), Message: msg})
-		return RestartRemoveCandidate
+		return RestartRollBack
 	}
 	if r.held(cand, "step 1/2 ("+RestartStepOnePod+")") {
-		return RestartRunCandidate
+		return RestartHold
 	}
 	return r.onePod(measure, cand)
 }
@@ -285,7 +301,9 @@ func (r *restart) refusal(cand string) string {
 // spec.steps[0], then the provider's analysis where it can measure.
 func (r *restart) onePod(measure Measure, cand string) RestartAction {
 	st := r.st
-	if st.StepStartedAt == nil {
+	if st.StepStartedAt == nil || r.resumed {
+		// As in sidecar mode (progress): a resumed step's clock, its
+		// pause and its next measurement count from the resume.
 		at := r.at
 		st.StepStartedAt = &at
 	}
@@ -301,7 +319,7 @@ func (r *restart) onePod(measure Measure, cand string) RestartAction {
 	if ready == nil {
 		r.note = fmt.Sprintf("waiting for the candidate pod to be Ready (at most %s)", r.obs.ReadyWithin)
 		r.later(wait)
-		return RestartRunCandidate
+		return RestartHold
 	}
 	since := st.StepStartedAt.Time
 	if readySince.After(since) {
@@ -311,7 +329,7 @@ func (r *restart) onePod(measure Measure, cand string) RestartAction {
 		if left := since.Add(pause.Duration).Sub(r.obs.Now); left > 0 {
 			r.note = fmt.Sprintf("candidate pod %s Ready; it must stay Ready until %s", ready.Name, since.Add(pause.Duration).UTC().Format(time.RFC3339))
 			r.later(min(left, wait))
-			return RestartRunCandidate
+			return RestartHold
 		}
 	}
 	if p := r.set.Provider; p == nil || p.Prometheus == nil {
@@ -323,22 +341,19 @@ func (r *restart) onePod(measure Measure, cand string) RestartAction {
 		return r.toRest()
 	}
 	due := since.Add(r.set.Interval)
-	if n := len(st.Measurements); n > 0 {
+	if n := len(st.Measurements); n > 0 && st.Measurements[n-1].At.After(since) {
 		due = st.Measurements[n-1].At.Add(r.set.Interval)
 	}
 	if left := due.Sub(r.obs.Now); left > 0 {
 		r.later(left)
-		return RestartRunCandidate
+		return RestartHold
 	}
 	weight := 100
 	if r.pods.Total > 0 {
 		weight = int((100 + r.pods.Total - 1) / r.pods.Total)
 	}
 	res := measure(rolloutapi.Stage{Candidate: cand, Stage: rolloutapi.StageCanary, Weight: weight}, since, r.pods)
-	st.Measurements = append(st.Measurements, v1alpha1.Measurement{
-		At: r.at, Verdict: res.Verdict, Reason: res.Reason, Metric: res.Metric,
-		Baseline: res.Baseline, Canary: res.Canary, PValue: res.PValue, Samples: res.Samples, Message: clip(res.Message, 1024),
-	})
+	st.Measurements = append(st.Measurements, res.measurement(r.at))
 	if over := len(st.Measurements) - v1alpha1.MaxMeasurements; over > 0 {
 		st.Measurements = st.Measurements[over:]
 	}
@@ -346,7 +361,7 @@ func (r *restart) onePod(measure Measure, cand string) RestartAction {
 	case v1alpha1.VerdictFailed:
 		if failures+1 >= r.set.FailureLimit {
 			r.rollback(res)
-			return RestartRemoveCandidate
+			return RestartRollBack
 		}
 	case v1alpha1.VerdictSuccessful:
 		if successes+1 >= r.set.Count {
@@ -355,10 +370,10 @@ func (r *restart) onePod(measure Measure, cand string) RestartAction {
 	default:
 		st.Phase, r.pausedBy = v1alpha1.RolloutPaused, v1alpha1.ReasonInconclusive
 		r.event(true, string(v1alpha1.ReasonInconclusive), "Analyze", "step 1/2 (%s) paused: %s", RestartStepOnePod, res.Message)
-		return RestartRunCandidate
+		return RestartHold
 	}
 	r.later(r.set.Interval)
-	return RestartRunCandidate
+	return RestartHold
 }
 
 // readyAt returns when a pod became Ready, if it is.

@@ -53,7 +53,7 @@ func TestRestartOnePodThenTheRest(t *testing.T) {
 	stable := []corev1.Pod{restartPod("r-1", stableH, t0, 0), restartPod("r-2", stableH, t0, 0)}
 
 	d, act, err := AdvanceRestart(ro, restartObs(t0, stableH, stable...), noMeasure(t))
-	if err != nil || act != RestartRunCandidate || d.Status.CandidateHash != candH || d.Status.CurrentStep != 0 || d.Status.Phase != v1alpha1.RolloutProgressing {
+	if err != nil || act != RestartHold || d.Status.CandidateHash != candH || d.Status.CurrentStep != 0 || d.Status.Phase != v1alpha1.RolloutProgressing {
 		t.Fatalf("new candidate: %v, action %q, status %+v", err, act, d.Status)
 	}
 	ro.Status = d.Status
@@ -62,7 +62,7 @@ func TestRestartOnePodThenTheRest(t *testing.T) {
 	// Ready for the pause yet.
 	pods := append(stable, restartPod("r-candidate-1", candH, t0.Add(5*time.Second), 0))
 	d, act, _ = AdvanceRestart(ro, restartObs(t0.Add(25*time.Second), stableH, pods...), noMeasure(t))
-	if act != RestartRunCandidate || d.Status.CurrentStep != 0 || d.Status.Pods.Summary != "1/3" {
+	if act != RestartHold || d.Status.CurrentStep != 0 || d.Status.Pods.Summary != "1/3" {
 		t.Fatalf("within the pause: action %q, step %d, pods %+v", act, d.Status.CurrentStep, d.Status.Pods)
 	}
 	ro.Status = d.Status
@@ -78,7 +78,7 @@ func TestRestartOnePodThenTheRest(t *testing.T) {
 	mid := []corev1.Pod{restartPod("r-3", candH, t0.Add(40*time.Second), 0), stable[1]}
 	o := restartObs(t0.Add(41*time.Second), candH, mid...)
 	d, act, _ = AdvanceRestart(ro, o, noMeasure(t))
-	if act != RestartRemoveCandidate || d.Status.Phase != v1alpha1.RolloutProgressing || d.Status.StableHash != stableH || d.Status.Pods.Summary != "1/2" {
+	if act != RestartPromote || d.Status.Phase != v1alpha1.RolloutProgressing || d.Status.StableHash != stableH || d.Status.Pods.Summary != "1/2" {
 		t.Fatalf("during the rest: action %q, status %+v", act, d.Status)
 	}
 	ro.Status = d.Status
@@ -121,7 +121,7 @@ func TestRestartCandidateRefused(t *testing.T) {
 			o.CandidateProblem = "pods \"c-1\" is forbidden: exceeded quota"
 			d, act, _ := AdvanceRestart(ro, o, noMeasure(t))
 			rb := d.Status.LastRollback
-			if act != RestartRemoveCandidate || d.Status.Phase != v1alpha1.RolloutRolledBack || rb == nil || rb.Reason != string(tc.reason) || d.Status.StableHash != stableH {
+			if act != RestartRollBack || d.Status.Phase != v1alpha1.RolloutRolledBack || rb == nil || rb.Reason != string(tc.reason) || d.Status.StableHash != stableH {
 				t.Fatalf("action %q, status %+v", act, d.Status)
 			}
 			for _, s := range tc.says {
@@ -132,7 +132,7 @@ func TestRestartCandidateRefused(t *testing.T) {
 			// The next look keeps it rolled back, the candidate gone.
 			ro.Status, ro.Annotations = d.Status, nil
 			d, act, _ = AdvanceRestart(ro, restartObs(t0.Add(tc.at+time.Second), stableH, stable), noMeasure(t))
-			if act != RestartRemoveCandidate || d.Status.Phase != v1alpha1.RolloutRolledBack {
+			if act != RestartRollBack || d.Status.Phase != v1alpha1.RolloutRolledBack {
 				t.Errorf("after: action %q, phase %s", act, d.Status.Phase)
 			}
 		})
@@ -158,12 +158,99 @@ func TestRestartPrometheusJudges(t *testing.T) {
 		return Result{Verdict: v1alpha1.VerdictFailed, Reason: "Failed", Metric: "prefixHitRatio", Baseline: "0.60", Canary: "0.40"}
 	}
 	d, act, _ := AdvanceRestart(ro, restartObs(t0.Add(5*time.Second), stableH, pods...), m)
-	if calls != 0 || act != RestartRunCandidate {
+	if calls != 0 || act != RestartHold {
 		t.Fatalf("before the interval: %d calls, action %q", calls, act)
 	}
 	ro.Status = d.Status
 	d, act, _ = AdvanceRestart(ro, restartObs(t0.Add(12*time.Second), stableH, pods...), m)
-	if calls != 1 || act != RestartRemoveCandidate || d.Status.LastRollback == nil || d.Status.LastRollback.Metric != "prefixHitRatio" {
+	if calls != 1 || act != RestartRollBack || d.Status.LastRollback == nil || d.Status.LastRollback.Metric != "prefixHitRatio" {
 		t.Fatalf("after the interval: %d calls, action %q, status %+v", calls, act, d.Status)
+	}
+}
+
+// TestRestartCarriesOn: what a manager restarted between its status write
+// and its Deployment write, or a change of the roles mid-step, finds. A
+// promotion whose release is not written yet (the hold still records the
+// stable hash) asks for the release again, still at step 2/2; a
+// candidate withdrawn mid-step releases the hold; a resume counts the
+// steps out of restart mode's two, whatever spec.steps holds.
+func TestRestartCarriesOn(t *testing.T) {
+	ro := testRollout()
+	ro.Spec.Steps = append(ro.Spec.Steps, v1alpha1.RolloutStep{Canary: &v1alpha1.CanaryStep{Weight: 50}})
+	stable := restartPod("r-1", stableH, t0, 0)
+	d, _, _ := AdvanceRestart(ro, restartObs(t0, stableH, stable), noMeasure(t))
+	ro.Status = d.Status
+
+	paused := ro.DeepCopy()
+	paused.Spec.Paused = true
+	d, act, _ := AdvanceRestart(paused, restartObs(t0.Add(time.Second), stableH, stable), noMeasure(t))
+	if act != RestartHold || d.Status.Phase != v1alpha1.RolloutPaused {
+		t.Fatalf("spec.paused: action %q, phase %s", act, d.Status.Phase)
+	}
+	paused.Status, paused.Spec.Paused = d.Status, false
+	d, _, _ = AdvanceRestart(paused, restartObs(t0.Add(2*time.Second), stableH, stable), noMeasure(t))
+	if len(d.Events) == 0 || d.Events[0].Action != "Resume" || !strings.HasSuffix(d.Events[0].Message, "at step 1/2") {
+		t.Errorf("resume events %+v; want one at step 1/2", d.Events)
+	}
+
+	rest := ro.DeepCopy()
+	rest.Status.CurrentStep = 1
+	d, act, _ = AdvanceRestart(rest, restartObs(t0.Add(time.Minute), stableH, stable), noMeasure(t))
+	if act != RestartPromote || d.Status.CurrentStep != 1 || d.Status.Phase != v1alpha1.RolloutProgressing || d.Status.CandidateHash != candH {
+		t.Errorf("promotion not yet written: action %q, status %+v", act, d.Status)
+	}
+
+	o := restartObs(t0.Add(time.Minute), stableH, stable)
+	o.Compiled = stableH
+	d, act, _ = AdvanceRestart(ro, o, noMeasure(t))
+	if act != RestartRelease || d.Status.Phase != v1alpha1.RolloutIdle || d.Status.CandidateHash != "" {
+		t.Errorf("withdrawn: action %q, status %+v", act, d.Status)
+	}
+}
+
+// TestRestartPausedTimeIsNotTheStepsTime: in restart mode too, a first
+// step paused (spec.paused) and resumed restarts its clock: no
+// measurement at the resume, the next one an interval later over the
+// outcomes since the resume, and every measurement keeps each judged
+// metric's figures.
+func TestRestartPausedTimeIsNotTheStepsTime(t *testing.T) {
+	ro := testRollout()
+	ro.Spec.Analysis.Provider = &v1alpha1.MetricsProvider{Prometheus: &v1alpha1.PrometheusProvider{}}
+	stable := restartPod("r-1", stableH, t0, 0)
+	d, _, _ := AdvanceRestart(ro, restartObs(t0, stableH, stable), nil)
+	ro.Status = d.Status
+	pods := []corev1.Pod{stable, restartPod("c-1", candH, t0.Add(time.Second), 0)}
+	var sinces []time.Time
+	m := func(_ rolloutapi.Stage, since time.Time, _ Pods) Result {
+		sinces = append(sinces, since)
+		return Result{Verdict: v1alpha1.VerdictSuccessful, Reason: "Successful", Message: "no harm", Metrics: []v1alpha1.MetricMeasurement{
+			{Metric: "prefixHitRatio", Verdict: v1alpha1.MetricSuccessful, Baseline: "0.50", Canary: "0.51"},
+			{Metric: "errorRate", Verdict: v1alpha1.MetricSuccessful, Baseline: "0", Canary: "0"},
+		}}
+	}
+	d, act, _ := AdvanceRestart(ro, restartObs(t0.Add(12*time.Second), stableH, pods...), m)
+	if len(sinces) != 1 || act != RestartHold || len(d.Status.Measurements) != 1 || len(d.Status.Measurements[0].Metrics) != 2 {
+		t.Fatalf("first measurement: %d calls, action %q, measurements %+v", len(sinces), act, d.Status.Measurements)
+	}
+	ro.Status = d.Status
+
+	ro.Spec.Paused = true
+	d, _, _ = AdvanceRestart(ro, restartObs(t0.Add(15*time.Second), stableH, pods...), m)
+	if d.Status.Phase != v1alpha1.RolloutPaused {
+		t.Fatalf("spec.paused: phase %s", d.Status.Phase)
+	}
+	ro.Status = d.Status
+
+	ro.Spec.Paused = false
+	resume := t0.Add(300 * time.Second)
+	d, act, _ = AdvanceRestart(ro, restartObs(resume, stableH, pods...), m)
+	if len(sinces) != 1 || act != RestartHold || d.Status.StepStartedAt == nil || !d.Status.StepStartedAt.Time.Equal(resume) {
+		t.Fatalf("at the resume: %d calls, action %q, step started %v", len(sinces), act, d.Status.StepStartedAt)
+	}
+	ro.Status = d.Status
+
+	d, act, _ = AdvanceRestart(ro, restartObs(resume.Add(11*time.Second), stableH, pods...), m)
+	if len(sinces) != 2 || !sinces[1].Equal(resume) || act != RestartPromote {
+		t.Fatalf("after the resume: %d calls, since %v, action %q", len(sinces), sinces, act)
 	}
 }

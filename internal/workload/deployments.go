@@ -36,20 +36,13 @@ type Deployments struct {
 
 func (d *Deployments) Kind() string { return rolegraph.WorkloadKind }
 
-// List reads the router's Deployments into in.Deployments, the
-// candidates of staged rollouts left out (CandidateDeployment).
+// List reads the router's Deployments into in.Deployments.
 func (d *Deployments) List(ctx context.Context, namespace, router string, in *rolegraph.Input) error {
 	var deps appsv1.DeploymentList
 	if err := d.Client.List(ctx, &deps, client.InNamespace(namespace), client.MatchingLabels{v1alpha1.RouterLabel: router}); err != nil {
 		return fmt.Errorf("listing the Deployments of router %s: %w", router, err)
 	}
-	in.Deployments = deps.Items[:0]
-	for _, dep := range deps.Items {
-		// A staged rollout's candidate runs beside the router's own.
-		if !IsCandidate(&dep) {
-			in.Deployments = append(in.Deployments, dep)
-		}
-	}
+	in.Deployments = deps.Items
 	return nil
 }
 

@@ -8,10 +8,15 @@
 // DynamoGraphDeployment cache once the API server serves the CRD
 // (apiwatch.WhenServed).
 //
-// Every write is the manager's three entries (PolicyEntries), by
-// server-side apply as v1alpha1.RolloutFieldManager; a write the API
-// server or the manager's check of a dry run refuses is a *Refused, which
-// the router reconciler reports and tries again later. What to write
+// A RouterRollout's first step holds a router Deployment at one surge pod
+// and its end releases it (Deployments.Hold, Deployments.Release): merge
+// patches of spec.strategy, spec.minReadySeconds, spec.paused and
+// v1alpha1.HeldAnnotation, never of what a pod runs.
+//
+// Every write of a template is the manager's three entries
+// (PolicyEntries), by server-side apply as v1alpha1.RolloutFieldManager; a
+// write the API server or the manager's check of a dry run refuses is a
+// *Refused, which the router reconciler reports and tries again later. What to write
 // (which workloads, which revision, what is stale) is decided by the
 // compile step, internal/rolegraph; this package only reads and writes.
 //

@@ -2,6 +2,7 @@ package admission
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -15,8 +16,12 @@ import (
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+	"github.com/kvrouter/kv-hint-operator/internal/rolegraph"
 	"github.com/kvrouter/kv-hint-operator/internal/workload"
 )
 
@@ -68,6 +73,47 @@ func applyTemplate(c kubernetes.Interface, ns, deployment string, tmpl *corev1ac
 	ac := appsv1ac.Deployment(deployment, ns).WithSpec(appsv1ac.DeploymentSpec().WithTemplate(tmpl))
 	_, err := c.AppsV1().Deployments(ns).Apply(context.Background(), ac, metav1.ApplyOptions{FieldManager: v1alpha1.RolloutFieldManager, Force: true})
 	return err
+}
+
+// mergePatch is a JSON merge patch of a Deployment, as the manager writes
+// a hold and its release.
+func mergePatch(c kubernetes.Interface, ns, name string, patch []byte) error {
+	_, err := c.AppsV1().Deployments(ns).Patch(context.Background(), name, types.MergePatchType, patch, metav1.PatchOptions{})
+	return err
+}
+
+// holdBody and releaseBody are the manager's own hold and release of a
+// Deployment (workload.HoldPatch, workload.ReleasePatch), read as it is
+// now.
+func holdBody(ns, name string) ([]byte, error) {
+	d, err := admin.AppsV1().Deployments(ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	return workload.HoldPatch(d, "0123456789abcdef")
+}
+
+func releaseBody(ns, name string) ([]byte, error) {
+	d, err := admin.AppsV1().Deployments(ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	h, err := workload.HeldOf(d)
+	if err == nil && h == nil {
+		err = fmt.Errorf("deployment %s not held", name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return workload.ReleasePatch(h)
+}
+
+// mergeBody is a merge patch of body, or body's error.
+func mergeBody(c kubernetes.Interface, ns, name string, body []byte, err error) error {
+	if err != nil {
+		return err
+	}
+	return mergePatch(c, ns, name, body)
 }
 
 func patchDeployment(c kubernetes.Interface, ns, name, patch string) error {
@@ -195,8 +241,45 @@ func TestManagerWritesOnlyThePolicyVolume(t *testing.T) {
 		{"the image of a Deployment that did not opt in", func() error {
 			return patchDeployment(manager, ns, "not-opted-in", `{"spec":{"template":{"spec":{"containers":[{"name":"frontend","image":"evil:1"}]}}}}`)
 		}, false, "did not opt in"},
+		// A staged rollout's hold (workload.Deployments.Hold): how fast
+		// the Deployment rolls, never what a pod runs.
+		{"a hold of an opted-in Deployment", func() error { b, err := holdBody(ns, "opted-in"); return mergeBody(manager, ns, "opted-in", b, err) }, true, ""},
+		{"spec.paused of a held Deployment", func() error { return mergePatch(manager, ns, "opted-in", []byte(`{"spec":{"paused":true}}`)) }, true, ""},
+		{"the replicas of a held Deployment", func() error { return patchDeployment(manager, ns, "opted-in", `{"spec":{"replicas":9}}`) }, false, "its spec"},
+		{"another annotation beside the hold record", func() error {
+			return mergePatch(manager, ns, "opted-in", []byte(`{"metadata":{"annotations":{"hints.kvrouter.io/held":"{}","example.com/other":"x"}}}`))
+		}, false, "its metadata"},
+		{"a label with the hold record", func() error {
+			return mergePatch(manager, ns, "opted-in", []byte(`{"metadata":{"labels":{"extra":"x"},"annotations":{"hints.kvrouter.io/held":"{}"}}}`))
+		}, false, "its metadata"},
+		{"spec.revisionHistoryLimit with a pause", func() error {
+			return mergePatch(manager, ns, "opted-in", []byte(`{"spec":{"paused":false,"revisionHistoryLimit":0}}`))
+		}, false, "its spec"},
+		{"the release of a held Deployment", func() error { b, err := releaseBody(ns, "opted-in"); return mergeBody(manager, ns, "opted-in", b, err) }, true, ""},
+		{"a hold of a Deployment that did not opt in", func() error {
+			b, err := holdBody(ns, "not-opted-in")
+			return mergeBody(manager, ns, "not-opted-in", b, err)
+		}, false, "did not opt in"},
+		{"spec.paused of a Deployment that did not opt in", func() error {
+			return mergePatch(manager, ns, "not-opted-in", []byte(`{"spec":{"paused":true}}`))
+		}, false, "did not opt in"},
 	} {
 		t.Run("manager writes "+tc.name, func(t *testing.T) { requireVerdict(t, "kvhint-manager-rollout", tc.write(), tc.allowed, tc.says) })
+	}
+
+	// Neither RBAC (no create or delete of Deployments) nor the policy lets
+	// the manager run a pod template of its own, or scale one.
+	_, err = manager.AppsV1().Deployments(ns).Create(ctx, routerDeployment("opted-in-kvhint-candidate", true), metav1.CreateOptions{})
+	if !apierrors.IsForbidden(err) {
+		t.Errorf("manager creates a Deployment: %v; want Forbidden", err)
+	}
+	err = manager.AppsV1().Deployments(ns).Delete(ctx, "opted-in", metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
+	if !apierrors.IsForbidden(err) {
+		t.Errorf("manager deletes a Deployment: %v; want Forbidden", err)
+	}
+	_, err = manager.AppsV1().Deployments(ns).Patch(ctx, "opted-in", types.MergePatchType, []byte(`{"spec":{"replicas":1}}`), metav1.PatchOptions{}, "scale")
+	if !apierrors.IsForbidden(err) {
+		t.Errorf("manager scales a Deployment: %v; want Forbidden", err)
 	}
 
 	d, err := admin.AppsV1().Deployments(ns).Get(ctx, "not-opted-in", metav1.GetOptions{})
@@ -211,6 +294,8 @@ func TestManagerWritesOnlyThePolicyVolume(t *testing.T) {
 			t.Errorf("written by %s: %s", mf.Manager, mf.FieldsV1.GetRawString())
 		}
 	}
+
+	requireManagerStagesUnderPolicy(t, tokenConfig(t, "kvhint-system", "kvhint-manager", managerPod), ns)
 
 	// The admin (the Deployment's owner) is not held by the policy.
 	if err := patchDeployment(admin, ns, "not-opted-in", `{"spec":{"replicas":3}}`); err != nil {
@@ -231,5 +316,63 @@ func requireVerdict(t *testing.T, policy string, err error, allowed bool, says s
 		t.Errorf("refused, but not by %s saying %q: %v", policy, says, err)
 	case !allowed:
 		t.Logf("refused: %v", err)
+	}
+}
+
+// requireManagerStagesUnderPolicy runs the manager's own writes of a
+// restart-mode rollout step (workload.Deployments: its entries on the
+// stable revision, the hold, the pause, then a rollback's release) with
+// the manager's identity cfg on a fresh opted-in Deployment: RBAC and the
+// admission policy admit every one, and the release leaves the owner's
+// strategy and minReadySeconds as they were, the template on the stable
+// revision.
+func requireManagerStagesUnderPolicy(t *testing.T, cfg *rest.Config, ns string) {
+	t.Helper()
+	ctx := context.Background()
+	c, err := client.New(cfg, client.Options{Scheme: clientgoscheme.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner := routerDeployment("staged", true)
+	owner.Spec.MinReadySeconds = 3
+	owner.Spec.Strategy = appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType}
+	if _, err := admin.AppsV1().Deployments(ns).Create(ctx, owner, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	const stable, candidate = "llama-hints-0123456789abcdef", "llama-hints-fedcba9876543210"
+	wr := &workload.Deployments{Client: c}
+	read := func() (*appsv1.Deployment, *rolegraph.Workload) {
+		t.Helper()
+		d, err := admin.AppsV1().Deployments(ns).Get(ctx, "staged", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d, rolegraph.ReadWorkload(d)
+	}
+	rev := func(name string) *corev1.ConfigMap {
+		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
+	}
+	_, w := read()
+	if err := wr.Point(ctx, rev(stable), w, &rolegraph.Input{}); err != nil {
+		t.Fatalf("the manager's first config: %v", err)
+	}
+	var d *appsv1.Deployment
+	for _, up := range []bool{false, true} {
+		d, w = read()
+		if err := wr.Hold(ctx, d, w, rev(candidate), up); err != nil {
+			t.Fatalf("the manager's hold (candidate pod up %v): %v", up, err)
+		}
+	}
+	d, w = read()
+	if !d.Spec.Paused || d.Annotations[v1alpha1.HeldAnnotation] == "" || w.References != candidate || d.Spec.MinReadySeconds != 599 {
+		t.Fatalf("held: paused %v, record %q, template on %s, minReadySeconds %d", d.Spec.Paused, d.Annotations[v1alpha1.HeldAnnotation], w.References, d.Spec.MinReadySeconds)
+	}
+	if err := wr.Release(ctx, d, w, rev(stable)); err != nil {
+		t.Fatalf("the manager's rollback: %v", err)
+	}
+	d, w = read()
+	_, held := d.Annotations[v1alpha1.HeldAnnotation]
+	if d.Spec.Paused || held || w.References != stable || d.Spec.MinReadySeconds != 3 || d.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType || d.Spec.Strategy.RollingUpdate != nil {
+		t.Errorf("released: paused %v, record %v, template on %s, minReadySeconds %d, strategy %+v", d.Spec.Paused, held, w.References, d.Spec.MinReadySeconds, d.Spec.Strategy)
 	}
 }

@@ -93,13 +93,16 @@ func requireOnlyVolumeWritten(t *testing.T, dep *appsv1.Deployment) {
 		if !strings.HasPrefix(mf.Manager, "kvhint") {
 			continue
 		}
-		want := `{"f:spec":{"f:template":{"f:spec":{"f:containers":{"k:{\"name\":\"frontend\"}":{".":{},"f:env":{"k:{\"name\":\"DYN_ROUTER_POLICY_CONFIG\"}":{".":{},"f:name":{},"f:value":{}}},"f:name":{},"f:volumeMounts":{"k:{\"mountPath\":\"/etc/kvhint/policy\"}":{".":{},"f:mountPath":{},"f:name":{},"f:readOnly":{}}}}},"f:volumes":{"k:{\"name\":\"kvhint-policy\"}":{".":{},"f:configMap":{"f:name":{}},"f:name":{}}}}}}}`
-		if mf.Manager != v1alpha1.RolloutFieldManager || mf.Subresource != "" || mf.FieldsV1.GetRawString() != want {
+		if mf.Manager != v1alpha1.RolloutFieldManager || mf.Subresource != "" || mf.FieldsV1.GetRawString() != threeEntries {
 			t.Errorf("the manager owns %s of the Deployment as %s (subresource %q); want only its three entries as %s",
 				mf.FieldsV1.GetRawString(), mf.Manager, mf.Subresource, v1alpha1.RolloutFieldManager)
 		}
 	}
 }
+
+// threeEntries are the fields of the manager's server-side apply of a
+// Deployment: its three entries in container frontend.
+const threeEntries = `{"f:spec":{"f:template":{"f:spec":{"f:containers":{"k:{\"name\":\"frontend\"}":{".":{},"f:env":{"k:{\"name\":\"DYN_ROUTER_POLICY_CONFIG\"}":{".":{},"f:name":{},"f:value":{}}},"f:name":{},"f:volumeMounts":{"k:{\"mountPath\":\"/etc/kvhint/policy\"}":{".":{},"f:mountPath":{},"f:name":{},"f:readOnly":{}}}}},"f:volumes":{"k:{\"name\":\"kvhint-policy\"}":{".":{},"f:configMap":{"f:name":{}},"f:name":{}}}}}}}`
 
 // TestInvalidChangeRollsNothing: an invalid change is refused, the
 // compiled config stays what it was, and nothing of the Deployment

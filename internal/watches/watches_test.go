@@ -1,4 +1,4 @@
-package controllers
+package watches
 
 import (
 	"context"
@@ -17,7 +17,7 @@ import (
 )
 
 // TestProgressEventsWaitUrgentOnesDoNot: an update that only moves a
-// Programmed count is not queued at once (it waits progressBatch, with
+// Programmed count is not queued at once (it waits ProgressBatch, with
 // the others of its window); a sidecar's report, or a Deployment's spec
 // or opt-in, is.
 func TestProgressEventsWaitUrgentOnesDoNot(t *testing.T) {
@@ -43,16 +43,16 @@ func TestProgressEventsWaitUrgentOnesDoNot(t *testing.T) {
 		old, new client.Object
 		now      bool
 	}{
-		{"pod turns Ready", podReportChanged, pod(corev1.ConditionFalse, ""), pod(corev1.ConditionTrue, ""), false},
-		{"sidecar reports a hash", podReportChanged, pod(corev1.ConditionTrue, ""), pod(corev1.ConditionTrue, "0123"), true},
-		{"Deployment rollout status", workloadChanged, dep(2, 1, optIn), dep(2, 2, optIn), false},
-		{"Deployment template changed (drift)", workloadChanged, dep(2, 2, optIn), dep(3, 2, optIn), true},
-		{"Deployment opts in", workloadChanged, dep(2, 2, nil), dep(2, 2, optIn), true},
+		{"pod turns Ready", PodReportChanged, pod(corev1.ConditionFalse, ""), pod(corev1.ConditionTrue, ""), false},
+		{"sidecar reports a hash", PodReportChanged, pod(corev1.ConditionTrue, ""), pod(corev1.ConditionTrue, "0123"), true},
+		{"Deployment rollout status", WorkloadChanged, dep(2, 1, optIn), dep(2, 2, optIn), false},
+		{"Deployment template changed (drift)", WorkloadChanged, dep(2, 2, optIn), dep(3, 2, optIn), true},
+		{"Deployment opts in", WorkloadChanged, dep(2, 2, nil), dep(2, 2, optIn), true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
 			defer q.ShutDown()
-			progressEvents(tc.urgent).Update(context.Background(), event.UpdateEvent{ObjectOld: tc.old, ObjectNew: tc.new}, q)
+			ProgressEvents(tc.urgent).Update(context.Background(), event.UpdateEvent{ObjectOld: tc.old, ObjectNew: tc.new}, q)
 			if got := q.Len() == 1; got != tc.now {
 				t.Errorf("queued at once: %v, want %v (queue length %d)", got, tc.now, q.Len())
 			}
@@ -87,7 +87,7 @@ func TestGraphChanged(t *testing.T) {
 		{"the state", graph(2, 2, "successful", "False", 1), true},
 		{"Ready", graph(2, 2, "pending", "True", 1), true},
 	} {
-		if got := graphChanged(base, tc.n); got != tc.urgent {
+		if got := GraphChanged(base, tc.n); got != tc.urgent {
 			t.Errorf("%s: urgent %v, want %v", tc.name, got, tc.urgent)
 		}
 	}
