@@ -24,7 +24,7 @@ type Arm struct {
 	Sessions int64
 	// SessionCounts are each session's request, error and hint-rejected
 	// counts, for the rates' cluster-robust test; nil when the source
-	// does not know sessions.
+	// does not know sessions, empty (not nil) for samples of none.
 	SessionCounts []SessionCounts
 	// Errors counts the failed requests.
 	Errors int64
@@ -60,9 +60,9 @@ type SessionCounts struct {
 }
 
 // Units is what the minimum sample size counts: sessions when the arm
-// knows them, else requests.
+// was built from samples (SessionCounts set, if empty), else requests.
 func (a *Arm) Units() (int64, string) {
-	if a.Sessions > 0 {
+	if a.SessionCounts != nil {
 		return a.Sessions, "sessions"
 	}
 	return a.Requests, "requests"

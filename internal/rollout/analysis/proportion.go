@@ -53,14 +53,22 @@ func TwoProportionZ(x1, n1, x2, n2 int64, alt Alternative) ProportionResult {
 // test's variance, times K/(K-1). A group of fewer than 2 clusters, or
 // counts out of range, give P = 1: no evidence.
 func ClusteredTwoProportionZ(first, second []Cluster, alt Alternative) ProportionResult {
+	return clusteredZ(first, second, func(c Cluster) Cluster { return c }, alt)
+}
+
+// clusteredZ is ClusteredTwoProportionZ over any clusters cluster reads,
+// so that an arm's session counts are tested where they are.
+func clusteredZ[T any](first, second []T, cluster func(T) Cluster, alt Alternative) ProportionResult {
 	var x1, n1, x2, n2 int64
-	for _, c := range first {
+	for _, t := range first {
+		c := cluster(t)
 		if c.N < 0 || c.X < 0 || c.X > c.N {
 			return ProportionResult{P: 1}
 		}
 		x1, n1 = x1+c.X, n1+c.N
 	}
-	for _, c := range second {
+	for _, t := range second {
+		c := cluster(t)
 		if c.N < 0 || c.X < 0 || c.X > c.N {
 			return ProportionResult{P: 1}
 		}
@@ -70,13 +78,14 @@ func ClusteredTwoProportionZ(first, second []Cluster, alt Alternative) Proportio
 		return ProportionResult{P: 1}
 	}
 	pooled := float64(x1+x2) / float64(n1+n2)
-	variance := func(cs []Cluster, n int64) float64 {
+	variance := func(ts []T, n int64) float64 {
 		var ss float64
-		for _, c := range cs {
+		for _, t := range ts {
+			c := cluster(t)
 			d := float64(c.X) - pooled*float64(c.N)
 			ss += d * d
 		}
-		k := float64(len(cs))
+		k := float64(len(ts))
 		return k / (k - 1) * ss / (float64(n) * float64(n))
 	}
 	se := math.Sqrt(variance(first, n1) + variance(second, n2))

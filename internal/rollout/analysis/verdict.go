@@ -204,8 +204,8 @@ func Judge(t Thresholds, in Input) Verdict {
 		v.Message = strings.Join(inconclusive, "; ")
 	default:
 		v.Phase, v.Reason = Successful, ReasonWithinThresholds
-		v.Message = fmt.Sprintf("no metric worse beyond its threshold: baseline %d, canary %d requests; %s",
-			b.Requests, c.Requests, describeFigures(v.Findings))
+		v.Message = fmt.Sprintf("no metric worse beyond its threshold: baseline %s, canary %s; %s",
+			describeCount(b), describeCount(c), describeFigures(v.Findings))
 	}
 	return v
 }
@@ -280,15 +280,8 @@ func judgeRate(m Metric, t Thresholds, level float64, b, c *Arm) Finding {
 	}
 	var r ProportionResult
 	if b.SessionCounts != nil && c.SessionCounts != nil {
-		clusters := func(a *Arm) []Cluster {
-			out := make([]Cluster, len(a.SessionCounts))
-			for i, s := range a.SessionCounts {
-				out[i] = Cluster{N: s.Requests, X: event(s)}
-			}
-			return out
-		}
 		f.Test = TestClusteredProportionZ
-		r = ClusteredTwoProportionZ(clusters(b), clusters(c), Greater)
+		r = clusteredZ(b.SessionCounts, c.SessionCounts, func(s SessionCounts) Cluster { return Cluster{N: s.Requests, X: event(s)} }, Greater)
 	} else {
 		r = TwoProportionZ(bx, bn, cx, cn, Greater)
 	}
@@ -352,6 +345,15 @@ func amount(m Metric, v float64) string {
 		return fmt.Sprintf("%+.1f%%", 100*v)
 	}
 	return fmt.Sprintf("%+.4f", v)
+}
+
+// describeCount says how many requests an arm holds, and in how many
+// sessions when it knows them.
+func describeCount(a *Arm) string {
+	if a.SessionCounts == nil {
+		return fmt.Sprintf("%d requests", a.Requests)
+	}
+	return fmt.Sprintf("%d requests in %d sessions", a.Requests, a.Sessions)
 }
 
 func describeFigures(fs []Finding) string {

@@ -369,6 +369,12 @@ func TestArmsBySession(t *testing.T) {
 	if c.Sessions != 1 || c.Requests != 1 {
 		t.Errorf("canary: %d sessions of %d requests, want 1 of 1", c.Sessions, c.Requests)
 	}
+	if n, unit := (&Arm{}).Units(); n != 0 || unit != "requests" {
+		t.Errorf("an arm without sessions counts %d %s, want 0 requests", n, unit)
+	}
+	if empty := ArmFromSamples(nil); empty.SessionCounts == nil {
+		t.Errorf("an arm of no samples has no session counts: it would count requests")
+	}
 
 	// 300 requests an arm in 30 sessions: too few to judge at 100.
 	var bs, cs []rolloutapi.Sample
@@ -379,5 +385,11 @@ func TestArmsBySession(t *testing.T) {
 	v := Judge(DefaultThresholds(), Input{Baseline: ArmFromSamples(bs), Canary: ArmFromSamples(cs)})
 	if want := "too few sessions to judge: baseline 30, canary 30, 100 needed in each"; v.Phase != Inconclusive || v.Message != want {
 		t.Errorf("300 requests in 30 sessions: %s %q, want Inconclusive %q", v.Phase, v.Message, want)
+	}
+	th := DefaultThresholds()
+	th.MinSamples = 30
+	if v := Judge(th, Input{Baseline: ArmFromSamples(bs), Canary: ArmFromSamples(cs)}); v.Phase != Successful ||
+		!strings.Contains(v.Message, "baseline 300 requests in 30 sessions, canary 300 requests in 30 sessions") {
+		t.Errorf("at minSamples 30: %s %q, want Successful, counting requests and sessions", v.Phase, v.Message)
 	}
 }
