@@ -124,10 +124,11 @@ type RolloutAnalysis struct {
 	// +kubebuilder:validation:Maximum=20
 	FailureLimit *int32 `json:"failureLimit,omitempty"`
 
-	// minSamples is the least number of requests each of the two configs
-	// must have booked for a measurement to judge; with fewer the
-	// measurement is Inconclusive and the rollout pauses. 1 to 1000000,
-	// defaults to 100.
+	// minSamples is the least number of sessions each of the two configs
+	// must have booked for a measurement to judge (a request reported
+	// without a session counts as one; the prometheus provider counts
+	// requests); with fewer the measurement is Inconclusive and the
+	// rollout pauses. 1 to 1000000, defaults to 100.
 	// +optional
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=1000000
