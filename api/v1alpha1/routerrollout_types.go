@@ -292,7 +292,9 @@ type Measurement struct {
 	Message string `json:"message,omitempty"`
 }
 
-// SampleCounts are the requests each config booked.
+// SampleCounts are what each config's arm held: the requests it booked
+// or, for the metric a rollback names, the observations its test
+// compared (sessions, from the sidecars; query steps, from Prometheus).
 type SampleCounts struct {
 	// baseline is the stable config's.
 	// +required
