@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -77,5 +78,67 @@ func TestRouterRolloutRejections(t *testing.T) {
 	ro.Spec.Router = "other"
 	if err := c.Update(context.Background(), ro); err == nil || !strings.Contains(err.Error(), "router is immutable") {
 		t.Errorf("changing spec.router: %v", err)
+	}
+}
+
+// TestRouterRolloutMeasurementMetrics: the API server keeps every judged
+// metric of a measurement as the manager writes it, and refuses more than
+// MaxMeasurementMetrics of them, a metric listed twice, or a verdict it
+// does not know.
+func TestRouterRolloutMeasurementMetrics(t *testing.T) {
+	c := testenv.Get(t).Client
+	ns := testenv.NewNamespace(t, c, "kvhint-rollout")
+	ctx := context.Background()
+	ro := &v1alpha1.RouterRollout{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "r"},
+		Spec:       v1alpha1.RouterRolloutSpec{Router: "r", Steps: []v1alpha1.RolloutStep{{Canary: &v1alpha1.CanaryStep{Weight: 10}}}},
+	}
+	if err := c.Create(ctx, ro); err != nil {
+		t.Fatal(err)
+	}
+	samples := &v1alpha1.SampleCounts{Baseline: 936, Canary: 992}
+	metric := func(name string) v1alpha1.MetricMeasurement {
+		return v1alpha1.MetricMeasurement{Metric: name, Verdict: v1alpha1.MetricSuccessful, Baseline: "0.4442", Canary: "0.4593",
+			Change: "0.0151", PValue: "1", Test: "mann-whitney-u", Samples: samples}
+	}
+	write := func(ms []v1alpha1.MetricMeasurement) error {
+		cur := ro.DeepCopy()
+		cur.Status.Measurements = []v1alpha1.Measurement{{At: metav1.NowMicro(), Verdict: v1alpha1.VerdictSuccessful, Reason: "WithinThresholds", Metrics: ms}}
+		return c.Status().Update(ctx, cur)
+	}
+	judged := []v1alpha1.MetricMeasurement{metric("prefixHitRatio"), metric("ttftP90"), {Metric: "errorRate", Verdict: v1alpha1.MetricNotMeasured}}
+	if err := write(judged); err != nil {
+		t.Fatalf("a measurement with three metrics: %v", err)
+	}
+	got := &v1alpha1.RouterRollout{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(ro), got); err != nil {
+		t.Fatal(err)
+	}
+	if ms := got.Status.Measurements; len(ms) != 1 {
+		t.Errorf("read back %d measurements, want 1", len(ms))
+	} else if diff := cmp.Diff(judged, ms[0].Metrics); diff != "" {
+		t.Errorf("metrics read back (-written +read):\n%s", diff)
+	}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(ro), ro); err != nil {
+		t.Fatal(err)
+	}
+
+	var tooMany []v1alpha1.MetricMeasurement
+	for i := range v1alpha1.MaxMeasurementMetrics + 1 {
+		tooMany = append(tooMany, metric(string(rune('a'+i))))
+	}
+	bad := metric("ttftP90")
+	bad.Verdict = "Great"
+	for name, tc := range map[string]struct {
+		ms   []v1alpha1.MetricMeasurement
+		want string
+	}{
+		"too many":        {tooMany, "must have at most 8 items"},
+		"listed twice":    {[]v1alpha1.MetricMeasurement{metric("ttftP90"), metric("ttftP90")}, "Duplicate value"},
+		"unknown verdict": {[]v1alpha1.MetricMeasurement{bad}, `Unsupported value: "Great"`},
+	} {
+		if err := write(tc.ms); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error with %q", name, err, tc.want)
+		}
 	}
 }

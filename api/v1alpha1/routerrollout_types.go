@@ -11,6 +11,11 @@ const MaxRolloutSteps = 10
 // for its current step.
 const MaxMeasurements = 20
 
+// MaxMeasurementMetrics is the most metrics a measurement records the
+// figures of. The analysis judges four; the room left is for metrics it
+// may judge later without a change of the bound.
+const MaxMeasurementMetrics = 8
+
 // RouterRolloutSpec is how a change of one router's compiled config
 // reaches its pods: a shadow step, canary steps of growing weight, each
 // judged by an analysis of the requests the candidate booked against those
@@ -286,15 +291,95 @@ type Measurement struct {
 	// +optional
 	Samples *SampleCounts `json:"samples,omitempty"`
 
+	// metrics are the figures of every metric the measurement judged,
+	// whatever its verdict: why a Successful measurement was Successful as
+	// much as why a Failed one failed. Empty for a shadow step's
+	// measurement and for one with too few samples to judge any metric.
+	// metric, baseline, canary and pValue above remain those of the metric
+	// that decided a Failed verdict. At most 8.
+	// +optional
+	// +listType=map
+	// +listMapKey=metric
+	// +kubebuilder:validation:MaxItems=8
+	Metrics []MetricMeasurement `json:"metrics,omitempty"`
+
 	// message says it for a person.
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024
 	Message string `json:"message,omitempty"`
 }
 
+// MetricVerdict is one metric's outcome in a measurement.
+// +kubebuilder:validation:Enum=Successful;Failed;Inconclusive;NotMeasured
+type MetricVerdict string
+
+// Metric verdicts.
+const (
+	// MetricSuccessful: the metric is not significantly worse beyond its
+	// threshold.
+	MetricSuccessful MetricVerdict = "Successful"
+	// MetricFailed: the metric is significantly worse beyond its
+	// threshold.
+	MetricFailed MetricVerdict = "Failed"
+	// MetricInconclusive: the metric could not be judged (one config
+	// reported it, the other did not).
+	MetricInconclusive MetricVerdict = "Inconclusive"
+	// MetricNotMeasured: neither config reported the metric (a router
+	// that reports no TTFT); it does not count toward the verdict.
+	MetricNotMeasured MetricVerdict = "NotMeasured"
+)
+
+// MetricMeasurement is one metric's figures in a measurement.
+type MetricMeasurement struct {
+	// metric names it: prefixHitRatio, ttftP90, errorRate or
+	// hintRejectedRate.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	Metric string `json:"metric"`
+
+	// verdict is Successful, Failed, Inconclusive or NotMeasured.
+	// +required
+	Verdict MetricVerdict `json:"verdict"`
+
+	// baseline and canary are the metric's figures for the stable config
+	// and the candidate, as text: the prefix-hit ratio, the TTFT p90 in
+	// seconds, or the rate.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	Baseline string `json:"baseline,omitempty"`
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	Canary string `json:"canary,omitempty"`
+
+	// change is canary minus baseline, as text; for ttftP90 relative to
+	// the baseline (0.1 is 10 percent slower).
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	Change string `json:"change,omitempty"`
+
+	// pValue is the test's one-sided p-value in the harmful direction, as
+	// text.
+	// +optional
+	// +kubebuilder:validation:MaxLength=32
+	PValue string `json:"pValue,omitempty"`
+
+	// test names the test: mann-whitney-u, two-proportion-z or
+	// two-proportion-z-clustered (over sessions).
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	Test string `json:"test,omitempty"`
+
+	// samples are the observations the test compared for each config
+	// (sessions, when the outcomes name them; requests for the rates).
+	// +optional
+	Samples *SampleCounts `json:"samples,omitempty"`
+}
+
 // SampleCounts are what each config's arm held: the requests it booked
-// or, for the metric a rollback names, the observations its test
-// compared (sessions, from the sidecars; query steps, from Prometheus).
+// or, for one metric (the one a rollback names, each of a measurement's
+// metrics), the observations its test compared (sessions, from the
+// sidecars; query steps, from Prometheus; requests, for the rates).
 type SampleCounts struct {
 	// baseline is the stable config's.
 	// +required
@@ -415,8 +500,11 @@ type RouterRolloutStatus struct {
 	// +kubebuilder:validation:Minimum=0
 	CurrentStep int32 `json:"currentStep,omitempty"`
 
-	// stepStartedAt is when the current step started, to the microsecond:
-	// its measurements judge the outcomes since then.
+	// stepStartedAt is when the current step started, or last resumed
+	// after a pause (spec.paused, or an Inconclusive analysis), to the
+	// microsecond: its measurements judge the outcomes since then, the
+	// next one is due an interval after it at the earliest, and the step's
+	// pause counts from it.
 	// +optional
 	StepStartedAt *metav1.MicroTime `json:"stepStartedAt,omitempty"`
 

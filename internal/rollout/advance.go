@@ -94,6 +94,8 @@ type advance struct {
 	steps []string
 	// note is said after the step in the conditions' message.
 	note string
+	// resumed is set when a pause of the step ended now.
+	resumed bool
 }
 
 // stepName and stepCount say the rollout's steps: spec.steps, unless
@@ -237,7 +239,7 @@ func (a *advance) finished(c string) bool {
 }
 
 func (a *advance) resume(why string) {
-	a.st.Phase, a.pausedBy = v1alpha1.RolloutProgressing, ""
+	a.st.Phase, a.pausedBy, a.resumed = v1alpha1.RolloutProgressing, "", true
 	a.event(false, string(v1alpha1.ReasonStep), "Resume", "%s at step %d/%d", why, a.st.CurrentStep+1, len(a.ro.Spec.Steps))
 }
 
@@ -260,7 +262,17 @@ func (a *advance) clearCandidate() {
 // the step is done.
 func (a *advance) progress(measure Measure, step v1alpha1.RolloutStep, stage rolloutapi.Stage) {
 	st := a.st
-	if st.StepStartedAt == nil {
+	if st.StepStartedAt == nil || a.resumed {
+		// A resumed step's clock restarts: its window, its next
+		// measurement and its pause all count from the resume. The
+		// outcomes are asked for from one instant on, so a window that
+		// left out the pause would have to drop all that came before
+		// it too; shifting the start by the pause's length would keep
+		// the pause's own samples and drop earlier ones. What the pause
+		// held back (an operator's doubt, too few samples) is judged
+		// afresh, and the step's pause is time the window saw. The
+		// measurements taken before the pause stay and count, so that
+		// pausing cannot wash out a Failed one.
 		at := a.at
 		st.StepStartedAt = &at
 	}
@@ -274,7 +286,7 @@ func (a *advance) progress(measure Measure, step v1alpha1.RolloutStep, stage rol
 	successes, failures := tally(st.Measurements)
 	if successes < a.set.Count {
 		due := since.Add(a.set.Interval)
-		if n := len(st.Measurements); n > 0 {
+		if n := len(st.Measurements); n > 0 && st.Measurements[n-1].At.After(since) {
 			due = st.Measurements[n-1].At.Add(a.set.Interval)
 		}
 		if left := due.Sub(a.obs.Now); left > 0 {
@@ -282,10 +294,7 @@ func (a *advance) progress(measure Measure, step v1alpha1.RolloutStep, stage rol
 			return
 		}
 		r := measure(stage, since, a.pods)
-		st.Measurements = append(st.Measurements, v1alpha1.Measurement{
-			At: a.at, Verdict: r.Verdict, Reason: r.Reason, Metric: r.Metric,
-			Baseline: r.Baseline, Canary: r.Canary, PValue: r.PValue, Samples: r.Samples, Message: clip(r.Message, 1024),
-		})
+		st.Measurements = append(st.Measurements, r.measurement(a.at))
 		if over := len(st.Measurements) - v1alpha1.MaxMeasurements; over > 0 {
 			st.Measurements = st.Measurements[over:]
 		}

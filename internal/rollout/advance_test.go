@@ -57,10 +57,13 @@ func onStage(name string, st rolloutapi.Stage) corev1.Pod {
 type script struct {
 	results []Result
 	calls   int
+	// since are the windows' starts it was asked for, in turn.
+	since []time.Time
 }
 
-func (s *script) measure(rolloutapi.Stage, time.Time, Pods) Result {
+func (s *script) measure(_ rolloutapi.Stage, since time.Time, _ Pods) Result {
 	s.calls++
+	s.since = append(s.since, since)
 	if len(s.results) == 0 {
 		return Result{Verdict: v1alpha1.VerdictSuccessful}
 	}
@@ -242,8 +245,73 @@ func TestAdvanceInconclusivePausesUntilResumed(t *testing.T) {
 	}
 	ro.Annotations = map[string]string{v1alpha1.ResumeAnnotation: candH}
 	d := step(t, ro, obs(102), s.measure)
-	if ro.Status.Phase != v1alpha1.RolloutProgressing || len(d.Consumed) != 1 || s.calls != 2 {
-		t.Fatalf("resumed: %s, consumed %v, %d calls", ro.Status.Phase, d.Consumed, s.calls)
+	// Resumed, the step's clock restarts: no measurement of the samples
+	// of the pause at once, the next an interval on, of what came since.
+	if ro.Status.Phase != v1alpha1.RolloutProgressing || len(d.Consumed) != 1 || s.calls != 1 || d.After != 10*time.Second {
+		t.Fatalf("resumed: %s, consumed %v, %d calls, after %v", ro.Status.Phase, d.Consumed, s.calls, d.After)
+	}
+	step(t, ro, obs(112), s.measure)
+	if s.calls != 2 || !s.since[1].Equal(t0.Add(102*time.Second)) {
+		t.Fatalf("after resume: %d calls, windows from %v", s.calls, s.since)
+	}
+}
+
+// TestAdvancePausedTimeIsNotTheStepsTime: a step held by spec.paused for
+// five minutes and resumed is judged on what came after the resume, and
+// its pause (one minute) counts from the resume. Before, the first
+// reconcile after the resume measured at once, over a window that held
+// the whole pause, and the step's minute had long passed: the candidate
+// was promoted the moment the rollout resumed.
+func TestAdvancePausedTimeIsNotTheStepsTime(t *testing.T) {
+	ro := testRollout()
+	started := metav1.NewMicroTime(t0)
+	ro.Status = v1alpha1.RouterRolloutStatus{Phase: v1alpha1.RolloutProgressing, StableHash: stableH, CandidateHash: candH, CurrentStep: 1, StepStartedAt: &started}
+	on := []corev1.Pod{onStage("p0", rolloutapi.Stage{Candidate: candH, Stage: rolloutapi.StageCanary, Weight: 10})}
+	obs := func(at time.Duration) Observed {
+		return Observed{Stable: stableH, Candidate: candH, Now: t0.Add(at * time.Second), Pods: on}
+	}
+	figures := "no metric worse beyond its threshold: prefix-hit ratio 0.4100 -> 0.4300 (p=0.91)"
+	s := &script{results: []Result{{Verdict: v1alpha1.VerdictSuccessful, Message: "before the pause"}, {Verdict: v1alpha1.VerdictSuccessful, Message: figures}}}
+	step(t, ro, obs(10), s.measure)
+	if s.calls != 1 || !s.since[0].Equal(t0) {
+		t.Fatalf("first measurement: %d calls, windows from %v", s.calls, s.since)
+	}
+	ro.Spec.Paused = true
+	step(t, ro, obs(15), s.measure)
+	step(t, ro, obs(300), s.measure)
+	if ro.Status.Phase != v1alpha1.RolloutPaused || s.calls != 1 {
+		t.Fatalf("paused: %s, %d calls", ro.Status.Phase, s.calls)
+	}
+
+	ro.Spec.Paused = false
+	resumed := t0.Add(300 * time.Second)
+	d := step(t, ro, obs(300), s.measure)
+	if ro.Status.Phase != v1alpha1.RolloutProgressing || s.calls != 1 || d.After != 10*time.Second {
+		t.Fatalf("at the resume: %s, %d calls, after %v", ro.Status.Phase, s.calls, d.After)
+	}
+	if ro.Status.StepStartedAt == nil || !ro.Status.StepStartedAt.Time.Equal(resumed) || len(ro.Status.Measurements) != 1 {
+		t.Fatalf("at the resume: step clock %v, %d measurements (the one before the pause is kept)", ro.Status.StepStartedAt, len(ro.Status.Measurements))
+	}
+
+	// The second measurement (count 2) is due an interval after the
+	// resume and judges only what came since.
+	d = step(t, ro, obs(310), s.measure)
+	if s.calls != 2 || !s.since[1].Equal(resumed) {
+		t.Fatalf("after the resume: %d calls, windows from %v", s.calls, s.since)
+	}
+	// Both measurements are taken, but the step's minute runs from the
+	// resume: 50s are left.
+	if ro.Status.Phase != v1alpha1.RolloutProgressing || ro.Status.CurrentStep != 1 || d.After != 50*time.Second {
+		t.Fatalf("before the step's pause: %s step %d, after %v", ro.Status.Phase, ro.Status.CurrentStep, d.After)
+	}
+	// A kstatus reader sees the Successful measurement's figures in the
+	// condition, not only its verdict.
+	if msg := meta.FindStatusCondition(ro.Status.Conditions, "Progressing").Message; !strings.Contains(msg, "last Successful: "+figures) {
+		t.Errorf("Progressing message: %q", msg)
+	}
+	step(t, ro, obs(360), s.measure)
+	if ro.Status.Phase != v1alpha1.RolloutPromoted {
+		t.Fatalf("a minute after the resume: %s", ro.Status.Phase)
 	}
 }
 

@@ -55,13 +55,17 @@ func (a *advance) conditions() {
 		}
 		if n := len(st.Measurements); n > 0 {
 			s, f := tally(st.Measurements)
-			msg += fmt.Sprintf("; %d measurements (%d Successful, %d Failed), last %s", n, s, f, st.Measurements[n-1].Verdict)
+			last := st.Measurements[n-1]
+			msg += fmt.Sprintf("; %d measurements (%d Successful, %d Failed), last %s", n, s, f, last.Verdict)
+			// Its words carry every judged metric's figures: kstatus
+			// readers see the conditions, not status.measurements, and
+			// a Successful step should say why as a paused one does.
+			if last.Message != "" {
+				msg += ": " + last.Message
+			}
 		}
 		if st.Phase == v1alpha1.RolloutPaused {
 			reason = a.pausedBy
-			if reason == v1alpha1.ReasonInconclusive && len(st.Measurements) > 0 {
-				msg += ": " + st.Measurements[len(st.Measurements)-1].Message
-			}
 		}
 	case v1alpha1.RolloutPromoted:
 		reason, msg = a.promotedBy, fmt.Sprintf("stable config %s runs on %d of %d pods", st.StableHash, a.pods.OnStable, a.pods.Total)

@@ -52,7 +52,8 @@ func (j *Judge) Analyze(ctx context.Context, in Input) Result {
 	}
 	v := analysis.Judge(thresholds(in.Settings), m.Input)
 	r := Result{Verdict: verdictOf(v.Phase), Reason: v.Reason, Message: v.Message, Metric: string(v.Metric),
-		Samples: &v1alpha1.SampleCounts{Baseline: v.Baseline.Requests, Canary: v.Canary.Requests}}
+		Samples: &v1alpha1.SampleCounts{Baseline: v.Baseline.Requests, Canary: v.Canary.Requests},
+		Metrics: metricsOf(v.Findings)}
 	if f := v.Failure; f != nil {
 		r.Baseline, r.Canary = figure(f.Baseline), figure(f.Canary)
 		r.PValue = strconv.FormatFloat(f.P, 'g', 3, 64)
@@ -77,6 +78,42 @@ func thresholds(s Settings) analysis.Thresholds {
 	t.Significance, t.MinSamples = s.Significance, int64(s.MinSamples)
 	t.MaxPrefixHitDrop, t.MaxTTFTIncrease, t.MaxErrorRateIncrease = s.MaxPrefixHitDrop, s.MaxTTFTIncrease, s.MaxErrorRateIncrease
 	return t
+}
+
+// metricsOf records every finding's figures, so that a Successful
+// measurement says what it saw as a Failed one does. Past
+// v1alpha1.MaxMeasurementMetrics findings the rest are left out: the
+// status stays bounded, and the message still names them.
+func metricsOf(fs []analysis.Finding) []v1alpha1.MetricMeasurement {
+	if len(fs) == 0 {
+		return nil
+	}
+	fs = fs[:min(len(fs), v1alpha1.MaxMeasurementMetrics)]
+	out := make([]v1alpha1.MetricMeasurement, 0, len(fs))
+	for _, f := range fs {
+		mm := v1alpha1.MetricMeasurement{Metric: string(f.Metric), Verdict: metricVerdictOf(f.Phase)}
+		if f.Phase != analysis.NotMeasured {
+			mm.Samples = &v1alpha1.SampleCounts{Baseline: f.BaselineSamples, Canary: f.CanarySamples}
+		}
+		if f.Phase == analysis.Successful || f.Phase == analysis.Failed {
+			// Only a metric the test ran on has figures to compare: an
+			// Inconclusive one's would be an empty arm's zero and a p of
+			// 1 that no test computed.
+			mm.Baseline, mm.Canary, mm.Change = figure(f.Baseline), figure(f.Canary), figure(f.Change)
+			mm.Test, mm.PValue = f.Test, strconv.FormatFloat(f.P, 'g', 3, 64)
+		}
+		out = append(out, mm)
+	}
+	return out
+}
+
+// metricVerdictOf is a metric's verdict: a measurement's verdicts, and
+// NotMeasured, which only a metric has.
+func metricVerdictOf(p analysis.Phase) v1alpha1.MetricVerdict {
+	if p == analysis.NotMeasured {
+		return v1alpha1.MetricNotMeasured
+	}
+	return v1alpha1.MetricVerdict(verdictOf(p))
 }
 
 func verdictOf(p analysis.Phase) v1alpha1.Verdict {

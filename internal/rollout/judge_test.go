@@ -3,6 +3,7 @@ package rollout
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"strconv"
@@ -10,10 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+	"github.com/kvrouter/kv-hint-operator/internal/rollout/analysis"
 	"github.com/kvrouter/kv-hint-operator/internal/rollout/provider"
 	"github.com/kvrouter/kv-hint-operator/internal/rolloutapi"
 )
@@ -92,6 +95,38 @@ func TestJudgeOverLoopbackSidecars(t *testing.T) {
 					t.Errorf("p %q", r.PValue)
 				}
 			}
+			// Every metric judged has its figures, whatever the verdict:
+			// a Successful measurement says what it compared. The
+			// samples name no session, so each request is one: the
+			// rates' test is the clustered one over clusters of one.
+			// samples spreads the cached tokens by -25 to +24: a mean of
+			// cached-0.5 per 1000 prompt tokens.
+			ratio := func(cached int64) string { return figure((float64(cached) - 0.5) / 1000) }
+			want := []v1alpha1.MetricMeasurement{
+				{Metric: "prefixHitRatio", Verdict: v1alpha1.MetricVerdict(tc.verdict), Baseline: ratio(tc.stable),
+					Canary: ratio(tc.cand), Change: figure(float64(tc.cand-tc.stable) / 1000), Test: "mann-whitney-u",
+					Samples: &v1alpha1.SampleCounts{Baseline: 500, Canary: 500}},
+				{Metric: "ttftP90", Verdict: v1alpha1.MetricSuccessful, Baseline: "0.106", Canary: "0.106", Change: "0", Test: "mann-whitney-u",
+					Samples: &v1alpha1.SampleCounts{Baseline: 500, Canary: 500}},
+				{Metric: "errorRate", Verdict: v1alpha1.MetricSuccessful, Baseline: "0", Canary: "0", Change: "0", Test: "two-proportion-z-clustered",
+					Samples: &v1alpha1.SampleCounts{Baseline: 500, Canary: 500}},
+				{Metric: "hintRejectedRate", Verdict: v1alpha1.MetricSuccessful, Baseline: "0", Canary: "0", Change: "0", Test: "two-proportion-z-clustered",
+					Samples: &v1alpha1.SampleCounts{Baseline: 500, Canary: 500}},
+			}
+			got := make([]v1alpha1.MetricMeasurement, len(r.Metrics))
+			for i, m := range r.Metrics {
+				if _, err := strconv.ParseFloat(m.PValue, 64); err != nil {
+					t.Errorf("%s: p %q", m.Metric, m.PValue)
+				}
+				m.PValue = ""
+				got[i] = m
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("metrics (-want +got):\n%s", diff)
+			}
+			if m := r.measurement(metav1.NewMicroTime(since)); len(m.Metrics) != len(r.Metrics) {
+				t.Errorf("the status's measurement records %d metrics of %d", len(m.Metrics), len(r.Metrics))
+			}
 		})
 	}
 
@@ -116,5 +151,36 @@ func TestJudgeOverLoopbackSidecars(t *testing.T) {
 	r = j.Analyze(context.Background(), Input{Stage: canary, Stable: stableH, Since: since, Settings: set, Pods: []corev1.Pod{*bad}})
 	if r.Verdict != v1alpha1.VerdictInconclusive {
 		t.Errorf("link-local pod IP: %+v", r)
+	}
+}
+
+// TestMetricsOfBounded: the status keeps at most MaxMeasurementMetrics
+// metrics of a measurement, and gives figures only to a metric a test ran
+// on.
+func TestMetricsOfBounded(t *testing.T) {
+	var fs []analysis.Finding
+	for i := range v1alpha1.MaxMeasurementMetrics + 3 {
+		fs = append(fs, analysis.Finding{Metric: analysis.Metric(fmt.Sprintf("m%d", i)), Phase: analysis.Successful,
+			Baseline: 0.5, Canary: 0.25, Change: -0.25, Test: analysis.TestTwoProportionZ, P: 0.5, BaselineSamples: 10, CanarySamples: 20})
+	}
+	fs[1].Phase, fs[1].Test = analysis.NotMeasured, ""
+	fs[2].Phase = analysis.Inconclusive
+	fs[3].Phase = analysis.Failed
+	got := metricsOf(fs)
+	if len(got) != v1alpha1.MaxMeasurementMetrics {
+		t.Fatalf("%d metrics recorded, at most %d wanted", len(got), v1alpha1.MaxMeasurementMetrics)
+	}
+	samples := &v1alpha1.SampleCounts{Baseline: 10, Canary: 20}
+	want := []v1alpha1.MetricMeasurement{
+		{Metric: "m0", Verdict: v1alpha1.MetricSuccessful, Baseline: "0.5", Canary: "0.25", Change: "-0.25", PValue: "0.5", Test: analysis.TestTwoProportionZ, Samples: samples},
+		{Metric: "m1", Verdict: v1alpha1.MetricNotMeasured},
+		{Metric: "m2", Verdict: v1alpha1.MetricInconclusive, Samples: samples},
+		{Metric: "m3", Verdict: v1alpha1.MetricFailed, Baseline: "0.5", Canary: "0.25", Change: "-0.25", PValue: "0.5", Test: analysis.TestTwoProportionZ, Samples: samples},
+	}
+	if diff := cmp.Diff(want, got[:4]); diff != "" {
+		t.Errorf("metrics (-want +got):\n%s", diff)
+	}
+	if metricsOf(nil) != nil {
+		t.Error("no findings (a shadow step, too few samples) record no metrics")
 	}
 }

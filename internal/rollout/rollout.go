@@ -20,6 +20,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
 	"github.com/kvrouter/kv-hint-operator/internal/rolloutapi"
@@ -148,7 +149,19 @@ type Result struct {
 	Canary   string
 	PValue   string
 	Samples  *v1alpha1.SampleCounts
-	Message  string
+	// Metrics are the figures of every metric judged, at most
+	// v1alpha1.MaxMeasurementMetrics.
+	Metrics []v1alpha1.MetricMeasurement
+	Message string
+}
+
+// measurement is r as the status records it, taken at at.
+func (r Result) measurement(at metav1.MicroTime) v1alpha1.Measurement {
+	return v1alpha1.Measurement{
+		At: at, Verdict: r.Verdict, Reason: r.Reason, Metric: r.Metric,
+		Baseline: r.Baseline, Canary: r.Canary, PValue: r.PValue, Samples: r.Samples,
+		Metrics: r.Metrics, Message: clip(r.Message, 1024),
+	}
 }
 
 // Analysis takes one measurement of a step: it fetches what the router

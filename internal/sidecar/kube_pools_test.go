@@ -14,7 +14,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kvrouter/kv-hint-operator/api/v1alpha1"
+	"github.com/kvrouter/kv-hint-operator/internal/compiled"
 	"github.com/kvrouter/kv-hint-operator/internal/rolegraph"
+	"github.com/kvrouter/kv-hint-operator/internal/rolloutapi"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar/booking"
 	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 	"github.com/kvrouter/kv-hint-operator/pkg/wellknown"
@@ -202,4 +204,73 @@ func TestKubernetesRolePools(t *testing.T) {
 	if n := counter(t, s.Metrics, "bookings", "prefill", "not_in_pool"); n != 2 {
 		t.Errorf("prefill not_in_pool bookings = %v, want 2", n)
 	}
+}
+
+// TestKubernetesCandidatePods: with worker pods, a candidate whose decode
+// pool picks other pods than the stable config's makes those pods workers
+// while it is staged, books its canary on them, and lets them go when the
+// rollout ends, against a real API server. Planted: the stable pool picks
+// component=decode-v1 (pod old-0), the candidate's component=decode-v2
+// (pod new-0). Before, new-0 was never a worker during the canary (the
+// pod watch and the registry knew the stable pools alone).
+func TestKubernetesCandidatePods(t *testing.T) {
+	env := testenv.Get(t)
+	kc := env.Kube
+	ns := testenv.NewNamespace(t, env.Client, "sidecar")
+	ctx := context.Background()
+	for id, component := range map[string]string{"old-0": "decode-v1", "new-0": "decode-v2"} {
+		w := startWorker(t, id)
+		ann := map[string]string{wellknown.CapabilitiesAnnotation: "router_hint", wellknown.HintEndpointAnnotation: w.HintEndpoint(), wellknown.WorkerTypeAnnotation: "decode"}
+		if _, err := kc.CoreV1().Pods(ns).Create(ctx, testPod(id, map[string]string{"app": "llama", "component": component}, ann), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pooled := func(component string) string {
+		return "decode:\n  routerMode: kv\n  workerSelector:\n    matchLabels: {app: llama, component: " + component + "}\n"
+	}
+	stable, cand := compiledData(fetchConfig, pooled("decode-v1")), compiledData(noFetchConfig, pooled("decode-v2"))
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: wellknown.ConfigMapName("llama")}, Data: stable}
+	if _, err := kc.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	s := startSidecar(t, testCatalog(t), "", func(o *Options) {
+		o.ConfigMap, o.Namespace, o.WorkerPods, o.Kube = wellknown.ConfigMapName("llama"), ns, true, kc
+		o.AllowAbsoluteHintEndpoints = true // the simulated workers listen on loopback, not on their pods' IPs
+	})
+	workersAre := func(what string, want ...string) {
+		t.Helper()
+		testenv.Eventually(t, 10*time.Second, what, func(context.Context) error {
+			var got []string
+			for _, w := range s.Workers.List() {
+				got = append(got, fmt.Sprintf("%s %v %v", w.ID, w.InPools, w.CandidatePools))
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				return fmt.Errorf("workers, stable and candidate pools (-want +got):\n%s", diff)
+			}
+			return nil
+		})
+	}
+	workersAre("the stable pool's pod alone", "old-0 [decode] []")
+
+	candHash := compiled.Hash(cand)
+	data, err := compiled.StagedData(stable, cand, rolloutapi.Stage{Candidate: candHash, Stage: rolloutapi.StageCanary, Weight: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm.Data = data
+	if _, err := kc.CoreV1().ConfigMaps(ns).Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	workersAre("the candidate's pod a worker too", "new-0 [] [decode]", "old-0 [decode] []")
+	resp := post(t, s, booking.Path, bookingJSON("canary-1", "decode", "new-0", `"session":{"id":"s1","turn":1}`))
+	if resp.header.Get(booking.HeaderOutcome) != "hinted" || resp.header.Get(booking.HeaderConfigHash) != candHash {
+		t.Errorf("a canary booking on new-0: outcome %q by config %q, want hinted by %s",
+			resp.header.Get(booking.HeaderOutcome), resp.header.Get(booking.HeaderConfigHash), candHash)
+	}
+
+	cm.Data = stable
+	if _, err := kc.CoreV1().ConfigMaps(ns).Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	workersAre("the candidate's pod gone with the rollout", "old-0 [decode] []")
 }

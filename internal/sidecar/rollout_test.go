@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -354,5 +356,122 @@ func TestKubernetesConfigStatus(t *testing.T) {
 	waitStatus("the broken stable config refused", broken, "no-such-policy")
 	if h := book("after-broken"); h != stableHash {
 		t.Errorf("a booking after a refused stable config answered with config %q, want %s", h, stableHash)
+	}
+}
+
+// TestCandidateWorkerPools: a candidate that moves a role to other
+// workers books its canary with its own worker pools, over loopback HTTP
+// with simulated workers registered through the API. Planted: the stable
+// config's decode pool is component=decode-v1 (worker old-0), the
+// candidate's component=decode-v2 (worker new-0); the canary takes every
+// session. The candidate hints new-0 and finds old-0 outside its pool;
+// the stable config, before and after the rollout, the other way round.
+// Before, the candidate's bookings were held to the stable config's
+// pools: it hinted old-0, and new-0 was not_in_pool.
+func TestCandidateWorkerPools(t *testing.T) {
+	pooled := func(component string) string {
+		return "decode:\n  routerMode: kv\n  workerSelector:\n    matchLabels: {component: " + component + "}\n"
+	}
+	stable, cand := compiledData(fetchConfig, pooled("decode-v1")), compiledData(noFetchConfig, pooled("decode-v2"))
+	k := &kubeletDir{t: t, dir: t.TempDir()}
+	k.swapData(stable)
+	for _, key := range []string{wellknown.HintsConfigKey, wellknown.RolesKey} {
+		if err := os.Symlink(filepath.Join("..data", key), filepath.Join(k.dir, key)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := startSidecar(t, testCatalog(t), "", func(o *Options) { o.ConfigFile, o.ConfigDir, o.Poll = "", k.dir, 50*time.Millisecond })
+	waitHash(t, s.Dispatcher, compiled.Hash(stable))
+	sims := map[string]*simworker.Server{}
+	for id, component := range map[string]string{"old-0": "decode-v1", "new-0": "decode-v2"} {
+		w := startWorker(t, id)
+		sims[id] = w
+		body := fmt.Sprintf(`{"capabilities":["router_hint"],"hint_endpoint":%q,"worker_type":"decode","labels":{"component":%q}}`, w.HintEndpoint(), component)
+		req, _ := http.NewRequest(http.MethodPut, "http://"+s.BookingAddr()+"/v1/workers/"+id, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		if resp := roundTrip(t, http.DefaultClient, req); resp.status != http.StatusOK {
+			t.Fatalf("registering %s: %d %s", id, resp.status, resp.body)
+		}
+	}
+	book := func(id, worker string) response {
+		t.Helper()
+		return post(t, s, booking.Path, bookingJSON(id, "decode", worker, fmt.Sprintf(`"session":{"id":%q,"turn":1}`, id)))
+	}
+	outcomes := func(phase, wantHash string, want map[string]string) {
+		t.Helper()
+		for worker, outcome := range want {
+			resp := book(phase+"-"+worker, worker)
+			if got := resp.header.Get(booking.HeaderOutcome); got != outcome {
+				t.Errorf("%s: a booking on %s: outcome %q, want %q (%d %s)", phase, worker, got, outcome, resp.status, resp.body)
+			}
+			if got := resp.header.Get(booking.HeaderConfigHash); got != wantHash {
+				t.Errorf("%s: a booking on %s answered by config %q, want %s", phase, worker, got, wantHash)
+			}
+		}
+	}
+	stableHash, candHash := compiled.Hash(stable), compiled.Hash(cand)
+	outcomes("before", stableHash, map[string]string{"old-0": "hinted", "new-0": "not_in_pool"})
+
+	data, err := compiled.StagedData(stable, cand, rolloutapi.Stage{Candidate: candHash, Stage: rolloutapi.StageCanary, Weight: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.swapData(data)
+	waitCandidate(t, s, "the candidate in a 100% canary", func(cs *rolloutapi.CandidateStatus) bool {
+		return cs != nil && cs.Active == candHash && cs.Weight == 100
+	})
+	outcomes("canary", candHash, map[string]string{"old-0": "not_in_pool", "new-0": "hinted"})
+	// The candidate's hint reached new-0 over HTTP, the first it got.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	got, err := sims["new-0"].WaitForHints(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || !strings.Contains(string(got[0].Body), `"canary-new-0"`) {
+		t.Errorf("new-0 received %d hints, the first %q; want the canary booking's", len(got), got[0].Body)
+	}
+	// The registry says which pools each worker is in, for each config.
+	get := func(path string) response {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodGet, "http://"+s.BookingAddr()+path, nil)
+		return roundTrip(t, http.DefaultClient, req)
+	}
+	pools := func(id string) string {
+		t.Helper()
+		resp := get("/v1/workers/" + id)
+		var w struct {
+			Pools     []string `json:"pools"`
+			Candidate []string `json:"candidate_pools"`
+		}
+		if err := json.Unmarshal([]byte(resp.body), &w); err != nil || resp.status != http.StatusOK {
+			t.Fatalf("GET /v1/workers/%s: %d %s (%v)", id, resp.status, resp.body, err)
+		}
+		return fmt.Sprintf("stable %v, candidate %v", w.Pools, w.Candidate)
+	}
+	for id, want := range map[string]string{"old-0": "stable [decode], candidate []", "new-0": "stable [], candidate [decode]"} {
+		if got := pools(id); got != want {
+			t.Errorf("%s during the canary: %s, want %s", id, got, want)
+		}
+	}
+
+	// A candidate refused puts no pools in force.
+	broken := compiledData(invalidConfig, pooled("decode-v2"))
+	if data, err = compiled.StagedData(stable, broken, rolloutapi.Stage{Candidate: compiled.Hash(broken), Stage: rolloutapi.StageCanary, Weight: 100}); err != nil {
+		t.Fatal(err)
+	}
+	k.swapData(data)
+	waitCandidate(t, s, "the broken candidate refused", func(cs *rolloutapi.CandidateStatus) bool {
+		return cs != nil && cs.Assigned == compiled.Hash(broken) && cs.Error != ""
+	})
+	if got := pools("new-0"); got != "stable [], candidate []" {
+		t.Errorf("new-0 beside a refused candidate: %s", got)
+	}
+
+	k.swapData(stable)
+	waitCandidate(t, s, "the candidate removed", func(cs *rolloutapi.CandidateStatus) bool { return cs == nil })
+	outcomes("after", stableHash, map[string]string{"old-0": "hinted", "new-0": "not_in_pool"})
+	if got := pools("new-0"); got != "stable [], candidate []" {
+		t.Errorf("new-0 after the rollout: %s", got)
 	}
 }

@@ -332,7 +332,11 @@ func New(o Options) (*Sidecar, error) {
 	dopts := dispatch.Options{Catalog: o.Catalog, Workers: reg, Metrics: dispatchmetrics.New(m), PolicyDeadline: o.PolicyDeadline,
 		PolicyDeadlinePerBlock: o.PolicyDeadlinePerBlock, Isolation: o.PolicyIsolation, MaxBookingBytes: o.MaxBookingBytes, RouterMode: o.RouterMode, Log: o.Log.WithName("dispatcher")}
 	d := dispatch.NewDispatcher(dopts)
-	s := &Sidecar{opts: o, Metrics: m, Dispatcher: d, Stage: stage.New(d, dopts, m), Workers: reg, Delivery: del, endpoints: eps, listeners: listen.NewMetrics(m),
+	// A staged candidate books the workers of its own worker selectors
+	// (applyCandidatePools), through the same registry.
+	candOpts := dopts
+	candOpts.Workers = reg.Candidate()
+	s := &Sidecar{opts: o, Metrics: m, Dispatcher: d, Stage: stage.New(d, candOpts, m), Workers: reg, Delivery: del, endpoints: eps, listeners: listen.NewMetrics(m),
 		bookingBudget: booking.NewBudget(o.MaxBookingMemory, m), Outcomes: outcomes.NewStore(outcomes.Options{Metrics: outcomes.NewMetrics(m)})}
 	if o.WorkersFile != "" {
 		s.file = &workers.FileSource{Path: o.WorkersFile, Poll: o.Poll}
@@ -439,10 +443,11 @@ func (s *Sidecar) Start(ctx context.Context) error {
 		case o.ConfigDir != "":
 			src := configsource.DirSource(o.ConfigDir, o.Poll)
 			src.OnWorkerSelectors, src.Candidates, src.OnStatus = s.applyPools, s.Stage, s.reportStatus
+			src.OnCandidateWorkerSelectors = s.applyCandidatePools
 			src.Run(ctx, s.Dispatcher, log.WithName("config"))
 		default:
 			configsource.ConfigMapSource{Client: o.Kube, Namespace: o.Namespace, Name: o.ConfigMap, OnWorkerSelectors: s.applyPools,
-				Candidates: s.Stage, OnStatus: s.reportStatus}.Run(ctx, s.Dispatcher, log.WithName("config"))
+				Candidates: s.Stage, OnCandidateWorkerSelectors: s.applyCandidatePools, OnStatus: s.reportStatus}.Run(ctx, s.Dispatcher, log.WithName("config"))
 		}
 	})
 	if s.file != nil {
@@ -527,23 +532,46 @@ func tcpAddrs(lns ...net.Listener) []netip.AddrPort {
 // admits no worker. Pods outside every pool stop being workers unless
 // some role takes every worker (or no pools are known).
 func (s *Sidecar) applyPools(pools map[string]labels.Selector) {
-	open := pools == nil || len(s.Dispatcher.Roles()) == 0
-	for _, sel := range pools {
-		if sel.Empty() {
-			open = true
-		}
-	}
+	open := pools == nil || len(s.Dispatcher.Roles()) == 0 || takesAny(pools)
 	if s.pods != nil {
 		s.pods.SetPools(pools, open)
 	} else {
 		s.Workers.SetPools(pools)
 	}
+	s.opts.Log.V(1).Info("Applied worker pools", "pools", poolNames(pools), "othersAdmitted", open)
+}
+
+// applyCandidatePools makes a staged candidate's worker pools those its
+// bookings are held to, and adds the pods they pick to the workers; nil
+// when no candidate runs.
+func (s *Sidecar) applyCandidatePools(pools map[string]labels.Selector) {
+	open := takesAny(pools)
+	if s.pods != nil {
+		s.pods.SetCandidatePools(pools, open)
+	} else {
+		s.Workers.SetCandidatePools(pools)
+	}
+	s.opts.Log.V(1).Info("Applied the candidate's worker pools", "pools", poolNames(pools), "othersAdmitted", open)
+}
+
+// takesAny reports whether a role of pools takes every worker.
+func takesAny(pools map[string]labels.Selector) bool {
+	for _, sel := range pools {
+		if sel.Empty() {
+			return true
+		}
+	}
+	return false
+}
+
+// poolNames says pools for a log, sorted.
+func poolNames(pools map[string]labels.Selector) []string {
 	names := make([]string, 0, len(pools))
 	for role, sel := range pools {
 		names = append(names, role+": "+sel.String())
 	}
 	slices.Sort(names)
-	s.opts.Log.V(1).Info("Applied worker pools", "pools", names, "othersAdmitted", open)
+	return names
 }
 
 // reportStatus writes the config status on the sidecar's pod, when it

@@ -40,6 +40,10 @@ type ConfigMapSource struct {
 	// Candidates, when set, takes the candidate of a staged rollout (the
 	// ConfigMap's candidate keys and stage); nil ignores it.
 	Candidates Candidates
+	// OnCandidateWorkerSelectors, when set, receives the worker pools of
+	// the candidate Candidates runs (poolsOf its role settings), and nil
+	// when none runs, as compiledLoader says.
+	OnCandidateWorkerSelectors func(map[string]labels.Selector)
 	// OnStatus, when set, receives the config status after every load:
 	// the stable config assigned and in force, and the candidate's.
 	OnStatus func(rolloutapi.ConfigStatus)
@@ -50,7 +54,7 @@ type ConfigMapSource struct {
 func (s ConfigMapSource) Run(ctx context.Context, d *dispatch.Dispatcher, log logr.Logger) {
 	origin := fmt.Sprintf("configmap %s/%s", s.Namespace, s.Name)
 	log = log.WithValues("configmap", s.Namespace+"/"+s.Name)
-	loader := compiledLoader{candidates: s.Candidates, onStatus: s.OnStatus}
+	loader := compiledLoader{candidates: s.Candidates, onCandidatePools: s.OnCandidateWorkerSelectors, onStatus: s.OnStatus}
 	apply := func(obj any) {
 		cm, ok := obj.(*corev1.ConfigMap)
 		if !ok {
@@ -94,12 +98,22 @@ func (s ConfigMapSource) Run(ctx context.Context, d *dispatch.Dispatcher, log lo
 // (compiled.Split). The stable config loads as it would alone, first; the
 // candidate then goes to candidates, in a dispatcher of its own: a
 // candidate that does not decode or load is refused there (a NACK) and
-// touches nothing of the stable path.
+// touches nothing of the stable path. The candidate's own worker pools go
+// to onCandidatePools before it loads, so that its first canary booking
+// is held to them, and are dropped when it is refused or leaves; for the
+// moment between, a candidate replaced by another sees the newcomer's
+// pools.
 type compiledLoader struct {
 	// pools are the pools of the config in force, as last applied.
 	pools map[string]labels.Selector
 	// candidates takes the rollout's candidate; nil ignores it.
 	candidates Candidates
+	// onCandidatePools receives the candidate's pools; nil ignores them.
+	onCandidatePools func(map[string]labels.Selector)
+	// candPoolsOf is the hash of the candidate whose pools were last
+	// applied, "" when none are; candRefused that of the candidate last
+	// refused.
+	candPoolsOf, candRefused string
 	// onStatus, when set, receives the config status after every load.
 	onStatus func(rolloutapi.ConfigStatus)
 	// assigned is the hash of the stable config last read; loadErr why
@@ -127,18 +141,51 @@ func (l *compiledLoader) load(d *dispatch.Dispatcher, data map[string]string, or
 		switch {
 		case stageErr != nil:
 			l.candidates.Refuse(stageNamed(data), stageErr)
+			l.dropCandidatePools()
 		case staged.Stage == nil:
 			l.candidates.Clear()
+			l.dropCandidatePools()
 		default:
 			if dec, err := compiled.Decode(staged.Candidate); err != nil {
 				l.candidates.Refuse(*staged.Stage, err)
+				l.dropCandidatePools()
 			} else {
 				cfg := dispatch.Config{Doc: dec.Policy, Modes: dec.Modes(), Hash: dec.Hash, Form: dec.Form}
-				_ = l.candidates.Load(cfg, *staged.Stage, origin+" (candidate)") // the status says why it is refused
+				hash := staged.Stage.Candidate
+				if hash != l.candRefused {
+					l.candidatePools(hash, poolsOf(dec))
+				}
+				if err := l.candidates.Load(cfg, *staged.Stage, origin+" (candidate)"); err != nil {
+					// The status says why it is refused. Read again, the
+					// same candidate is refused again (Stage.Load
+					// remembers): its pools are not put in force again
+					// only to be dropped.
+					l.dropCandidatePools()
+					l.candRefused = hash
+				}
 			}
 		}
 	}
 	l.report(d)
+}
+
+// dropCandidatePools drops the candidate's pools: none runs, or it was
+// refused.
+func (l *compiledLoader) dropCandidatePools() {
+	l.candidatePools("", nil)
+	l.candRefused = ""
+}
+
+// candidatePools hands the pools of candidate hash to onCandidatePools,
+// unless they are in force already: a source rereads the same candidate
+// on every change of its stage, and each hand-over re-places every
+// worker.
+func (l *compiledLoader) candidatePools(hash string, pools map[string]labels.Selector) {
+	if l.onCandidatePools == nil || hash == l.candPoolsOf {
+		return
+	}
+	l.candPoolsOf = hash
+	l.onCandidatePools(pools)
 }
 
 func (l *compiledLoader) loadStable(d *dispatch.Dispatcher, data map[string]string, origin string, onPools func(map[string]labels.Selector)) {

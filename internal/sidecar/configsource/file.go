@@ -49,10 +49,12 @@ type FileSource struct {
 	// OnWorkerSelectors receives the roles' worker selectors of a Dir with
 	// every load, as compiledLoader says.
 	OnWorkerSelectors func(map[string]labels.Selector)
-	// Candidates and OnStatus are ConfigMapSource's, for a Dir: its
-	// candidate.* files and rollout.json stage a candidate.
-	Candidates Candidates
-	OnStatus   func(rolloutapi.ConfigStatus)
+	// Candidates, OnCandidateWorkerSelectors and OnStatus are
+	// ConfigMapSource's, for a Dir: its candidate.* files and rollout.json
+	// stage a candidate.
+	Candidates                 Candidates
+	OnCandidateWorkerSelectors func(map[string]labels.Selector)
+	OnStatus                   func(rolloutapi.ConfigStatus)
 }
 
 // DirSource is a FileSource for a mounted compiled ConfigMap directory.
@@ -85,7 +87,7 @@ var dirKeys = []string{compiled.PolicyKey, compiled.RolesKey, compiled.FormKey, 
 
 func (s FileSource) runDir(ctx context.Context, d *dispatch.Dispatcher, log logr.Logger) {
 	log = log.WithValues("dir", s.Dir)
-	loader := compiledLoader{candidates: s.Candidates, onStatus: s.OnStatus}
+	loader := compiledLoader{candidates: s.Candidates, onCandidatePools: s.OnCandidateWorkerSelectors, onStatus: s.OnStatus}
 	filewatch.Watch(ctx, filepath.Join(s.Dir, compiled.RolesKey), s.Poll, log, func() {
 		// Kubelet publishes a ConfigMap volume as a timestamped directory
 		// behind the ..data symlink, and swaps the link. Both files are

@@ -8,11 +8,13 @@
 // request) picks the bookings the candidate makes, the stage's weight in
 // percent of them, so a session always runs on the same config.
 //
-// The candidate's dispatcher shares the stable one's worker registry: the
-// candidate's bookings reach the workers the stable config's pools admit
-// (a candidate's worker selectors take effect once it is promoted). A
-// candidate that does not load is refused (the sidecar's NACK): nothing of
-// the stable path changes, and Status says why.
+// The candidate's dispatcher takes the Workers of New's options: the
+// sidecar gives it the registry as the candidate sees it
+// (workers.Registry.Candidate), the same workers in the candidate's own
+// worker pools, so that its bookings are held to its RouterRoles'
+// workerSelectors before it is promoted. A candidate that does not load is
+// refused (the sidecar's NACK): nothing of the stable path changes, and
+// Status says why.
 //
 // It imports pkg/dispatch, internal/rolloutapi and client_golang; nothing
 // of the sidecar.
@@ -67,7 +69,8 @@ type candidate struct {
 }
 
 // New returns a stage that books through stable. Candidates get
-// dispatchers of their own with opts less its Metrics: a candidate's
+// dispatchers of their own with opts less its Metrics (its Workers are
+// the workers as candidates see them): a candidate's
 // dispatcher records none, so that the dispatcher's series stay the
 // stable config's. The shadow counters are registered with reg (nil keeps
 // them unregistered).

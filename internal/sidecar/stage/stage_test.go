@@ -10,8 +10,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/kvrouter/kv-hint-operator/internal/rolloutapi"
+	"github.com/kvrouter/kv-hint-operator/internal/sidecar/workers"
 	"github.com/kvrouter/kv-hint-operator/pkg/dispatch"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints"
 	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
@@ -252,17 +254,23 @@ func TestDifferingActions(t *testing.T) {
 	}
 }
 
+// benchBooking is the benchmarks' booking: a session's turn on w0 with a
+// committed copy of 64 hashes.
+func benchBooking() *dispatch.Booking {
+	hashes := make([]uint64, 64)
+	for i := range hashes {
+		hashes[i] = uint64(i+1) * 0x9e3779b97f4a7c15
+	}
+	return &dispatch.Booking{RequestID: "req-7f3a9c2e-5b1d-4e8a-9c6f-0d2b3a4e5f60", Role: "decode", Worker: "w0", PromptTokens: 4096, BlockSize: 64,
+		Session: hints.Session{ID: "sess-42", Turn: 3}, KVCopy: &hints.CommittedCopy{SourceEndpoint: "tcp://10.0.0.7:23280", BlockHashes: hashes}}
+}
+
 // BenchmarkStageBook is one booking (a committed copy of 64 hashes) through
 // the stage in process, with no delivery: the dispatcher alone, the stage
 // with no candidate, and a shadow candidate that builds the same hint or
 // another one (every booking compared action by action).
 func BenchmarkStageBook(b *testing.B) {
-	hashes := make([]uint64, 64)
-	for i := range hashes {
-		hashes[i] = uint64(i+1) * 0x9e3779b97f4a7c15
-	}
-	bk := &dispatch.Booking{RequestID: "req-7f3a9c2e-5b1d-4e8a-9c6f-0d2b3a4e5f60", Role: "decode", Worker: "w0", PromptTokens: 4096, BlockSize: 64,
-		Session: hints.Session{ID: "sess-42", Turn: 3}, KVCopy: &hints.CommittedCopy{SourceEndpoint: "tcp://10.0.0.7:23280", BlockHashes: hashes}}
+	bk := benchBooking()
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name, doc string
@@ -363,5 +371,48 @@ func TestCandidateWithoutTheRole(t *testing.T) {
 	}
 	if h, err := s.Book(ctx, booking("c1", "s", true)); err != nil || h.ConfigHash != s.stable.ConfigHash() {
 		t.Errorf("a canary booking of a role the candidate lacks: %v, config %s, want the stable config's", err, h.ConfigHash)
+	}
+}
+
+// BenchmarkCanaryWorkerPools is one canary booking (a committed copy of
+// 64 hashes) on a worker of the sidecar's registry, no delivery: the
+// candidate held to the stable config's pools (as before: the floor), and
+// held to its own (workers.Registry.Candidate), which must cost no
+// allocation more.
+func BenchmarkCanaryWorkerPools(b *testing.B) {
+	bk := benchBooking()
+	pool := map[string]labels.Selector{"decode": labels.SelectorFromSet(labels.Set{"component": "decode"})}
+	ctx := context.Background()
+	for _, name := range []string{"canary-stable-pools", "canary-own-pools"} {
+		b.Run(name, func(b *testing.B) {
+			reg := workers.NewRegistry(nil)
+			reg.SetPools(pool)
+			reg.SetCandidatePools(pool)
+			if err := reg.Set(workers.SourceAPI, workers.WorkerSpec{ID: "w0", Capabilities: []string{dispatch.CapabilityRouterHint},
+				Labels: map[string]string{"component": "decode"}}); err != nil {
+				b.Fatal(err)
+			}
+			opts := dispatch.Options{Catalog: builtin.NewCatalog(), Workers: reg}
+			stable := dispatch.NewDispatcher(opts)
+			if err := stable.Load([]byte(stableDoc), "bench"); err != nil {
+				b.Fatal(err)
+			}
+			if name == "canary-own-pools" {
+				opts.Workers = reg.Candidate()
+			}
+			s := New(stable, opts, nil)
+			if err := s.Load(dispatch.Config{Doc: []byte(noFetchDoc)}, rolloutapi.Stage{Candidate: candHash, Stage: rolloutapi.StageCanary, Weight: 100}, "bench"); err != nil {
+				b.Fatal(err)
+			}
+			if h, err := s.Book(ctx, bk); err != nil || h.Outcome != dispatch.OutcomeHinted || h.ConfigHash != candHash {
+				b.Fatalf("outcome %v by %q, %v: the benchmark must book a hint with the candidate", h.Outcome, h.ConfigHash, err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := s.Book(ctx, bk); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/kvrouter/kv-hint-operator/internal/testing/sidecartest"
 
 	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/labels"
 )
 
 // fakeDelivery stands in for delivery: its queues take every hint.
@@ -32,4 +33,14 @@ func testLogger(t testing.TB) logr.Logger { return sidecartest.Logger(t) }
 func writeFile(t testing.TB, path, data string) {
 	t.Helper()
 	sidecartest.WriteFile(t, path, data)
+}
+
+// parseSelector parses a label selector, failing the test on an error.
+func parseSelector(t testing.TB, s string) labels.Selector {
+	t.Helper()
+	l, err := labels.Parse(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
 }

@@ -279,6 +279,9 @@ type Worker struct {
 	Source string `json:"source"`
 	// InPools lists the roles whose worker pools the worker is in.
 	InPools []string `json:"pools,omitempty"`
+	// CandidatePools lists the roles whose worker pools the worker is in
+	// under a staged candidate's worker selectors, while one is staged.
+	CandidatePools []string `json:"candidate_pools,omitempty"`
 
 	// q is the worker's delivery queue: nil when it is not hint-capable,
 	// has no endpoint, or the registry has no Delivery.
@@ -292,6 +295,9 @@ type Worker struct {
 	// the worker is in it. Nil while no pools are in force (a policy file
 	// on its own), when every role admits every worker.
 	pools map[string]bool
+	// candPools is pools under the staged candidate's selectors; nil
+	// while no candidate's are in force, when the candidate sees pools.
+	candPools map[string]bool
 }
 
 // HintCapable reports whether the worker advertises router_hint.
@@ -329,15 +335,46 @@ func (w *Worker) InPool(role string) bool {
 }
 
 // Pools lists the roles whose pools the worker is in, sorted.
-func (w *Worker) Pools() []string {
+func (w *Worker) Pools() []string { return rolesIn(w.pools) }
+
+// rolesIn lists the roles a membership admits, sorted.
+func rolesIn(m map[string]bool) []string {
 	var out []string
-	for role, in := range w.pools {
+	for role, in := range m {
 		if in {
 			out = append(out, role)
 		}
 	}
 	slices.Sort(out)
 	return out
+}
+
+// candidateWorker is a worker as a staged candidate's dispatcher sees it:
+// in the candidate's pools. One pointer wide, it becomes a
+// dispatch.Worker without an allocation, so a canary booking costs what a
+// stable one does.
+type candidateWorker struct{ *Worker }
+
+// InPool reports whether the worker is in role's pool under the
+// candidate's worker selectors, or the stable config's while the
+// candidate has none in force.
+func (c candidateWorker) InPool(role string) bool {
+	if c.candPools == nil {
+		return c.Worker.InPool(role)
+	}
+	return c.candPools[role]
+}
+
+// candidateView is the registry as a staged candidate's dispatcher sees
+// it (Registry.Candidate).
+type candidateView struct{ r *Registry }
+
+// Lookup returns the worker in the candidate's pools, or nil.
+func (v candidateView) Lookup(id string) dispatch.Worker {
+	if w := v.r.lookup(id); w != nil {
+		return candidateWorker{w}
+	}
+	return nil
 }
 
 // SourceEndpoint returns the control endpoint the worker advertises for a
@@ -392,6 +429,9 @@ type Registry struct {
 	// pools are the roles' worker selectors; nil while none are in force.
 	// Guarded by mu.
 	pools map[string]labels.Selector
+	// candPools are a staged candidate's; nil while none are in force.
+	// Guarded by mu.
+	candPools map[string]labels.Selector
 	// Endpoints are the hint endpoint rules every registration is held
 	// to, whatever its source; nil holds them to the rules that always
 	// hold (endpoint.ValidateHintEndpoint). Set before the first
@@ -590,8 +630,7 @@ func (r *Registry) put(next map[string]*Worker, source string, spec WorkerSpec) 
 	spec.SourceControlEndpoints = maps.Clone(spec.SourceControlEndpoints)
 	w := &Worker{WorkerSpec: spec, Capable: spec.HintCapable(), Source: source, delivery: r.delivery}
 	w.sources, _ = sourceEndpoints(spec.SourceControlEndpoints) // validated by the caller
-	w.pools = r.membership(spec.Labels)
-	w.InPools = w.Pools()
+	r.placeInPools(w)
 	old := next[spec.ID]
 	wantQueue := w.Capable && spec.HintEndpoint != "" && r.delivery != nil
 	switch {
@@ -613,17 +652,24 @@ func (r *Registry) countRefused(source string) {
 	}
 }
 
-// membership is which pools a worker with these labels is in, under the
-// pools in force. Guarded by mu.
-func (r *Registry) membership(l map[string]string) map[string]bool {
-	if r.pools == nil {
+// membership is which of pools a worker with these labels is in; nil
+// for nil pools.
+func membership(pools map[string]labels.Selector, l map[string]string) map[string]bool {
+	if pools == nil {
 		return nil
 	}
-	m := make(map[string]bool, len(r.pools))
-	for role, sel := range r.pools {
+	m := make(map[string]bool, len(pools))
+	for role, sel := range pools {
 		m[role] = sel.Matches(labels.Set(l))
 	}
 	return m
+}
+
+// placeInPools sets w's membership of the pools in force, the stable
+// config's and the candidate's. Guarded by mu.
+func (r *Registry) placeInPools(w *Worker) {
+	w.pools, w.candPools = membership(r.pools, w.Labels), membership(r.candPools, w.Labels)
+	w.InPools, w.CandidatePools = rolesIn(w.pools), rolesIn(w.candPools)
 }
 
 // SetPools makes pools the roles' worker pools: role to the selector of
@@ -634,12 +680,35 @@ func (r *Registry) SetPools(pools map[string]labels.Selector) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.pools = maps.Clone(pools) // nil stays nil
+	r.replacePlaced()
+}
+
+// SetCandidatePools makes pools a staged candidate's worker pools, which
+// Candidate's workers are in, as SetPools does for the stable config's;
+// nil drops them (no candidate staged), and the candidate's bookings see
+// the stable config's pools.
+func (r *Registry) SetCandidatePools(pools map[string]labels.Selector) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.candPools = maps.Clone(pools)
+	r.replacePlaced()
+}
+
+// Candidate returns the registry as a staged candidate's dispatcher sees
+// it: the same workers, queues and endpoints, each in the pools of the
+// candidate's worker selectors (SetCandidatePools), so that a canary
+// books the workers its own RouterRoles pick.
+func (r *Registry) Candidate() dispatch.Workers { return candidateView{r} }
+
+// replacePlaced replaces every worker with a copy placed in the pools in
+// force: workers are immutable, as bookings read them without a lock.
+// Guarded by mu.
+func (r *Registry) replacePlaced() {
 	cur := *r.workers.Load()
 	next := make(map[string]*Worker, len(cur))
 	for id, w := range cur {
 		c := *w
-		c.pools = r.membership(w.Labels)
-		c.InPools = c.Pools()
+		r.placeInPools(&c)
 		next[id] = &c
 	}
 	r.workers.Store(&next)

@@ -159,14 +159,7 @@ func TestWorkersFile(t *testing.T) {
 // TestPodWatchSelector: the pod watch asks for what every pool requires,
 // never narrower than one of them, and never mutates the pools.
 func TestPodWatchSelector(t *testing.T) {
-	sel := func(s string) labels.Selector {
-		t.Helper()
-		l, err := labels.Parse(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return l
-	}
+	sel := func(s string) labels.Selector { return parseSelector(t, s) }
 	for _, tc := range []struct {
 		name      string
 		pools     map[string]string

@@ -32,8 +32,9 @@ import (
 // unknown_worker.
 //
 // Which pods: the union of the roles' worker selectors (the compiled
-// ConfigMap's roles.yaml, set with SetPools), or every pod of
-// the namespace while some role of the config has no selector or no
+// ConfigMap's roles.yaml, set with SetPools) and, while a rollout stages
+// a candidate, of the candidate's (SetCandidatePools), or every pod of
+// the namespace while some role of either config has no selector or no
 // selectors are known. The watch asks the API server for the pods that
 // match what all the pools require alike (their common requirements), and
 // keeps those that match one pool. A Selector, when set (the deprecated
@@ -70,6 +71,10 @@ type PodWorkers struct {
 	poolsOnly bool
 	// pools are the selectors a pod must match one of when not open.
 	pools map[string]labels.Selector
+	// candPools are a staged candidate's, nil while none is staged;
+	// candOpen is set when a role of the candidate has no selector.
+	candPools map[string]labels.Selector
+	candOpen  bool
 }
 
 // Synced reports whether the initial list has been registered; /readyz
@@ -90,6 +95,25 @@ func (p *PodWorkers) SetPools(pools map[string]labels.Selector, open bool) {
 	defer p.mu.Unlock()
 	p.Registry.SetPools(pools)
 	p.pools, p.poolsOnly = pools, !open
+	p.repickLocked()
+}
+
+// SetCandidatePools makes pools a staged candidate's worker pools, in the
+// registry (Registry.SetCandidatePools) and in the choice of pods: the
+// pods its pools pick are workers too, so that a candidate that moves a
+// role to other pods finds them registered; open is set when one of its
+// roles has no selector. Nil pools drop them when no candidate is staged.
+func (p *PodWorkers) SetCandidatePools(pools map[string]labels.Selector, open bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.Registry.SetCandidatePools(pools)
+	p.candPools, p.candOpen = pools, open && pools != nil
+	p.repickLocked()
+}
+
+// repickLocked registers the listed pods again under the pools in force,
+// and restarts the watch when its selector changes. Guarded by mu.
+func (p *PodWorkers) repickLocked() {
 	p.resyncLocked()
 	if p.restart != nil && p.watchSelector().String() != p.watching {
 		select {
@@ -99,13 +123,31 @@ func (p *PodWorkers) SetPools(pools map[string]labels.Selector, open bool) {
 	}
 }
 
+// onlyPooled reports whether only the pods a pool picks are workers: no
+// role of the stable config or of a staged candidate takes any pod.
+// Guarded by mu.
+func (p *PodWorkers) onlyPooled() bool { return p.poolsOnly && !p.candOpen }
+
+// selectors are the pools' selectors, the stable config's and a staged
+// candidate's, in a fixed order. Guarded by mu.
+func (p *PodWorkers) selectors() []labels.Selector {
+	var out []labels.Selector
+	for _, pools := range []map[string]labels.Selector{p.pools, p.candPools} {
+		roles := slices.Sorted(maps.Keys(pools))
+		for _, r := range roles {
+			out = append(out, pools[r])
+		}
+	}
+	return out
+}
+
 // wanted reports whether a pod is a worker under the pools in force.
 func (p *PodWorkers) wanted(pod *corev1.Pod) bool {
-	if !p.poolsOnly || p.Selector != nil {
+	if !p.onlyPooled() || p.Selector != nil {
 		return true
 	}
 	set := labels.Set(pod.Labels)
-	for _, sel := range p.pools {
+	for _, sel := range p.selectors() {
 		if sel.Matches(set) {
 			return true
 		}
@@ -140,17 +182,13 @@ func (p *PodWorkers) watchSelector() labels.Selector {
 	if p.Selector != nil {
 		return p.Selector
 	}
-	if !p.poolsOnly || len(p.pools) == 0 {
+	sels := p.selectors()
+	if !p.onlyPooled() || len(sels) == 0 {
 		return labels.Everything()
 	}
-	roles := make([]string, 0, len(p.pools))
-	for r := range p.pools {
-		roles = append(roles, r)
-	}
-	slices.Sort(roles)
 	var common []labels.Requirement
-	for i, r := range roles {
-		reqs, selectable := p.pools[r].Requirements()
+	for i, sel := range sels {
+		reqs, selectable := sel.Requirements()
 		if !selectable {
 			return labels.Everything()
 		}
