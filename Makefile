@@ -85,6 +85,10 @@ unit: ## Run the unit tests: no API server, no binaries built, no test/ suites; 
 soak: ## Run the 10-minute soak of the sidecar binary (steady bookings, config flips); figures in docs/benchmarks.md.
 	KVHINT_SOAK=1 KVHINT_SOAK_REPORT=$${KVHINT_SOAK_REPORT:-$(CURDIR)/bin/soak-report.md} go test $(GO_TEST_FLAGS) ./test/fault/ -run '^TestSoak$$' -v -timeout 20m
 
+.PHONY: aa-study
+aa-study: ## Run the A/A study of a canary step's analysis on the real Mooncake trace (some 40 s); figures in docs/rollout.md.
+	KVHINT_AA_STUDY=1 go test $(GO_TEST_FLAGS) ./internal/rollout/analysis/ -run '^TestAAStudy$$' -v
+
 .PHONY: fmt
 fmt: ## gofmt the tree.
 	gofmt -w $$(git ls-files -co --exclude-standard '*.go')

@@ -129,10 +129,11 @@ type RolloutAnalysis struct {
 	// +kubebuilder:validation:Maximum=20
 	FailureLimit *int32 `json:"failureLimit,omitempty"`
 
-	// minSamples is the least number of requests each of the two configs
-	// must have booked for a measurement to judge; with fewer the
-	// measurement is Inconclusive and the rollout pauses. 1 to 1000000,
-	// defaults to 100.
+	// minSamples is the least number of sessions each of the two configs
+	// must have booked for a measurement to judge (a request reported
+	// without a session counts as one; the prometheus provider counts
+	// requests); with fewer the measurement is Inconclusive and the
+	// rollout pauses. 1 to 1000000, defaults to 100.
 	// +optional
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=1000000
@@ -363,18 +364,22 @@ type MetricMeasurement struct {
 	// +kubebuilder:validation:MaxLength=32
 	PValue string `json:"pValue,omitempty"`
 
-	// test names the test: mann-whitney-u or two-proportion-z.
+	// test names the test: mann-whitney-u, two-proportion-z or
+	// two-proportion-z-clustered (over sessions).
 	// +optional
 	// +kubebuilder:validation:MaxLength=64
 	Test string `json:"test,omitempty"`
 
 	// samples are the observations the test compared for each config
-	// (requests, for the rates).
+	// (sessions, when the outcomes name them; requests for the rates).
 	// +optional
 	Samples *SampleCounts `json:"samples,omitempty"`
 }
 
-// SampleCounts are the requests each config booked.
+// SampleCounts are what each config's arm held: the requests it booked
+// or, for one metric (the one a rollback names, each of a measurement's
+// metrics), the observations its test compared (sessions, from the
+// sidecars; query steps, from Prometheus; requests, for the rates).
 type SampleCounts struct {
 	// baseline is the stable config's.
 	// +required

@@ -96,7 +96,9 @@ func TestJudgeOverLoopbackSidecars(t *testing.T) {
 				}
 			}
 			// Every metric judged has its figures, whatever the verdict:
-			// a Successful measurement says what it compared.
+			// a Successful measurement says what it compared. The
+			// samples name no session, so each request is one: the
+			// rates' test is the clustered one over clusters of one.
 			// samples spreads the cached tokens by -25 to +24: a mean of
 			// cached-0.5 per 1000 prompt tokens.
 			ratio := func(cached int64) string { return figure((float64(cached) - 0.5) / 1000) }
@@ -106,9 +108,9 @@ func TestJudgeOverLoopbackSidecars(t *testing.T) {
 					Samples: &v1alpha1.SampleCounts{Baseline: 500, Canary: 500}},
 				{Metric: "ttftP90", Verdict: v1alpha1.MetricSuccessful, Baseline: "0.106", Canary: "0.106", Change: "0", Test: "mann-whitney-u",
 					Samples: &v1alpha1.SampleCounts{Baseline: 500, Canary: 500}},
-				{Metric: "errorRate", Verdict: v1alpha1.MetricSuccessful, Baseline: "0", Canary: "0", Change: "0", Test: "two-proportion-z",
+				{Metric: "errorRate", Verdict: v1alpha1.MetricSuccessful, Baseline: "0", Canary: "0", Change: "0", Test: "two-proportion-z-clustered",
 					Samples: &v1alpha1.SampleCounts{Baseline: 500, Canary: 500}},
-				{Metric: "hintRejectedRate", Verdict: v1alpha1.MetricSuccessful, Baseline: "0", Canary: "0", Change: "0", Test: "two-proportion-z",
+				{Metric: "hintRejectedRate", Verdict: v1alpha1.MetricSuccessful, Baseline: "0", Canary: "0", Change: "0", Test: "two-proportion-z-clustered",
 					Samples: &v1alpha1.SampleCounts{Baseline: 500, Canary: 500}},
 			}
 			got := make([]v1alpha1.MetricMeasurement, len(r.Metrics))

@@ -145,6 +145,9 @@ type Sample struct {
 	At int64 `json:"at"`
 	// Role is the role the request was booked for.
 	Role string `json:"role,omitempty"`
+	// Session is SessionKey of the request's session ID; 0 outside a
+	// session (the analysis counts the request as a session of its own).
+	Session uint64 `json:"session,omitempty"`
 	// Prompt and Cached are the prompt's tokens and those the engine
 	// served from its prefix cache (usage.prompt_tokens_details.
 	// cached_tokens in its OpenAI answer).
@@ -174,4 +177,28 @@ type ShadowCounts struct {
 	// CandidateErrors counts bookings the candidate failed that the
 	// stable config did not.
 	CandidateErrors int64 `json:"candidateErrors,omitempty"`
+}
+
+// SessionKey is the bounded key a sidecar keeps for a request's session
+// ID: FNV-1a over its bytes, then SplitMix64's finalizer so that IDs that
+// differ in their last bytes spread over all 64 bits. It is the same in
+// every pod, so the analysis joins a session's outcomes across router
+// pods; two sessions share a key with odds of about 2^-64 a pair, and a
+// shared key only merges them into one cluster. It is 0 for "" and never
+// 0 otherwise.
+func SessionKey(id string) uint64 {
+	if id == "" {
+		return 0
+	}
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(id); i++ {
+		h ^= uint64(id[i])
+		h *= 1099511628211
+	}
+	h ^= h >> 30
+	h *= 0xbf58476d1ce4e5b9
+	h ^= h >> 27
+	h *= 0x94d049bb133111eb
+	h ^= h >> 31
+	return max(h, 1)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -49,7 +50,7 @@ func TestOutcomes(t *testing.T) {
 			t.Fatalf("booking %d answered config hash %q and hint %s; want %q and a hint only on a final turn", i, a.ConfigHash, a.Message, want)
 		}
 		hash = a.ConfigHash
-		o := &bookingapi.Outcome{RequestID: fmt.Sprint("r", i), Role: "decode", Worker: "w", ConfigHash: a.ConfigHash,
+		o := &bookingapi.Outcome{RequestID: fmt.Sprint("r", i), SessionID: b.Session.ID, Role: "decode", Worker: "w", ConfigHash: a.ConfigHash,
 			PromptTokens: 64, CachedTokens: cached, TTFTSeconds: 0.01 * float64(i+1)}
 		if i == 2 {
 			o.Error = "worker answered 503"
@@ -77,6 +78,12 @@ func TestOutcomes(t *testing.T) {
 	if cached != 112 || errs != 1 || co.Samples[1].TTFTMicros != 20000 {
 		t.Errorf("samples %+v: want 112 cached tokens in all, 1 error, the second's TTFT 20000 µs", co.Samples)
 	}
+	// The sessions come back as their keys, the same in every pod; the
+	// request outside a session has none.
+	if got, want := []uint64{co.Samples[0].Session, co.Samples[1].Session, co.Samples[2].Session},
+		[]uint64{rolloutapi.SessionKey("s0"), rolloutapi.SessionKey("s1"), 0}; !slices.Equal(got, want) || got[0] == got[1] {
+		t.Errorf("session keys %v, want %v (distinct, and 0 outside a session)", got, want)
+	}
 	for _, c := range []struct {
 		metric string
 		labels map[string]string
@@ -97,9 +104,10 @@ func TestOutcomes(t *testing.T) {
 		t.Errorf("an oversized outcome: %d %s; want 413 naming the limit", r.status, r.body)
 	}
 	for body, want := range map[string]string{
-		`{"role":"decode","config_hash":"nothex","prompt_tokens":1}`:                         `config_hash \"nothex\" is not a config hash`,
-		`{"role":"decode","config_hash":"` + hash + `","prompt_tokens":1,"cached_tokens":2}`: "cached_tokens 2 is not within 0 and prompt_tokens (1)",
-		`{"role":"decode","config_hash":"` + hash + `","prompt_tokns":1}`:                    "prompt_tokns",
+		`{"role":"decode","config_hash":"nothex","prompt_tokens":1}`:                                                                                  `config_hash \"nothex\" is not a config hash`,
+		`{"role":"decode","config_hash":"` + hash + `","prompt_tokens":1,"cached_tokens":2}`:                                                          "cached_tokens 2 is not within 0 and prompt_tokens (1)",
+		`{"role":"decode","config_hash":"` + hash + `","prompt_tokns":1}`:                                                                             "prompt_tokns",
+		`{"role":"decode","config_hash":"` + hash + `","prompt_tokens":1,"session_id":"` + strings.Repeat("s", bookingapi.MaxSessionIDBytes+1) + `"}`: "session_id is 257 bytes, over 256",
 	} {
 		if r := post(t, s, bookingapi.OutcomesPath, body); r.status != http.StatusBadRequest || !strings.Contains(r.body, want) {
 			t.Errorf("outcome %s: %d %s; want 400 saying %s", body, r.status, r.body, want)

@@ -11,6 +11,10 @@ const HeaderConfigHash = "Kvhint-Config-Hash"
 // short fields.
 const MaxOutcomeBytes = 4 << 10
 
+// MaxSessionIDBytes caps an Outcome's SessionID, as the sidecar caps a
+// booking's request ID.
+const MaxSessionIDBytes = 256
+
 // Outcome is what became of one booked request, as the router saw it: the
 // body of POST /v1/outcomes. The sidecar keeps it by ConfigHash for a
 // staged rollout's analysis, which compares a candidate config's requests
@@ -22,6 +26,13 @@ type Outcome struct {
 	RequestID string `json:"request_id,omitempty"`
 	// Role is the role the request was booked for.
 	Role string `json:"role"`
+	// SessionID is the request's session, as in its Booking's
+	// session.id; empty outside one. A staged rollout books whole
+	// sessions with one config, so its analysis compares sessions, not
+	// requests: the sidecar keeps a 64-bit hash of it (at most
+	// MaxSessionIDBytes), and counts an outcome without one as a session
+	// of its own.
+	SessionID string `json:"session_id,omitempty"`
 	// Worker is the worker that served it.
 	Worker string `json:"worker,omitempty"`
 	// ConfigHash is the booking answer's Kvhint-Config-Hash: the config

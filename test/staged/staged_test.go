@@ -263,15 +263,18 @@ func setPrefill(t *testing.T, edits ...func(*v1alpha1.RouterRole)) {
 }
 
 // rollout is the test's RouterRollout: shadow, then 50% and 80% of
-// sessions, each step measured twice, 8 s apart, on at least 100 outcomes
-// an arm. A session that moves to the candidate keeps, in the workers'
-// caches, what its earlier turns fetched under the stable config, so a
+// sessions, each step measured twice, 8 s apart, on at least 20 sessions
+// an arm: the analysis counts sessions (1 to 4 turns, each a prefill and
+// a decode outcome), some 190 of them by a step's first measurement, so
+// the 20% arm of the 80% step holds about 40. A session that moves to
+// the candidate keeps, in the workers' caches, what its earlier turns
+// fetched under the stable config, so a
 // candidate's effect on the hit ratio grows over its first seconds: the
 // first canary step books half the sessions, for the most samples of
 // each arm.
 func rollout() *v1alpha1.RouterRollout {
 	interval := metav1.Duration{Duration: 8 * time.Second}
-	count, failureLimit, minSamples := int32(2), int32(1), int32(100)
+	count, failureLimit, minSamples := int32(2), int32(1), int32(20)
 	return &v1alpha1.RouterRollout{
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: router},
 		Spec: v1alpha1.RouterRolloutSpec{

@@ -325,7 +325,7 @@ func (f *FrontRouter) hop(ctx context.Context, id string, role frontRole, ses hi
 	}
 	start := time.Now()
 	ans, rejected, err := f.forward(ctx, worker, route, body)
-	o := bookingapi.Outcome{RequestID: id, Role: role.name, Worker: worker.ID, ConfigHash: a.ConfigHash, PromptTokens: tokens,
+	o := bookingapi.Outcome{RequestID: id, SessionID: ses.ID, Role: role.name, Worker: worker.ID, ConfigHash: a.ConfigHash, PromptTokens: tokens,
 		HintRejected: rejected && a.Message != nil}
 	if err == nil {
 		// The answer is not streamed: its time is the first token's.

@@ -17,6 +17,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/kvrouter/kv-hint-operator/internal/dev/simworker"
+	"github.com/kvrouter/kv-hint-operator/internal/rolloutapi"
 	"github.com/kvrouter/kv-hint-operator/internal/sidecar"
 	"github.com/kvrouter/kv-hint-operator/internal/testing/sidecartest"
 	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
@@ -430,6 +431,17 @@ worker_selection:
 					prompt += smp.Prompt
 				}
 			}
+			// Each outcome names its session: a prefill and a decode
+			// outcome for each of a session's turns.
+			perSession := map[uint64]int{}
+			for _, smp := range co.Samples {
+				perSession[smp.Session]++
+			}
+			for ses := range sessions {
+				if n := perSession[rolloutapi.SessionKey(fmt.Sprint("s", ses))]; n != 2*len(turns) {
+					t.Errorf("session s%d: %d outcomes carry its key, want %d", ses, n, 2*len(turns))
+				}
+			}
 			var all int64
 			for _, smp := range co.Samples {
 				all += smp.Cached
@@ -449,8 +461,8 @@ worker_selection:
 			}
 			resp.Body.Close()
 			last := sc.Outcomes.Since(0)[sc.Dispatcher.ConfigHash()].Samples
-			if resp.StatusCode != http.StatusBadGateway || !last[len(last)-1].Error || last[len(last)-1].Role != "decode" {
-				t.Errorf("a request to a gone worker: %d, last outcome %+v; want 502 and a decode error", resp.StatusCode, last[len(last)-1])
+			if resp.StatusCode != http.StatusBadGateway || !last[len(last)-1].Error || last[len(last)-1].Role != "decode" || last[len(last)-1].Session != 0 {
+				t.Errorf("a request to a gone worker: %d, last outcome %+v; want 502 and a decode error, outside a session", resp.StatusCode, last[len(last)-1])
 			}
 		})
 	}

@@ -3,10 +3,18 @@
 // metrics of the requests each config booked (prefix-hit ratio, TTFT p50
 // and p90, error rate, rate of hints the workers rejected), the tests that
 // say whether a difference is more than chance (Mann-Whitney U for the
-// per-request prefix-hit ratios and TTFTs, a two-proportion z-test for the
-// rates), and the verdict of one measurement (Successful, Failed or
-// Inconclusive) with the figures that decided it. It also judges a shadow
-// step from the config status the router pods report.
+// per-session prefix-hit ratios and mean TTFTs, a two-proportion z-test
+// with a cluster-robust variance over sessions for the rates), and the
+// verdict of one measurement (Successful, Failed or Inconclusive) with the
+// figures that decided it. It also judges a shadow step from the config
+// status the router pods report.
+//
+// The unit is the session because the canary splits sessions: a
+// session's turns share its cache (a later turn hits what an earlier one
+// left), so counting each request as an independent observation
+// over-counts the evidence and fails harmless candidates more often than
+// the significance says (aa_study_test.go measures it on the Mooncake
+// trace). A sample without a session key is a session of its own.
 //
 // Baseline and canary are the requests the stable and the candidate
 // config booked in the same pods over the same window, so both arms share

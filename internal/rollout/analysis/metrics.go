@@ -10,11 +10,22 @@ import (
 // Arm is what the requests one config booked measured: the counts the
 // rates come from, and the observations the rank tests compare. The
 // sidecar provider fills it from request samples (ArmFromSamples), one
-// observation per request; the Prometheus provider from series, one
+// observation per session: a canary books whole sessions, and the turns
+// of one session share its cache, so they are not independent
+// observations. The Prometheus provider fills it from series, one
 // observation per query step.
 type Arm struct {
 	// Requests counts the requests, failed ones included.
 	Requests int64
+	// Sessions counts the sessions the requests belong to, a request
+	// outside a session counting as one of its own; 0 when the source
+	// does not know sessions (Prometheus), and then the minimum sample
+	// size counts requests.
+	Sessions int64
+	// SessionCounts are each session's request, error and hint-rejected
+	// counts, for the rates' cluster-robust test; nil when the source
+	// does not know sessions, empty (not nil) for samples of none.
+	SessionCounts []SessionCounts
 	// Errors counts the failed requests.
 	Errors int64
 	// HintsRejected counts the requests, not failed, whose hint the
@@ -30,14 +41,31 @@ type Arm struct {
 	// Prometheus query override), in place of the token counts'.
 	HitRatio *float64
 	// HitRatios are prefix-hit ratios (cached over prompt tokens), one
-	// per observation, ascending.
+	// per observation, ascending: from samples, each session's cached
+	// over prompt tokens, summed over its requests.
 	HitRatios []float64
 	// TTFTs are times to the first token in seconds, one per
-	// observation, ascending.
+	// observation, ascending: from samples, each session's mean.
 	TTFTs []float64
-	// TTFTP50 and TTFTP90 are the TTFT quantiles in seconds; 0 when
-	// there are no TTFT observations.
+	// TTFTP50 and TTFTP90 are the TTFT quantiles in seconds, over
+	// requests (or as the source gave them); 0 when there are no TTFT
+	// observations.
 	TTFTP50, TTFTP90 float64
+}
+
+// SessionCounts are one session's counts in an arm.
+type SessionCounts struct {
+	// Requests, Errors and HintsRejected count as Arm's do.
+	Requests, Errors, HintsRejected int64
+}
+
+// Units is what the minimum sample size counts: sessions when the arm
+// was built from samples (SessionCounts set, if empty), else requests.
+func (a *Arm) Units() (int64, string) {
+	if a.SessionCounts != nil {
+		return a.Sessions, "sessions"
+	}
+	return a.Requests, "requests"
 }
 
 // PrefixHitRatio is the arm's cached over prompt tokens (or HitRatio,
@@ -63,86 +91,138 @@ func ratio(a, b int64) float64 {
 	return float64(a) / float64(b)
 }
 
-// add counts one request's sample into the arm. A failed request counts
-// for the error rate only: its tokens, TTFT and hint say nothing about
-// the cache (the sidecar's kvhint_outcome_requests_total counts it as an
-// error only, too). Negative counts are read as 0 and cached tokens are
-// capped at the prompt's, so a wrong report cannot push a ratio out of
-// [0, 1].
-func (a *Arm) add(s *rolloutapi.Sample) {
+// armBuilder gathers one config's samples into an Arm, by session.
+type armBuilder struct {
+	a Arm
+	// bySession indexes sessions by key; a sample without one is a
+	// session of its own.
+	bySession map[uint64]int
+	sessions  []sessionSums
+	// ttfts are the requests' TTFTs, for the quantiles.
+	ttfts []float64
+}
+
+// sessionSums are one session's sums in an arm.
+type sessionSums struct {
+	counts         SessionCounts
+	prompt, cached int64
+	ttftSum        float64
+	ttftN          int64
+}
+
+func newArmBuilder(n int) *armBuilder {
+	return &armBuilder{bySession: map[uint64]int{}, sessions: make([]sessionSums, 0, n), ttfts: make([]float64, 0, n)}
+}
+
+// add counts one request's sample into the arm and its session. A failed
+// request counts for the error rate only: its tokens, TTFT and hint say
+// nothing about the cache (the sidecar's kvhint_outcome_requests_total
+// counts it as an error only, too). Negative counts are read as 0 and
+// cached tokens are capped at the prompt's, so a wrong report cannot
+// push a ratio out of [0, 1].
+func (b *armBuilder) add(s *rolloutapi.Sample) {
+	i, ok := b.bySession[s.Session]
+	if s.Session == 0 || !ok {
+		i = len(b.sessions)
+		b.sessions = append(b.sessions, sessionSums{})
+		if s.Session != 0 {
+			b.bySession[s.Session] = i
+		}
+	}
+	ss := &b.sessions[i]
+	a := &b.a
 	a.Requests++
+	ss.counts.Requests++
 	if s.Error {
 		a.Errors++
+		ss.counts.Errors++
 		return
 	}
 	if s.HintRejected {
 		a.HintsRejected++
+		ss.counts.HintsRejected++
 	}
 	if prompt := max(s.Prompt, 0); prompt > 0 {
 		cached := min(max(s.Cached, 0), prompt)
 		a.PromptTokens += prompt
 		a.CachedTokens += cached
-		a.HitRatios = append(a.HitRatios, float64(cached)/float64(prompt))
+		ss.prompt += prompt
+		ss.cached += cached
 	}
 	if s.TTFTMicros > 0 {
-		a.TTFTs = append(a.TTFTs, float64(s.TTFTMicros)/1e6)
+		t := float64(s.TTFTMicros) / 1e6
+		b.ttfts = append(b.ttfts, t)
+		ss.ttftSum += t
+		ss.ttftN++
 	}
 }
 
-// finish sorts the observations and computes the TTFT quantiles.
-func (a *Arm) finish() {
+// finish makes each session one observation (its cached over prompt
+// tokens, its mean TTFT), sorts the observations and computes the TTFT
+// quantiles over requests.
+func (b *armBuilder) finish() Arm {
+	a := b.a
+	a.Sessions = int64(len(b.sessions))
+	a.SessionCounts = make([]SessionCounts, len(b.sessions))
+	a.HitRatios = make([]float64, 0, len(b.sessions))
+	a.TTFTs = make([]float64, 0, len(b.sessions))
+	for i := range b.sessions {
+		ss := &b.sessions[i]
+		a.SessionCounts[i] = ss.counts
+		if ss.prompt > 0 {
+			a.HitRatios = append(a.HitRatios, float64(ss.cached)/float64(ss.prompt))
+		}
+		if ss.ttftN > 0 {
+			a.TTFTs = append(a.TTFTs, ss.ttftSum/float64(ss.ttftN))
+		}
+	}
 	slices.Sort(a.HitRatios)
 	slices.Sort(a.TTFTs)
-	a.TTFTP50 = Quantile(a.TTFTs, 0.5)
-	a.TTFTP90 = Quantile(a.TTFTs, 0.9)
+	slices.Sort(b.ttfts)
+	a.TTFTP50 = Quantile(b.ttfts, 0.5)
+	a.TTFTP90 = Quantile(b.ttfts, 0.9)
+	return a
 }
 
 // ArmFromSamples measures one config's request samples.
 func ArmFromSamples(samples []rolloutapi.Sample) Arm {
-	var a Arm
-	a.HitRatios = make([]float64, 0, len(samples))
-	a.TTFTs = make([]float64, 0, len(samples))
+	b := newArmBuilder(len(samples))
 	for i := range samples {
-		a.add(&samples[i])
+		b.add(&samples[i])
 	}
-	a.finish()
-	return a
+	return b.finish()
 }
 
 // ArmsFromOutcomes splits the outcomes the router pods served into the
 // baseline (requests the stable config booked) and the canary (those the
 // candidate booked), keeping samples at or after since (Unix
-// milliseconds): the same pods over the same window for both.
+// milliseconds): the same pods over the same window for both. A session's
+// requests in several pods are one session: the key is the same in every
+// pod.
 func ArmsFromOutcomes(outcomes []rolloutapi.Outcomes, stable, candidate string, since int64) (baseline, canary Arm) {
-	var nb, nc int
-	for i := range outcomes {
-		if c := outcomes[i].Configs[stable]; c != nil {
-			nb += len(c.Samples)
+	fill := func(hash string) Arm {
+		n := 0
+		for i := range outcomes {
+			if c := outcomes[i].Configs[hash]; c != nil {
+				n += len(c.Samples)
+			}
 		}
-		if c := outcomes[i].Configs[candidate]; c != nil {
-			nc += len(c.Samples)
-		}
-	}
-	fill := func(a *Arm, hash string, n int) {
-		a.HitRatios = make([]float64, 0, n)
-		a.TTFTs = make([]float64, 0, n)
+		b := newArmBuilder(n)
 		for i := range outcomes {
 			c := outcomes[i].Configs[hash]
 			if c == nil {
 				continue
 			}
-			a.Dropped += c.Dropped
+			b.a.Dropped += c.Dropped
 			for j := range c.Samples {
 				if c.Samples[j].At >= since {
-					a.add(&c.Samples[j])
+					b.add(&c.Samples[j])
 				}
 			}
 		}
-		a.finish()
+		return b.finish()
 	}
-	fill(&baseline, stable, nb)
-	fill(&canary, candidate, nc)
-	return baseline, canary
+	return fill(stable), fill(candidate)
 }
 
 // Quantile is the q-quantile (0 < q <= 1) of ascending values by the
@@ -160,6 +240,9 @@ func Quantile(sorted []float64, q float64) float64 {
 type Summary struct {
 	// Requests counts the requests.
 	Requests int64 `json:"requests"`
+	// Sessions counts the sessions they belong to (a request outside a
+	// session counting as one); 0 when the source does not know them.
+	Sessions int64 `json:"sessions,omitempty"`
 	// PrefixHitRatio is cached over prompt tokens.
 	PrefixHitRatio float64 `json:"prefixHitRatio"`
 	// TTFTP50Seconds and TTFTP90Seconds are the TTFT quantiles.
@@ -177,6 +260,7 @@ type Summary struct {
 func (a *Arm) Summarize() Summary {
 	return Summary{
 		Requests:         a.Requests,
+		Sessions:         a.Sessions,
 		PrefixHitRatio:   a.PrefixHitRatio(),
 		TTFTP50Seconds:   a.TTFTP50,
 		TTFTP90Seconds:   a.TTFTP90,

@@ -199,3 +199,53 @@ func TestMinRankP(t *testing.T) {
 		t.Errorf("16384 each: %v", got)
 	}
 }
+
+// clusters are n clusters of size requests, the first events of them
+// failing whole.
+func clusters(n, size, events int) []Cluster {
+	out := make([]Cluster, n)
+	for i := range out {
+		out[i].N = int64(size)
+		if i < events {
+			out[i].X = int64(size)
+		}
+	}
+	return out
+}
+
+func TestClusteredProportionKnownValues(t *testing.T) {
+	// By hand: 10 of 1000 against 30 of 1000 in clusters of one request.
+	// Pooled rate p = 0.02; sum of (x - p*n)^2 is 10*0.98^2 + 990*0.02^2
+	// = 10 in the first, 30*0.98^2 + 970*0.02^2 = 29.2 in the second;
+	// times K/(K-1) = 1000/999 over N^2 = 1e6: se = sqrt(1.001e-5 +
+	// 2.9229e-5) = 0.0062641, z = 0.02/0.0062641 = 3.19279, p =
+	// 0.000705: the plain test's 3.19438 but for K/(K-1).
+	r := ClusteredTwoProportionZ(clusters(1000, 1, 10), clusters(1000, 1, 30), Greater)
+	if math.Abs(r.Z-3.19279) > 1e-4 || math.Abs(r.P-0.000705) > 5e-6 {
+		t.Fatalf("clusters of one: z = %v p = %v, want 3.19279 and 0.000705", r.Z, r.P)
+	}
+	// The same rates in sessions of 10 requests that fail together: 1
+	// of 100 sessions against 3 of 100. Sums of squares (10-0.2)^2 +
+	// 99*0.2^2 = 100 and 3*9.8^2 + 97*0.2^2 = 292, times 100/99 over
+	// 1e6: se = 0.019899, z = 1.00509, p = 0.1574. Ten requests of one
+	// session are about one observation, not ten: the plain test would
+	// say p = 0.0007.
+	r = ClusteredTwoProportionZ(clusters(100, 10, 1), clusters(100, 10, 3), Greater)
+	if math.Abs(r.Z-1.00509) > 1e-4 || math.Abs(r.P-0.1574) > 1e-4 {
+		t.Fatalf("clusters of ten: z = %v p = %v, want 1.00509 and 0.1574", r.Z, r.P)
+	}
+	if r := ClusteredTwoProportionZ(clusters(100, 10, 1), clusters(100, 10, 3), Less); math.Abs(r.P-(1-0.1574)) > 1e-4 {
+		t.Fatalf("Less: p = %v, want 0.8426", r.P)
+	}
+	for name, c := range map[string][2][]Cluster{
+		"no events":          {clusters(100, 1, 0), clusters(100, 1, 0)},
+		"one cluster":        {clusters(1, 100, 1), clusters(100, 1, 3)},
+		"more events than N": {{{N: 1, X: 2}, {N: 1}}, clusters(100, 1, 3)},
+		"a negative count":   {clusters(100, 1, 1), {{N: -1}, {N: 1}}},
+		"no requests at all": {{{}, {}}, clusters(100, 1, 3)},
+	} {
+		if r := ClusteredTwoProportionZ(c[0], c[1], Greater); r.P != 1 {
+			t.Errorf("%s: P = %v, want 1 (no evidence)", name, r.P)
+		}
+	}
+}

@@ -52,6 +52,9 @@ const (
 const (
 	TestMannWhitneyU   = "mann-whitney-u"
 	TestTwoProportionZ = "two-proportion-z"
+	// TestClusteredProportionZ is the two-proportion z-test with a
+	// cluster-robust variance (ClusteredTwoProportionZ), over sessions.
+	TestClusteredProportionZ = "two-proportion-z-clustered"
 )
 
 // Finding is one metric's judgement.
@@ -124,7 +127,8 @@ type Verdict struct {
 }
 
 // Judge judges one measurement: Inconclusive when either arm holds fewer
-// than MinSamples requests; otherwise each metric is tested one-sided in
+// than MinSamples sessions (requests when the arms do not know sessions);
+// otherwise each metric is tested one-sided in
 // its harmful direction and fails when its p is below Significance/m (m
 // the number of metrics tested, a Bonferroni correction: a harmless
 // candidate fails a measurement with probability at most Significance)
@@ -137,10 +141,17 @@ func Judge(t Thresholds, in Input) Verdict {
 	if len(in.Unanswered) > 0 {
 		unanswered = fmt.Sprintf("%d pod(s) did not answer (%s)", len(in.Unanswered), listNames(in.Unanswered))
 	}
-	if in.Baseline.Requests < t.MinSamples || in.Canary.Requests < t.MinSamples {
+	// The canary books whole sessions, so sessions are the independent
+	// units a sample size counts.
+	bn, unit := in.Baseline.Units()
+	cn, cunit := in.Canary.Units()
+	if unit != cunit {
+		bn, cn, unit = in.Baseline.Requests, in.Canary.Requests, "requests"
+	}
+	if bn < t.MinSamples || cn < t.MinSamples {
 		v.Phase, v.Reason = Inconclusive, ReasonTooFewSamples
-		v.Message = fmt.Sprintf("too few requests to judge: baseline %d, canary %d, %d needed in each",
-			in.Baseline.Requests, in.Canary.Requests, t.MinSamples)
+		v.Message = fmt.Sprintf("too few %s to judge: baseline %d, canary %d, %d needed in each",
+			unit, bn, cn, t.MinSamples)
 		if unanswered != "" {
 			v.Message += "; " + unanswered
 		}
@@ -161,8 +172,8 @@ func Judge(t Thresholds, in Input) Verdict {
 	v.Findings = []Finding{
 		judgeRank(MetricPrefixHitRatio, t, level, b.HitRatios, c.HitRatios, b.PrefixHitRatio(), c.PrefixHitRatio()),
 		judgeRank(MetricTTFTP90, t, level, b.TTFTs, c.TTFTs, b.TTFTP90, c.TTFTP90),
-		judgeRate(MetricErrorRate, t, level, b.Errors, b.Requests, c.Errors, c.Requests),
-		judgeRate(MetricHintRejectedRate, t, level, b.HintsRejected, b.Requests, c.HintsRejected, c.Requests),
+		judgeRate(MetricErrorRate, t, level, b, c),
+		judgeRate(MetricHintRejectedRate, t, level, b, c),
 	}
 	var failed, inconclusive []string
 	var inconclusiveReason string
@@ -193,8 +204,8 @@ func Judge(t Thresholds, in Input) Verdict {
 		v.Message = strings.Join(inconclusive, "; ")
 	default:
 		v.Phase, v.Reason = Successful, ReasonWithinThresholds
-		v.Message = fmt.Sprintf("no metric worse beyond its threshold: baseline %d, canary %d requests; %s",
-			b.Requests, c.Requests, describeFigures(v.Findings))
+		v.Message = fmt.Sprintf("no metric worse beyond its threshold: baseline %s, canary %s; %s",
+			describeCount(b), describeCount(c), describeFigures(v.Findings))
 	}
 	return v
 }
@@ -249,9 +260,17 @@ func judgeRank(m Metric, t Thresholds, level float64, base, canary []float64, bF
 	return f
 }
 
-// judgeRate judges a rate by the two-proportion z-test: higher is
-// harmful, by the absolute increase.
-func judgeRate(m Metric, t Thresholds, level float64, bx, bn, cx, cn int64) Finding {
+// judgeRate judges a rate by the two-proportion z-test, over sessions
+// (cluster-robust) when both arms know them: higher is harmful, by the
+// absolute increase.
+func judgeRate(m Metric, t Thresholds, level float64, b, c *Arm) Finding {
+	events := func(a *Arm) int64 { return a.Errors }
+	event := func(s SessionCounts) int64 { return s.Errors }
+	if m == MetricHintRejectedRate {
+		events = func(a *Arm) int64 { return a.HintsRejected }
+		event = func(s SessionCounts) int64 { return s.HintsRejected }
+	}
+	bx, bn, cx, cn := events(b), b.Requests, events(c), c.Requests
 	bRate, cRate := ratio(bx, bn), ratio(cx, cn)
 	f := Finding{Metric: m, Baseline: bRate, Canary: cRate, Change: cRate - bRate, Test: TestTwoProportionZ,
 		BaselineSamples: bn, CanarySamples: cn, Threshold: t.MaxErrorRateIncrease}
@@ -259,7 +278,13 @@ func judgeRate(m Metric, t Thresholds, level float64, bx, bn, cx, cn int64) Find
 	if m == MetricHintRejectedRate {
 		f.Threshold, reason = t.MaxHintRejectedIncrease, ReasonHintRejectedIncrease
 	}
-	r := TwoProportionZ(bx, bn, cx, cn, Greater)
+	var r ProportionResult
+	if b.SessionCounts != nil && c.SessionCounts != nil {
+		f.Test = TestClusteredProportionZ
+		r = clusteredZ(b.SessionCounts, c.SessionCounts, func(s SessionCounts) Cluster { return Cluster{N: s.Requests, X: event(s)} }, Greater)
+	} else {
+		r = TwoProportionZ(bx, bn, cx, cn, Greater)
+	}
 	f.Statistic, f.P = r.Z, r.P
 	f.Phase = Successful
 	f.Level = level
@@ -320,6 +345,15 @@ func amount(m Metric, v float64) string {
 		return fmt.Sprintf("%+.1f%%", 100*v)
 	}
 	return fmt.Sprintf("%+.4f", v)
+}
+
+// describeCount says how many requests an arm holds, and in how many
+// sessions when it knows them.
+func describeCount(a *Arm) string {
+	if a.SessionCounts == nil {
+		return fmt.Sprintf("%d requests", a.Requests)
+	}
+	return fmt.Sprintf("%d requests in %d sessions", a.Requests, a.Sessions)
 }
 
 func describeFigures(fs []Finding) string {

@@ -324,3 +324,72 @@ func TestFewObservationsAreInconclusive(t *testing.T) {
 		t.Fatalf("%s %s: %s", v.Phase, v.Reason, v.Message)
 	}
 }
+
+// TestArmsBySession: the samples of one session are one observation
+// (its cached over prompt tokens, its mean TTFT), across pods; a sample
+// without a session is one of its own; the minimum sample size counts
+// sessions.
+func TestArmsBySession(t *testing.T) {
+	const stable, candidate = "00000000000000aa", "00000000000000bb"
+	s1, s2 := rolloutapi.SessionKey("s1"), rolloutapi.SessionKey("s2")
+	mk := func(session uint64, prompt, cached, ttft int64, failed bool) rolloutapi.Sample {
+		return rolloutapi.Sample{At: 1000, Session: session, Prompt: prompt, Cached: cached, TTFTMicros: ttft, Error: failed}
+	}
+	outcomes := []rolloutapi.Outcomes{
+		{Pod: "a", Configs: map[string]*rolloutapi.ConfigOutcomes{
+			stable: {Samples: []rolloutapi.Sample{mk(s1, 100, 0, 100000, false), mk(s2, 200, 50, 400000, false), mk(0, 100, 100, 0, false)}},
+		}},
+		{Pod: "b", Configs: map[string]*rolloutapi.ConfigOutcomes{
+			stable:    {Samples: []rolloutapi.Sample{mk(s1, 300, 300, 300000, false), mk(s1, 0, 0, 0, true), mk(0, 100, 0, 0, true)}},
+			candidate: {Samples: []rolloutapi.Sample{mk(s1, 100, 100, 100000, false)}},
+		}},
+	}
+	b, c := ArmsFromOutcomes(outcomes, stable, candidate, 0)
+	// s1: 300 of 400 tokens, TTFTs 0.1 and 0.3 s, one error in 3; s2:
+	// 50 of 200, 0.4 s; the sessionless: 100 of 100, and a failure.
+	if b.Requests != 6 || b.Sessions != 4 || b.Errors != 2 {
+		t.Errorf("baseline: %d requests, %d sessions, %d errors; want 6, 4, 2", b.Requests, b.Sessions, b.Errors)
+	}
+	if want := []float64{0.25, 0.75, 1}; !equalFloats(b.HitRatios, want) {
+		t.Errorf("baseline hit ratios %v, want %v", b.HitRatios, want)
+	}
+	if want := []float64{0.2, 0.4}; !equalFloats(b.TTFTs, want) || b.TTFTP90 != 0.4 || b.TTFTP50 != 0.3 {
+		t.Errorf("baseline TTFTs %v (p50 %v, p90 %v); want %v, the quantiles over requests 0.3 and 0.4", b.TTFTs, b.TTFTP50, b.TTFTP90, want)
+	}
+	want := []SessionCounts{{Requests: 3, Errors: 1}, {Requests: 1}, {Requests: 1}, {Requests: 1, Errors: 1}}
+	if len(b.SessionCounts) != len(want) {
+		t.Fatalf("session counts %+v, want %+v", b.SessionCounts, want)
+	}
+	for i := range want {
+		if b.SessionCounts[i] != want[i] {
+			t.Errorf("session counts %+v, want %+v", b.SessionCounts, want)
+			break
+		}
+	}
+	if c.Sessions != 1 || c.Requests != 1 {
+		t.Errorf("canary: %d sessions of %d requests, want 1 of 1", c.Sessions, c.Requests)
+	}
+	if n, unit := (&Arm{}).Units(); n != 0 || unit != "requests" {
+		t.Errorf("an arm without sessions counts %d %s, want 0 requests", n, unit)
+	}
+	if empty := ArmFromSamples(nil); empty.SessionCounts == nil {
+		t.Errorf("an arm of no samples has no session counts: it would count requests")
+	}
+
+	// 300 requests an arm in 30 sessions: too few to judge at 100.
+	var bs, cs []rolloutapi.Sample
+	for i := range 300 {
+		bs = append(bs, mk(uint64(1+i%30), 100, 50, 100000, false))
+		cs = append(cs, mk(uint64(1000+i%30), 100, 50, 100000, false))
+	}
+	v := Judge(DefaultThresholds(), Input{Baseline: ArmFromSamples(bs), Canary: ArmFromSamples(cs)})
+	if want := "too few sessions to judge: baseline 30, canary 30, 100 needed in each"; v.Phase != Inconclusive || v.Message != want {
+		t.Errorf("300 requests in 30 sessions: %s %q, want Inconclusive %q", v.Phase, v.Message, want)
+	}
+	th := DefaultThresholds()
+	th.MinSamples = 30
+	if v := Judge(th, Input{Baseline: ArmFromSamples(bs), Canary: ArmFromSamples(cs)}); v.Phase != Successful ||
+		!strings.Contains(v.Message, "baseline 300 requests in 30 sessions, canary 300 requests in 30 sessions") {
+		t.Errorf("at minSamples 30: %s %q, want Successful, counting requests and sessions", v.Phase, v.Message)
+	}
+}

@@ -113,6 +113,9 @@ func Check(o *bookingapi.Outcome) error {
 	if o.CachedTokens < 0 || o.CachedTokens > o.PromptTokens {
 		errs = append(errs, fmt.Errorf("cached_tokens %d is not within 0 and prompt_tokens (%d)", o.CachedTokens, o.PromptTokens))
 	}
+	if len(o.SessionID) > bookingapi.MaxSessionIDBytes {
+		errs = append(errs, fmt.Errorf("session_id is %d bytes, over %d", len(o.SessionID), bookingapi.MaxSessionIDBytes))
+	}
 	if math.IsNaN(o.TTFTSeconds) || o.TTFTSeconds < 0 || o.TTFTSeconds > 24*3600 {
 		errs = append(errs, fmt.Errorf("ttft_seconds %v is not within 0 and a day", o.TTFTSeconds))
 	}
@@ -126,7 +129,7 @@ func (s *Store) Add(o *bookingapi.Outcome) error {
 	if err := Check(o); err != nil {
 		return err
 	}
-	smp := rolloutapi.Sample{At: s.opts.Now().UnixMilli(), Role: o.Role, Prompt: int64(o.PromptTokens), Cached: int64(o.CachedTokens),
+	smp := rolloutapi.Sample{At: s.opts.Now().UnixMilli(), Role: o.Role, Session: rolloutapi.SessionKey(o.SessionID), Prompt: int64(o.PromptTokens), Cached: int64(o.CachedTokens),
 		TTFTMicros: int64(o.TTFTSeconds * 1e6), Error: o.Error != "", HintRejected: o.HintRejected}
 	s.mu.Lock()
 	r := s.rings[o.ConfigHash]

@@ -161,6 +161,7 @@ func TestStoreRefuses(t *testing.T) {
 		{bookingapi.Outcome{Role: "decode", ConfigHash: hashA, PromptTokens: 10, CachedTokens: 11}, "cached_tokens 11 is not within 0 and prompt_tokens (10)"},
 		{bookingapi.Outcome{Role: "decode", ConfigHash: hashA, PromptTokens: -1}, "prompt_tokens -1 is not within 0 and 16777216"},
 		{bookingapi.Outcome{Role: "decode", ConfigHash: hashA, TTFTSeconds: -1}, "ttft_seconds -1 is not within 0 and a day"},
+		{bookingapi.Outcome{Role: "decode", ConfigHash: hashA, SessionID: strings.Repeat("s", bookingapi.MaxSessionIDBytes+1)}, "session_id is 257 bytes, over 256"},
 	} {
 		err := s.Add(&c.o)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -258,9 +259,13 @@ func TestStoreAnswerBound(t *testing.T) {
 func TestAnswerBytes(t *testing.T) {
 	s := NewStore(Options{})
 	for _, h := range []string{hashA, hashB, hashC, "dddddddddddddddd"} {
-		o := &bookingapi.Outcome{Role: strings.Repeat("r", MaxRoleBytes), ConfigHash: h, PromptTokens: MaxPromptTokens,
+		o := &bookingapi.Outcome{Role: strings.Repeat("r", MaxRoleBytes), SessionID: "s", ConfigHash: h, PromptTokens: MaxPromptTokens,
 			CachedTokens: MaxPromptTokens - 1, TTFTSeconds: 86399.999999, Error: "x", HintRejected: true}
-		for range DefaultPerHash {
+		for i := range DefaultPerHash {
+			// The session key is kept, not the ID: look for an ID whose
+			// key has 20 digits, the longest in JSON.
+			for o.SessionID = fmt.Sprint("s", i); rolloutapi.SessionKey(o.SessionID) < 1e19; o.SessionID += "x" {
+			}
 			if err := s.Add(o); err != nil {
 				t.Fatal(err)
 			}
