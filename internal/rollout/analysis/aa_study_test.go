@@ -176,7 +176,7 @@ func aaStudy(w *aaWorkload, weight uint64, th analysis.Thresholds, cut float64, 
 		for _, r := range w.rows[off : off+window] {
 			b := dispatch.Booking{RequestID: r.id}
 			b.Session.ID = fmt.Sprintf("aa%d-%d/%s", weight, rep, r.session)
-			on := stage.Picks(&b, weight)
+			on := stage.Picks(&b, stage.Seed(""), weight)
 			for _, s := range r.outcomes {
 				if bySession {
 					s.Session = rolloutapi.SessionKey(b.Session.ID)

@@ -40,13 +40,15 @@ func TestPicksUniform(t *testing.T) {
 		kinds["random UUID"] = append(kinds["random UUID"], fmt.Sprintf("%08x-%04x-4%03x-%04x-%012x",
 			rng.Uint32(), rng.Uint32()&0xffff, rng.Uint32()&0xfff, 0x8000|rng.Uint32()&0x3fff, rng.Uint64()&0xffffffffffff))
 	}
+	// Salted as a rollout salts it, by a candidate's config hash.
+	seed := Seed("3f9a1c0d5e7b2468")
 	for kind, ids := range kinds {
 		var buckets [100]int
 		for _, id := range ids {
 			b := booking("r", id, false)
 			first := 0
 			for w := uint64(1); w <= 100; w++ {
-				picked := Picks(b, w)
+				picked := Picks(b, seed, w)
 				switch {
 				case picked && first == 0:
 					first = int(w)
@@ -73,6 +75,34 @@ func TestPicksUniform(t *testing.T) {
 			t.Errorf("%s: the 100 buckets are uneven: chi-square %.1f, largest deviation %.1f sd", kind, chi2, worst/sd)
 		}
 	}
+}
+
+// TestPicksSaltedByCandidate: two candidates at weight 10 pick sessions
+// independently of each other (about 1% of sessions on both, not the 10%
+// an unsalted split would put on both), while one candidate picks the
+// same sessions wherever it runs.
+func TestPicksSaltedByCandidate(t *testing.T) {
+	const n = 100000
+	a, b := Seed("3f9a1c0d5e7b2468"), Seed("c4d2e0f1a3b59786")
+	both, onA := 0, 0
+	for i := range n {
+		bk := booking("r", fmt.Sprintf("session-%d", i), false)
+		pa := Picks(bk, a, 10)
+		if pa != Picks(booking("other-request", fmt.Sprintf("session-%d", i), false), a, 10) {
+			t.Fatalf("session-%d: picked by one booking of candidate a, not by another", i)
+		}
+		if pa {
+			onA++
+			if Picks(bk, b, 10) {
+				both++
+			}
+		}
+	}
+	// Binomial(100000, 0.01): sd 31.5; 6 sd either side.
+	if both < 1000-190 || both > 1000+190 {
+		t.Errorf("%d of %d sessions picked by both candidates at weight 10 (a alone picked %d), want about 1,000", both, n, onA)
+	}
+	t.Logf("%d of %d sessions picked by candidate a, %d by both a and b", onA, n, both)
 }
 
 // chainedSessionIDs reads the session IDs tracesynth.ChainSessions gives

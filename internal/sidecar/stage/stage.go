@@ -5,8 +5,10 @@
 // booking beside it (nothing is delivered): the two messages are compared
 // and the bookings whose hints would change are counted, by action type
 // and role. In a canary stage a hash of the booking's session (else its
-// request) picks the bookings the candidate makes, the stage's weight in
-// percent of them, so a session always runs on the same config.
+// request), salted by the candidate's hash, picks the bookings the
+// candidate makes, the stage's weight in percent of them, so a session
+// always runs on the same config, in every pod, and each candidate tries
+// a different share of sessions.
 //
 // The candidate's dispatcher takes the Workers of New's options: the
 // sidecar gives it the registry as the candidate sees it
@@ -65,6 +67,8 @@ type candidate struct {
 	hash   string
 	stage  rolloutapi.StageName
 	weight uint64
+	// seed salts the canary split (Seed of hash).
+	seed   uint64
 	counts *counts
 }
 
@@ -97,7 +101,7 @@ func (s *Stage) Book(ctx context.Context, b *dispatch.Booking) (dispatch.Hint, e
 		return s.stable.Book(ctx, b)
 	}
 	if c.stage == rolloutapi.StageCanary {
-		if Picks(b, c.weight) {
+		if Picks(b, c.seed, c.weight) {
 			h, err := c.d.Book(ctx, b)
 			if err == nil {
 				return h, nil
@@ -115,20 +119,36 @@ func (s *Stage) Book(ctx context.Context, b *dispatch.Booking) (dispatch.Hint, e
 	return h, nil
 }
 
-// Picks reports whether a canary of weight percent books b: FNV-1a of the
-// booking's session ID, else of its request ID, modulo 100, is below the
-// weight. A session's bookings are all on the same config.
-func Picks(b *dispatch.Booking, weight uint64) bool {
+// Seed is the salt of a candidate's canary split: FNV-1a's state after
+// the candidate's config hash. Salting by the candidate keeps a session on
+// one config for the whole rollout (and in every pod, which hash the same
+// candidate), and gives each rollout its own canary sessions: unsalted,
+// the same sessions would try every candidate first, and whatever sets
+// them apart from the rest would bias every rollout the same way. Seed("")
+// is FNV-1a's offset basis.
+func Seed(candidate string) uint64 {
+	return fnv1a(14695981039346656037, candidate)
+}
+
+// Picks reports whether a canary of weight percent, salted by seed (Seed),
+// books b: FNV-1a of the booking's session ID, else of its request ID,
+// continued from seed, modulo 100, is below the weight. A session's
+// bookings are all on the same config, and a session picked at one weight
+// is picked at every larger one.
+func Picks(b *dispatch.Booking, seed, weight uint64) bool {
 	key := b.Session.ID
 	if key == "" {
 		key = b.RequestID
 	}
-	h := uint64(14695981039346656037)
-	for i := 0; i < len(key); i++ {
-		h ^= uint64(key[i])
+	return fnv1a(seed, key)%100 < weight
+}
+
+func fnv1a(h uint64, s string) uint64 {
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
 		h *= 1099511628211
 	}
-	return h%100 < weight
+	return h
 }
 
 // shadow builds b with the candidate and compares its message with the
@@ -372,7 +392,7 @@ func (s *Stage) Load(cfg dispatch.Config, st rolloutapi.Stage, origin string) er
 	}
 	cfg.Hash = st.Candidate
 	if cur := s.cur.Load(); cur != nil && cur.hash == st.Candidate {
-		next := &candidate{d: cur.d, hash: cur.hash, stage: st.Stage, weight: uint64(st.Weight), counts: cur.counts}
+		next := &candidate{d: cur.d, hash: cur.hash, stage: st.Stage, weight: uint64(st.Weight), seed: cur.seed, counts: cur.counts}
 		s.cur.Store(next)
 		s.status = &rolloutapi.CandidateStatus{Assigned: st.Candidate, Active: st.Candidate, Stage: st.Stage, Weight: st.Weight}
 		return nil
@@ -391,7 +411,7 @@ func (s *Stage) Load(cfg dispatch.Config, st rolloutapi.Stage, origin string) er
 		s.refused = st.Candidate
 		return err
 	}
-	s.cur.Store(&candidate{d: d, hash: st.Candidate, stage: st.Stage, weight: uint64(st.Weight), counts: &counts{}})
+	s.cur.Store(&candidate{d: d, hash: st.Candidate, stage: st.Stage, weight: uint64(st.Weight), seed: Seed(st.Candidate), counts: &counts{}})
 	s.status = &rolloutapi.CandidateStatus{Assigned: st.Candidate, Active: st.Candidate, Stage: st.Stage, Weight: st.Weight}
 	return nil
 }

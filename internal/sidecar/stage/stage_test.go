@@ -157,7 +157,7 @@ func TestCanaryWeight(t *testing.T) {
 	// Without a session, the request ID picks.
 	hits := 0
 	for i := range 2000 {
-		if Picks(booking(fmt.Sprintf("req-%d", i), "", false), 10) {
+		if Picks(booking(fmt.Sprintf("req-%d", i), "", false), Seed(candHash), 10) {
 			hits++
 		}
 	}
