@@ -55,6 +55,9 @@ func (r *RolloutReconciler) reconcileRestart(ctx context.Context, ro *v1alpha1.R
 		RevisionOf:       func(p *corev1.Pod) string { return workload.RevisionHashOf(&p.Spec, router) },
 		CandidateProblem: workload.Problem(dep), RouterRolled: workload.Rolled(dep),
 	}
+	if held, _ := workload.HeldOf(dep); held == nil && dep.Spec.Paused {
+		obs.OwnerPaused = true
+	}
 	if stable != "" {
 		// The first config is not staged: nothing to compare it with.
 		obs.Compiled = compiled

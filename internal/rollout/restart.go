@@ -81,6 +81,9 @@ type RestartObserved struct {
 	// current template is complete: every replica updated and available,
 	// no old pod left.
 	RouterRolled bool
+	// OwnerPaused is set when the router Deployment is paused and not by
+	// a hold: its owner paused it.
+	OwnerPaused bool
 }
 
 // AdvanceRestart moves a restart-mode rollout on, as Advance does for a
@@ -213,6 +216,16 @@ func (r *restart) run(measure Measure) RestartAction {
 		r.d.Consumed = append(r.d.Consumed, v1alpha1.PromoteAnnotation)
 		r.promotedBy = v1alpha1.ReasonManualPromote
 		return r.toRest()
+	}
+	if r.obs.OwnerPaused {
+		// Holding the Deployment would unpause it, against its owner's
+		// word. The step waits, its clock (and the candidate pod's
+		// deadline) starting when the owner unpauses it.
+		at := r.at
+		st.StepStartedAt = &at
+		r.note = "waiting: the router's Deployment is paused by its owner (spec.paused); the candidate runs on one pod once it is unpaused"
+		r.later(r.set.Interval)
+		return RestartKeep
 	}
 	if msg := r.refusal(cand); msg != "" {
 		r.rollback(Result{Verdict: v1alpha1.VerdictFailed, Reason: string(v1alpha1.ReasonCandidateRefused), Message: msg})

@@ -254,3 +254,33 @@ func TestRestartPausedTimeIsNotTheStepsTime(t *testing.T) {
 		t.Fatalf("after the resume: %d calls, since %v, action %q", len(sinces), sinces, act)
 	}
 }
+
+// TestRestartWaitsForTheOwnersPause: a router Deployment its owner paused
+// is not held (holding would unpause it): the first step waits, says why,
+// and its candidate-pod deadline counts from the unpause, so a long
+// owner's pause is no refusal.
+func TestRestartWaitsForTheOwnersPause(t *testing.T) {
+	ro := testRollout()
+	stable := restartPod("r-1", stableH, t0, 0)
+	obs := restartObs(t0, stableH, stable)
+	obs.OwnerPaused = true
+	d, act, _ := AdvanceRestart(ro, obs, noMeasure(t))
+	if act != RestartKeep || d.Status.CandidateHash != candH {
+		t.Fatalf("owner-paused: action %q, status %+v", act, d.Status)
+	}
+	if c := meta.FindStatusCondition(d.Status.Conditions, string(v1alpha1.ConditionProgressing)); c == nil || !strings.Contains(c.Message, "paused by its owner") {
+		t.Fatalf("Progressing does not say why it waits: %+v", c)
+	}
+	ro.Status = d.Status
+	obs = restartObs(t0.Add(10*time.Minute), stableH, stable)
+	obs.OwnerPaused = true
+	d, act, _ = AdvanceRestart(ro, obs, noMeasure(t))
+	if act != RestartKeep || d.Status.Phase == v1alpha1.RolloutRolledBack {
+		t.Fatalf("10 minutes owner-paused: action %q, phase %s", act, d.Status.Phase)
+	}
+	ro.Status = d.Status
+	d, act, _ = AdvanceRestart(ro, restartObs(t0.Add(11*time.Minute), stableH, stable), noMeasure(t))
+	if act != RestartHold || d.Status.Phase != v1alpha1.RolloutProgressing {
+		t.Fatalf("unpaused: action %q, phase %s", act, d.Status.Phase)
+	}
+}
