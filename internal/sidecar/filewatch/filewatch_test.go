@@ -66,6 +66,11 @@ func (l *loads) waitFor(t *testing.T, what string, after int, match func(string)
 
 func is(want string) func(string) bool { return func(v string) bool { return v == want } }
 
+// missing matches a load that found no file.
+func missing(v string) bool {
+	return strings.HasPrefix(v, "error: ") && strings.Contains(v, "no such file or directory")
+}
+
 // watch runs Watch on path until the test ends, and waits for it to
 // return then.
 func watch(t *testing.T, path string, poll time.Duration) *loads {
@@ -112,9 +117,7 @@ func TestWriteDeleteRecreate(t *testing.T) {
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}
-	l.waitFor(t, "a load after the file was deleted", n, func(v string) bool {
-		return strings.HasPrefix(v, "error: ") && strings.Contains(v, "no such file or directory")
-	})
+	l.waitFor(t, "a load after the file was deleted", n, missing)
 
 	n = l.count()
 	write(t, path, "v3")
@@ -194,9 +197,7 @@ func TestPollFindsLateDirectory(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "not-yet")
 	path := filepath.Join(dir, "config.yaml")
 	l := watch(t, path, 50*time.Millisecond)
-	l.waitFor(t, "the load at start, of a missing file", 0, func(v string) bool {
-		return strings.HasPrefix(v, "error: ") && strings.Contains(v, "no such file or directory")
-	})
+	l.waitFor(t, "the load at start, of a missing file", 0, missing)
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}

@@ -72,6 +72,34 @@ func post(t *testing.T, url, body string, chunked bool) (int, string) {
 	return resp.StatusCode, strings.TrimSpace(string(got))
 }
 
+// raw writes request as it is on a new connection to srv, without
+// closing its side, and returns the answer's status and body: how a
+// client that has not sent (all of) its body sees the server's answer.
+func raw(t *testing.T, srv *httptest.Server, request string) (int, string) {
+	t.Helper()
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := conn.SetDeadline(time.Now().Add(5 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.WriteString(conn, request); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer to %q: %v", request, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(body)
+}
+
 // TestReadOverHTTP pins what a client of a jsonbody route sees: the cap
 // at exactly limit bytes whether or not the length is declared, and each
 // kind of bad body answered 400 with an error in the body's terms.
@@ -117,24 +145,10 @@ func TestReadOverHTTP(t *testing.T) {
 // it has sent only the headers and keeps the rest.
 func TestDeclaredOverLimitReadsNothing(t *testing.T) {
 	srv := server(t, testLimit, 0)
-	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if err := conn.SetDeadline(time.Now().Add(5 * time.Second)); err != nil {
-		t.Fatal(err)
-	}
 	// A megabyte declared, no byte of it sent.
-	fmt.Fprintf(conn, "POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", 1<<20)
-	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-	if err != nil {
-		t.Fatalf("no answer before the body was sent: %v", err)
-	}
-	defer resp.Body.Close()
-	got, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusRequestEntityTooLarge || strings.TrimSpace(string(got)) != "body is over the 64-byte limit" {
-		t.Errorf("got %d %q, want 413 %q", resp.StatusCode, got, "body is over the 64-byte limit")
+	status, got := raw(t, srv, fmt.Sprintf("POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", 1<<20))
+	if status != http.StatusRequestEntityTooLarge || strings.TrimSpace(string(got)) != "body is over the 64-byte limit" {
+		t.Errorf("got %d %q, want 413 %q", status, got, "body is over the 64-byte limit")
 	}
 }
 
@@ -142,25 +156,11 @@ func TestDeclaredOverLimitReadsNothing(t *testing.T) {
 // server's read timeout passes is the client's slowness, not a bad body.
 func TestSlowBodyIsATimeout(t *testing.T) {
 	srv := server(t, 1<<10, 300*time.Millisecond)
-	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if err := conn.SetDeadline(time.Now().Add(5 * time.Second)); err != nil {
-		t.Fatal(err)
-	}
 	// Half the declared body; the rest never comes.
-	fmt.Fprintf(conn, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 40\r\n\r\n{\"role\":\"decode\",")
-	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-	if err != nil {
-		t.Fatalf("no answer after the read timeout: %v", err)
-	}
-	defer resp.Body.Close()
-	got, _ := io.ReadAll(resp.Body)
+	status, got := raw(t, srv, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 40\r\n\r\n{\"role\":\"decode\",")
 	const want = "reading the body: the body did not arrive within the read timeout: "
-	if resp.StatusCode != http.StatusRequestTimeout || !strings.HasPrefix(string(got), want) {
-		t.Errorf("got %d %q, want 408 starting %q", resp.StatusCode, got, want)
+	if status != http.StatusRequestTimeout || !strings.HasPrefix(got, want) {
+		t.Errorf("got %d %q, want 408 starting %q", status, got, want)
 	}
 }
 
