@@ -93,6 +93,17 @@ func watch(t *testing.T, path string, poll time.Duration) *loads {
 	return l
 }
 
+// watchNew writes a new file, watches it from events alone and waits for
+// the load at start.
+func watchNew(t *testing.T, name, content string) *loads {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	write(t, path, content)
+	l := watch(t, path, noPoll)
+	l.waitFor(t, "the load at start", 0, is(content))
+	return l
+}
+
 func write(t *testing.T, path, content string) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
@@ -104,10 +115,8 @@ func write(t *testing.T, path, content string) {
 // after each change to the file, from events alone: an in-place write, a
 // deletion (the load sees the file gone) and a re-creation.
 func TestWriteDeleteRecreate(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "workers.yaml")
-	write(t, path, "v1")
-	l := watch(t, path, noPoll)
-	l.waitFor(t, "the load at start", 0, is("v1"))
+	l := watchNew(t, "workers.yaml", "v1")
+	path := l.path
 
 	n := l.count()
 	write(t, path, "v2")
@@ -172,10 +181,8 @@ func TestKubeletSwap(t *testing.T) {
 // apart costs a few loads, not one per event, and the last load reads the
 // last write.
 func TestBurstCoalesced(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "config.yaml")
-	write(t, path, "start")
-	l := watch(t, path, noPoll)
-	l.waitFor(t, "the load at start", 0, is("start"))
+	l := watchNew(t, "config.yaml", "start")
+	path := l.path
 
 	n := l.count()
 	const writes = 50
