@@ -102,7 +102,7 @@ func TestReportsOnItsOwnPod(t *testing.T) {
 	})
 	managers := map[string]bool{}
 	for _, f := range pod.ManagedFields {
-		if f.Operation == metav1.ManagedFieldsOperationUpdate && strings.Contains(string(f.FieldsV1.Raw), wellknown.AppliedHashAnnotation) {
+		if f.Operation == metav1.ManagedFieldsOperationUpdate && strings.Contains(f.FieldsV1.GetRawString(), wellknown.AppliedHashAnnotation) {
 			managers[f.Manager] = true
 		}
 	}
