@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kvrouter/kv-hint-operator/internal/testing/proctest"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 )
 
 // TestSidecarAndSimWorkerProcesses runs the real binaries: `kvhint sidecar`
@@ -179,13 +180,13 @@ func buildForProcessTest(t *testing.T) (bin, devBin, config string) {
 		t.Skip("builds and runs the kvhint and kvhint-dev binaries")
 	}
 	dir := t.TempDir()
-	build := exec.Command("go", "build", "-o", dir+"/", "github.com/kvrouter/kv-hint-operator/cmd/kvhint", "github.com/kvrouter/kv-hint-operator/cmd/kvhint-dev")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	bins, err := testenv.Build(dir, "kvhint", "kvhint-dev")
+	if err != nil {
+		t.Fatal(err)
 	}
 	config = filepath.Join(dir, "hints.yaml")
 	if err := os.WriteFile(config, []byte("worker_selection:\n  decode:\n    type: kvcr\n    hints: [{type: kv-fetch}, {type: kv-evict}]\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return filepath.Join(dir, "kvhint"), filepath.Join(dir, "kvhint-dev"), config
+	return bins[0], bins[1], config
 }

@@ -6,11 +6,11 @@ import (
 	"io"
 	"net/http"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/kvrouter/kv-hint-operator/internal/testing/proctest"
+	"github.com/kvrouter/kv-hint-operator/internal/testing/testenv"
 
 	"github.com/kvrouter/kv-hint-operator/pkg/hints/builtin"
 )
@@ -28,12 +28,11 @@ func buildDev(t *testing.T) string {
 	if testing.Short() {
 		t.Skip("builds and runs the kvhint-dev binary")
 	}
-	bin := filepath.Join(t.TempDir(), "kvhint-dev")
-	build := exec.Command("go", "build", "-o", bin, "github.com/kvrouter/kv-hint-operator/cmd/kvhint-dev")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	bins, err := testenv.Build(t.TempDir(), "kvhint-dev")
+	if err != nil {
+		t.Fatal(err)
 	}
-	return bin
+	return bins[0]
 }
 
 // TestSimWorkerSeveralSinks runs the real binary as two sink workers in one

@@ -390,26 +390,3 @@ func (e *Env) RunKubectl(args ...string) (string, error) {
 func (e *Env) kubectl(args ...string) ([]byte, error) {
 	return exec.Command(filepath.Join(e.Assets, "kubectl"), append([]string{"--kubeconfig", e.Kubeconfig}, args...)...).CombinedOutput()
 }
-
-// Build builds the module's commands named (kvhint, kvhint-dev: folders of
-// cmd/) into dir with the go command, from the module root, so that a
-// suite runs the binaries the project ships, and returns their paths in
-// the order named.
-func Build(dir string, cmds ...string) ([]string, error) {
-	repo, err := RepoRoot()
-	if err != nil {
-		return nil, err
-	}
-	args := []string{"build", "-o", dir + string(filepath.Separator)}
-	bins := make([]string, len(cmds))
-	for i, c := range cmds {
-		args = append(args, "./cmd/"+c)
-		bins[i] = filepath.Join(dir, c)
-	}
-	build := exec.Command("go", args...)
-	build.Dir = repo
-	if out, err := build.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("building %s: %w\n%s", strings.Join(cmds, ", "), err, out)
-	}
-	return bins, nil
-}

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -145,6 +147,44 @@ func TestBuildNamesWhatFailed(t *testing.T) {
 	_, err := Build(t.TempDir(), "no-such-command")
 	if err == nil || !strings.Contains(err.Error(), "building no-such-command") {
 		t.Fatalf("building a command the module lacks: %v; want an error naming it", err)
+	}
+}
+
+// TestBuildShared: two suites that ask for kvhint at once with a shared
+// folder get one link of it between them (the same file, hard linked into
+// each one's folder), and it runs; a command the module lacks still fails
+// naming it.
+func TestBuildShared(t *testing.T) {
+	if testing.Short() {
+		t.Skip("links kvhint")
+	}
+	shared := t.TempDir()
+	t.Setenv(BinariesVar, shared)
+	dirs := []string{t.TempDir(), t.TempDir()}
+	errs := make([]error, len(dirs))
+	var wg sync.WaitGroup
+	for i, d := range dirs {
+		wg.Go(func() { _, errs[i] = Build(d, "kvhint") })
+	}
+	wg.Wait()
+	want, err := os.Stat(filepath.Join(shared, "kvhint"))
+	if err != nil {
+		t.Fatalf("the shared folder has no kvhint: %v (builds: %v)", err, errs)
+	}
+	for i, d := range dirs {
+		if errs[i] != nil {
+			t.Fatalf("Build into %s: %v", d, errs[i])
+		}
+		got, err := os.Stat(filepath.Join(d, "kvhint"))
+		if err != nil || !os.SameFile(got, want) {
+			t.Errorf("%s/kvhint is not the shared folder's file (a second link, or a copy): %v", d, err)
+		}
+	}
+	if out, err := exec.Command(filepath.Join(dirs[1], "kvhint"), "version").CombinedOutput(); err != nil || !strings.HasPrefix(string(out), "kvhint ") {
+		t.Errorf("the shared kvhint version: %v\n%s", err, out)
+	}
+	if _, err := Build(t.TempDir(), "no-such-command"); err == nil || !strings.Contains(err.Error(), "building no-such-command") {
+		t.Errorf("building a command the module lacks into the shared folder: %v; want an error naming it", err)
 	}
 }
 
