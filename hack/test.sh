@@ -18,7 +18,12 @@ flags=${GO_TEST_FLAGS:--count=1 -vet=off}
 assets="$(hack/envtest-assets.sh)" || exit 1
 export KUBEBUILDER_ASSETS="$assets"
 
-log="$(mktemp -d)/modules.log"
+scratch="$(mktemp -d)"
+log="$scratch/modules.log"
+# The packages that run kvhint and kvhint-dev (test/fault, test/e2e,
+# internal/cli, ...) share one build of each: internal/testing/testenv's
+# Build links them here once, and the others find them up to date.
+export KVHINT_TEST_BINARIES="$scratch/bin"
 (
 	set -e
 	for m in examples/*/go.mod; do
@@ -39,10 +44,33 @@ log="$(mktemp -d)/modules.log"
 	(cd tools/promserver && go test $flags ./...)
 ) >"$log" 2>&1 &
 modules=$!
-trap 'kill "$modules" 2>/dev/null' EXIT
+trap 'kill "$modules" 2>/dev/null; rm -rf "$scratch"' EXIT
 
-echo "go test ./... (the modules of their own run beside it: examples, tools/chart, tools/observability, tools/promserver)"
-go test $flags ./...
+# go test runs the packages two at a time in the order they are named.
+# In go list's order the suites under test/ come last, and the longest of
+# them (test/fault, about five minutes) started among the last and ran
+# alone at the end while the other slot stood idle. The suites that take
+# minutes go first, longest first, each beside the rest of the module; a
+# name no longer in the module is left out, and the rest keep go list's
+# order. -e: a package that does not build is still named, and go test
+# reports it as it would for ./...
+mod=github.com/kvrouter/kv-hint-operator
+all="$(go list -e ./...)" || exit 1
+pkgs=()
+for p in test/fault test/staged test/rollout test/e2e controllers; do
+	if grep -qxF "$mod/$p" <<<"$all"; then
+		pkgs+=("$mod/$p")
+	fi
+done
+while read -r p; do
+	case " ${pkgs[*]} " in
+	*" $p "*) ;;
+	*) pkgs+=("$p") ;;
+	esac
+done <<<"$all"
+
+echo "go test ./..., the longest suites first (the modules of their own run beside it: examples, tools/chart, tools/observability, tools/promserver)"
+go test $flags "${pkgs[@]}"
 product=$?
 
 wait "$modules"
