@@ -12,6 +12,10 @@ import (
 // reached, in-band, exactly the workers that advertise router_hint.
 func TestDevCommand(t *testing.T) {
 	requireEnv(t)
+	// Each dev run is its own control plane and processes on free ports,
+	// and lasts its --duration whatever the machine's speed: the two run
+	// side by side.
+	t.Parallel()
 	cmd := exec.Command(devBin, "dev", "--duration", "20s", "--interval", "4s", "--assets", env.CP.Assets)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -60,6 +64,7 @@ func TestDevCommand(t *testing.T) {
 // sidecars on Unix sockets and books over them, with the same verdict.
 func TestDevCommandBookingSocket(t *testing.T) {
 	requireEnv(t)
+	t.Parallel()
 	cmd := exec.Command(devBin, "dev", "--booking-socket", "--duration", "20s", "--interval", "4s", "--assets", env.CP.Assets)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
