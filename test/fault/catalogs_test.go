@@ -166,6 +166,11 @@ func goodRouterCompiled(t *testing.T, c client.Client, namespace, router string)
 // KVHINT_FAULT_MANAGER_FLAGS adds flags to the manager: with the budget's
 // limits at 0 (no limit) this test fails, as the figures say.
 func TestTenantCatalogsBoundManagerMemory(t *testing.T) {
+	// A control plane and a manager of its own, and windows of fixed
+	// length: it runs beside TestRegexCatalogManagerRSS, after the
+	// sequential tests (TestAPIServerOutage finds its kube-apiserver as
+	// this process's child, so no other may run then).
+	t.Parallel()
 	cp := testenv.Start(t, testenv.Options{Name: "fault", ProductCRDs: true})
 	c := cp.Client
 	ctx := context.Background()

@@ -44,6 +44,9 @@ func regexCatalog(tag string, types, props int) string {
 // refused for the budget (InvalidCatalog naming --catalog-max-memory),
 // and the manager must stay under half of its 256Mi limit throughout.
 func TestRegexCatalogManagerRSS(t *testing.T) {
+	// Its own control plane and manager, and settling sleeps: beside
+	// TestTenantCatalogsBoundManagerMemory (see there).
+	t.Parallel()
 	cp := testenv.Start(t, testenv.Options{Name: "fault", ProductCRDs: true})
 	c := cp.Client
 	ctx := context.Background()
