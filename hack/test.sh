@@ -47,10 +47,11 @@ modules=$!
 trap 'kill "$modules" 2>/dev/null; rm -rf "$scratch"' EXIT
 
 # go test runs the packages two at a time in the order they are named.
-# In go list's order the suites under test/ come last, and the longest of
-# them (test/fault, about five minutes) started among the last and ran
-# alone at the end while the other slot stood idle. The suites that take
-# minutes go first, longest first, each beside the rest of the module; a
+# In go list's order the suites under test/ come last, so the longest of
+# them (test/fault, three to five minutes) starts among the last and may
+# run on alone at the end while the other slot has nothing left. The
+# suites that take minutes go first, longest first, beside the rest of
+# the module; a
 # name no longer in the module is left out, and the rest keep go list's
 # order. -e: a package that does not build is still named, and go test
 # reports it as it would for ./...
