@@ -206,10 +206,16 @@ spec:
 			}
 			return nil
 		})
+		// The sidecar answers from the new config before its pod report
+		// (written after the load, retried) says so: wait for the report,
+		// then for the role to count it.
+		testenv.Eventually(t, 30*time.Second, "chat's pod reports the compiled hash", func(context.Context) error {
+			if c, a := configHash(t, "chat"), appliedHash(t, chat); c != a {
+				return fmt.Errorf("compiled %s, the pod reports %s", c, a)
+			}
+			return nil
+		})
 		waitCondition(t, "chat-decode", v1alpha1.ConditionReady, metav1.ConditionTrue, "")
-		if configHash(t, "chat") != appliedHash(t, chat) {
-			t.Error("chat's pod does not run the compiled hash")
-		}
 	})
 }
 
