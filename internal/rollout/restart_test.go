@@ -139,16 +139,23 @@ func TestRestartCandidateRefused(t *testing.T) {
 	}
 }
 
-// TestRestartPrometheusJudges: with the Prometheus provider the first
-// step also takes its measurements once the pod has been Ready for the
-// pause; a Failed one rolls back with its figures.
-func TestRestartPrometheusJudges(t *testing.T) {
+// prometheusFirstStep is a restart-mode rollout with the Prometheus
+// provider whose candidate was staged at t0, and its pods once the
+// candidate pod has been Ready since t0+1s.
+func prometheusFirstStep() (*v1alpha1.RouterRollout, []corev1.Pod) {
 	ro := testRollout()
 	ro.Spec.Analysis.Provider = &v1alpha1.MetricsProvider{Prometheus: &v1alpha1.PrometheusProvider{}}
 	stable := restartPod("r-1", stableH, t0, 0)
 	d, _, _ := AdvanceRestart(ro, restartObs(t0, stableH, stable), nil)
 	ro.Status = d.Status
-	pods := []corev1.Pod{stable, restartPod("c-1", candH, t0.Add(time.Second), 0)}
+	return ro, []corev1.Pod{stable, restartPod("c-1", candH, t0.Add(time.Second), 0)}
+}
+
+// TestRestartPrometheusJudges: with the Prometheus provider the first
+// step also takes its measurements once the pod has been Ready for the
+// pause; a Failed one rolls back with its figures.
+func TestRestartPrometheusJudges(t *testing.T) {
+	ro, pods := prometheusFirstStep()
 	calls := 0
 	m := func(st rolloutapi.Stage, since time.Time, _ Pods) Result {
 		calls++
@@ -214,12 +221,7 @@ func TestRestartCarriesOn(t *testing.T) {
 // outcomes since the resume, and every measurement keeps each judged
 // metric's figures.
 func TestRestartPausedTimeIsNotTheStepsTime(t *testing.T) {
-	ro := testRollout()
-	ro.Spec.Analysis.Provider = &v1alpha1.MetricsProvider{Prometheus: &v1alpha1.PrometheusProvider{}}
-	stable := restartPod("r-1", stableH, t0, 0)
-	d, _, _ := AdvanceRestart(ro, restartObs(t0, stableH, stable), nil)
-	ro.Status = d.Status
-	pods := []corev1.Pod{stable, restartPod("c-1", candH, t0.Add(time.Second), 0)}
+	ro, pods := prometheusFirstStep()
 	var sinces []time.Time
 	m := func(_ rolloutapi.Stage, since time.Time, _ Pods) Result {
 		sinces = append(sinces, since)
