@@ -258,24 +258,46 @@ func (a *advance) clearCandidate() {
 	a.pausedBy = ""
 }
 
+// startClock starts the step's clock, or starts it again on a resume. A
+// resumed step's clock restarts: its window, its next measurement and its
+// pause all count from the resume. The outcomes are asked for from one
+// instant on, so a window that left out the pause would have to drop all
+// that came before it too; shifting the start by the pause's length would
+// keep the pause's own samples and drop earlier ones. What the pause held
+// back (an operator's doubt, too few samples) is judged afresh, and the
+// step's pause is time the window saw. The measurements taken before the
+// pause stay and count, so that pausing cannot wash out a Failed one.
+func (a *advance) startClock() {
+	if a.st.StepStartedAt == nil || a.resumed {
+		at := a.at
+		a.st.StepStartedAt = &at
+	}
+}
+
+// due is when the step's next measurement is due: an interval after the
+// last one taken since the window's start since, else after since.
+func (a *advance) due(since time.Time) time.Time {
+	if n := len(a.st.Measurements); n > 0 && a.st.Measurements[n-1].At.After(since) {
+		return a.st.Measurements[n-1].At.Add(a.set.Interval)
+	}
+	return since.Add(a.set.Interval)
+}
+
+// record keeps a measurement's result, the oldest dropped past
+// v1alpha1.MaxMeasurements.
+func (a *advance) record(r Result) {
+	st := a.st
+	st.Measurements = append(st.Measurements, r.measurement(a.at))
+	if over := len(st.Measurements) - v1alpha1.MaxMeasurements; over > 0 {
+		st.Measurements = st.Measurements[over:]
+	}
+}
+
 // progress takes the step's measurement that is due and moves on when
 // the step is done.
 func (a *advance) progress(measure Measure, step v1alpha1.RolloutStep, stage rolloutapi.Stage) {
 	st := a.st
-	if st.StepStartedAt == nil || a.resumed {
-		// A resumed step's clock restarts: its window, its next
-		// measurement and its pause all count from the resume. The
-		// outcomes are asked for from one instant on, so a window that
-		// left out the pause would have to drop all that came before
-		// it too; shifting the start by the pause's length would keep
-		// the pause's own samples and drop earlier ones. What the pause
-		// held back (an operator's doubt, too few samples) is judged
-		// afresh, and the step's pause is time the window saw. The
-		// measurements taken before the pause stay and count, so that
-		// pausing cannot wash out a Failed one.
-		at := a.at
-		st.StepStartedAt = &at
-	}
+	a.startClock()
 	since := st.StepStartedAt.Time
 	if a.pods.OnCandidate < a.pods.Total {
 		// Not every pod runs the step's stage yet: their reports bring
@@ -285,19 +307,12 @@ func (a *advance) progress(measure Measure, step v1alpha1.RolloutStep, stage rol
 	}
 	successes, failures := tally(st.Measurements)
 	if successes < a.set.Count {
-		due := since.Add(a.set.Interval)
-		if n := len(st.Measurements); n > 0 && st.Measurements[n-1].At.After(since) {
-			due = st.Measurements[n-1].At.Add(a.set.Interval)
-		}
-		if left := due.Sub(a.obs.Now); left > 0 {
+		if left := a.due(since).Sub(a.obs.Now); left > 0 {
 			a.later(left)
 			return
 		}
 		r := measure(stage, since, a.pods)
-		st.Measurements = append(st.Measurements, r.measurement(a.at))
-		if over := len(st.Measurements) - v1alpha1.MaxMeasurements; over > 0 {
-			st.Measurements = st.Measurements[over:]
-		}
+		a.record(r)
 		switch r.Verdict {
 		case v1alpha1.VerdictFailed:
 			failures++

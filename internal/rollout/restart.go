@@ -314,12 +314,7 @@ func (r *restart) refusal(cand string) string {
 // spec.steps[0], then the provider's analysis where it can measure.
 func (r *restart) onePod(measure Measure, cand string) RestartAction {
 	st := r.st
-	if st.StepStartedAt == nil || r.resumed {
-		// As in sidecar mode (progress): a resumed step's clock, its
-		// pause and its next measurement count from the resume.
-		at := r.at
-		st.StepStartedAt = &at
-	}
+	r.startClock()
 	wait := min(r.set.Interval, r.obs.ReadyWithin)
 	var ready *corev1.Pod
 	var readySince time.Time
@@ -353,11 +348,7 @@ func (r *restart) onePod(measure Measure, cand string) RestartAction {
 	if successes >= r.set.Count {
 		return r.toRest()
 	}
-	due := since.Add(r.set.Interval)
-	if n := len(st.Measurements); n > 0 && st.Measurements[n-1].At.After(since) {
-		due = st.Measurements[n-1].At.Add(r.set.Interval)
-	}
-	if left := due.Sub(r.obs.Now); left > 0 {
+	if left := r.due(since).Sub(r.obs.Now); left > 0 {
 		r.later(left)
 		return RestartHold
 	}
@@ -366,10 +357,7 @@ func (r *restart) onePod(measure Measure, cand string) RestartAction {
 		weight = int((100 + r.pods.Total - 1) / r.pods.Total)
 	}
 	res := measure(rolloutapi.Stage{Candidate: cand, Stage: rolloutapi.StageCanary, Weight: weight}, since, r.pods)
-	st.Measurements = append(st.Measurements, res.measurement(r.at))
-	if over := len(st.Measurements) - v1alpha1.MaxMeasurements; over > 0 {
-		st.Measurements = st.Measurements[over:]
-	}
+	r.record(res)
 	switch res.Verdict {
 	case v1alpha1.VerdictFailed:
 		if failures+1 >= r.set.FailureLimit {
